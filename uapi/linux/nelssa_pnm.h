@@ -72,6 +72,7 @@ enum npnm_kv_dtype {
  * @kv_dtypes: Out. Bit (1 << dtype) set for every supported npnm_kv_dtype.
  * @max_head_dim: Out. Largest head dimension SPARSE_ATTN/KV_WRITE accept.
  * @max_group: Out. Largest GQA group (query rows per work item).
+ * @pad: Out. Zero.
  * @reserved: Out. Zero.
  */
 struct npnm_info {
