@@ -1,0 +1,69 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Installs the Debian packages a make target needs, when they are missing.
+#
+#   scripts/deps.sh GROUP...      groups: build test
+#
+# Idempotent and fast when everything is present (one dpkg-query call).
+# As root it runs apt-get; otherwise it prints the exact command to run and
+# fails, because a build without its dependencies would only fail later
+# with a less useful message.
+set -eu
+
+arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
+
+pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev python3"
+# ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
+# checkpatch and kernel-doc from Debian's linux-source).
+pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1"
+case "$arch" in
+amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib" ;;
+esac
+
+want=""
+for group in "$@"; do
+	case "$group" in
+	build) want="$want $pkgs_build" ;;
+	test) want="$want $pkgs_build $pkgs_test" ;;
+	*) echo "deps.sh: unknown group '$group' (build, test)" >&2; exit 2 ;;
+	esac
+done
+[ -n "$want" ] || { echo "usage: deps.sh GROUP..." >&2; exit 2; }
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+	echo "deps.sh: not a Debian system; make sure these are installed:$want" >&2
+	exit 0
+fi
+
+missing=""
+for p in $want; do
+	case " $missing " in *" $p "*) continue ;; esac
+	status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case "$status" in
+	*" installed") ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+[ -n "$missing" ] || exit 0
+
+cmd="apt-get install -y --no-install-recommends$missing"
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps.sh: missing Debian packages:$missing" >&2
+	echo "deps.sh: install them with: sudo $cmd" >&2
+	exit 1
+fi
+
+echo "deps.sh: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine has empty package lists; refresh them once if the
+# install cannot find a package.
+if ! apt-get install -y -q --no-install-recommends $missing >/tmp/nelssa-deps.log 2>&1; then
+	apt-get update -q >>/tmp/nelssa-deps.log 2>&1 || true
+	if ! apt-get install -y -q --no-install-recommends $missing >>/tmp/nelssa-deps.log 2>&1; then
+		tail -20 /tmp/nelssa-deps.log >&2
+		echo "deps.sh: '$cmd' failed (log: /tmp/nelssa-deps.log)" >&2
+		exit 1
+	fi
+fi
+echo "deps.sh: done"
