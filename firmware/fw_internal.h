@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* Firmware internals shared by the validation, kernel and runtime files. */
+#ifndef NFW_INTERNAL_H
+#define NFW_INTERNAL_H
+
+#include <nelssa/fw.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "device memory is little-endian; a big-endian build needs byte swapping"
+#endif
+
+/* Tokens per SPARSE_ATTN tile in the vector kernels. */
+#define NFW_TILE 16u
+
+/* Scratch floats an attention kernel needs: K and V tiles plus logits. */
+#define NFW_ATTN_SCRATCH_BYTES ((2u * NFW_TILE * NFW_MAX_HEAD_DIM + NFW_TILE) * sizeof(float))
+
+/* Grow @s to @bytes (contents not kept); NULL if memory is short. */
+void *nfw_scratch_get(struct nfw_scratch *s, size_t bytes);
+
+/* 1 if [off, off + len) lies inside an operand of length @op_len. */
+static inline int nfw_fits(uint64_t op_len, uint64_t off, uint64_t len)
+{
+	return off <= op_len && len <= op_len - off;
+}
+
+/* Device pointer of byte @off inside operand @i (validated beforehand). */
+static inline uint8_t *nfw_ptr(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+			       unsigned int i, uint64_t off)
+{
+	return mem->base + desc->op[i].offset + off;
+}
+
+/* Header, operand slots (@used: bit per slot) and parameter tail. */
+uint32_t nfw_check_common(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+			  unsigned int used, size_t param_bytes);
+
+uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc);
+uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+			   struct nfw_scratch *scratch);
+
+void nfw_exec_fill(const struct nfw_mem *mem, const struct npnm_cmd *desc);
+void nfw_exec_copy(const struct nfw_mem *mem, const struct npnm_cmd *desc);
+void nfw_exec_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc);
+uint32_t nfw_exec_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,
+		       uint32_t item_begin, uint32_t item_end, struct nfw_scratch *scratch);
+
+/* One SPARSE_ATTN work item, resolved to host pointers. */
+struct nfw_attn_args {
+	const float *q;
+	const uint16_t *k, *v;
+	const struct npnm_cluster *table;
+	const uint32_t *sel;
+	float *o, *lse;
+	uint32_t nr_sel, nr_clusters, nr_tokens;
+	uint32_t head_dim, group;
+	uint8_t kv_dtype;
+	float scale;
+};
+
+/*
+ * Selected cluster @s of @a, read once and checked again at use (see
+ * kern_attn.c); 0 when usable.
+ */
+static inline int nfw_attn_cluster(const struct nfw_attn_args *a, uint32_t s,
+				   struct npnm_cluster *c)
+{
+	uint32_t id = __atomic_load_n(&a->sel[s], __ATOMIC_RELAXED);
+
+	if (id >= a->nr_clusters)
+		return -1;
+	c->first = __atomic_load_n(&a->table[id].first, __ATOMIC_RELAXED);
+	c->count = __atomic_load_n(&a->table[id].count, __ATOMIC_RELAXED);
+	return c->first > a->nr_tokens || c->count > a->nr_tokens - c->first ? -1 : 0;
+}
+
+typedef void (*nfw_attn_item_fn)(const struct nfw_attn_args *a, float *scratch);
+
+void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch);
+void nfw_attn_item_avx2(const struct nfw_attn_args *a, float *scratch);
+void nfw_attn_item_avx512(const struct nfw_attn_args *a, float *scratch);
+void nfw_attn_item_neon(const struct nfw_attn_args *a, float *scratch);
+
+/* The kernel for @isa at @head_dim (scalar when the ISA cannot tile it). */
+nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim);
+
+uint64_t nfw_now_ns(void);
+
+#endif /* NFW_INTERNAL_H */

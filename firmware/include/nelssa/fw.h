@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * NELSSA PNM firmware: the Device Runtime and its compute kernels.
+ *
+ * This is the code that runs on the card's cores.  It sees device memory
+ * as one flat byte array and command descriptors in the uapi v1 format
+ * (struct npnm_cmd) whose operands have already been resolved by the host
+ * side (driver or sim backend): in the device's copy of a descriptor, a
+ * used operand has a non-zero handle, offset is a byte offset into device
+ * memory and len bounds every access.  The firmware trusts nothing else
+ * in a descriptor: every field is checked, and a malformed command
+ * completes with a specific NPNM_ST_* status without touching memory.
+ *
+ * The same code runs in the in-process sim backend, in nelssa-devemu
+ * behind the QEMU test rig, and (cross-compiled) on the card.
+ */
+#ifndef NELSSA_FW_H
+#define NELSSA_FW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <linux/nelssa_pnm.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits of this firmware, reported through struct npnm_info. */
+#define NFW_MAX_HEAD_DIM 256u
+#define NFW_MAX_GROUP 16u
+#define NFW_FW_VERSION ((1u << 16) | 0u)	/* interface 1.0 */
+
+/**
+ * enum nfw_isa - SPARSE_ATTN implementation.
+ * @NFW_ISA_AUTO: the best one this CPU supports.
+ * @NFW_ISA_SCALAR: portable C (the numeric core's streaming kernel).
+ * @NFW_ISA_AVX2: x86-64 AVX2 + FMA (head_dim a multiple of 8).
+ * @NFW_ISA_AVX512: x86-64 AVX-512F/BW (head_dim a multiple of 16).
+ * @NFW_ISA_NEON: AArch64 Advanced SIMD (head_dim a multiple of 4).
+ *
+ * A vector path falls back to scalar for a head_dim it cannot tile.
+ */
+enum nfw_isa {
+	NFW_ISA_AUTO = 0,
+	NFW_ISA_SCALAR,
+	NFW_ISA_AVX2,
+	NFW_ISA_AVX512,
+	NFW_ISA_NEON,
+};
+
+/* Name of an ISA ("scalar", "avx2", ...); parse one back (-1 if unknown). */
+const char *nfw_isa_name(enum nfw_isa isa);
+int nfw_isa_parse(const char *name);
+/* 1 if this CPU and build can run @isa. */
+int nfw_isa_supported(enum nfw_isa isa);
+/* @isa, or the best supported one for NFW_ISA_AUTO. */
+enum nfw_isa nfw_isa_resolve(enum nfw_isa isa);
+
+/* Device memory as the firmware sees it. */
+struct nfw_mem {
+	uint8_t *base;
+	uint64_t size;
+};
+
+/* Per-executor scratch: tiles, accumulators, duplicate-check bitmaps. */
+struct nfw_scratch {
+	void *buf;
+	size_t cap;
+};
+
+void nfw_scratch_free(struct nfw_scratch *s);
+
+/* Outcome of one command. */
+struct nfw_result {
+	uint32_t status;	/* enum npnm_status */
+	uint32_t detail;	/* opcode-specific, e.g. SELFTEST's failed mask */
+	uint64_t device_ns;	/* time from first pick-up to completion */
+};
+
+/*
+ * Validate a descriptor completely (header, operands, parameters and, for
+ * SPARSE_ATTN and KV_WRITE, everything they reference in device memory).
+ * Returns NPNM_ST_OK or the status the command must complete with.
+ */
+uint32_t nfw_validate(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+		      struct nfw_scratch *scratch);
+
+/*
+ * Execute a validated descriptor.  For SPARSE_ATTN only work items
+ * [@item_begin, @item_end) are computed, so that the runtime can spread one
+ * command's batch across cores; other opcodes ignore the range.  Returns
+ * NPNM_ST_OK or NPNM_ST_SELFTEST_FAIL with *@detail set.
+ */
+uint32_t nfw_execute(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,
+		     uint32_t item_begin, uint32_t item_end, struct nfw_scratch *scratch,
+		     uint32_t *detail);
+
+/* Validate and execute in one call, on the calling thread. */
+uint32_t nfw_run(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,
+		 struct nfw_scratch *scratch, uint32_t *detail);
+
+/* Bits of NPNM_OP_SELFTEST's mask and detail. */
+#define NFW_SELFTEST_MEMOPS	(1u << 0)	/* FILL, COPY */
+#define NFW_SELFTEST_KV_WRITE	(1u << 1)	/* dense and scatter writes, appends */
+#define NFW_SELFTEST_ATTN	(1u << 2)	/* SPARSE_ATTN, every supported ISA */
+#define NFW_SELFTEST_ATTN_FP16	(1u << 3)	/* SPARSE_ATTN on fp16 KV */
+#define NFW_SELFTEST_VALIDATE	(1u << 4)	/* malformed descriptors are rejected */
+#define NFW_SELFTEST_ALL	0x1fu
+
+/* Run the built-in checks in @mask (0 = all); returns the failed mask. */
+uint32_t nfw_selftest(uint32_t mask, struct nfw_scratch *scratch);
+
+/*
+ * The Device Runtime: a queue of commands served by CMD Executor threads,
+ * one per core.  Each submitted command completes exactly once through
+ * @complete, called on an executor thread (or on the cancelling or
+ * destroying thread for NPNM_ST_ABORTED).
+ */
+struct nfw_runtime;
+
+typedef void (*nfw_complete_fn)(void *owner, uint64_t cookie, const struct nfw_result *res);
+
+/**
+ * struct nfw_runtime_config - how to build a runtime.
+ * @mem: device memory.
+ * @cores: executor threads (1..256).
+ * @isa: SPARSE_ATTN implementation (NFW_ISA_AUTO: best supported).
+ * @spin_ns: how long an idle executor polls before sleeping; trades CPU
+ *	for submit-to-start latency.  0 sleeps at once.
+ * @complete: completion callback.
+ */
+struct nfw_runtime_config {
+	struct nfw_mem mem;
+	unsigned int cores;
+	enum nfw_isa isa;
+	uint64_t spin_ns;
+	nfw_complete_fn complete;
+};
+
+int nfw_runtime_create(const struct nfw_runtime_config *cfg, struct nfw_runtime **out);
+/* Queue a copy of @desc; -ESHUTDOWN once destruction has begun. */
+int nfw_runtime_submit(struct nfw_runtime *rt, const struct npnm_cmd *desc, void *owner,
+		       uint64_t cookie);
+/* Complete every queued, not yet started command of @owner as ABORTED. */
+unsigned int nfw_runtime_cancel(struct nfw_runtime *rt, void *owner);
+/* Abort what is queued, wait for what runs, stop the executors. */
+void nfw_runtime_destroy(struct nfw_runtime *rt);
+enum nfw_isa nfw_runtime_isa(const struct nfw_runtime *rt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_FW_H */

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Run-time choice of the SPARSE_ATTN implementation.  Vector kernels are
+ * compiled only for the architecture they target (meson defines
+ * NFW_HAVE_*), and used only when the CPU reports the instructions.
+ */
+#include <string.h>
+
+#include "fw_internal.h"
+
+static const char *const names[] = {
+	[NFW_ISA_AUTO] = "auto",
+	[NFW_ISA_SCALAR] = "scalar",
+	[NFW_ISA_AVX2] = "avx2",
+	[NFW_ISA_AVX512] = "avx512",
+	[NFW_ISA_NEON] = "neon",
+};
+
+const char *nfw_isa_name(enum nfw_isa isa)
+{
+	return (unsigned int)isa < sizeof(names) / sizeof(names[0]) ? names[isa] : "unknown";
+}
+
+int nfw_isa_parse(const char *name)
+{
+	for (unsigned int i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(name, names[i]))
+			return (int)i;
+	return -1;
+}
+
+int nfw_isa_supported(enum nfw_isa isa)
+{
+	switch (isa) {
+	case NFW_ISA_AUTO:
+	case NFW_ISA_SCALAR:
+		return 1;
+#ifdef NFW_HAVE_AVX2
+	case NFW_ISA_AVX2:
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+#ifdef NFW_HAVE_AVX512
+	case NFW_ISA_AVX512:
+		return __builtin_cpu_supports("avx512f");
+#endif
+#ifdef NFW_HAVE_NEON
+	case NFW_ISA_NEON:
+		return 1;	/* Advanced SIMD is baseline on AArch64 */
+#endif
+	default:
+		return 0;
+	}
+}
+
+enum nfw_isa nfw_isa_resolve(enum nfw_isa isa)
+{
+	static const enum nfw_isa best[] = { NFW_ISA_AVX512, NFW_ISA_AVX2, NFW_ISA_NEON };
+
+	if (isa != NFW_ISA_AUTO)
+		return isa;
+	for (unsigned int i = 0; i < sizeof(best) / sizeof(best[0]); i++)
+		if (nfw_isa_supported(best[i]))
+			return best[i];
+	return NFW_ISA_SCALAR;
+}
+
+nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim)
+{
+	switch (isa) {
+#ifdef NFW_HAVE_AVX512
+	case NFW_ISA_AVX512:
+		return head_dim % 16 ? nfw_attn_item_scalar : nfw_attn_item_avx512;
+#endif
+#ifdef NFW_HAVE_AVX2
+	case NFW_ISA_AVX2:
+		return head_dim % 8 ? nfw_attn_item_scalar : nfw_attn_item_avx2;
+#endif
+#ifdef NFW_HAVE_NEON
+	case NFW_ISA_NEON:
+		return head_dim % 4 ? nfw_attn_item_scalar : nfw_attn_item_neon;
+#endif
+	default:
+		return nfw_attn_item_scalar;
+	}
+}

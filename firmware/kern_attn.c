@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+/*
+ * SPARSE_ATTN: validation of a batch of work items and the per-item
+ * driver that hands each item to the kernel of the selected ISA.
+ *
+ * Host memory can change while a command runs (the host maps device
+ * memory), so every value read from device memory -- work items, selected
+ * ids, cluster-table entries -- is copied once and checked where it is
+ * used, not only in validation.  A racing host gets garbage numbers, never
+ * an access outside the operands.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <nelssa/attention.h>
+
+#include "fw_internal.h"
+
+static float attn_scale(const struct npnm_sparse_attn_params *p)
+{
+	float s;
+
+	if (!p->scale_f32)
+		return 1.0f / sqrtf((float)p->head_dim);
+	memcpy(&s, &p->scale_f32, sizeof(s));
+	return s;
+}
+
+/* Copy item @i and resolve it to pointers; everything but the selection. */
+static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *desc, uint32_t i,
+			     struct npnm_attn_item *it, struct nfw_attn_args *a)
+{
+	const struct npnm_sparse_attn_params *p = &desc->p.attn;
+	const uint64_t row = (uint64_t)p->head_dim * 2;
+	const uint64_t qbytes = (uint64_t)p->group * p->head_dim * sizeof(float);
+	const uint64_t kv_len = desc->op[NPNM_ATTN_KV].len;
+	const uint64_t in_len = desc->op[NPNM_ATTN_IN].len;
+	const uint64_t out_len = desc->op[NPNM_ATTN_OUT].len;
+
+	memcpy(it, nfw_ptr(mem, desc, NPNM_ATTN_ITEMS, (uint64_t)i * sizeof(*it)), sizeof(*it));
+	if (it->reserved)
+		return NPNM_ST_BAD_RESERVED;
+	if (!nfw_fits(kv_len, it->k_off, row * it->nr_tokens) ||
+	    !nfw_fits(kv_len, it->v_off, row * it->nr_tokens) ||
+	    !nfw_fits(kv_len, it->table_off, (uint64_t)it->nr_clusters * sizeof(struct npnm_cluster)) ||
+	    !nfw_fits(in_len, it->q_off, qbytes) ||
+	    !nfw_fits(in_len, it->sel_off, (uint64_t)it->nr_sel * sizeof(uint32_t)) ||
+	    !nfw_fits(out_len, it->o_off, qbytes) ||
+	    !nfw_fits(out_len, it->lse_off, (uint64_t)p->group * sizeof(float)))
+		return NPNM_ST_BAD_OPERAND;
+	if ((desc->op[NPNM_ATTN_KV].offset + it->k_off) % 2 ||
+	    (desc->op[NPNM_ATTN_KV].offset + it->v_off) % 2 ||
+	    (desc->op[NPNM_ATTN_KV].offset + it->table_off) % 4 ||
+	    (desc->op[NPNM_ATTN_IN].offset + it->q_off) % 4 ||
+	    (desc->op[NPNM_ATTN_IN].offset + it->sel_off) % 4 ||
+	    (desc->op[NPNM_ATTN_OUT].offset + it->o_off) % 4 ||
+	    (desc->op[NPNM_ATTN_OUT].offset + it->lse_off) % 4)
+		return NPNM_ST_BAD_PARAM;
+	a->q = (const float *)nfw_ptr(mem, desc, NPNM_ATTN_IN, it->q_off);
+	a->k = (const uint16_t *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->k_off);
+	a->v = (const uint16_t *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->v_off);
+	a->table = (const struct npnm_cluster *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->table_off);
+	a->sel = (const uint32_t *)nfw_ptr(mem, desc, NPNM_ATTN_IN, it->sel_off);
+	a->o = (float *)nfw_ptr(mem, desc, NPNM_ATTN_OUT, it->o_off);
+	a->lse = (float *)nfw_ptr(mem, desc, NPNM_ATTN_OUT, it->lse_off);
+	a->nr_sel = it->nr_sel;
+	a->nr_clusters = it->nr_clusters;
+	a->nr_tokens = it->nr_tokens;
+	a->head_dim = p->head_dim;
+	a->group = p->group;
+	a->kv_dtype = p->kv_dtype;
+	a->scale = attn_scale(p);
+	return NPNM_ST_OK;
+}
+
+uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+			   struct nfw_scratch *scratch)
+{
+	const struct npnm_sparse_attn_params *p = &desc->p.attn;
+	const unsigned int used = (1u << NPNM_ATTN_ITEMS) | (1u << NPNM_ATTN_KV) |
+				  (1u << NPNM_ATTN_IN) | (1u << NPNM_ATTN_OUT);
+	float scale;
+	uint32_t st;
+
+	st = nfw_check_common(mem, desc, used, sizeof(*p));
+	if (st)
+		return st;
+	if (p->flags || p->reserved)
+		return NPNM_ST_BAD_RESERVED;
+	if (p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16)
+		return NPNM_ST_BAD_PARAM;
+	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM || p->group == 0 ||
+	    p->group > NFW_MAX_GROUP)
+		return NPNM_ST_BAD_PARAM;
+	scale = attn_scale(p);
+	if (!(scale > 0.0f) || !isfinite(scale))
+		return NPNM_ST_BAD_PARAM;
+	if (!nfw_fits(desc->op[NPNM_ATTN_ITEMS].len, 0,
+		      (uint64_t)p->nr_items * sizeof(struct npnm_attn_item)) ||
+	    desc->op[NPNM_ATTN_ITEMS].offset % 8)
+		return NPNM_ST_BAD_OPERAND;
+
+	for (uint32_t i = 0; i < p->nr_items; i++) {
+		struct npnm_attn_item it;
+		struct nfw_attn_args a;
+		uint8_t *seen;
+
+		st = resolve_item(mem, desc, i, &it, &a);
+		if (st)
+			return st;
+		/* One bit per cluster catches duplicate ids. */
+		seen = nfw_scratch_get(scratch, it.nr_clusters / 8 + 1);
+		if (!seen)
+			return NPNM_ST_DEVICE_ERROR;
+		memset(seen, 0, it.nr_clusters / 8 + 1);
+		for (uint32_t s = 0; s < it.nr_sel; s++) {
+			uint32_t id = a.sel[s];
+			struct npnm_cluster c;
+
+			if (id >= it.nr_clusters || (seen[id / 8] & (1u << (id % 8))))
+				return NPNM_ST_BAD_CLUSTER;
+			seen[id / 8] |= (uint8_t)(1u << (id % 8));
+			c = a.table[id];
+			if (c.first > it.nr_tokens || c.count > it.nr_tokens - c.first)
+				return NPNM_ST_BAD_CLUSTER;
+		}
+	}
+	return NPNM_ST_OK;
+}
+
+/* Scalar fallback: the numeric core's streaming kernel, cluster by cluster. */
+void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
+{
+	const struct nelssa_attn_geom g = {
+		.head_dim = a->head_dim,
+		.group = a->group,
+		.kv_dtype = a->kv_dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16,
+		.scale = a->scale,
+	};
+	struct nelssa_attn_run run;
+
+	(void)scratch;
+	if (nelssa_attn_begin(&run, &g, a->q, a->o))
+		return;		/* unreachable: validated */
+	for (uint32_t s = 0; s < a->nr_sel; s++) {
+		struct npnm_cluster c;
+
+		if (nfw_attn_cluster(a, s, &c))
+			continue;
+		nelssa_attn_feed(&run, a->k + (size_t)c.first * a->head_dim,
+				 a->v + (size_t)c.first * a->head_dim, c.count);
+	}
+	nelssa_attn_end(&run, a->lse);
+}
+
+uint32_t nfw_exec_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,
+		       uint32_t item_begin, uint32_t item_end, struct nfw_scratch *scratch)
+{
+	nfw_attn_item_fn fn = nfw_attn_kernel(isa, desc->p.attn.head_dim);
+	float *buf = nfw_scratch_get(scratch, NFW_ATTN_SCRATCH_BYTES);
+
+	if (!buf)
+		return NPNM_ST_DEVICE_ERROR;
+	if (item_end > desc->p.attn.nr_items)
+		item_end = desc->p.attn.nr_items;
+	for (uint32_t i = item_begin; i < item_end; i++) {
+		struct npnm_attn_item it;
+		struct nfw_attn_args a;
+
+		if (resolve_item(mem, desc, i, &it, &a))
+			continue;	/* rewritten by the host since validation */
+		fn(&a, buf);
+	}
+	return NPNM_ST_OK;
+}

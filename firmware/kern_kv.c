@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+/*
+ * KV_WRITE: place K/V rows into a cluster-contiguous store and write
+ * cluster-table entries.  Prefill ingest and decode-time appends are both
+ * KV writes; with NPNM_KV_F_SCATTER every row names its destination token,
+ * so rows arriving in sequence order land in cluster order.
+ */
+#include <string.h>
+
+#include "fw_internal.h"
+
+struct kv_layout {
+	uint64_t row;		/* bytes per K or V row */
+	uint64_t src_k, src_v, src_table, src_index, src_len;
+};
+
+static void layout(const struct npnm_kv_write_params *p, struct kv_layout *l)
+{
+	l->row = (uint64_t)p->head_dim * 2;
+	l->src_k = 0;
+	l->src_v = l->row * p->nr_tokens;
+	l->src_table = 2 * l->row * p->nr_tokens;
+	l->src_index = l->src_table + (uint64_t)p->nr_clusters * sizeof(struct npnm_cluster);
+	l->src_len = l->src_index + ((p->flags & NPNM_KV_F_SCATTER) ? 4ull * p->nr_tokens : 0);
+}
+
+uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc)
+{
+	const struct npnm_kv_write_params *p = &desc->p.kv_write;
+	uint64_t dst_len = desc->op[NPNM_KV_DST].len;
+	const struct npnm_cluster *table;
+	struct kv_layout l;
+	uint32_t st;
+
+	st = nfw_check_common(mem, desc, (1u << NPNM_KV_SRC) | (1u << NPNM_KV_DST), sizeof(*p));
+	if (st)
+		return st;
+	if (p->pad || (p->flags & ~NPNM_KV_F_SCATTER))
+		return NPNM_ST_BAD_RESERVED;
+	if (p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16)
+		return NPNM_ST_BAD_PARAM;
+	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM)
+		return NPNM_ST_BAD_PARAM;
+	layout(p, &l);
+	if (!nfw_fits(desc->op[NPNM_KV_SRC].len, 0, l.src_len))
+		return NPNM_ST_BAD_OPERAND;
+	/* The whole store, at capacity, must lie inside the destination. */
+	if (!nfw_fits(dst_len, p->k_off, l.row * p->max_tokens) ||
+	    !nfw_fits(dst_len, p->v_off, l.row * p->max_tokens) ||
+	    !nfw_fits(dst_len, p->table_off, (uint64_t)p->max_clusters * sizeof(*table)))
+		return NPNM_ST_BAD_OPERAND;
+	if ((desc->op[NPNM_KV_DST].offset + p->k_off) % 2 ||
+	    (desc->op[NPNM_KV_DST].offset + p->v_off) % 2 ||
+	    (desc->op[NPNM_KV_DST].offset + p->table_off) % 4 ||
+	    desc->op[NPNM_KV_SRC].offset % 4 || l.src_table % 4)
+		return NPNM_ST_BAD_PARAM;
+	if (p->flags & NPNM_KV_F_SCATTER) {
+		const uint32_t *idx = (const uint32_t *)nfw_ptr(mem, desc, NPNM_KV_SRC, l.src_index);
+
+		for (uint32_t i = 0; i < p->nr_tokens; i++)
+			if (idx[i] >= p->max_tokens)
+				return NPNM_ST_BAD_PARAM;
+	} else if ((uint64_t)p->first_token + p->nr_tokens > p->max_tokens) {
+		return NPNM_ST_BAD_PARAM;
+	}
+	if ((uint64_t)p->first_cluster + p->nr_clusters > p->max_clusters)
+		return NPNM_ST_BAD_PARAM;
+	table = (const struct npnm_cluster *)nfw_ptr(mem, desc, NPNM_KV_SRC, l.src_table);
+	for (uint32_t i = 0; i < p->nr_clusters; i++)
+		if (table[i].first > p->max_tokens || table[i].count > p->max_tokens - table[i].first)
+			return NPNM_ST_BAD_CLUSTER;
+	return NPNM_ST_OK;
+}
+
+void nfw_exec_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc)
+{
+	const struct npnm_kv_write_params *p = &desc->p.kv_write;
+	const uint8_t *src = nfw_ptr(mem, desc, NPNM_KV_SRC, 0);
+	uint8_t *k = nfw_ptr(mem, desc, NPNM_KV_DST, p->k_off);
+	uint8_t *v = nfw_ptr(mem, desc, NPNM_KV_DST, p->v_off);
+	struct kv_layout l;
+
+	layout(p, &l);
+	if (p->flags & NPNM_KV_F_SCATTER) {
+		const uint32_t *idx = (const uint32_t *)(src + l.src_index);
+
+		for (uint32_t i = 0; i < p->nr_tokens; i++) {
+			/*
+			 * Read once and re-checked: the host may rewrite the
+			 * source after validation, and must only ever get
+			 * garbage for it, never a write outside the store.
+			 */
+			uint64_t to = __atomic_load_n(&idx[i], __ATOMIC_RELAXED);
+
+			if (to >= p->max_tokens)
+				continue;
+			memcpy(k + to * l.row, src + l.src_k + i * l.row, l.row);
+			memcpy(v + to * l.row, src + l.src_v + i * l.row, l.row);
+		}
+	} else {
+		memmove(k + p->first_token * l.row, src + l.src_k, l.row * p->nr_tokens);
+		memmove(v + p->first_token * l.row, src + l.src_v, l.row * p->nr_tokens);
+	}
+	memmove(nfw_ptr(mem, desc, NPNM_KV_DST, p->table_off) +
+		(uint64_t)p->first_cluster * sizeof(struct npnm_cluster),
+		src + l.src_table, (uint64_t)p->nr_clusters * sizeof(struct npnm_cluster));
+}

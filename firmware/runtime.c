@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The Device Runtime: one queue of commands, one CMD Executor thread per
+ * core.  An executor takes a command, validates it, runs its kernel and
+ * reports the completion exactly once.  A SPARSE_ATTN command carries a
+ * batch of work items; the executor that picks it up splits the batch
+ * into per-core parts and queues them at the front, so one command per
+ * device and decode step still uses every core.  The part that finishes
+ * last completes the command.
+ *
+ * Idle executors poll the queue for spin_ns before sleeping on the
+ * condition variable: a sleeping thread costs a futex wake-up (several
+ * microseconds) on every command, which is most of a NOP's latency.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "fw_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+struct job;
+
+struct task {
+	struct task *next;
+	struct job *job;
+	uint32_t begin, end;	/* SPARSE_ATTN item range */
+	bool head;		/* first task of its job: validates, may split */
+};
+
+struct job {
+	struct npnm_cmd desc;
+	void *owner;
+	uint64_t cookie;
+	uint64_t t_start;
+	atomic_uint parts_left;
+	atomic_uint status;
+	uint32_t detail;
+	struct task head;
+};
+
+struct nfw_runtime {
+	struct nfw_runtime_config cfg;
+	enum nfw_isa isa;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct task *first, *last;
+	atomic_uint queued;
+	atomic_bool stopping;
+	unsigned int nthreads;
+	pthread_t *threads;
+};
+
+static void complete_job(struct nfw_runtime *rt, struct job *job)
+{
+	struct nfw_result res = {
+		.status = atomic_load(&job->status),
+		.detail = job->detail,
+		.device_ns = job->t_start ? nfw_now_ns() - job->t_start : 0,
+	};
+
+	rt->cfg.complete(job->owner, job->cookie, &res);
+	free(job);
+}
+
+static void push_locked(struct nfw_runtime *rt, struct task *t, bool front)
+{
+	t->next = NULL;
+	if (!rt->first) {
+		rt->first = rt->last = t;
+	} else if (front) {
+		t->next = rt->first;
+		rt->first = t;
+	} else {
+		rt->last->next = t;
+		rt->last = t;
+	}
+	atomic_fetch_add(&rt->queued, 1);
+}
+
+static struct task *pop(struct nfw_runtime *rt)
+{
+	struct task *t;
+	uint64_t t0;
+
+	if (rt->cfg.spin_ns) {
+		t0 = nfw_now_ns();
+		while (!atomic_load_explicit(&rt->queued, memory_order_acquire) &&
+		       !atomic_load(&rt->stopping) && nfw_now_ns() - t0 < rt->cfg.spin_ns)
+			cpu_relax();
+	}
+	pthread_mutex_lock(&rt->lock);
+	while (!rt->first && !atomic_load(&rt->stopping))
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	t = rt->first;
+	if (t) {
+		rt->first = t->next;
+		if (!rt->first)
+			rt->last = NULL;
+		atomic_fetch_sub(&rt->queued, 1);
+	}
+	pthread_mutex_unlock(&rt->lock);
+	return t;
+}
+
+/* Queue parts 1..n-1 of a SPARSE_ATTN batch; returns the end of part 0. */
+static uint32_t split(struct nfw_runtime *rt, struct job *job)
+{
+	uint32_t items = job->desc.p.attn.nr_items;
+	uint32_t parts = items < rt->nthreads ? items : rt->nthreads;
+	struct task *t[256];
+	uint32_t chunk, n = 0;
+
+	if (parts < 2)
+		return items;
+	chunk = (items + parts - 1) / parts;
+	for (uint32_t b = chunk; b < items; b += chunk) {
+		t[n] = calloc(1, sizeof(*t[n]));
+		if (!t[n]) {
+			/* Short of memory: run the whole batch here instead. */
+			while (n)
+				free(t[--n]);
+			return items;
+		}
+		t[n]->job = job;
+		t[n]->begin = b;
+		t[n]->end = b + chunk < items ? b + chunk : items;
+		n++;
+	}
+	atomic_store(&job->parts_left, n + 1);
+	pthread_mutex_lock(&rt->lock);
+	while (n)
+		push_locked(rt, t[--n], true);
+	pthread_cond_broadcast(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+	return chunk;
+}
+
+static void run_part(struct nfw_runtime *rt, struct job *job, uint32_t begin, uint32_t end,
+		     struct nfw_scratch *scratch)
+{
+	uint32_t detail = 0;
+	uint32_t st = nfw_execute(&rt->cfg.mem, &job->desc, rt->isa, begin, end, scratch, &detail);
+
+	if (st) {
+		uint32_t ok = NPNM_ST_OK;
+
+		atomic_compare_exchange_strong(&job->status, &ok, st);
+		job->detail = detail;
+	}
+	if (atomic_fetch_sub(&job->parts_left, 1) == 1)
+		complete_job(rt, job);
+}
+
+static void *executor(void *arg)
+{
+	struct nfw_runtime *rt = arg;
+	struct nfw_scratch scratch = { 0 };
+	struct task *t;
+
+	/* Allocated up front so that compute never fails for want of memory. */
+	nfw_scratch_get(&scratch, NFW_ATTN_SCRATCH_BYTES);
+	while ((t = pop(rt))) {
+		struct job *job = t->job;
+		uint32_t st, end = UINT32_MAX;
+
+		if (!t->head) {
+			run_part(rt, job, t->begin, t->end, &scratch);
+			free(t);
+			continue;
+		}
+		job->t_start = nfw_now_ns();
+		st = nfw_validate(&rt->cfg.mem, &job->desc, &scratch);
+		if (st) {
+			atomic_store(&job->status, st);
+			complete_job(rt, job);
+			continue;
+		}
+		if (job->desc.opcode == NPNM_OP_SPARSE_ATTN && rt->nthreads > 1)
+			end = split(rt, job);
+		run_part(rt, job, 0, end, &scratch);
+	}
+	nfw_scratch_free(&scratch);
+	return NULL;
+}
+
+int nfw_runtime_create(const struct nfw_runtime_config *cfg, struct nfw_runtime **out)
+{
+	struct nfw_runtime *rt;
+	int ret;
+
+	if (!cfg || !cfg->complete || !cfg->mem.base || cfg->cores == 0 || cfg->cores > 256)
+		return -EINVAL;
+	if (!nfw_isa_supported(cfg->isa))
+		return -EOPNOTSUPP;
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rt->cfg = *cfg;
+	rt->isa = nfw_isa_resolve(cfg->isa);
+	rt->threads = calloc(cfg->cores, sizeof(*rt->threads));
+	if (!rt->threads) {
+		free(rt);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&rt->lock, NULL);
+	pthread_cond_init(&rt->cond, NULL);
+	for (rt->nthreads = 0; rt->nthreads < cfg->cores; rt->nthreads++) {
+		ret = pthread_create(&rt->threads[rt->nthreads], NULL, executor, rt);
+		if (ret) {
+			nfw_runtime_destroy(rt);
+			return -ret;
+		}
+	}
+	*out = rt;
+	return 0;
+}
+
+int nfw_runtime_submit(struct nfw_runtime *rt, const struct npnm_cmd *desc, void *owner,
+		       uint64_t cookie)
+{
+	struct job *job;
+
+	if (atomic_load(&rt->stopping))
+		return -ESHUTDOWN;
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		return -ENOMEM;
+	job->desc = *desc;
+	job->owner = owner;
+	job->cookie = cookie;
+	atomic_init(&job->parts_left, 1);
+	atomic_init(&job->status, NPNM_ST_OK);
+	job->head.job = job;
+	job->head.head = true;
+	pthread_mutex_lock(&rt->lock);
+	if (atomic_load(&rt->stopping)) {
+		pthread_mutex_unlock(&rt->lock);
+		free(job);
+		return -ESHUTDOWN;
+	}
+	push_locked(rt, &job->head, false);
+	pthread_cond_signal(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+	return 0;
+}
+
+/* Unlink the queued head tasks that @match selects, completing them ABORTED. */
+static unsigned int abort_queued(struct nfw_runtime *rt, void *owner, bool all)
+{
+	struct task *aborted = NULL, **pp, *t;
+	unsigned int n = 0;
+
+	pthread_mutex_lock(&rt->lock);
+	rt->last = NULL;
+	for (pp = &rt->first; (t = *pp);) {
+		if (t->head && (all || t->job->owner == owner)) {
+			*pp = t->next;
+			t->next = aborted;
+			aborted = t;
+			atomic_fetch_sub(&rt->queued, 1);
+			continue;
+		}
+		rt->last = t;
+		pp = &t->next;
+	}
+	pthread_mutex_unlock(&rt->lock);
+	while ((t = aborted)) {
+		aborted = t->next;
+		atomic_store(&t->job->status, NPNM_ST_ABORTED);
+		complete_job(rt, t->job);
+		n++;
+	}
+	return n;
+}
+
+unsigned int nfw_runtime_cancel(struct nfw_runtime *rt, void *owner)
+{
+	return abort_queued(rt, owner, false);
+}
+
+void nfw_runtime_destroy(struct nfw_runtime *rt)
+{
+	if (!rt)
+		return;
+	pthread_mutex_lock(&rt->lock);
+	atomic_store(&rt->stopping, true);
+	pthread_mutex_unlock(&rt->lock);
+	abort_queued(rt, NULL, true);
+	/* Parts of running commands stay queued and are drained before exit. */
+	pthread_mutex_lock(&rt->lock);
+	pthread_cond_broadcast(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+	for (unsigned int i = 0; i < rt->nthreads; i++)
+		pthread_join(rt->threads[i], NULL);
+	pthread_cond_destroy(&rt->cond);
+	pthread_mutex_destroy(&rt->lock);
+	free(rt->threads);
+	free(rt);
+}
+
+enum nfw_isa nfw_runtime_isa(const struct nfw_runtime *rt)
+{
+	return rt->isa;
+}
