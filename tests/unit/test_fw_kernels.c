@@ -1,0 +1,490 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Firmware kernels against float64 references: SPARSE_ATTN on every ISA
+ * this CPU runs, across head dims, GQA groups, cluster sizes 1..64 and
+ * selections from none to all; vector paths against the scalar path;
+ * KV_WRITE (scatter and append) feeding attention; FILL and COPY; SELFTEST.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <nelssa/fw.h>
+#include <nelssa/half.h>
+
+#include "fwfixture.h"
+
+struct attn_case {
+	enum nfw_isa isa;
+	uint32_t d, g;
+};
+
+static void need_isa(enum nfw_isa isa)
+{
+	if (!nfw_isa_supported(isa))
+		skip();
+}
+
+static void run_ok(struct fx *f, enum nfw_isa isa)
+{
+	uint32_t detail;
+
+	assert_int_equal(nfw_run(&f->mem, &f->cmd, isa, &f->scratch, &detail), NPNM_ST_OK);
+}
+
+/* A batch of items with random lengths, cluster sizes and selections. */
+static void attn_shape(void **state)
+{
+	const struct attn_case *c = *state;
+	struct tu_rng rng;
+	struct fx f;
+	char what[64];
+
+	need_isa(c->isa);
+	tu_rng_for(&rng, "attn_shape", c->isa * 10000u + c->d * 10u + c->g);
+	fx_init(&f, 64ull << 20, c->d, c->g, NPNM_DTYPE_BF16);
+	fx_add_item(&f, &rng, 1 + tu_below(&rng, 3000), 1 + tu_below(&rng, 64), 0);
+	fx_add_item(&f, &rng, 1 + tu_below(&rng, 3000), 1 + tu_below(&rng, 64), 1000);
+	for (int i = 0; i < 4; i++)
+		fx_add_item(&f, &rng, 1 + tu_below(&rng, 3000), 1 + tu_below(&rng, 64),
+			    tu_below(&rng, 1001));
+	fx_finish(&f);
+	run_ok(&f, c->isa);
+	for (uint32_t i = 0; i < f.nr_items; i++) {
+		snprintf(what, sizeof(what), "%s d%u g%u item %u", nfw_isa_name(c->isa), c->d, c->g, i);
+		assert_int_equal(fx_check(&f, i, what), 0);
+	}
+	fx_free(&f);
+}
+
+/* Every cluster size 1..64, all selected, on every supported ISA. */
+static void attn_cluster_sizes(void **state)
+{
+	(void)state;
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		struct tu_rng rng;
+		struct fx f;
+		char what[48];
+
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		tu_rng_for(&rng, __func__, (uint64_t)isa);
+		for (uint32_t size = 1; size <= 64; size += 9) {
+			fx_init(&f, 16ull << 20, 64, 4, NPNM_DTYPE_BF16);
+			fx_add_item(&f, &rng, 40 * size + 3, 1, 1000);
+			/* Regroup the single-token clusters into clusters of @size. */
+			{
+				struct npnm_cluster *t = (struct npnm_cluster *)(fx_kv(&f) + f.it[0].table);
+				uint32_t *sel = (uint32_t *)(f.mem.base + (f.mem.size - (5ull << 20)) +
+							     f.it[0].sel);
+				uint32_t n = 0;
+
+				for (uint32_t first = 0; first < f.it[0].n_tokens; first += size) {
+					uint32_t cnt = f.it[0].n_tokens - first < size ?
+						       f.it[0].n_tokens - first : size;
+
+					t[n] = (struct npnm_cluster){ first, cnt };
+					sel[n] = n;
+					n++;
+				}
+				f.it[0].n_clusters = n;
+				f.it[0].n_sel = n;
+			}
+			fx_finish(&f);
+			run_ok(&f, (enum nfw_isa)isa);
+			snprintf(what, sizeof(what), "%s cluster size %u", nfw_isa_name((enum nfw_isa)isa),
+				 size);
+			assert_int_equal(fx_check(&f, 0, what), 0);
+			fx_free(&f);
+		}
+	}
+}
+
+/* Vector and scalar agree far more tightly than either does with float64. */
+static void vector_matches_scalar(void **state)
+{
+	(void)state;
+	for (int isa = NFW_ISA_AVX2; isa <= NFW_ISA_NEON; isa++) {
+		struct tu_rng rng;
+		struct fx f;
+		float *ref;
+		uint64_t out = 0;
+
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		tu_rng_for(&rng, __func__, (uint64_t)isa);
+		fx_init(&f, 32ull << 20, 128, 8, NPNM_DTYPE_BF16);
+		for (int i = 0; i < 4; i++)
+			fx_add_item(&f, &rng, 4000, 32, 100);
+		fx_finish(&f);
+		out = f.cmd.op[NPNM_ATTN_OUT].offset;
+		run_ok(&f, NFW_ISA_SCALAR);
+		ref = tu_alloc(f.out_used);
+		memcpy(ref, f.mem.base + out, f.out_used);
+		run_ok(&f, (enum nfw_isa)isa);
+		for (uint64_t i = 0; i < f.out_used / 4; i++) {
+			float a = ((float *)(f.mem.base + out))[i], b = ref[i];
+
+			/* Same inputs, other summation order and exp: a few ulps. */
+			if (!(fabsf(a - b) <= 2e-5f * (1.0f + fabsf(b))))
+				fail_msg("%s [%llu] %g vs scalar %g", nfw_isa_name((enum nfw_isa)isa),
+					 (unsigned long long)i, a, b);
+		}
+		free(ref);
+		fx_free(&f);
+	}
+}
+
+/* A head dim the vector path cannot tile falls back and stays correct. */
+static void attn_odd_head_dim(void **state)
+{
+	struct tu_rng rng;
+	struct fx f;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 16ull << 20, 72, 4, NPNM_DTYPE_BF16);
+	fx_add_item(&f, &rng, 1500, 16, 300);
+	fx_finish(&f);
+	run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+	assert_int_equal(fx_check(&f, 0, "d72"), 0);
+	fx_free(&f);
+}
+
+static void attn_fp16(void **state)
+{
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		struct tu_rng rng;
+		struct fx f;
+
+		(void)state;
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		tu_rng_for(&rng, __func__, (uint64_t)isa);
+		fx_init(&f, 16ull << 20, 128, 4, NPNM_DTYPE_FP16);
+		fx_add_item(&f, &rng, 2000, 24, 250);
+		fx_add_item(&f, &rng, 700, 5, 1000);
+		fx_finish(&f);
+		run_ok(&f, (enum nfw_isa)isa);
+		assert_int_equal(fx_check(&f, 0, "fp16"), 0);
+		assert_int_equal(fx_check(&f, 1, "fp16"), 0);
+		fx_free(&f);
+	}
+}
+
+/* The kernel writes its outputs and nothing else in device memory. */
+static void attn_writes_only_outputs(void **state)
+{
+	struct tu_rng rng;
+	struct fx f;
+	uint8_t *before;
+	uint64_t out_off, out_len;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 16ull << 20, 128, 4, NPNM_DTYPE_BF16);
+	fx_add_item(&f, &rng, 1000, 16, 500);
+	fx_add_item(&f, &rng, 1000, 16, 500);
+	fx_finish(&f);
+	memset(f.mem.base + f.cmd.op[NPNM_ATTN_OUT].offset, 0x5a, f.out_used);
+	before = tu_alloc(f.mem.size);
+	memcpy(before, f.mem.base, f.mem.size);
+	run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+	out_off = f.cmd.op[NPNM_ATTN_OUT].offset;
+	out_len = f.cmd.op[NPNM_ATTN_OUT].len;
+	assert_memory_equal(f.mem.base, before, out_off);
+	assert_memory_equal(f.mem.base + out_off + out_len, before + out_off + out_len,
+			    f.mem.size - out_off - out_len);
+	/* Inside OUT, only the o and lse ranges of the two items change. */
+	for (uint64_t b = 0; b < out_len; b++) {
+		int inside = 0;
+
+		for (uint32_t i = 0; i < 2; i++)
+			inside |= (b >= f.it[i].o && b < f.it[i].lse + 4ull * f.g);
+		if (!inside)
+			assert_int_equal(f.mem.base[out_off + b], 0x5a);
+	}
+	free(before);
+	fx_free(&f);
+}
+
+/*
+ * Prefill through KV_WRITE with scatter (rows arrive in sequence order and
+ * land in cluster order), then decode-time appends of new clusters at the
+ * end, then SPARSE_ATTN over old and new clusters: checked against float64
+ * over the source rows.
+ */
+static void kv_write_then_attn(void **state)
+{
+	const uint32_t d = 128, g = 4, prefill = 900, chunk = 128, chunks = 3;
+	const uint32_t max_tokens = prefill + chunks * chunk, max_clusters = 256;
+	const uint64_t row = d * 2, store = 1ull << 20, src = 4ull << 20;
+	uint16_t *k_src = tu_alloc(row * max_tokens), *v_src = tu_alloc(row * max_tokens);
+	uint32_t *perm = tu_alloc(4 * max_tokens), *tok = tu_alloc(4 * max_tokens);
+	struct npnm_cluster tab[256];
+	uint32_t nc = 0, detail;
+	struct tu_rng rng;
+	struct fx f;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 16ull << 20, d, g, NPNM_DTYPE_BF16);
+	tu_fill_kv(&rng, k_src, (size_t)d * max_tokens, 2.0, NELSSA_KV_BF16);
+	tu_fill_kv(&rng, v_src, (size_t)d * max_tokens, 1.0, NELSSA_KV_BF16);
+	/* Prefill clusters: a random assignment of tokens to 60 clusters. */
+	{
+		uint32_t cl[1000], cnt[60] = { 0 }, pos[60], at = 0;
+
+		for (uint32_t t = 0; t < prefill; t++) {
+			cl[t] = tu_below(&rng, 60);
+			cnt[cl[t]]++;
+		}
+		for (uint32_t c = 0; c < 60; c++) {
+			pos[c] = at;
+			tab[nc++] = (struct npnm_cluster){ at, cnt[c] };
+			at += cnt[c];
+		}
+		for (uint32_t t = 0; t < prefill; t++)
+			perm[t] = pos[cl[t]]++;	/* destination of source row t */
+	}
+	for (uint32_t step = 0; step <= chunks; step++) {
+		uint32_t first = step ? prefill + (step - 1) * chunk : 0;
+		uint32_t n = step ? chunk : prefill, c0 = step ? nc : 0, ncl = step ? 8 : 60;
+		uint8_t *s = f.mem.base + src;
+		struct npnm_cmd c;
+
+		memcpy(s, k_src + (size_t)first * d, row * n);
+		memcpy(s + row * n, v_src + (size_t)first * d, row * n);
+		if (step) {
+			for (uint32_t i = 0; i < 8; i++)
+				tab[nc++] = (struct npnm_cluster){ first + i * 16, 16 };
+		}
+		memcpy(s + 2 * row * n, tab + c0, ncl * sizeof(tab[0]));
+		if (!step)
+			memcpy(s + 2 * row * n + ncl * sizeof(tab[0]), perm, 4 * n);
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_KV_WRITE;
+		c.op[NPNM_KV_SRC] = (struct npnm_operand){ 1, 0, src, 1ull << 20 };
+		c.op[NPNM_KV_DST] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
+		c.p.kv_write = (struct npnm_kv_write_params){
+			.k_off = 0, .v_off = row * max_tokens, .table_off = 2 * row * max_tokens,
+			.first_token = first, .nr_tokens = n, .first_cluster = c0, .nr_clusters = ncl,
+			.max_tokens = max_tokens, .max_clusters = max_clusters, .head_dim = (uint16_t)d,
+			.kv_dtype = NPNM_DTYPE_BF16, .flags = step ? 0 : NPNM_KV_F_SCATTER,
+		};
+		assert_int_equal(nfw_run(&f.mem, &c, NFW_ISA_SCALAR, &f.scratch, &detail), NPNM_ST_OK);
+	}
+	/* Now attention over a selection mixing prefill and appended clusters. */
+	{
+		uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
+		struct npnm_attn_item *it = (struct npnm_attn_item *)f.mem.base;
+		uint32_t sel[] = { 3, 61, 17, 60 + 8 * 3 - 1, 45, 64 }, ns = 6, n = 0;
+		uint16_t *kg = tu_alloc(row * max_tokens), *vg = tu_alloc(row * max_tokens);
+		struct nelssa_attn_geom geom = { d, g, NELSSA_KV_BF16, f.scale };
+
+		tu_fill_f32(&rng, (float *)in, (size_t)g * d, 2.0);
+		memcpy(in + 4096, sel, sizeof(sel));
+		*it = (struct npnm_attn_item){
+			.k_off = 0, .v_off = row * max_tokens, .table_off = 2 * row * max_tokens,
+			.q_off = 0, .sel_off = 4096, .o_off = 0, .lse_off = (uint64_t)g * d * 4,
+			.nr_tokens = max_tokens, .nr_clusters = nc, .nr_sel = ns,
+		};
+		memset(&f.cmd, 0, sizeof(f.cmd));
+		f.cmd.opcode = NPNM_OP_SPARSE_ATTN;
+		f.cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, sizeof(*it) };
+		f.cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
+		f.cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 8ull << 20, 8192 };
+		f.cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 9ull << 20, 8192 };
+		f.cmd.p.attn = (struct npnm_sparse_attn_params){
+			.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g,
+			.kv_dtype = NPNM_DTYPE_BF16,
+		};
+		run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+		/* Reference from the source rows: invert the scatter permutation. */
+		for (uint32_t t = 0; t < max_tokens; t++) {
+			uint32_t to = t < prefill ? perm[t] : t;
+
+			memcpy(kg + (size_t)to * d, k_src + (size_t)t * d, row);
+			memcpy(vg + (size_t)to * d, v_src + (size_t)t * d, row);
+		}
+		for (uint32_t s = 0; s < ns; s++)
+			for (uint32_t j = 0; j < tab[sel[s]].count; j++)
+				tok[n++] = tab[sel[s]].first + j;
+		assert_int_equal(tu_check_attn(&geom, (const float *)in, kg, vg, tok, n,
+					       (const float *)out, (const float *)(out + g * d * 4),
+					       "after appends"), 0);
+		free(kg);
+		free(vg);
+	}
+	free(k_src);
+	free(v_src);
+	free(perm);
+	free(tok);
+	fx_free(&f);
+}
+
+static void fill_and_copy(void **state)
+{
+	struct nfw_mem m = { tu_alloc(1 << 16), 1 << 16 };
+	struct nfw_scratch sc = { 0 };
+	static const uint32_t widths[] = { 1, 2, 4, 8 };
+	uint8_t ref[1 << 16];
+	struct npnm_cmd c;
+	uint32_t detail;
+
+	(void)state;
+	for (int w = 0; w < 4; w++) {
+		uint64_t pat = 0xf1e2d3c4b5a69788ull >> (64 - 8 * widths[w]);
+
+		memset(m.base, 0, m.size);
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_FILL;
+		c.op[NPNM_FILL_DST] = (struct npnm_operand){ 1, 0, 1000, 8 * 333 };
+		c.p.fill.pattern = widths[w] == 8 ? 0xf1e2d3c4b5a69788ull : pat;
+		c.p.fill.width = widths[w];
+		assert_int_equal(nfw_run(&m, &c, NFW_ISA_SCALAR, &sc, &detail), NPNM_ST_OK);
+		for (uint32_t i = 0; i < m.size; i++) {
+			uint8_t want = i >= 1000 && i < 1000 + 8 * 333 ?
+				       (uint8_t)(c.p.fill.pattern >> (8 * ((i - 1000) % widths[w]))) : 0;
+
+			assert_int_equal(m.base[i], want);
+		}
+	}
+	/* Overlapping copies in both directions behave like memmove. */
+	for (int dir = 0; dir < 2; dir++) {
+		for (uint32_t i = 0; i < m.size; i++)
+			m.base[i] = (uint8_t)(i * 31 + 7);
+		memcpy(ref, m.base, m.size);
+		memmove(ref + (dir ? 100 : 300), ref + (dir ? 300 : 100), 5000);
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_COPY;
+		c.op[NPNM_COPY_DST] = (struct npnm_operand){ 1, 0, dir ? 100 : 300, 5000 };
+		c.op[NPNM_COPY_SRC] = (struct npnm_operand){ 1, 0, dir ? 300 : 100, 5000 };
+		assert_int_equal(nfw_run(&m, &c, NFW_ISA_SCALAR, &sc, &detail), NPNM_ST_OK);
+		assert_memory_equal(m.base, ref, m.size);
+	}
+	free(m.base);
+	nfw_scratch_free(&sc);
+}
+
+/*
+ * Softmax weights at ulp precision: items of two tokens whose logits are 0
+ * and x, with V rows 0 and 1, give o = e^x / (1 + e^x) and lse =
+ * log(1 + e^x) exactly.  Sweeping x over [-80, 80] checks each ISA's
+ * vector exp to a few ulps, which the statistical bound cannot.
+ */
+static void exp_accuracy(void **state)
+{
+	enum { ITEMS = 321, D = 16 };
+	struct nfw_mem m = { tu_alloc(4 << 20), 4 << 20 };
+	struct nfw_scratch sc = { 0 };
+	struct npnm_attn_item *items = (struct npnm_attn_item *)m.base;
+	uint8_t *kv = m.base + (1 << 20), *in = m.base + (2 << 20), *out = m.base + (3 << 20);
+	const uint64_t per = 4 * D * 2 + 8;	/* K, V (2 rows each), one cluster */
+	struct npnm_cmd c;
+	uint32_t detail;
+
+	(void)state;
+	memset(in, 0, 4096);
+	((float *)in)[0] = 1.0f;	/* q = e0, so a logit is k[0] */
+	((uint32_t *)in)[D] = 0;	/* selection: cluster 0 */
+	for (uint32_t i = 0; i < ITEMS; i++) {
+		uint8_t *base = kv + i * per;
+		uint16_t *k = (uint16_t *)base, *v = k + 2 * D;
+
+		memset(base, 0, per);
+		k[D] = nelssa_f32_to_bf16(-80.0f + 0.5f * (float)i);	/* token 1: logit x */
+		for (int j = 0; j < D; j++)
+			v[D + j] = nelssa_f32_to_bf16(1.0f);	/* token 1: V = 1; token 0: V = 0 */
+		*(struct npnm_cluster *)(v + 2 * D) = (struct npnm_cluster){ 0, 2 };
+		items[i] = (struct npnm_attn_item){
+			.k_off = i * per, .v_off = i * per + 2 * D * 2, .table_off = i * per + 4 * D * 2,
+			.q_off = 0, .sel_off = 4 * D, .o_off = i * (4 * D + 64), .lse_off = i * (4 * D + 64) + 4 * D,
+			.nr_tokens = 2, .nr_clusters = 1, .nr_sel = 1,
+		};
+	}
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_SPARSE_ATTN;
+	c.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, ITEMS * sizeof(*items) };
+	c.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, 1 << 20, ITEMS * per };
+	c.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 2 << 20, 4096 };
+	c.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 3 << 20, ITEMS * (4 * D + 64) };
+	c.p.attn = (struct npnm_sparse_attn_params){
+		.nr_items = ITEMS, .head_dim = D, .group = 1, .kv_dtype = NPNM_DTYPE_BF16,
+		.scale_f32 = nelssa_f32_bits(1.0f),
+	};
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		assert_int_equal(nfw_run(&m, &c, (enum nfw_isa)isa, &sc, &detail), NPNM_ST_OK);
+		for (uint32_t i = 0; i < ITEMS; i++) {
+			double x = nelssa_bf16_to_f32(nelssa_f32_to_bf16(-80.0f + 0.5f * (float)i));
+			double want = 1.0 / (1.0 + exp(-x)), lwant = log1p(exp(x));
+			const float *o = (const float *)(out + i * (4 * D + 64));
+			float lse = o[D];
+
+			/* 4 ulps of the result: exp, one sum, one division. */
+			if (!(fabs(o[3] - want) <= 4 * TU_U32 * want))
+				fail_msg("%s x=%g: o %.9g want %.9g (%.2f ulp)",
+					 nfw_isa_name((enum nfw_isa)isa), x, o[3], want,
+					 fabs(o[3] - want) / (want * TU_U32 * 2));
+			/* lse = 0 + log(l), l in [1, 2]: absolute error of a few ulps of 1. */
+			if (!(fabs(lse - lwant) <= 4 * TU_U32 * (fabs(lwant) + 1.0)))
+				fail_msg("%s x=%g: lse %.9g want %.9g", nfw_isa_name((enum nfw_isa)isa),
+					 x, lse, lwant);
+		}
+	}
+	nfw_scratch_free(&sc);
+	free(m.base);
+}
+
+static void selftest_passes(void **state)
+{
+	struct nfw_scratch sc = { 0 };
+
+	(void)state;
+	assert_int_equal(nfw_selftest(0, &sc), 0);
+	for (uint32_t bit = 1; bit & NFW_SELFTEST_ALL; bit <<= 1)
+		assert_int_equal(nfw_selftest(bit, &sc), 0);
+	nfw_scratch_free(&sc);
+}
+
+int main(void)
+{
+	static struct attn_case cases[3 * 6];
+	static char names[3 * 6][32];
+	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
+	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 4, 8 };
+	struct CMUnitTest tests[3 * 6 + 9];
+	size_t n = 0;
+
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 2; j++)
+			for (int k = 0; k < 3; k++) {
+				struct attn_case *c = &cases[n];
+
+				*c = (struct attn_case){ isas[i], dims[j], groups[k] };
+				snprintf(names[n], sizeof(names[n]), "attn_%s_d%u_g%u",
+					 nfw_isa_name(c->isa), c->d, c->g);
+				tests[n] = (struct CMUnitTest){ names[n], attn_shape, NULL, NULL, c };
+				n++;
+			}
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_cluster_sizes);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(vector_matches_scalar);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_odd_head_dim);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_fp16);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_writes_only_outputs);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_then_attn);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(fill_and_copy);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(exp_accuracy);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(selftest_passes);
+
+	tu_init("fw_kernels");
+	return _cmocka_run_group_tests("fw_kernels", tests, n, NULL, NULL);
+}

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The Device Runtime: exactly-once completion under concurrent submitters,
+ * batches split across executors, cancellation and shutdown.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <nelssa/fw.h>
+
+#include "fwfixture.h"
+
+#define MAXCMD 20000
+
+struct tally {
+	atomic_uint seen[MAXCMD];
+	atomic_uint status[MAXCMD];
+	atomic_uint total;
+	atomic_uint aborted;
+	atomic_ullong ns;
+};
+
+static void on_complete(void *owner, uint64_t cookie, const struct nfw_result *res)
+{
+	struct tally *t = owner;
+
+	atomic_fetch_add(&t->seen[cookie], 1);
+	atomic_store(&t->status[cookie], res->status);
+	if (res->status == NPNM_ST_ABORTED)
+		atomic_fetch_add(&t->aborted, 1);
+	atomic_fetch_add(&t->ns, res->device_ns);
+	atomic_fetch_add(&t->total, 1);
+}
+
+static void wait_total(struct tally *t, unsigned int n)
+{
+	while (atomic_load(&t->total) < n)
+		sched_yield();
+}
+
+static struct nfw_runtime *make_rt(struct nfw_mem *m, unsigned int cores)
+{
+	struct nfw_runtime_config cfg = {
+		.mem = *m, .cores = cores, .isa = NFW_ISA_AUTO, .spin_ns = 20000,
+		.complete = on_complete,
+	};
+	struct nfw_runtime *rt = NULL;
+
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), 0);
+	return rt;
+}
+
+struct submitter {
+	struct nfw_runtime *rt;
+	struct tally *t;
+	unsigned int first, count;
+};
+
+/* Mixed traffic: NOPs, small FILLs and invalid opcodes. */
+static void cmd_for(unsigned int i, struct npnm_cmd *c)
+{
+	memset(c, 0, sizeof(*c));
+	switch (i % 3) {
+	case 0:
+		c->opcode = NPNM_OP_NOP;
+		break;
+	case 1:
+		c->opcode = NPNM_OP_FILL;
+		c->op[0] = (struct npnm_operand){ 1, 0, (i % 64) * 256, 256 };
+		c->p.fill.width = 1;
+		c->p.fill.pattern = i & 0xff;
+		break;
+	default:
+		c->opcode = 0x4242;
+		break;
+	}
+}
+
+static uint32_t expected(unsigned int i)
+{
+	return i % 3 == 2 ? NPNM_ST_BAD_OPCODE : NPNM_ST_OK;
+}
+
+static void *submit_thread(void *arg)
+{
+	struct submitter *s = arg;
+	struct npnm_cmd c;
+
+	for (unsigned int i = s->first; i < s->first + s->count; i++) {
+		cmd_for(i, &c);
+		if (nfw_runtime_submit(s->rt, &c, s->t, i))
+			abort();
+	}
+	return NULL;
+}
+
+static void exactly_once_stress(void **state)
+{
+	enum { THREADS = 6, PER = 3000 };
+	struct nfw_mem m = { tu_alloc(1 << 16), 1 << 16 };
+	struct tally *t = tu_alloc(sizeof(*t));
+	struct submitter s[THREADS];
+	pthread_t th[THREADS];
+	struct nfw_runtime *rt;
+
+	(void)state;
+	rt = make_rt(&m, 3);
+	for (int i = 0; i < THREADS; i++) {
+		s[i] = (struct submitter){ rt, t, (unsigned int)i * PER, PER };
+		assert_int_equal(pthread_create(&th[i], NULL, submit_thread, &s[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	wait_total(t, THREADS * PER);
+	nfw_runtime_destroy(rt);
+	for (unsigned int i = 0; i < THREADS * PER; i++) {
+		if (atomic_load(&t->seen[i]) != 1)
+			fail_msg("command %u completed %u times", i, atomic_load(&t->seen[i]));
+		assert_int_equal(atomic_load(&t->status[i]), expected(i));
+	}
+	assert_int_equal(atomic_load(&t->total), THREADS * PER);
+	free(t);
+	free(m.base);
+}
+
+/* One SPARSE_ATTN batch spread over 1, 2 and 3 executors: same answers. */
+static void split_batches(void **state)
+{
+	struct tu_rng rng;
+	struct fx f;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 32ull << 20, 128, 4, NPNM_DTYPE_BF16);
+	for (int i = 0; i < 7; i++)
+		fx_add_item(&f, &rng, 500 + tu_below(&rng, 2000), 32, 200);
+	fx_finish(&f);
+	for (unsigned int cores = 1; cores <= 3; cores++) {
+		struct tally *t = tu_alloc(sizeof(*t));
+		struct nfw_runtime *rt = make_rt(&f.mem, cores);
+		char what[32];
+
+		memset(f.mem.base + f.cmd.op[NPNM_ATTN_OUT].offset, 0, f.out_used);
+		assert_int_equal(nfw_runtime_submit(rt, &f.cmd, t, 0), 0);
+		wait_total(t, 1);
+		nfw_runtime_destroy(rt);
+		assert_int_equal(atomic_load(&t->seen[0]), 1);
+		assert_int_equal(atomic_load(&t->status[0]), NPNM_ST_OK);
+		assert_true(atomic_load(&t->ns) > 0);
+		for (uint32_t i = 0; i < f.nr_items; i++) {
+			snprintf(what, sizeof(what), "%u cores item %u", cores, i);
+			assert_int_equal(fx_check(&f, i, what), 0);
+		}
+		free(t);
+	}
+	fx_free(&f);
+}
+
+/* A bad batch is refused as a whole even when it would be split. */
+static void split_batch_invalid(void **state)
+{
+	struct tu_rng rng;
+	struct fx f;
+	struct tally *t = tu_alloc(sizeof(*t));
+	struct nfw_runtime *rt;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 16ull << 20, 64, 4, NPNM_DTYPE_BF16);
+	for (int i = 0; i < 4; i++)
+		fx_add_item(&f, &rng, 300, 8, 300);
+	fx_finish(&f);
+	((struct npnm_attn_item *)f.mem.base)[3].reserved = 1;
+	rt = make_rt(&f.mem, 2);
+	assert_int_equal(nfw_runtime_submit(rt, &f.cmd, t, 0), 0);
+	wait_total(t, 1);
+	nfw_runtime_destroy(rt);
+	assert_int_equal(atomic_load(&t->status[0]), NPNM_ST_BAD_RESERVED);
+	free(t);
+	fx_free(&f);
+}
+
+/*
+ * Cancel and destroy with a deep queue of slow commands: every command
+ * still completes exactly once, either run or ABORTED.
+ */
+static void cancel_and_destroy(void **state)
+{
+	enum { N = 400 };
+	struct nfw_mem m = { tu_alloc(8 << 20), 8 << 20 };
+	struct tally *mine = tu_alloc(sizeof(*mine)), *other = tu_alloc(sizeof(*other));
+	struct nfw_runtime *rt;
+	struct npnm_cmd c;
+	unsigned int cancelled;
+
+	(void)state;
+	rt = make_rt(&m, 1);
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_FILL;
+	c.op[0] = (struct npnm_operand){ 1, 0, 0, 8 << 20 };	/* ~1 ms each */
+	c.p.fill.width = 1;
+	for (unsigned int i = 0; i < N; i++) {
+		assert_int_equal(nfw_runtime_submit(rt, &c, mine, i), 0);
+		assert_int_equal(nfw_runtime_submit(rt, &c, other, i), 0);
+	}
+	cancelled = nfw_runtime_cancel(rt, mine);
+	assert_true(cancelled > 0);
+	wait_total(mine, N);
+	assert_int_equal(atomic_load(&mine->aborted), cancelled);
+	/* Destroying aborts what is still queued for the other owner. */
+	nfw_runtime_destroy(rt);
+	assert_int_equal(atomic_load(&other->total), N);
+	for (unsigned int i = 0; i < N; i++) {
+		assert_int_equal(atomic_load(&mine->seen[i]), 1);
+		assert_int_equal(atomic_load(&other->seen[i]), 1);
+	}
+	free(mine);
+	free(other);
+	free(m.base);
+}
+
+static void bad_config(void **state)
+{
+	struct nfw_mem m = { tu_alloc(4096), 4096 };
+	struct nfw_runtime_config cfg = { .mem = m, .cores = 0, .complete = on_complete };
+	struct nfw_runtime *rt;
+
+	(void)state;
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), -EINVAL);
+	cfg.cores = 1;
+	cfg.complete = NULL;
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), -EINVAL);
+	cfg.complete = on_complete;
+	for (int isa = NFW_ISA_AVX2; isa <= NFW_ISA_NEON; isa++) {
+		cfg.isa = (enum nfw_isa)isa;
+		if (!nfw_isa_supported(cfg.isa))
+			assert_int_equal(nfw_runtime_create(&cfg, &rt), -EOPNOTSUPP);
+	}
+	free(m.base);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(exactly_once_stress),
+		cmocka_unit_test(split_batches),
+		cmocka_unit_test(split_batch_invalid),
+		cmocka_unit_test(cancel_and_destroy),
+		cmocka_unit_test(bad_config),
+	};
+
+	tu_init("fw_runtime");
+	return cmocka_run_group_tests_name("fw_runtime", tests, NULL, NULL);
+}
