@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * PNM User Library: the Memory and Command API of a PNM device.
+ *
+ * A device is opened by name:
+ *
+ *   sim:N[,mem=SIZE][,cores=N][,isa=NAME][,spin_us=N]
+ *	An embedded emulated device: the firmware's Device Runtime runs in
+ *	this process on its own threads, device memory is host memory of SIZE
+ *	bytes (suffix K, M or G; default 1G, committed lazily).  Every open of
+ *	the same N in a process is a separate context on one shared device;
+ *	options apply when the device is created by the first open.
+ *   /dev/nelssa_pnmN
+ *	A card through the nelssa_pnm kernel driver (backend "kdev").
+ *
+ * Every open handle is a *context* with the isolation rules of the driver
+ * (Documentation/userspace-api/nelssa_pnm.rst): it names regions by
+ * handles valid only in it, and closing it aborts its queued commands,
+ * waits for running ones and frees its memory.  Commands and completions
+ * use the uapi structures of <linux/nelssa_pnm.h> unchanged.
+ *
+ * All functions are thread-safe and return 0 (or a count) on success and
+ * -errno on failure; nelssa_pnm_strerror() explains a failure of the last
+ * call on this thread in words.
+ */
+#ifndef NELSSA_PNM_H
+#define NELSSA_PNM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <linux/nelssa_pnm.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nelssa_pnm;
+
+/**
+ * nelssa_pnm_open() - open a device and create a context on it.
+ * @name: "sim:N[,options]" or "/dev/nelssa_pnmN".
+ * @out: receives the context.
+ *
+ * Return: 0; -EINVAL for a malformed name or option, -ENODEV when there is
+ * no such device, -EBUSY when options conflict with an existing sim device,
+ * -ENOMEM, or the error of open(2).
+ */
+int nelssa_pnm_open(const char *name, struct nelssa_pnm **out);
+
+/**
+ * nelssa_pnm_close() - abort queued commands, wait for running ones, free
+ * every region of the context and close it.  Mappings die with it.
+ * @pnm: context, may be NULL.
+ */
+void nelssa_pnm_close(struct nelssa_pnm *pnm);
+
+/* Name the context was opened with, and its backend ("sim", "kdev"). */
+const char *nelssa_pnm_name(const struct nelssa_pnm *pnm);
+const char *nelssa_pnm_backend(const struct nelssa_pnm *pnm);
+
+/* Device facts: struct npnm_info as NPNM_IOC_GET_INFO returns it. */
+int nelssa_pnm_info(struct nelssa_pnm *pnm, struct npnm_info *info);
+
+/* Memory API */
+
+/**
+ * nelssa_pnm_mem_alloc() - allocate a zeroed device-memory region.
+ * @pnm: context.
+ * @size: bytes, rounded up to the device's alignment.
+ * @handle: receives the region's handle (non-zero).
+ * @alloc_size: receives the rounded size; may be NULL.
+ *
+ * Return: 0, -EINVAL for size 0, -ENOMEM when the device is full.
+ */
+int nelssa_pnm_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+			 uint64_t *alloc_size);
+
+/**
+ * nelssa_pnm_mem_free() - free a region.
+ * @pnm: context.
+ * @handle: region handle.
+ *
+ * Return: 0, -EINVAL for an unknown handle, -EBUSY while a queued or
+ * running command uses the region.  Mappings stay valid until unmapped.
+ */
+int nelssa_pnm_mem_free(struct nelssa_pnm *pnm, uint32_t handle);
+
+/**
+ * nelssa_pnm_mem_map() - map a whole region into this process.
+ * @pnm: context.
+ * @handle: region handle.
+ * @size: receives the region size; may be NULL.
+ *
+ * Return: the address, or NULL with errno set (EINVAL: unknown handle).
+ */
+void *nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size);
+
+/* Undo nelssa_pnm_mem_map(); -EINVAL when @addr is not a mapping. */
+int nelssa_pnm_mem_unmap(struct nelssa_pnm *pnm, void *addr);
+
+/**
+ * nelssa_pnm_mem_write() - copy host memory into a region (bulk path; it
+ * bypasses the command queue, as prefill ingest does).
+ * @pnm: context.
+ * @handle: region handle.
+ * @offset: byte offset in the region.
+ * @src: source.
+ * @len: bytes.
+ *
+ * Return: 0, or -EINVAL when [@offset, @offset + @len) leaves the region.
+ */
+int nelssa_pnm_mem_write(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset,
+			 const void *src, size_t len);
+/* The reverse copy, with the same rules. */
+int nelssa_pnm_mem_read(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset, void *dst,
+			size_t len);
+
+/* Command API */
+
+/**
+ * nelssa_pnm_submit() - queue commands for asynchronous execution.
+ * @pnm: context.
+ * @cmds: descriptors (operands name this context's regions).
+ * @n: number of descriptors, 1..max_batch.
+ * @first_seqno: receives the sequence number of the first accepted
+ *	command (the others follow consecutively); may be NULL.
+ *
+ * Commands are checked and queued in order; the first one that is
+ * rejected stops the batch.
+ *
+ * Return: the number queued (then the next command was rejected when it
+ * is below @n; submitting it alone reports why), or -errno when none was:
+ * -EINVAL (bad handle, operand outside its region, non-zero reserved
+ * fields), -EAGAIN (max_inflight reached), -ESHUTDOWN (device stopping).
+ * Every queued command completes exactly once.
+ */
+int nelssa_pnm_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint32_t n,
+		      uint64_t *first_seqno);
+
+/**
+ * nelssa_pnm_wait() - reap completions of submitted commands.
+ * @pnm: context.
+ * @comps: receives completions.
+ * @min: completions to wait for (0 polls).
+ * @max: capacity of @comps (>= @min, >= 1).
+ * @timeout_ns: relative timeout; negative waits without limit.
+ *
+ * Return: completions written (>= @min, or fewer once the timeout passed
+ * with at least one), -ETIMEDOUT when it passed with none, -EINVAL.
+ */
+int nelssa_pnm_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
+		    uint32_t max, int64_t timeout_ns);
+
+/* Non-blocking reap: nelssa_pnm_wait(pnm, comps, 0, max, 0). */
+int nelssa_pnm_poll(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t max);
+
+/**
+ * nelssa_pnm_event_fd() - a file descriptor that polls readable (POLLIN)
+ * while completions are waiting to be reaped; for poll/epoll loops.  It
+ * belongs to the context: do not read or close it.
+ * @pnm: context.
+ */
+int nelssa_pnm_event_fd(struct nelssa_pnm *pnm);
+
+/* Commands queued or running, not yet reaped. */
+uint32_t nelssa_pnm_inflight(struct nelssa_pnm *pnm);
+
+/**
+ * nelssa_pnm_exec() - run one command and wait for it, without disturbing
+ * the completions of asynchronous commands.
+ * @pnm: context.
+ * @cmd: descriptor.
+ * @comp: receives the completion; may be NULL.
+ *
+ * Return: the command's result (0, -EIO, -ETIMEDOUT, -ECANCELED) or a
+ * submission error.
+ */
+int nelssa_pnm_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
+		    struct npnm_completion *comp);
+
+/* Text for an NPNM_ST_* status ("bad operand", ...). */
+const char *nelssa_pnm_status_str(uint32_t status);
+
+/* Words about the last failure of a call on this thread ("" if none). */
+const char *nelssa_pnm_strerror(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_PNM_H */

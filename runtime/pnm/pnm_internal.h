@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* PNM User Library internals: the backend ops table and shared helpers. */
+#ifndef NELSSA_PNM_INTERNAL_H
+#define NELSSA_PNM_INTERNAL_H
+
+#include <nelssa/pnm.h>
+
+/**
+ * struct pnm_backend_ops - what a backend implements.  The front end
+ * (pnm.c) parses names, checks arguments common to every backend and
+ * builds mem_write/read and exec on top of these.
+ */
+struct pnm_backend_ops {
+	const char *name;
+	int (*open)(struct nelssa_pnm *pnm, const char *spec);
+	void (*close)(struct nelssa_pnm *pnm);
+	int (*info)(struct nelssa_pnm *pnm, struct npnm_info *info);
+	int (*mem_alloc)(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+			 uint64_t *alloc_size);
+	int (*mem_free)(struct nelssa_pnm *pnm, uint32_t handle);
+	void *(*mem_map)(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size);
+	int (*mem_unmap)(struct nelssa_pnm *pnm, void *addr);
+	int (*submit)(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint32_t n,
+		      uint64_t *first_seqno);
+	int (*wait)(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
+		    uint32_t max, int64_t timeout_ns);
+	int (*exec)(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
+		    struct npnm_completion *comp);
+	int (*event_fd)(struct nelssa_pnm *pnm);
+	uint32_t (*inflight)(struct nelssa_pnm *pnm);
+};
+
+struct nelssa_pnm {
+	const struct pnm_backend_ops *ops;
+	char name[128];
+	void *priv;
+};
+
+extern const struct pnm_backend_ops pnm_sim_ops;
+
+/* Record words for nelssa_pnm_strerror() and return @err. */
+int pnm_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parse "123", "64K", "256M", "2G" (binary units); -EINVAL if malformed. */
+int pnm_parse_size(const char *s, uint64_t *out);
+
+/* Map a device status to a completion result. */
+int pnm_status_result(uint32_t status);
+
+/*
+ * A first-fit allocator of device-memory offsets with coalescing, the
+ * userspace counterpart of the driver's genalloc pool.  Offset 0 is never
+ * handed out (the first granule is reserved), so 0 can mean "none".
+ */
+struct pnm_extent {
+	uint64_t off, len;
+};
+
+struct pnm_alloc {
+	uint64_t size, align, used;
+	struct pnm_extent *free;	/* sorted by offset, never adjacent */
+	size_t nfree, cap;
+};
+
+int pnm_alloc_init(struct pnm_alloc *a, uint64_t size, uint64_t align);
+void pnm_alloc_fini(struct pnm_alloc *a);
+/* 0 with *off set, or -ENOMEM. */
+int pnm_alloc_get(struct pnm_alloc *a, uint64_t len, uint64_t *off);
+void pnm_alloc_put(struct pnm_alloc *a, uint64_t off, uint64_t len);
+
+#endif /* NELSSA_PNM_INTERNAL_H */

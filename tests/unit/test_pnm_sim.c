@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: MIT
+/*
+ * PNM User Library on the embedded sim backend: names and options, the
+ * Memory API's bounds and per-context isolation, the Command API's
+ * submission checks, waiting, event fd and exactly-once completion under
+ * concurrent threads, and SPARSE_ATTN end to end against float64.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <nelssa/pnm.h>
+
+#include "fwfixture.h"
+
+#define DEV "sim:7,mem=64M,cores=2"
+
+static struct nelssa_pnm *open_dev(const char *name)
+{
+	struct nelssa_pnm *p = NULL;
+	int ret = nelssa_pnm_open(name, &p);
+
+	if (ret)
+		fail_msg("open %s: %d %s", name, ret, nelssa_pnm_strerror());
+	return p;
+}
+
+static uint32_t alloc(struct nelssa_pnm *p, uint64_t size)
+{
+	uint32_t h = 0;
+
+	assert_int_equal(nelssa_pnm_mem_alloc(p, size, &h, NULL), 0);
+	assert_true(h != 0);
+	return h;
+}
+
+static struct npnm_cmd fill_cmd(uint32_t h, uint64_t off, uint64_t len, uint8_t byte)
+{
+	struct npnm_cmd c;
+
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_FILL;
+	c.op[NPNM_FILL_DST] = (struct npnm_operand){ h, 0, off, len };
+	c.p.fill.pattern = byte;
+	c.p.fill.width = 1;
+	return c;
+}
+
+static void bad_names(void **state)
+{
+	static const struct {
+		const char *name;
+		int err;
+	} bad[] = {
+		{ "", -EINVAL }, { "sim:", -EINVAL }, { "sim:x", -EINVAL }, { "sim:300", -EINVAL },
+		{ "sim:1,mem=1", -EINVAL }, { "sim:1,mem=12Q", -EINVAL }, { "sim:1,cores=0", -EINVAL },
+		{ "sim:1,cores=999", -EINVAL }, { "sim:1,bogus=1", -EINVAL }, { "sim:1,mem", -EINVAL },
+		{ "sim:1,isa=sse9", -EINVAL }, { "gpu0", -EINVAL }, { "/dev/nelssa_pnm0", -ENODEV },
+	};
+	struct nelssa_pnm *p;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		p = NULL;
+		if (nelssa_pnm_open(bad[i].name, &p) != bad[i].err)
+			fail_msg("'%s' did not fail with %d", bad[i].name, bad[i].err);
+		assert_null(p);
+		assert_true(strlen(nelssa_pnm_strerror()) > 0);	/* a reason in words */
+	}
+}
+
+static void shared_device_and_options(void **state)
+{
+	struct nelssa_pnm *a = open_dev("sim:3,mem=8M,cores=2"), *b, *c = NULL;
+	struct npnm_info ia, ib;
+
+	(void)state;
+	b = open_dev("sim:3");		/* no options: joins the same device */
+	assert_int_equal(nelssa_pnm_open("sim:3,cores=1", &c), -EBUSY);
+	assert_int_equal(nelssa_pnm_info(a, &ia), 0);
+	assert_int_equal(nelssa_pnm_info(b, &ib), 0);
+	assert_int_equal(ia.nr_cores, 2);
+	assert_int_equal(ib.nr_cores, 2);
+	assert_int_equal(ia.mem_size, ib.mem_size);
+	assert_int_equal(ia.abi_version, NPNM_ABI_VERSION);
+	assert_true(ia.mem_size >= (8u << 20) - 4096 && ia.mem_size < (8u << 20));
+	assert_int_equal(ia.mem_align, 4096);
+	assert_int_equal(ia.opcodes, 0x3f);
+	assert_true(ia.caps & NPNM_CAP_COMPUTE);
+	assert_int_equal(ia.kv_dtypes, (1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16));
+	assert_string_equal(nelssa_pnm_backend(a), "sim");
+	nelssa_pnm_close(a);
+	nelssa_pnm_close(b);
+	/* The last close destroyed it: new options are accepted now. */
+	c = open_dev("sim:3,cores=1");
+	nelssa_pnm_close(c);
+}
+
+static void alloc_free_rules(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h, h2, seen[64];
+	uint64_t got;
+	uint8_t buf[8192];
+
+	(void)state;
+	assert_int_equal(nelssa_pnm_mem_alloc(p, 0, &h, NULL), -EINVAL);
+	assert_int_equal(nelssa_pnm_mem_alloc(p, 1ull << 40, &h, NULL), -ENOMEM);
+	assert_int_equal(nelssa_pnm_mem_alloc(p, 100, &h, &got), 0);
+	assert_int_equal(got, 4096);	/* rounded to the alignment */
+	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
+	assert_int_equal(nelssa_pnm_mem_free(p, h), -EINVAL);	/* double free */
+	assert_int_equal(nelssa_pnm_mem_free(p, 9999), -EINVAL);
+	/* Handles are unique and never reused within a context. */
+	for (int i = 0; i < 64; i++) {
+		seen[i] = alloc(p, 4096);
+		for (int j = 0; j < i; j++)
+			assert_true(seen[j] != seen[i]);
+		assert_true(seen[i] != h);
+	}
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(nelssa_pnm_mem_free(p, seen[i]), 0);
+	/* A freed region's memory comes back zeroed. */
+	h = alloc(p, 8192);
+	memset(buf, 0xee, sizeof(buf));
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
+	h2 = alloc(p, 8192);
+	assert_int_equal(nelssa_pnm_mem_read(p, h2, 0, buf, sizeof(buf)), 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0);
+	/* Fill the device, then everything is usable again after frees. */
+	{
+		uint32_t hs[32];
+		int n = 0;
+
+		while (n < 32 && !nelssa_pnm_mem_alloc(p, 4u << 20, &hs[n], NULL))
+			n++;
+		assert_true(n > 8 && n < 16);	/* 64M device */
+		assert_int_equal(nelssa_pnm_mem_alloc(p, 4u << 20, &h, NULL), -ENOMEM);
+		while (n)
+			assert_int_equal(nelssa_pnm_mem_free(p, hs[--n]), 0);
+		assert_int_equal(nelssa_pnm_mem_alloc(p, 48u << 20, &h, NULL), 0);
+	}
+	nelssa_pnm_close(p);
+}
+
+static void bulk_bounds(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h = alloc(p, 4096);
+	uint8_t buf[4097] = { 0 };
+
+	(void)state;
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 0, buf, 4096), 0);
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 4095, buf, 1), 0);
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 4096, buf, 0), 0);
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 0, buf, 4097), -EINVAL);
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 4096, buf, 1), -EINVAL);
+	assert_int_equal(nelssa_pnm_mem_write(p, h, UINT64_MAX, buf, 2), -EINVAL);
+	assert_int_equal(nelssa_pnm_mem_read(p, h, 1, buf, 4096), -EINVAL);
+	assert_int_equal(nelssa_pnm_mem_read(p, h + 1, 0, buf, 1), -EINVAL);
+	nelssa_pnm_close(p);
+}
+
+/* Two contexts on one device: neither can name or see the other's memory. */
+static void isolation(void **state)
+{
+	struct nelssa_pnm *a = open_dev(DEV), *b = open_dev(DEV);
+	uint32_t ha = alloc(a, 4096), hb, hb2;
+	struct npnm_cmd c = fill_cmd(ha, 0, 4096, 0x11);
+	uint8_t buf[4096];
+
+	(void)state;
+	assert_int_equal(nelssa_pnm_mem_write(a, ha, 0, "secret", 6), 0);
+	/* b has no region yet: a's handle means nothing to it. */
+	assert_int_equal(nelssa_pnm_mem_read(b, ha, 0, buf, 6), -EINVAL);
+	assert_int_equal(nelssa_pnm_submit(b, &c, 1, NULL), -EINVAL);
+	assert_null(nelssa_pnm_mem_map(b, ha, NULL));
+	assert_int_equal(nelssa_pnm_mem_free(b, ha), -EINVAL);
+	/* Handle numbers are per context: b's first handle may equal a's... */
+	hb = alloc(b, 4096);
+	hb2 = alloc(b, 4096);
+	(void)hb2;
+	/* ...but always names b's own, zeroed memory. */
+	assert_int_equal(nelssa_pnm_mem_read(b, hb, 0, buf, sizeof(buf)), 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0);
+	c = fill_cmd(hb, 0, 4096, 0x22);
+	assert_int_equal(nelssa_pnm_exec(b, &c, NULL), 0);
+	assert_int_equal(nelssa_pnm_mem_read(a, ha, 0, buf, 6), 0);
+	assert_memory_equal(buf, "secret", 6);
+	/* Closing b frees b's memory only. */
+	nelssa_pnm_close(b);
+	assert_int_equal(nelssa_pnm_mem_read(a, ha, 0, buf, 6), 0);
+	assert_memory_equal(buf, "secret", 6);
+	nelssa_pnm_close(a);
+}
+
+static void map_rules(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h = alloc(p, 8192);
+	uint64_t size = 0;
+	uint8_t *m, buf[4];
+	struct npnm_cmd c = fill_cmd(h, 4096, 4096, 0x7c);
+
+	(void)state;
+	m = nelssa_pnm_mem_map(p, h, &size);
+	assert_non_null(m);
+	assert_int_equal(size, 8192);
+	memcpy(m, "abcd", 4);
+	assert_int_equal(nelssa_pnm_mem_read(p, h, 0, buf, 4), 0);
+	assert_memory_equal(buf, "abcd", 4);
+	assert_int_equal(nelssa_pnm_exec(p, &c, NULL), 0);
+	assert_int_equal(m[4096], 0x7c);	/* device writes show through */
+	/* Freed while mapped: the handle is gone, the mapping still works. */
+	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
+	assert_int_equal(nelssa_pnm_mem_read(p, h, 0, buf, 4), -EINVAL);
+	m[8191] = 1;
+	assert_int_equal(nelssa_pnm_mem_unmap(p, m), 0);
+	assert_int_equal(nelssa_pnm_mem_unmap(p, m), -EINVAL);
+	assert_int_equal(nelssa_pnm_mem_unmap(p, buf), -EINVAL);
+	nelssa_pnm_close(p);
+}
+
+static void submit_checks(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h = alloc(p, 4096);
+	struct npnm_cmd c[3];
+	struct npnm_completion comp;
+	uint64_t seq = 0;
+
+	(void)state;
+	c[0] = fill_cmd(h, 0, 4096, 1);
+	c[0].reserved[1] = 1;
+	assert_int_equal(nelssa_pnm_submit(p, c, 1, NULL), -EINVAL);
+	c[0] = fill_cmd(h, 0, 4096, 1);
+	c[0].flags = 1;
+	assert_int_equal(nelssa_pnm_submit(p, c, 1, NULL), -EINVAL);
+	c[0] = fill_cmd(h, 0, 4096, 1);
+	c[0].op[2].len = 8;				/* unused slot not zero */
+	assert_int_equal(nelssa_pnm_submit(p, c, 1, NULL), -EINVAL);
+	c[0] = fill_cmd(h, 1, 4096, 1);			/* past the region */
+	assert_int_equal(nelssa_pnm_submit(p, c, 1, NULL), -EINVAL);
+	c[0] = fill_cmd(h, 0, 4096, 1);
+	c[0].op[0].flags = 2;
+	assert_int_equal(nelssa_pnm_submit(p, c, 1, NULL), -EINVAL);
+	/* A batch stops at its first bad command; the ones before run. */
+	c[0] = fill_cmd(h, 0, 2048, 1);
+	c[1] = fill_cmd(h + 5, 0, 2048, 1);
+	c[2] = fill_cmd(h, 2048, 2048, 1);
+	assert_int_equal(nelssa_pnm_submit(p, c, 3, &seq), 1);
+	assert_int_equal(nelssa_pnm_wait(p, &comp, 1, 1, -1), 1);
+	assert_int_equal(comp.seqno, seq);
+	assert_int_equal(comp.result, 0);
+	/* What the device refuses completes with a status, not an error. */
+	memset(c, 0, sizeof(c[0]));
+	c[0].opcode = 99;
+	c[0].user_tag = 0xfeed;
+	assert_int_equal(nelssa_pnm_submit(p, c, 1, &seq), 1);
+	assert_int_equal(nelssa_pnm_wait(p, &comp, 1, 1, -1), 1);
+	assert_int_equal(comp.status, NPNM_ST_BAD_OPCODE);
+	assert_int_equal(comp.result, -EIO);
+	assert_int_equal(comp.user_tag, 0xfeed);
+	assert_int_equal(nelssa_pnm_exec(p, c, &comp), -EIO);
+	assert_string_equal(nelssa_pnm_status_str(comp.status), "unknown opcode");
+	nelssa_pnm_close(p);
+}
+
+/* Slow commands: FILLs of a large region. */
+static int submit_slow(struct nelssa_pnm *p, uint32_t h, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct npnm_cmd c = fill_cmd(h, 0, 16u << 20, (uint8_t)i);
+
+		if (nelssa_pnm_submit(p, &c, 1, NULL) != 1)
+			return -1;
+	}
+	return 0;
+}
+
+static void busy_region_and_timeouts(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h = alloc(p, 16u << 20);
+	struct npnm_completion comp[16];
+	int got = 0, ret;
+
+	(void)state;
+	assert_int_equal(nelssa_pnm_poll(p, comp, 16), 0);
+	assert_int_equal(nelssa_pnm_wait(p, comp, 1, 16, -1), -EAGAIN);	/* nothing to wait for */
+	assert_int_equal(submit_slow(p, h, 8), 0);
+	assert_int_equal(nelssa_pnm_mem_free(p, h), -EBUSY);
+	/* A 1 ns timeout returns what is there, or -ETIMEDOUT when nothing is. */
+	ret = nelssa_pnm_wait(p, comp, 8, 16, 1);
+	assert_true(ret == -ETIMEDOUT || (ret >= 1 && ret < 8));
+	got = ret > 0 ? ret : 0;
+	while (got < 8) {
+		ret = nelssa_pnm_wait(p, comp, 1, 16, 5000000000ll);
+		if (ret <= 0)
+			fail_msg("wait: %d (%s) after %d", ret, nelssa_pnm_strerror(), got);
+		got += ret;
+	}
+	assert_int_equal(nelssa_pnm_inflight(p), 0);
+	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
+	nelssa_pnm_close(p);
+}
+
+static void event_fd(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h = alloc(p, 4096);
+	struct pollfd pfd = { .fd = nelssa_pnm_event_fd(p), .events = POLLIN };
+	struct npnm_cmd c = fill_cmd(h, 0, 4096, 3);
+	struct npnm_completion comp[4];
+
+	(void)state;
+	assert_true(pfd.fd >= 0);
+	assert_int_equal(poll(&pfd, 1, 0), 0);			/* nothing pending */
+	assert_int_equal(nelssa_pnm_submit(p, &c, 1, NULL), 1);
+	assert_int_equal(nelssa_pnm_submit(p, &c, 1, NULL), 1);
+	assert_int_equal(poll(&pfd, 1, 5000), 1);		/* completions arrive */
+	assert_true(pfd.revents & POLLIN);
+	{
+		int got = 0;
+
+		while (got < 2) {
+			int r = nelssa_pnm_wait(p, comp, 1, 4, -1);
+
+			assert_true(r > 0);
+			got += r;
+		}
+	}
+	assert_int_equal(poll(&pfd, 1, 0), 0);			/* drained: quiet again */
+	nelssa_pnm_close(p);
+}
+
+/* exec() waits for its own command and leaves queued completions alone. */
+static void exec_keeps_async(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t h = alloc(p, 4096);
+	struct npnm_cmd c = fill_cmd(h, 0, 4096, 9);
+	struct npnm_completion comp[8];
+	int got = 0;
+
+	(void)state;
+	for (int i = 0; i < 5; i++) {
+		c.user_tag = (uint64_t)i;
+		assert_int_equal(nelssa_pnm_submit(p, &c, 1, NULL), 1);
+	}
+	c.user_tag = 100;
+	assert_int_equal(nelssa_pnm_exec(p, &c, comp), 0);
+	assert_int_equal(comp[0].user_tag, 100);
+	while (got < 5) {
+		int r = nelssa_pnm_wait(p, comp + got, 1, (uint32_t)(8 - got), -1);
+
+		assert_true(r > 0);
+		got += r;
+	}
+	for (int i = 0; i < 5; i++)
+		assert_true(comp[i].user_tag < 5);
+	assert_int_equal(nelssa_pnm_poll(p, comp, 8), 0);
+	nelssa_pnm_close(p);
+}
+
+/*
+ * Submitters and reapers on separate threads, batches of 1..16: every
+ * command's completion is seen exactly once, with its own tag and seqno.
+ */
+enum { SUBMITTERS = 4, REAPERS = 2, PER = 2500, TOTAL = SUBMITTERS * PER };
+
+struct stress {
+	struct nelssa_pnm *p;
+	uint32_t h;
+	atomic_uint seen[TOTAL];
+	atomic_uint reaped;
+	atomic_ullong seqsum;
+	int id;
+};
+
+static void *stress_submit(void *arg)
+{
+	struct stress *s = arg;
+	int id = __atomic_fetch_add(&s->id, 1, __ATOMIC_RELAXED);
+	struct npnm_cmd c[16];
+	unsigned int i = 0;
+
+	while (i < PER) {
+		unsigned int n = 1 + (i * 7 + (unsigned int)id) % 16, done = 0;
+
+		if (n > PER - i)
+			n = PER - i;
+		for (unsigned int j = 0; j < n; j++) {
+			c[j] = fill_cmd(s->h, (uint64_t)(id * 16 + j) * 64, 64, (uint8_t)j);
+			if ((i + j) % 5 == 0)
+				c[j].opcode = NPNM_OP_NOP, memset(&c[j].op, 0, sizeof(c[j].op)),
+				memset(&c[j].p, 0, sizeof(c[j].p));
+			c[j].user_tag = (uint64_t)id * PER + i + j;
+		}
+		while (done < n) {
+			int r = nelssa_pnm_submit(s->p, c + done, n - done, NULL);
+
+			if (r == -EAGAIN) {
+				sched_yield();
+				continue;
+			}
+			if (r <= 0)
+				abort();
+			done += (unsigned int)r;
+		}
+		i += n;
+	}
+	return NULL;
+}
+
+static void *stress_reap(void *arg)
+{
+	struct stress *s = arg;
+	struct npnm_completion comp[32];
+
+	while (atomic_load(&s->reaped) < TOTAL) {
+		int r = nelssa_pnm_wait(s->p, comp, 1, 32, 2000000);
+
+		for (int i = 0; i < r; i++) {
+			if (comp[i].result || comp[i].user_tag >= TOTAL)
+				abort();
+			atomic_fetch_add(&s->seen[comp[i].user_tag], 1);
+			atomic_fetch_add(&s->seqsum, comp[i].seqno);
+		}
+		if (r > 0)
+			atomic_fetch_add(&s->reaped, (unsigned int)r);
+	}
+	return NULL;
+}
+
+static void stress_exactly_once(void **state)
+{
+	struct stress *s = tu_alloc(sizeof(*s));
+	pthread_t t[SUBMITTERS + REAPERS];
+
+	(void)state;
+	s->p = open_dev(DEV);
+	s->h = alloc(s->p, 4096);
+	for (int i = 0; i < SUBMITTERS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, stress_submit, s), 0);
+	for (int i = 0; i < REAPERS; i++)
+		assert_int_equal(pthread_create(&t[SUBMITTERS + i], NULL, stress_reap, s), 0);
+	for (int i = 0; i < SUBMITTERS + REAPERS; i++)
+		pthread_join(t[i], NULL);
+	assert_int_equal(atomic_load(&s->reaped), TOTAL);
+	for (int i = 0; i < TOTAL; i++)
+		if (atomic_load(&s->seen[i]) != 1)
+			fail_msg("tag %d seen %u times", i, atomic_load(&s->seen[i]));
+	/* Sequence numbers are 1..TOTAL, each once. */
+	assert_int_equal(atomic_load(&s->seqsum), (unsigned long long)TOTAL * (TOTAL + 1) / 2);
+	nelssa_pnm_close(s->p);
+	free(s);
+}
+
+/* Closing with commands queued aborts them and returns promptly. */
+static void close_with_inflight(void **state)
+{
+	struct nelssa_pnm *p = open_dev("sim:8,mem=64M,cores=1");
+	uint32_t h = alloc(p, 16u << 20);
+
+	(void)state;
+	assert_int_equal(submit_slow(p, h, 200), 0);
+	assert_true(nelssa_pnm_inflight(p) > 0);
+	nelssa_pnm_close(p);
+}
+
+/* SPARSE_ATTN through the library, with data laid out by the fixture. */
+static void sparse_attn_end_to_end(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	struct npnm_completion comp;
+	struct tu_rng rng;
+	struct fx f;
+	uint32_t h;
+	char what[32];
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 16ull << 20, 128, 4, NPNM_DTYPE_BF16);
+	for (int i = 0; i < 6; i++)
+		fx_add_item(&f, &rng, 2000 + tu_below(&rng, 3000), 32, 40);
+	fx_finish(&f);
+	/* One region holds the fixture's whole memory; operands name it. */
+	h = alloc(p, f.mem.size);
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 0, f.mem.base, f.mem.size), 0);
+	for (int i = 0; i < 4; i++)
+		f.cmd.op[i].handle = h;
+	assert_int_equal(nelssa_pnm_exec(p, &f.cmd, &comp), 0);
+	assert_int_equal(comp.status, NPNM_ST_OK);
+	assert_true(comp.device_ns > 0);
+	assert_int_equal(nelssa_pnm_mem_read(p, h, 0, f.mem.base, f.mem.size), 0);
+	for (uint32_t i = 0; i < f.nr_items; i++) {
+		snprintf(what, sizeof(what), "pnm item %u", i);
+		assert_int_equal(fx_check(&f, i, what), 0);
+	}
+	/* SELFTEST through the library too. */
+	{
+		struct npnm_cmd c;
+
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_SELFTEST;
+		assert_int_equal(nelssa_pnm_exec(p, &c, &comp), 0);
+		assert_int_equal(comp.detail, 0);
+	}
+	fx_free(&f);
+	nelssa_pnm_close(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(bad_names),
+		cmocka_unit_test(shared_device_and_options),
+		cmocka_unit_test(alloc_free_rules),
+		cmocka_unit_test(bulk_bounds),
+		cmocka_unit_test(isolation),
+		cmocka_unit_test(map_rules),
+		cmocka_unit_test(submit_checks),
+		cmocka_unit_test(busy_region_and_timeouts),
+		cmocka_unit_test(event_fd),
+		cmocka_unit_test(exec_keeps_async),
+		cmocka_unit_test(stress_exactly_once),
+		cmocka_unit_test(close_with_inflight),
+		cmocka_unit_test(sparse_attn_end_to_end),
+	};
+
+	tu_init("pnm_sim");
+	return cmocka_run_group_tests_name("pnm_sim", tests, NULL, NULL);
+}
