@@ -12,8 +12,9 @@
 /* Tokens per SPARSE_ATTN tile in the vector kernels. */
 #define NFW_TILE 16u
 
-/* Scratch floats an attention kernel needs: K and V tiles plus logits. */
-#define NFW_ATTN_SCRATCH_BYTES ((2u * NFW_TILE * NFW_MAX_HEAD_DIM + NFW_TILE) * sizeof(float))
+/* Scratch an attention kernel needs: K and V tiles, permuted q and o, logits. */
+#define NFW_ATTN_SCRATCH_BYTES \
+	((2u * NFW_TILE * NFW_MAX_HEAD_DIM + 2u * NFW_MAX_GROUP * NFW_MAX_HEAD_DIM + NFW_TILE) * sizeof(float))
 
 /* Grow @s to @bytes (contents not kept); NULL if memory is short. */
 void *nfw_scratch_get(struct nfw_scratch *s, size_t bytes);

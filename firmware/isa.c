@@ -69,15 +69,15 @@ nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim)
 	switch (isa) {
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:
-		return head_dim % 16 ? nfw_attn_item_scalar : nfw_attn_item_avx512;
+		return head_dim % 32 ? nfw_attn_item_scalar : nfw_attn_item_avx512;
 #endif
 #ifdef NFW_HAVE_AVX2
 	case NFW_ISA_AVX2:
-		return head_dim % 8 ? nfw_attn_item_scalar : nfw_attn_item_avx2;
+		return head_dim % 16 ? nfw_attn_item_scalar : nfw_attn_item_avx2;
 #endif
 #ifdef NFW_HAVE_NEON
 	case NFW_ISA_NEON:
-		return head_dim % 4 ? nfw_attn_item_scalar : nfw_attn_item_neon;
+		return head_dim % 8 ? nfw_attn_item_scalar : nfw_attn_item_neon;
 #endif
 	default:
 		return nfw_attn_item_scalar;

@@ -6,14 +6,15 @@
  * built with that ISA's flags plus -ffp-contract=fast so a*b+c becomes FMA.
  *
  * Per selected cluster, tokens go in tiles of NFW_TILE:
- *  - logits: K rows are widened in registers and dotted with up to four
- *    query rows at once, so a K row is read once per four rows;
+ *  - K and V rows are widened once per tile into fp32 scratch shared by the
+ *    whole query group (see widen2_bf16() for the shuffle-free layout);
+ *  - logits: VW tokens at a time, one accumulator per token (independent
+ *    FMA chains), folded into one vector of logits by transpose-and-add;
  *  - online softmax: the tile maximum rescales the row's state once per
- *    tile, and the tile's weights come from one vector exp;
- *  - values: V rows are widened once into a fp32 tile shared by every
- *    query row; each row's output chunk stays in a register across the tile.
- * The output accumulates in place in the destination, as in the numeric
- * core, and is normalised at the end.
+ *    tile, and the tile's weights come from one vector exp per VW tokens;
+ *  - values: OBLK output vectors accumulate in registers across the tile.
+ * Software prefetch of the next clusters was tried and measured no gain on
+ * our development machines (Documentation/firmware.rst), so there is none.
  */
 #include <math.h>
 #include <string.h>
@@ -28,8 +29,7 @@ typedef float vf __attribute__((vector_size(VW * 4)));
 typedef float vf_u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 typedef uint32_t vu __attribute__((vector_size(VW * 4)));
-typedef uint16_t vh __attribute__((vector_size(VW * 2)));
-typedef uint16_t vh_u __attribute__((vector_size(VW * 2), aligned(2), may_alias));
+typedef uint32_t vu_u __attribute__((vector_size(VW * 4), aligned(2), may_alias));
 
 #define TILE_VECS (NFW_TILE / VW)
 
@@ -53,23 +53,33 @@ static inline vf blend(vi mask, vf yes, vf no)
 	return (vf)(((vu)mask & (vu)yes) | (~(vu)mask & (vu)no));
 }
 
-static inline vf widen_bf16(const uint16_t *p)
+/*
+ * Widening without shuffles: one load of 2*VW halves is VW 32-bit lanes,
+ * each holding an even element in its low half and an odd element in its
+ * high half.  For bf16, "lane << 16" is the even element as fp32 and
+ * "lane & 0xffff0000" the odd one, exactly.  So rows are widened into a
+ * de-interleaved layout -- per 2*VW elements, the VW even ones then the VW
+ * odd ones -- and the query rows are permuted the same way once per item;
+ * dot products do not care about order, and the output is permuted back
+ * at the end.
+ */
+static inline void widen2_bf16(const uint16_t *p, vf *even, vf *odd)
 {
-	vu u = __builtin_convertvector(*(const vh_u *)p, vu);
+	vu u = *(const vu_u *)p;
 
-	return (vf)(u << 16);
+	*even = (vf)(u << 16);
+	*odd = (vf)(u & 0xffff0000u);
 }
 
 /*
- * Exact binary16 -> binary32 with integer ops only (no F16C needed):
- * shift exponent and fraction into place and re-bias; infinities and NaNs
- * get the rest of the exponent range; subnormals are renormalised by one
- * float subtraction, which is exact.
+ * Exact binary16 -> binary32 of the low 16 bits of each lane, integer ops
+ * only (no F16C needed): shift exponent and fraction into place and
+ * re-bias; infinities and NaNs get the rest of the exponent range;
+ * subnormals are renormalised by one float subtraction, which is exact.
  */
-static inline vf widen_fp16(const uint16_t *p)
+static inline vf fp16_lanes(vu h)
 {
 	const vu shifted_exp = (vu){ 0 } + (0x7c00u << 13);
-	vu h = __builtin_convertvector(*(const vh_u *)p, vu);
 	vu u = (h & 0x7fffu) << 13;
 	vu exp = u & shifted_exp;
 	vi is_special = (vi)(exp == shifted_exp);
@@ -83,9 +93,43 @@ static inline vf widen_fp16(const uint16_t *p)
 	return (vf)(u | ((h & 0x8000u) << 16));
 }
 
-static inline vf widen(const uint16_t *p, int fp16)
+static inline void widen2_fp16(const uint16_t *p, vf *even, vf *odd)
 {
-	return fp16 ? widen_fp16(p) : widen_bf16(p);
+	vu u = *(const vu_u *)p;
+
+	*even = fp16_lanes(u & 0xffffu);
+	*odd = fp16_lanes(u >> 16);
+}
+
+/* Widen @n rows of @d halves into @dst, de-interleaved (bf16). */
+static void widen_rows_bf16(float *dst, const uint16_t *src, uint32_t n, uint32_t d)
+{
+	for (size_t j = 0; j < (size_t)n * d; j += 2 * VW) {
+		vf e, o;
+
+		widen2_bf16(src + j, &e, &o);
+		store(dst + j, e);
+		store(dst + j + VW, o);
+	}
+}
+
+static void widen_rows_fp16(float *dst, const uint16_t *src, uint32_t n, uint32_t d)
+{
+	for (size_t j = 0; j < (size_t)n * d; j += 2 * VW) {
+		vf e, o;
+
+		widen2_fp16(src + j, &e, &o);
+		store(dst + j, e);
+		store(dst + j + VW, o);
+	}
+}
+
+/* The de-interleaved position of element @i of a row. */
+static inline uint32_t deint(uint32_t i)
+{
+	uint32_t base = i & ~(2u * VW - 1), k = i & (2u * VW - 1);
+
+	return base + (k & 1u) * VW + k / 2;
 }
 
 /*
@@ -125,72 +169,148 @@ static inline float hsum(vf v)
 	return s;
 }
 
-/* Logits of up to four query rows against one tile of K rows. */
-static void tile_logits(const struct nfw_attn_args *a, const uint16_t *k, uint32_t n,
-			uint32_t r0, uint32_t nr, int fp16, float *logit)
+/*
+ * Transpose-and-add: @a and @b each hold @g partial sums per token for
+ * VW / @g tokens; the result holds @g / 2 partial sums per token for the
+ * tokens of both, in order.  VW - 1 such steps turn VW dot-product
+ * accumulators into one vector of VW logits, three vector ops per token
+ * instead of a full horizontal sum each.
+ */
+#if VW == 16
+#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO4 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define HI4 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+#define LO2 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29
+#define HI2 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31
+#define LO1 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define HI1 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#elif VW == 8
+#define LO4 0, 1, 2, 3, 8, 9, 10, 11
+#define HI4 4, 5, 6, 7, 12, 13, 14, 15
+#define LO2 0, 1, 4, 5, 8, 9, 12, 13
+#define HI2 2, 3, 6, 7, 10, 11, 14, 15
+#define LO1 0, 2, 4, 6, 8, 10, 12, 14
+#define HI1 1, 3, 5, 7, 9, 11, 13, 15
+#elif VW == 4
+#define LO2 0, 1, 4, 5
+#define HI2 2, 3, 6, 7
+#define LO1 0, 2, 4, 6
+#define HI1 1, 3, 5, 7
+#endif
+
+#define FOLD(a, b, lo, hi) (__builtin_shuffle(a, b, (vi){ lo }) + __builtin_shuffle(a, b, (vi){ hi }))
+
+static inline vf fold_all(vf *acc)
 {
-	const uint32_t d = a->head_dim;
-	const float *q = a->q + (size_t)r0 * d;
+#if VW == 16
+	for (int i = 0; i < 8; i++)
+		acc[i] = FOLD(acc[2 * i], acc[2 * i + 1], LO8, HI8);
+#endif
+#if VW >= 8
+	for (int i = 0; i < 4; i++)
+		acc[i] = FOLD(acc[2 * i], acc[2 * i + 1], LO4, HI4);
+#endif
+	for (int i = 0; i < 2; i++)
+		acc[i] = FOLD(acc[2 * i], acc[2 * i + 1], LO2, HI2);
+	return FOLD(acc[0], acc[1], LO1, HI1);
+}
 
-	for (uint32_t t = 0; t < n; t++) {
-		const uint16_t *krow = k + (size_t)t * d;
-		vf acc0 = splat(0.0f), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+/*
+ * Logits of query row @q against a tile of widened K rows @kt (NFW_TILE
+ * rows, rows past the tile's tokens zeroed): VW tokens at a time, one
+ * accumulator per token so the FMA chains are independent.
+ */
+static void tile_logits(const float *q, const float *kt, uint32_t d, float scale, float *logit)
+{
+	for (uint32_t tb = 0; tb < NFW_TILE; tb += VW) {
+		vf acc[VW];
 
+#pragma GCC unroll 16
+		for (int t = 0; t < VW; t++)
+			acc[t] = splat(0.0f);
 		for (uint32_t j = 0; j < d; j += VW) {
-			vf kv = widen(krow + j, fp16);
+			vf qj = load(q + j);
 
-			acc0 += load(q + j) * kv;
-			if (nr > 1)
-				acc1 += load(q + d + j) * kv;
-			if (nr > 2)
-				acc2 += load(q + 2 * d + j) * kv;
-			if (nr > 3)
-				acc3 += load(q + 3 * d + j) * kv;
+#pragma GCC unroll 16
+			for (int t = 0; t < VW; t++)
+				acc[t] += qj * load(kt + (size_t)(tb + (uint32_t)t) * d + j);
 		}
-		logit[0 * NFW_TILE + t] = hsum(acc0) * a->scale;
-		if (nr > 1)
-			logit[1 * NFW_TILE + t] = hsum(acc1) * a->scale;
-		if (nr > 2)
-			logit[2 * NFW_TILE + t] = hsum(acc2) * a->scale;
-		if (nr > 3)
-			logit[3 * NFW_TILE + t] = hsum(acc3) * a->scale;
+		store(logit + tb, fold_all(acc) * scale);
 	}
 }
 
-/* Fold one tile into row @r: rescale on a new maximum, then o += p V. */
-static void tile_update(const struct nfw_attn_args *a, uint32_t r, float *logit, uint32_t n,
-			const float *vt, float *m, float *l)
+/* Output vectors accumulated at once in the P.V product. */
+#define OBLK 8
+
+/* o[0 .. OBLK*VW) += sum_t p[t] vt[t]: OBLK independent FMA chains. */
+static inline void pv_block(float *o, const float *vt, const float *p, uint32_t d)
 {
-	const uint32_t d = a->head_dim;
-	float *o = a->o + (size_t)r * d;
+	vf acc[OBLK];
+
+#pragma GCC unroll 8
+	for (uint32_t b = 0; b < OBLK; b++)
+		acc[b] = load(o + b * VW);
+	for (uint32_t t = 0; t < NFW_TILE; t++) {
+		vf pt = splat(p[t]);
+
+#pragma GCC unroll 8
+		for (uint32_t b = 0; b < OBLK; b++)
+			acc[b] += pt * load(vt + (size_t)t * d + b * VW);
+	}
+#pragma GCC unroll 8
+	for (uint32_t b = 0; b < OBLK; b++)
+		store(o + b * VW, acc[b]);
+}
+
+/* The same for a last block of @nb < OBLK vectors. */
+static void pv_tail(float *o, const float *vt, const float *p, uint32_t d, uint32_t nb)
+{
+	for (uint32_t b = 0; b < nb; b++) {
+		vf acc = load(o + b * VW);
+
+		for (uint32_t t = 0; t < NFW_TILE; t++)
+			acc += splat(p[t]) * load(vt + (size_t)t * d + b * VW);
+		store(o + b * VW, acc);
+	}
+}
+
+/*
+ * Fold one tile into query row @r (output accumulator @o): rescale on a
+ * new maximum, then o += p V.  Padding tokens get logit -inf, weight 0.
+ */
+static void tile_update(float *o, float *logit, uint32_t n, const float *vt, uint32_t d,
+			float *m, float *l)
+{
 	float p[NFW_TILE];
 	float mx = -INFINITY, sum = 0.0f;
 
 	for (uint32_t t = 0; t < n; t++)
-		mx = fmaxf(mx, logit[t]);
+		mx = logit[t] > mx ? logit[t] : mx;
 	for (uint32_t t = n; t < NFW_TILE; t++)
-		logit[t] = -INFINITY;	/* padding lanes weigh nothing */
-	if (mx > m[r]) {
-		float alpha = expf(m[r] - mx);	/* 0 on the first tile */
+		logit[t] = -INFINITY;
+	if (mx > *m) {
+		float alpha = expf(*m - mx);	/* 0 on the first tile */
 
-		l[r] *= alpha;
+		*l *= alpha;
 		for (uint32_t j = 0; j < d; j += VW)
 			store(o + j, load(o + j) * alpha);
-		m[r] = mx;
+		*m = mx;
 	}
 	for (uint32_t v = 0; v < TILE_VECS; v++) {
-		vf pv = vexp(load(logit + v * VW) - m[r]);
+		vf pv = vexp(load(logit + v * VW) - *m);
 
 		store(p + v * VW, pv);
 		sum += hsum(pv);
 	}
-	l[r] += sum;
-	for (uint32_t j = 0; j < d; j += VW) {
-		vf acc = load(o + j);
+	*l += sum;
+	for (uint32_t jb = 0; jb < d; jb += OBLK * VW) {
+		uint32_t nb = (d - jb) / VW;
 
-		for (uint32_t t = 0; t < n; t++)
-			acc += splat(p[t]) * load(vt + (size_t)t * d + j);
-		store(o + j, acc);
+		if (nb >= OBLK)
+			pv_block(o + jb, vt + jb, p, d);
+		else
+			pv_tail(o + jb, vt + jb, p, d, nb);
 	}
 }
 
@@ -198,12 +318,18 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 {
 	const uint32_t d = a->head_dim, g = a->group;
 	const int fp16 = a->kv_dtype == NPNM_DTYPE_FP16;
-	float *vt = scratch;				/* [NFW_TILE][d] widened V */
-	float *logit = scratch + NFW_TILE * NFW_MAX_HEAD_DIM;	/* [4][NFW_TILE] */
+	float *kt = scratch;			/* [NFW_TILE][d] widened K */
+	float *vt = kt + NFW_TILE * d;		/* [NFW_TILE][d] widened V */
+	float *qp = vt + NFW_TILE * d;		/* [g][d] permuted queries */
+	float *op = qp + (size_t)g * d;		/* [g][d] permuted outputs */
+	float *logit = op + (size_t)g * d;	/* [NFW_TILE] */
 	float m[NFW_MAX_GROUP], l[NFW_MAX_GROUP];
 
-	memset(a->o, 0, sizeof(float) * d * g);
 	for (uint32_t r = 0; r < g; r++) {
+		for (uint32_t i = 0; i < d; i++) {
+			qp[(size_t)r * d + deint(i)] = a->q[(size_t)r * d + i];
+			op[(size_t)r * d + i] = 0.0f;
+		}
 		m[r] = -INFINITY;
 		l[r] = 0.0f;
 	}
@@ -217,27 +343,30 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 			const uint16_t *k = a->k + (size_t)(c.first + base) * d;
 			const uint16_t *v = a->v + (size_t)(c.first + base) * d;
 
-			for (uint32_t t = 0; t < n; t++)
-				for (uint32_t j = 0; j < d; j += VW)
-					store(vt + (size_t)t * d + j, widen(v + (size_t)t * d + j, fp16));
-			for (uint32_t r0 = 0; r0 < g; r0 += 4) {
-				uint32_t nr = g - r0 < 4 ? g - r0 : 4;
-
-				tile_logits(a, k, n, r0, nr, fp16, logit);
-				for (uint32_t i = 0; i < nr; i++)
-					tile_update(a, r0 + i, logit + i * NFW_TILE, n, vt, m, l);
+			if (fp16) {
+				widen_rows_fp16(kt, k, n, d);
+				widen_rows_fp16(vt, v, n, d);
+			} else {
+				widen_rows_bf16(kt, k, n, d);
+				widen_rows_bf16(vt, v, n, d);
+			}
+			/* Rows past the tile's tokens: zero, so logits stay finite. */
+			for (uint32_t t = n; t < NFW_TILE; t++)
+				for (uint32_t j = 0; j < d; j += VW) {
+					store(kt + (size_t)t * d + j, splat(0.0f));
+					store(vt + (size_t)t * d + j, splat(0.0f));
+				}
+			for (uint32_t r = 0; r < g; r++) {
+				tile_logits(qp + (size_t)r * d, kt, d, a->scale, logit);
+				tile_update(op + (size_t)r * d, logit, n, vt, d, &m[r], &l[r]);
 			}
 		}
 	}
 	for (uint32_t r = 0; r < g; r++) {
-		float *o = a->o + (size_t)r * d;
+		float inv = l[r] > 0.0f ? l[r] : 1.0f;
 
-		if (!(l[r] > 0.0f)) {
-			a->lse[r] = -INFINITY;
-			continue;
-		}
-		for (uint32_t j = 0; j < d; j += VW)
-			store(o + j, load(o + j) / l[r]);
-		a->lse[r] = m[r] + logf(l[r]);
+		a->lse[r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+		for (uint32_t i = 0; i < d; i++)
+			a->o[(size_t)r * d + i] = op[(size_t)r * d + deint(i)] / inv;
 	}
 }

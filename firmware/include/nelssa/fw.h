@@ -35,9 +35,9 @@ extern "C" {
  * enum nfw_isa - SPARSE_ATTN implementation.
  * @NFW_ISA_AUTO: the best one this CPU supports.
  * @NFW_ISA_SCALAR: portable C (the numeric core's streaming kernel).
- * @NFW_ISA_AVX2: x86-64 AVX2 + FMA (head_dim a multiple of 8).
- * @NFW_ISA_AVX512: x86-64 AVX-512F/BW (head_dim a multiple of 16).
- * @NFW_ISA_NEON: AArch64 Advanced SIMD (head_dim a multiple of 4).
+ * @NFW_ISA_AVX2: x86-64 AVX2 + FMA (head_dim a multiple of 16).
+ * @NFW_ISA_AVX512: x86-64 AVX-512F (head_dim a multiple of 32).
+ * @NFW_ISA_NEON: AArch64 Advanced SIMD (head_dim a multiple of 8).
  *
  * A vector path falls back to scalar for a head_dim it cannot tile.
  */
