@@ -1,0 +1,71 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# nelssactl end to end, in TAP: exit codes, human and JSON output (parsed
+# with python3's json module and checked field by field), and every
+# benchmark at a small size.  Benchmarks here check that they run and
+# report consistent numbers, never how fast they are.
+#
+#   check-nelssactl.sh NELSSACTL
+set -u
+
+ctl=${1:?usage: check-nelssactl.sh NELSSACTL}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+n=0
+
+t() { # name, expected exit status, command...
+	name=$1 want=$2
+	shift 2
+	n=$((n + 1))
+	"$@" >"$out/stdout" 2>"$out/stderr"
+	got=$?
+	if [ "$got" = "$want" ]; then
+		echo "ok $n - $name"
+	else
+		sed 's/^/# /' "$out/stdout" "$out/stderr" | tail -20
+		echo "not ok $n - $name (exit $got, expected $want)"
+	fi
+}
+
+# json_check NAME PYTHON-EXPRESSION over the last stdout, bound to "j"
+json_check() {
+	n=$((n + 1))
+	if python3 -c "import json,sys; j=json.load(open('$out/stdout')); sys.exit(0 if ($2) else 1)" \
+		2>"$out/py"; then
+		echo "ok $n - $1"
+	else
+		sed 's/^/# /' "$out/stdout" "$out/py" | tail -20
+		echo "not ok $n - $1"
+	fi
+}
+
+echo "1..23"
+t "--help exits 0" 0 "$ctl" --help
+t "no command is a usage error" 2 "$ctl"
+t "unknown command is a usage error" 2 "$ctl" frobnicate
+t "info without DEV is a usage error" 2 "$ctl" info
+t "a missing kernel device is a device error" 3 "$ctl" info /dev/nelssa_pnm0
+t "a malformed sim option is a device error" 3 "$ctl" info sim:0,cores=0
+t "list" 0 "$ctl" list
+t "info sim:0 --json" 0 "$ctl" info sim:0,mem=64M,cores=2 --json
+json_check "info JSON fields" \
+	"j['backend'] == 'sim' and j['nr_cores'] == 2 and j['abi_version'] == 1 and j['opcodes'] == 63 and 0 < j['mem_size'] < 64 << 20"
+t "selftest passes" 0 "$ctl" --json selftest sim:0
+json_check "selftest JSON" \
+	"j['passed'] is True and j['failed_mask'] == 0 and len(j['tests']) == 5 and all(v == 'pass' for v in j['tests'].values())"
+t "selftest --mask 0x4" 0 "$ctl" selftest sim:0 --mask 0x4
+t "selftest bad mask is a usage error" 2 "$ctl" selftest sim:0 --mask 0x100
+t "bench without kind is a usage error" 2 "$ctl" bench sim:0
+t "bench unknown kind is a usage error" 2 "$ctl" bench sim:0 fast
+t "bench attn bad option is a usage error" 2 "$ctl" bench sim:0 attn --select 2
+t "bench attn (small)" 0 "$ctl" bench sim:0 attn --json --context 8192 --items 4 --iters 3 --threads 2
+json_check "bench attn JSON fields and arithmetic" \
+	"all(k in j for k in ('kv_bytes','seconds','effective_gbps','read_baseline_gbps','ratio','threads')) and j['threads'] == 2 and j['kv_bytes'] == 3 * 4 * 20 * 16 * 512 and abs(j['effective_gbps'] - j['kv_bytes'] / j['seconds'] / 1e9) < 1e-6 * j['effective_gbps'] and abs(j['ratio'] - j['effective_gbps'] / j['read_baseline_gbps']) < 1e-9 and j['max_abs_err_vs_reference'] < 1e-3"
+t "bench attn human output" 0 "$ctl" bench sim:0 attn --context 4096 --items 2 --iters 2
+t "bench latency (small)" 0 "$ctl" bench sim:0 latency --count 500 --json
+json_check "bench latency JSON percentiles ordered" \
+	"all(j[k]['p50_us'] <= j[k]['p90_us'] <= j[k]['p99_us'] <= j[k]['max_us'] for k in ('nop','fill64','copy4k')) and j['count'] == 500"
+t "bench bw (small)" 0 "$ctl" bench sim:0 bw --size 4194304 --iters 2 --json
+json_check "bench bw JSON" \
+	"all(j[k] > 0 for k in ('fill_gbps','copy_gbps','write_gbps','read_gbps','memcpy_gbps')) and abs(j['copy_ratio'] - j['copy_gbps'] / j['memcpy_gbps']) < 1e-9"

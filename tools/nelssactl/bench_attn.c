@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nelssactl bench DEV attn: SPARSE_ATTN at a Llama-3-8B-like shape and
+ * the effective bandwidth of KV it reads, against a streaming read of the
+ * same number of bytes by the same number of threads, measured in the
+ * same run.  The KV stores are large and every iteration selects fresh
+ * random clusters, so the working set is not served from the CPU caches.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nelssa/attention.h>
+#include <nelssa/half.h>
+
+#include "nelssactl.h"
+
+struct attn_opts {
+	uint64_t threads, context, items, head_dim, group, cluster, iters;
+	double select;
+};
+
+static const char help[] =
+	"usage: nelssactl bench DEV attn [OPTIONS] [--json]\n"
+	"  --threads N     executor cores of a sim device, and baseline threads (default 1)\n"
+	"  --context N     tokens per KV store (default 131072)\n"
+	"  --items N       work items per command = KV heads x sequences (default 32)\n"
+	"  --head-dim N    (default 128)     --group N   query rows per item (default 4)\n"
+	"  --cluster N     tokens per cluster (default 16)\n"
+	"  --select F      fraction of clusters selected (default 0.04)\n"
+	"  --iters N       timed commands, each with a fresh selection (default 10)\n"
+	"Reports kv_bytes, seconds, effective_gbps (KV bytes read per second, mean over\n"
+	"the timed commands), read_baseline_gbps (best of 3 single-pass streaming reads\n"
+	"of a buffer as large as the KV stores, at most 2 GiB, with the same thread\n"
+	"count) and their ratio.\n";
+
+static int parse(struct attn_opts *o, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "threads", required_argument, NULL, 't' }, { "context", required_argument, NULL, 'c' },
+		{ "items", required_argument, NULL, 'n' }, { "head-dim", required_argument, NULL, 'd' },
+		{ "group", required_argument, NULL, 'g' }, { "cluster", required_argument, NULL, 'k' },
+		{ "select", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'i' },
+		{ "help", no_argument, NULL, 'h' }, { 0 },
+	};
+	int c, bad = 0;
+
+	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04 };
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't': bad |= ctl_parse_uint(optarg, 1, 256, &o->threads); break;
+		case 'c': bad |= ctl_parse_uint(optarg, 16, 1u << 24, &o->context); break;
+		case 'n': bad |= ctl_parse_uint(optarg, 1, 4096, &o->items); break;
+		case 'd': bad |= ctl_parse_uint(optarg, 16, 256, &o->head_dim); break;
+		case 'g': bad |= ctl_parse_uint(optarg, 1, 16, &o->group); break;
+		case 'k': bad |= ctl_parse_uint(optarg, 1, 4096, &o->cluster); break;
+		case 's': bad |= ctl_parse_double(optarg, 0.0, 1.0, &o->select); break;
+		case 'i': bad |= ctl_parse_uint(optarg, 1, 100000, &o->iters); break;
+		case 'h': fputs(help, stdout); return 1;
+		default: bad = 1; break;
+		}
+		if (bad) {
+			fprintf(stderr, "nelssactl bench attn: bad option '%s'\n%s", argv[optind - 1], help);
+			return -1;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "nelssactl bench attn: unexpected '%s'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+struct layout {
+	uint64_t row, store, nclusters, nsel;	/* per item */
+	uint64_t kv_bytes, in_bytes, items_bytes, out_bytes;
+	uint64_t q_bytes, sel_base;
+};
+
+static void plan(const struct attn_opts *o, struct layout *l)
+{
+	l->row = o->head_dim * 2;
+	l->nclusters = (o->context + o->cluster - 1) / o->cluster;
+	l->nsel = (uint64_t)llround(o->select * (double)l->nclusters);
+	l->store = 2 * l->row * o->context + l->nclusters * sizeof(struct npnm_cluster);
+	l->store = (l->store + 4095) & ~4095ull;
+	l->kv_bytes = l->store * o->items;
+	l->q_bytes = o->items * o->group * o->head_dim * 4;
+	l->sel_base = l->q_bytes;
+	/* One selection per item per command, warm-up included. */
+	l->in_bytes = l->sel_base + (o->iters + 1) * o->items * l->nsel * 4;
+	l->items_bytes = (o->iters + 1) * o->items * sizeof(struct npnm_attn_item);
+	l->out_bytes = o->items * (o->group * o->head_dim * 4 + o->group * 4);
+}
+
+/* Fill the stores: random bf16 in +-[0.5, 2), tables of equal clusters. */
+static void fill_kv(uint8_t *kv, const struct attn_opts *o, const struct layout *l)
+{
+	uint64_t s = 0x2545f4914f6cdd1dull;
+
+	for (uint64_t it = 0; it < o->items; it++) {
+		uint8_t *base = kv + it * l->store;
+		uint64_t *w = (uint64_t *)base;
+		struct npnm_cluster *t = (struct npnm_cluster *)(base + 2 * l->row * o->context);
+
+		for (uint64_t i = 0; i < 2 * l->row * o->context / 8; i++)
+			w[i] = (xorshift(&s) & 0x807f807f807f807full) | 0x3f003f003f003f00ull;
+		for (uint64_t c = 0; c < l->nclusters; c++) {
+			uint64_t first = c * o->cluster;
+
+			t[c] = (struct npnm_cluster){ (uint32_t)first,
+				(uint32_t)(first + o->cluster > o->context ? o->context - first : o->cluster) };
+		}
+	}
+}
+
+/* Items and random distinct selections for command @k. */
+static void fill_in(uint8_t *in, uint8_t *items, uint64_t k, const struct attn_opts *o,
+		    const struct layout *l, uint32_t *perm)
+{
+	uint64_t s = 0x9e3779b97f4a7c15ull ^ (k * 0x100000001b3ull) ^ 1;
+
+	for (uint64_t it = 0; it < o->items; it++) {
+		uint64_t sel_off = l->sel_base + (k * o->items + it) * l->nsel * 4;
+		uint32_t *sel = (uint32_t *)(in + sel_off);
+
+		for (uint64_t c = 0; c < l->nclusters; c++)
+			perm[c] = (uint32_t)c;
+		for (uint64_t i = 0; i < l->nsel; i++) {
+			uint64_t j = i + xorshift(&s) % (l->nclusters - i);
+			uint32_t t = perm[i];
+
+			perm[i] = perm[j];
+			perm[j] = t;
+			sel[i] = perm[i];
+		}
+		((struct npnm_attn_item *)items)[k * o->items + it] = (struct npnm_attn_item){
+			.k_off = it * l->store,
+			.v_off = it * l->store + l->row * o->context,
+			.table_off = it * l->store + 2 * l->row * o->context,
+			.q_off = it * o->group * o->head_dim * 4,
+			.sel_off = sel_off,
+			.o_off = it * (o->group * o->head_dim * 4 + o->group * 4),
+			.lse_off = it * (o->group * o->head_dim * 4 + o->group * 4) +
+				   o->group * o->head_dim * 4,
+			.nr_tokens = (uint32_t)o->context,
+			.nr_clusters = (uint32_t)l->nclusters,
+			.nr_sel = (uint32_t)l->nsel,
+		};
+	}
+}
+
+/* Item 0 of the warm-up command against the numeric core's reference. */
+static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *out,
+			  const struct attn_opts *o, const struct layout *l)
+{
+	struct nelssa_attn_geom g = { (uint32_t)o->head_dim, (uint32_t)o->group, NELSSA_KV_BF16,
+				      1.0f / sqrtf((float)o->head_dim) };
+	float *ro = calloc(o->group * o->head_dim, sizeof(float)), rl[16];
+	const float *got = (const float *)out;
+	double err = -1.0;
+
+	if (ro && !nelssa_attn_clusters(&g, (const float *)in, kv, kv + l->row * o->context,
+					(uint32_t)o->context,
+					(const struct nelssa_cluster *)(kv + 2 * l->row * o->context),
+					(uint32_t)l->nclusters, (const uint32_t *)(in + l->sel_base),
+					(uint32_t)l->nsel, ro, rl)) {
+		err = 0.0;
+		for (uint64_t i = 0; i < o->group * o->head_dim; i++)
+			err = fmax(err, fabs((double)got[i] - ro[i]));
+	}
+	free(ro);
+	return err;
+}
+
+int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
+{
+	struct attn_opts o;
+	struct layout l;
+	struct npnm_info info;
+	struct nelssa_pnm *p;
+	uint32_t h_kv = 0, h_in = 0, h_items = 0, h_out = 0, *perm = NULL;
+	uint8_t *kv = NULL, *in = NULL, *items = NULL, *out = NULL;
+	double total = 0.0, best = 0.0, err = -1.0, baseline, gbps;
+	char name[256], opts[96];
+	int ret = parse(&o, argc, argv), rc = EXIT_DEVICE;
+	uint64_t bytes_per_cmd;
+
+	if (ret)
+		return ret > 0 ? EXIT_OK : EXIT_USAGE;
+	plan(&o, &l);
+	snprintf(opts, sizeof(opts), "cores=%llu,mem=%lluM", (unsigned long long)o.threads,
+		 (unsigned long long)((l.kv_bytes + l.in_bytes + l.items_bytes + l.out_bytes) / (1 << 20) + 64));
+	ctl_sim_name(name, sizeof(name), dev, opts);
+	p = ctl_open(name);
+	if (!p)
+		return EXIT_DEVICE;
+	nelssa_pnm_info(p, &info);
+	if (!ctl->json)
+		fprintf(stderr, "preparing %llu KV stores of %llu tokens (%.2f GiB) on %s...\n",
+			(unsigned long long)o.items, (unsigned long long)o.context,
+			(double)l.kv_bytes / (1 << 30), name);
+	if (nelssa_pnm_mem_alloc(p, l.kv_bytes, &h_kv, NULL) ||
+	    nelssa_pnm_mem_alloc(p, l.in_bytes, &h_in, NULL) ||
+	    nelssa_pnm_mem_alloc(p, l.items_bytes, &h_items, NULL) ||
+	    nelssa_pnm_mem_alloc(p, l.out_bytes, &h_out, NULL)) {
+		fprintf(stderr, "nelssactl: %s: %s\n", name, nelssa_pnm_strerror());
+		goto out;
+	}
+	kv = nelssa_pnm_mem_map(p, h_kv, NULL);
+	in = nelssa_pnm_mem_map(p, h_in, NULL);
+	items = nelssa_pnm_mem_map(p, h_items, NULL);
+	out = nelssa_pnm_mem_map(p, h_out, NULL);
+	perm = malloc(l.nclusters * sizeof(*perm));
+	if (!kv || !in || !items || !out || !perm) {
+		fprintf(stderr, "nelssactl: cannot map device memory\n");
+		goto out;
+	}
+	fill_kv(kv, &o, &l);
+	for (uint64_t i = 0; i < l.q_bytes / 4; i++)
+		((float *)in)[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+	for (uint64_t k = 0; k <= o.iters; k++)
+		fill_in(in, items, k, &o, &l, perm);
+	bytes_per_cmd = o.items * l.nsel * o.cluster * 2 * l.row;	/* K and V of every token */
+
+	for (uint64_t k = 0; k <= o.iters; k++) {
+		struct npnm_completion comp;
+		struct npnm_cmd c;
+		double t0, dt;
+
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_SPARSE_ATTN;
+		c.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ h_items, 0,
+			k * o.items * sizeof(struct npnm_attn_item), o.items * sizeof(struct npnm_attn_item) };
+		c.op[NPNM_ATTN_KV] = (struct npnm_operand){ h_kv, 0, 0, l.kv_bytes };
+		c.op[NPNM_ATTN_IN] = (struct npnm_operand){ h_in, 0, 0, l.in_bytes };
+		c.op[NPNM_ATTN_OUT] = (struct npnm_operand){ h_out, 0, 0, l.out_bytes };
+		c.p.attn = (struct npnm_sparse_attn_params){
+			.nr_items = (uint32_t)o.items, .head_dim = (uint16_t)o.head_dim,
+			.group = (uint8_t)o.group, .kv_dtype = NPNM_DTYPE_BF16,
+		};
+		t0 = ctl_now();
+		ret = nelssa_pnm_exec(p, &c, &comp);
+		dt = ctl_now() - t0;
+		if (ret) {
+			fprintf(stderr, "nelssactl: SPARSE_ATTN failed: %s\n", nelssa_pnm_strerror());
+			rc = EXIT_FAIL;
+			goto out;
+		}
+		if (k == 0) {
+			err = check_item0(kv, in, out, &o, &l);	/* the warm-up is checked, not timed */
+			continue;
+		}
+		total += dt;
+		if ((double)bytes_per_cmd / dt / 1e9 > best)
+			best = (double)bytes_per_cmd / dt / 1e9;
+	}
+	gbps = (double)bytes_per_cmd * (double)o.iters / total / 1e9;
+	/* A buffer as large as the stores (at most 2 GiB): DRAM, not cache. */
+	baseline = ctl_read_baseline(l.kv_bytes < (2ull << 30) ? l.kv_bytes : (2ull << 30),
+				     (unsigned int)info.nr_cores, 3);
+	if (ctl->json) {
+		json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "device", json_object_new_string(name));
+		json_object_object_add(j, "kv_bytes", json_object_new_uint64(bytes_per_cmd * o.iters));
+		json_object_object_add(j, "seconds", json_object_new_double(total));
+		json_object_object_add(j, "effective_gbps", json_object_new_double(gbps));
+		json_object_object_add(j, "best_gbps", json_object_new_double(best));
+		json_object_object_add(j, "read_baseline_gbps", json_object_new_double(baseline));
+		json_object_object_add(j, "ratio", json_object_new_double(gbps / baseline));
+		json_object_object_add(j, "threads", json_object_new_int64(info.nr_cores));
+		json_object_object_add(j, "context", json_object_new_uint64(o.context));
+		json_object_object_add(j, "items", json_object_new_uint64(o.items));
+		json_object_object_add(j, "head_dim", json_object_new_uint64(o.head_dim));
+		json_object_object_add(j, "group", json_object_new_uint64(o.group));
+		json_object_object_add(j, "cluster_tokens", json_object_new_uint64(o.cluster));
+		json_object_object_add(j, "selected_clusters", json_object_new_uint64(l.nsel));
+		json_object_object_add(j, "iters", json_object_new_uint64(o.iters));
+		json_object_object_add(j, "store_bytes", json_object_new_uint64(l.kv_bytes));
+		json_object_object_add(j, "max_abs_err_vs_reference", json_object_new_double(err));
+		ctl_print_json(j);
+	} else {
+		printf("SPARSE_ATTN  %llu items x %llu tokens, d=%llu, group %llu, %llu of %llu clusters "
+		       "of %llu tokens, %u threads\n",
+		       (unsigned long long)o.items, (unsigned long long)o.context,
+		       (unsigned long long)o.head_dim, (unsigned long long)o.group,
+		       (unsigned long long)l.nsel, (unsigned long long)l.nclusters,
+		       (unsigned long long)o.cluster, info.nr_cores);
+		printf("  KV read         %.1f MiB per command, %llu commands in %.3f s\n",
+		       (double)bytes_per_cmd / (1 << 20), (unsigned long long)o.iters, total);
+		printf("  effective       %.2f GB/s (best command %.2f GB/s)\n", gbps, best);
+		printf("  read baseline   %.2f GB/s (streaming read, %u threads, same run)\n", baseline,
+		       info.nr_cores);
+		printf("  ratio           %.3f\n", gbps / baseline);
+		printf("  check           max |o - reference| = %.3g on the warm-up command\n", err);
+	}
+	rc = err >= 0.0 && err < 1e-3 ? EXIT_OK : EXIT_FAIL;
+	if (rc)
+		fprintf(stderr, "nelssactl: SPARSE_ATTN output differs from the reference (%.3g)\n", err);
+out:
+	free(perm);
+	nelssa_pnm_close(p);
+	return rc;
+}

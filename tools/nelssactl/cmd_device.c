@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: MIT
+/* nelssactl list, info and selftest. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <glob.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nelssactl.h"
+
+/*
+ * Common option handling: --json and --help anywhere after the command;
+ * returns the index of the first operand, -1 after --help, -2 on error.
+ */
+static int parse_common(struct ctl *ctl, int argc, char **argv, const char *help,
+			const struct option *extra, int (*on_opt)(int c, const char *arg, void *),
+			void *priv)
+{
+	struct option opts[8] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+	};
+	int n = 2, c;
+
+	for (; extra && extra[n - 2].name; n++)
+		opts[n] = extra[n - 2];
+	opts[n] = (struct option){ 0 };
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'j') {
+			ctl->json = true;
+		} else if (c == 'h') {
+			fputs(help, stdout);
+			return -1;
+		} else if (c == '?' || !on_opt || on_opt(c, optarg, priv)) {
+			ctl_usage_error(ctl, argv[0], "bad option '%s'", argv[optind - 1]);
+			return -2;
+		}
+	}
+	return optind;
+}
+
+static json_object *info_json(struct nelssa_pnm *p, const struct npnm_info *in)
+{
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "name", json_object_new_string(nelssa_pnm_name(p)));
+	json_object_object_add(o, "backend", json_object_new_string(nelssa_pnm_backend(p)));
+	json_object_object_add(o, "abi_version", json_object_new_int(in->abi_version));
+	json_object_object_add(o, "fw_version", json_object_new_int64(in->fw_version));
+	json_object_object_add(o, "caps", json_object_new_uint64(in->caps));
+	json_object_object_add(o, "opcodes", json_object_new_uint64(in->opcodes));
+	json_object_object_add(o, "mem_size", json_object_new_uint64(in->mem_size));
+	json_object_object_add(o, "mem_align", json_object_new_uint64(in->mem_align));
+	json_object_object_add(o, "nr_cores", json_object_new_int64(in->nr_cores));
+	json_object_object_add(o, "max_batch", json_object_new_int64(in->max_batch));
+	json_object_object_add(o, "max_inflight", json_object_new_int64(in->max_inflight));
+	json_object_object_add(o, "kv_dtypes", json_object_new_int64(in->kv_dtypes));
+	json_object_object_add(o, "max_head_dim", json_object_new_int(in->max_head_dim));
+	json_object_object_add(o, "max_group", json_object_new_int(in->max_group));
+	return o;
+}
+
+static void info_text(struct nelssa_pnm *p, const struct npnm_info *in)
+{
+	static const char *const ops[] = { "nop", "fill", "copy", "kv_write", "sparse_attn",
+					   "selftest" };
+	static const char *const caps[] = { "uring_cmd", "cqe32_status", "mmap", "compute",
+					    "kv_scatter" };
+	char size[32];
+
+	printf("%s (backend %s)\n", nelssa_pnm_name(p), nelssa_pnm_backend(p));
+	printf("  abi version   %u\n", in->abi_version);
+	printf("  firmware      %u.%u\n", in->fw_version >> 16, in->fw_version & 0xffff);
+	printf("  memory        %s (alignment %llu)\n", ctl_size(in->mem_size, size, sizeof(size)),
+	       (unsigned long long)in->mem_align);
+	printf("  cores         %u\n", in->nr_cores);
+	printf("  opcodes      ");
+	for (unsigned int i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (in->opcodes & (1ull << i))
+			printf(" %s", ops[i]);
+	printf("\n  capabilities ");
+	for (unsigned int i = 0; i < sizeof(caps) / sizeof(caps[0]); i++)
+		if (in->caps & (1ull << i))
+			printf(" %s", caps[i]);
+	printf("\n  kv types     %s%s\n", in->kv_dtypes & (1u << NPNM_DTYPE_BF16) ? " bf16" : "",
+	       in->kv_dtypes & (1u << NPNM_DTYPE_FP16) ? " fp16" : "");
+	printf("  limits        batch %u, in flight %u, head dim %u, group %u\n", in->max_batch,
+	       in->max_inflight, in->max_head_dim, in->max_group);
+}
+
+int cmd_list(struct ctl *ctl, int argc, char **argv)
+{
+	static const char help[] =
+		"usage: nelssactl list [--json]\n"
+		"List PNM devices: /dev/nelssa_pnm* of the kernel driver, and the embedded\n"
+		"sim backend every program linking libnelssa can open as sim:N.\n";
+	json_object *devs = json_object_new_array(), *root;
+	glob_t g = { 0 };
+	int idx = parse_common(ctl, argc, argv, help, NULL, NULL, NULL);
+
+	if (idx < 0) {
+		json_object_put(devs);
+		return idx == -1 ? EXIT_OK : EXIT_USAGE;
+	}
+	if (idx < argc) {
+		json_object_put(devs);
+		ctl_usage_error(ctl, "list", "unexpected argument '%s'", argv[idx]);
+		return EXIT_USAGE;
+	}
+	glob("/dev/nelssa_pnm[0-9]*", 0, NULL, &g);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		struct nelssa_pnm *p = NULL;
+		struct npnm_info in;
+		json_object *d;
+
+		if (nelssa_pnm_open(g.gl_pathv[i], &p) || nelssa_pnm_info(p, &in)) {
+			d = json_object_new_object();
+			json_object_object_add(d, "name", json_object_new_string(g.gl_pathv[i]));
+			json_object_object_add(d, "error", json_object_new_string(nelssa_pnm_strerror()));
+		} else {
+			d = info_json(p, &in);
+		}
+		nelssa_pnm_close(p);
+		json_object_array_add(devs, d);
+	}
+	globfree(&g);
+	if (ctl->json) {
+		root = json_object_new_object();
+		json_object_object_add(root, "devices", devs);
+		json_object_object_add(root, "embedded", json_object_new_string("sim:N"));
+		ctl_print_json(root);
+		return EXIT_OK;
+	}
+	if (!json_object_array_length(devs))
+		printf("no /dev/nelssa_pnm* devices (is the nelssa_pnm module loaded?)\n");
+	for (size_t i = 0; i < json_object_array_length(devs); i++) {
+		json_object *d = json_object_array_get_idx(devs, i), *v;
+
+		if (json_object_object_get_ex(d, "error", &v))
+			printf("%-20s unusable: %s\n",
+			       json_object_get_string(json_object_object_get(d, "name")),
+			       json_object_get_string(v));
+		else
+			printf("%-20s %s, %llu bytes, %d cores\n",
+			       json_object_get_string(json_object_object_get(d, "name")),
+			       json_object_get_string(json_object_object_get(d, "backend")),
+			       (unsigned long long)json_object_get_uint64(
+				       json_object_object_get(d, "mem_size")),
+			       json_object_get_int(json_object_object_get(d, "nr_cores")));
+	}
+	printf("embedded: sim:N (emulated in-process; see 'nelssactl info sim:0')\n");
+	json_object_put(devs);
+	return EXIT_OK;
+}
+
+int cmd_info(struct ctl *ctl, int argc, char **argv)
+{
+	static const char help[] =
+		"usage: nelssactl info DEV [--json]\n"
+		"Show the ABI version, firmware version, memory, cores, opcodes, capabilities\n"
+		"and limits of DEV (/dev/nelssa_pnmN or sim:N[,options]).\n";
+	struct nelssa_pnm *p;
+	struct npnm_info in;
+	int idx = parse_common(ctl, argc, argv, help, NULL, NULL, NULL);
+
+	if (idx < 0)
+		return idx == -1 ? EXIT_OK : EXIT_USAGE;
+	if (argc - idx != 1) {
+		ctl_usage_error(ctl, "info", "expected exactly one DEV");
+		return EXIT_USAGE;
+	}
+	p = ctl_open(argv[idx]);
+	if (!p)
+		return EXIT_DEVICE;
+	if (nelssa_pnm_info(p, &in)) {
+		fprintf(stderr, "nelssactl: %s: %s\n", argv[idx], nelssa_pnm_strerror());
+		nelssa_pnm_close(p);
+		return EXIT_DEVICE;
+	}
+	if (ctl->json)
+		ctl_print_json(info_json(p, &in));
+	else
+		info_text(p, &in);
+	nelssa_pnm_close(p);
+	return EXIT_OK;
+}
+
+static int selftest_opt(int c, const char *arg, void *priv)
+{
+	uint64_t v;
+
+	if (c != 'm' || ctl_parse_uint(arg, 0, 0xffffffff, &v))
+		return -1;
+	*(uint32_t *)priv = (uint32_t)v;
+	return 0;
+}
+
+int cmd_selftest(struct ctl *ctl, int argc, char **argv)
+{
+	static const char help[] =
+		"usage: nelssactl selftest DEV [--mask M] [--json]\n"
+		"Run the firmware's built-in checks on DEV: 0x1 FILL/COPY, 0x2 KV_WRITE,\n"
+		"0x4 SPARSE_ATTN on every ISA (bf16), 0x8 SPARSE_ATTN on fp16 KV,\n"
+		"0x10 descriptor validation.  --mask selects tests (default: all).\n"
+		"Exit status 1 when a test fails.\n";
+	static const char *const names[] = { "memops", "kv_write", "attn", "attn_fp16", "validate" };
+	static const struct option extra[] = { { "mask", required_argument, NULL, 'm' }, { 0 } };
+	struct npnm_completion comp;
+	struct nelssa_pnm *p;
+	struct npnm_cmd c;
+	uint32_t mask = 0, run;
+	int idx = parse_common(ctl, argc, argv, help, extra, selftest_opt, &mask), ret;
+
+	if (idx < 0)
+		return idx == -1 ? EXIT_OK : EXIT_USAGE;
+	if (argc - idx != 1) {
+		ctl_usage_error(ctl, "selftest", "expected exactly one DEV");
+		return EXIT_USAGE;
+	}
+	if (mask & ~0x1fu) {
+		ctl_usage_error(ctl, "selftest", "--mask 0x%x: only bits 0x1f exist", mask);
+		return EXIT_USAGE;
+	}
+	p = ctl_open(argv[idx]);
+	if (!p)
+		return EXIT_DEVICE;
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_SELFTEST;
+	c.p.selftest.mask = mask;
+	ret = nelssa_pnm_exec(p, &c, &comp);
+	nelssa_pnm_close(p);
+	if (ret && comp.status != NPNM_ST_SELFTEST_FAIL) {
+		fprintf(stderr, "nelssactl: %s: selftest could not run: %s\n", argv[idx],
+			nelssa_pnm_strerror());
+		return EXIT_DEVICE;
+	}
+	run = mask ? mask : 0x1f;
+	if (ctl->json) {
+		json_object *o = json_object_new_object(), *tests = json_object_new_object();
+
+		for (unsigned int i = 0; i < 5; i++)
+			if (run & (1u << i))
+				json_object_object_add(tests, names[i], json_object_new_string(
+						       comp.detail & (1u << i) ? "fail" : "pass"));
+		json_object_object_add(o, "device", json_object_new_string(argv[idx]));
+		json_object_object_add(o, "passed", json_object_new_boolean(!comp.detail));
+		json_object_object_add(o, "failed_mask", json_object_new_int64(comp.detail));
+		json_object_object_add(o, "tests", tests);
+		json_object_object_add(o, "device_ns", json_object_new_uint64(comp.device_ns));
+		ctl_print_json(o);
+	} else {
+		for (unsigned int i = 0; i < 5; i++)
+			if (run & (1u << i))
+				printf("%-10s %s\n", names[i], comp.detail & (1u << i) ? "FAIL" : "pass");
+		printf("selftest %s on %s (%.1f ms)\n", comp.detail ? "FAILED" : "passed", argv[idx],
+		       (double)comp.device_ns / 1e6);
+	}
+	return comp.detail ? EXIT_FAIL : EXIT_OK;
+}
+
+int cmd_bench(struct ctl *ctl, int argc, char **argv)
+{
+	static const char help[] =
+		"usage: nelssactl bench DEV bw|attn|latency [OPTIONS] [--json]\n"
+		"  bw       device FILL/COPY and bulk write/read bandwidth vs host memcpy\n"
+		"  attn     SPARSE_ATTN effective KV bandwidth vs this machine's streaming read\n"
+		"  latency  submit->complete latency percentiles of NOP and small commands\n"
+		"Each accepts --help for its options.  On sim:N without options the\n"
+		"benchmark sizes the device itself (cores from --threads).\n";
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			ctl->json = true;
+			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i - 1) * sizeof(*argv));
+			argc--;
+			i--;
+		}
+	}
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		fputs(help, stdout);
+		return EXIT_OK;
+	}
+	if (argc < 3) {
+		ctl_usage_error(ctl, "bench", "expected DEV and one of bw, attn, latency");
+		return EXIT_USAGE;
+	}
+	if (!strcmp(argv[2], "attn"))
+		return bench_attn(ctl, argv[1], argc - 2, argv + 2);
+	if (!strcmp(argv[2], "bw"))
+		return bench_bw(ctl, argv[1], argc - 2, argv + 2);
+	if (!strcmp(argv[2], "latency"))
+		return bench_latency(ctl, argv[1], argc - 2, argv + 2);
+	ctl_usage_error(ctl, "bench", "unknown benchmark '%s' (bw, attn, latency)", argv[2]);
+	return EXIT_USAGE;
+}

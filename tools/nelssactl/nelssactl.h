@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/* nelssactl: shared declarations of the subcommands and their helpers. */
+#ifndef NELSSACTL_H
+#define NELSSACTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#include <nelssa/pnm.h>
+
+/* Exit codes, documented in Documentation/tools/nelssactl.rst. */
+enum {
+	EXIT_OK = 0,
+	EXIT_FAIL = 1,		/* the operation ran and failed (selftest, bench) */
+	EXIT_USAGE = 2,		/* bad command line */
+	EXIT_DEVICE = 3,	/* the device cannot be opened or used */
+};
+
+struct ctl {
+	bool json;
+	const char *prog;
+};
+
+int cmd_list(struct ctl *ctl, int argc, char **argv);
+int cmd_info(struct ctl *ctl, int argc, char **argv);
+int cmd_selftest(struct ctl *ctl, int argc, char **argv);
+int cmd_bench(struct ctl *ctl, int argc, char **argv);
+
+int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv);
+int bench_bw(struct ctl *ctl, const char *dev, int argc, char **argv);
+int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv);
+
+/* Open @name, printing a clear error; NULL on failure. */
+struct nelssa_pnm *ctl_open(const char *name);
+/* "sim:N" without options gets @opts appended; other names pass through. */
+void ctl_sim_name(char *buf, size_t len, const char *dev, const char *opts);
+
+/* Print @obj (and free it): pretty JSON, or nothing when !json. */
+void ctl_print_json(struct json_object *obj);
+
+int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int ctl_parse_double(const char *s, double min, double max, double *out);
+void ctl_usage_error(const struct ctl *ctl, const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+double ctl_now(void);
+/* Human-readable size: "1.00 GiB". */
+const char *ctl_size(uint64_t bytes, char *buf, size_t len);
+
+/*
+ * Single-pass streaming read of @bytes with @threads threads, best of
+ * @passes: the memory bandwidth a kernel that reads every byte once could
+ * reach on this machine.  Returns GB/s (1e9 bytes per second).
+ */
+double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes);
+
+#endif /* NELSSACTL_H */
