@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,13 @@
 
 #define IN_SPAN (1ull << 22)
 #define OUT_SPAN (1ull << 20)
+
+/* A test asked for more than its fixture memory holds: a bug in the test. */
+static void too_small(const char *what)
+{
+	fprintf(stderr, "fwfixture: device memory too small for the %s\n", what);
+	abort();
+}
 
 void fx_init(struct fx *f, uint64_t mem_bytes, uint32_t d, uint32_t g, uint8_t dtype)
 {
@@ -62,7 +70,7 @@ void fx_add_item(struct fx *f, struct tu_rng *rng, uint32_t n_tokens, uint32_t m
 	}
 	f->kv_used = (it->table + it->n_clusters * sizeof(*table) + 63) & ~63ull;
 	if (FX_KV_OFF + f->kv_used > in_off(f))
-		abort();
+		too_small("KV stores");
 	tu_fill_kv(rng, (uint16_t *)(kv + it->k), (size_t)n_tokens * f->d, 2.0, dt);
 	tu_fill_kv(rng, (uint16_t *)(kv + it->v), (size_t)n_tokens * f->d, 1.0, dt);
 
@@ -85,13 +93,13 @@ void fx_add_item(struct fx *f, struct tu_rng *rng, uint32_t n_tokens, uint32_t m
 	free(ids);
 	f->in_used = (it->sel + it->n_sel * 4ull + 63) & ~63ull;
 	if (f->in_used > IN_SPAN)
-		abort();
+		too_small("queries and selections");
 
 	it->o = f->out_used;
 	it->lse = it->o + (uint64_t)f->g * f->d * 4;
 	f->out_used = (it->lse + f->g * 4ull + 63) & ~63ull;
 	if (f->out_used > OUT_SPAN)
-		abort();
+		too_small("outputs");
 }
 
 void fx_finish(struct fx *f)
