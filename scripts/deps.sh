@@ -15,8 +15,9 @@ arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 
 pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev python3"
 # ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
-# checkpatch and kernel-doc from Debian's linux-source).
-pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1"
+# checkpatch and kernel-doc from Debian's linux-source), docutils for the
+# documentation check and the man page.
+pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils"
 case "$arch" in
 amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib" ;;
 esac

@@ -8,6 +8,7 @@
 #   4. the README opens with the two commands
 #   5. every directory holding code has a README.md
 #   6. every source file starts with an SPDX line
+#   7. every page parses as reStructuredText without a warning
 #
 #   check-docs.sh SRCDIR
 set -u
@@ -29,7 +30,7 @@ check() { # name; reads missing items from $tmp
 	: >"$tmp"
 }
 
-echo "1..6"
+echo "1..7"
 
 page=Documentation/userspace-api/nelssa_pnm.rst
 for id in $(grep -oE '\b(struct npnm_[a-z0-9_]+|NPNM_(IOC|OP|ST|CAP|DTYPE|KV_F)_[A-Z0-9_]+)' \
@@ -78,3 +79,11 @@ for f in $files; do
 	head -n 3 "$f" | grep -q 'SPDX-License-Identifier:' || echo "$f" >>"$tmp"
 done
 check "every source file carries an SPDX line"
+
+n=$((n + 1))
+python3 scripts/rst-check $(find Documentation -name '*.rst' | sort) >"$tmp" 2>&1
+case $? in
+0) echo "ok $n - Documentation/ parses cleanly (docutils)" ;;
+77) echo "ok $n - Documentation/ parses cleanly # SKIP python3-docutils not installed" ;;
+*) sed 's/^/# /' "$tmp"; echo "not ok $n - Documentation/ parses cleanly (docutils)" ;;
+esac
