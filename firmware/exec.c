@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* Executing one validated descriptor, and the scratch and clock helpers. */
+#define _POSIX_C_SOURCE 200809L	/* clock_gettime */
 #include <stdlib.h>
 #include <time.h>
 

@@ -16,10 +16,12 @@ arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev python3"
 # ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
 # checkpatch and kernel-doc from Debian's linux-source), docutils for the
-# documentation check and the man page.
+# documentation check and the man page; on x86-64 clang/lld with the arm64
+# cross libc and qemu-user to test the NEON kernel (gcc-aarch64-linux-gnu
+# would conflict with gcc-multilib).
 pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils"
 case "$arch" in
-amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib" ;;
+amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
 esac
 
 want=""

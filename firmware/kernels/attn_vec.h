@@ -199,7 +199,7 @@ static inline float hsum(vf v)
 #define HI1 1, 3, 5, 7
 #endif
 
-#define FOLD(a, b, lo, hi) (__builtin_shuffle(a, b, (vi){ lo }) + __builtin_shuffle(a, b, (vi){ hi }))
+#define FOLD(a, b, lo, hi) (__builtin_shufflevector(a, b, lo) + __builtin_shufflevector(a, b, hi))
 
 static inline vf fold_all(vf *acc)
 {

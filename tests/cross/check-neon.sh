@@ -1,0 +1,41 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Cross-compiles the firmware, the numeric core and neon_check.c for
+# AArch64 and runs it under qemu-user, so the NEON kernel is tested on
+# x86-64 machines.  The compiler is clang with lld, on Debian's arm64 cross
+# libc and libgcc: Debian's gcc-aarch64-linux-gnu conflicts with
+# gcc-multilib, which the -m32 ABI test needs.  It also keeps the kernels
+# honest about building with a second compiler.  Skips, saying why, when
+# a piece is missing.
+#
+#   check-neon.sh SRCDIR OUTDIR
+set -u
+
+src=${1:?usage: check-neon.sh SRCDIR OUTDIR}
+out=${2:?usage: check-neon.sh SRCDIR OUTDIR}
+cc="clang --target=aarch64-linux-gnu"
+qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
+
+if ! command -v clang >/dev/null 2>&1 || ! command -v ld.lld >/dev/null 2>&1 ||
+	[ ! -d /usr/aarch64-linux-gnu/include ] || [ -z "$qemu" ]; then
+	echo "1..1"
+	echo "ok 1 - NEON kernel under qemu-user # SKIP needs clang, lld, libc6-dev-arm64-cross," \
+		"libgcc-12-dev-arm64-cross and qemu-user"
+	exit 0
+fi
+mkdir -p "$out"
+flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -I$src/uapi \
+-I$src/firmware/include -I$src/runtime/include"
+objs=""
+for f in "$src"/firmware/*.c "$src"/runtime/numeric/*.c "$src"/tests/unit/testutil.c \
+	"$src"/tests/unit/fwfixture.c "$src"/tests/cross/neon_check.c; do
+	o="$out/$(basename "$f" .c).o"
+	$cc $flags -c "$f" -o "$o" 2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
+	objs="$objs $o"
+done
+$cc $flags -ffp-contract=fast -c "$src/firmware/kernels/attn_neon.c" -o "$out/attn_neon.o" \
+	2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
+$cc -fuse-ld=lld -static -o "$out/neon_check" $objs "$out/attn_neon.o" -lm -lpthread 2>>"$out/build.log" ||
+	{ cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross link"; exit 1; }
+exec "$qemu" "$out/neon_check"
