@@ -13,8 +13,11 @@
  *  - online softmax: the tile maximum rescales the row's state once per
  *    tile, and the tile's weights come from one vector exp per VW tokens;
  *  - values: OBLK output vectors accumulate in registers across the tile.
- * Software prefetch of the next clusters was tried and measured no gain on
- * our development machines (Documentation/firmware.rst), so there is none.
+ * The K and V rows of the cluster PF_DIST selections ahead are prefetched
+ * into L2 while this one is computed: selected clusters sit at random
+ * places in a store far larger than the caches and the hardware
+ * prefetchers stop at page boundaries (Documentation/performance.rst has
+ * the measurements behind the distance and cache level).
  */
 #include <math.h>
 #include <string.h>
@@ -314,6 +317,23 @@ static void tile_update(float *o, float *logit, uint32_t n, const float *vt, uin
 	}
 }
 
+#define PF_DIST 2u
+
+static void prefetch_cluster(const struct nfw_attn_args *a, uint32_t s)
+{
+	struct npnm_cluster c;
+	const char *k, *v;
+
+	if (s >= a->nr_sel || nfw_attn_cluster(a, s, &c))
+		return;
+	k = (const char *)(a->k + (size_t)c.first * a->head_dim);
+	v = (const char *)(a->v + (size_t)c.first * a->head_dim);
+	for (size_t off = 0; off < (size_t)c.count * a->head_dim * 2; off += 64) {
+		__builtin_prefetch(k + off, 0, 1);	/* locality 1: into L2 */
+		__builtin_prefetch(v + off, 0, 1);
+	}
+}
+
 void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 {
 	const uint32_t d = a->head_dim, g = a->group;
@@ -333,9 +353,12 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 		m[r] = -INFINITY;
 		l[r] = 0.0f;
 	}
+	for (uint32_t s = 0; s < PF_DIST; s++)
+		prefetch_cluster(a, s);
 	for (uint32_t s = 0; s < a->nr_sel; s++) {
 		struct npnm_cluster c;
 
+		prefetch_cluster(a, s + PF_DIST);
 		if (nfw_attn_cluster(a, s, &c))
 			continue;
 		for (uint32_t base = 0; base < c.count; base += NFW_TILE) {
