@@ -20,15 +20,6 @@
 
 #include "fw_internal.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
-#else
-#define cpu_relax() ((void)0)
-#endif
-
 struct job;
 
 struct task {
@@ -97,7 +88,7 @@ static struct task *pop(struct nfw_runtime *rt)
 		t0 = nfw_now_ns();
 		while (!atomic_load_explicit(&rt->queued, memory_order_acquire) &&
 		       !atomic_load(&rt->stopping) && nfw_now_ns() - t0 < rt->cfg.spin_ns)
-			cpu_relax();
+			nfw_cpu_relax();
 	}
 	pthread_mutex_lock(&rt->lock);
 	while (!rt->first && !atomic_load(&rt->stopping))

@@ -23,15 +23,6 @@
 
 #include "sim.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
-#else
-#define cpu_relax() ((void)0)
-#endif
-
 struct sim_region {
 	uint32_t handle;
 	bool freed;		/* handle gone, still mapped */
@@ -516,7 +507,7 @@ static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 	if (min && spin && timeout_ns != 0)
 		while (atomic_load_explicit(&c->cq_ready, memory_order_acquire) < min &&
 		       now_ns() - start < spin)
-			cpu_relax();
+			nfw_cpu_relax();
 	if (deadline) {
 		ts.tv_sec = (time_t)(deadline / 1000000000ull);
 		ts.tv_nsec = (long)(deadline % 1000000000ull);

@@ -26,6 +26,16 @@
 extern "C" {
 #endif
 
+/* A spin-wait hint for threads polling the runtime or its completions. */
+static inline void nfw_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 /* Limits of this firmware, reported through struct npnm_info. */
 #define NFW_MAX_HEAD_DIM 256u
 #define NFW_MAX_GROUP 16u
