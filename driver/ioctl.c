@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * DOC: ioctls
+ *
+ * Every call copies exactly the structure its number encodes, rejects
+ * non-zero flags/pad/reserved fields with -EINVAL before acting, and
+ * answers an unknown number with -ENOTTY.  The numbers are also the
+ * io_uring cmd_op values.
+ */
+#include <linux/fs.h>
+#include <linux/ktime.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "npnm.h"
+
+static bool zeroed(const void *p, size_t n)
+{
+	return !memchr_inv(p, 0, n);
+}
+
+static int ioc_get_info(struct npnm_context *ctx, void __user *arg)
+{
+	struct npnm_device *ndev = ctx->ndev;
+	struct npnm_info info = {
+		.abi_version = NPNM_ABI_VERSION,
+		.caps = ndev->caps,
+		.opcodes = ndev->opcodes,
+		.mem_size = ndev->mem_size - PAGE_SIZE,
+		.mem_align = PAGE_SIZE,
+		.nr_cores = ndev->nr_cores,
+		.max_batch = NPNM_MAX_BATCH,
+		.max_inflight = NPNM_MAX_INFLIGHT,
+	};
+
+	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
+}
+
+static int ioc_mem_alloc(struct npnm_context *ctx, void __user *arg)
+{
+	struct npnm_mem_alloc ma;
+	int ret;
+
+	if (copy_from_user(&ma, arg, sizeof(ma)))
+		return -EFAULT;
+	if (ma.flags || !zeroed(ma.reserved, sizeof(ma.reserved)))
+		return -EINVAL;
+	ret = npnm_mem_alloc(ctx, &ma);
+	if (ret)
+		return ret;
+	if (copy_to_user(arg, &ma, sizeof(ma))) {
+		npnm_mem_free(ctx, ma.handle);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static int ioc_mem_free(struct npnm_context *ctx, void __user *arg)
+{
+	struct npnm_mem_free mf;
+
+	if (copy_from_user(&mf, arg, sizeof(mf)))
+		return -EFAULT;
+	if (mf.flags || mf.reserved)
+		return -EINVAL;
+	return npnm_mem_free(ctx, mf.handle);
+}
+
+static int ioc_submit(struct npnm_context *ctx, void __user *arg)
+{
+	struct npnm_cmd __user *ucmds;
+	struct npnm_submit s;
+	struct npnm_cmd c;
+	int ret = 0;
+	u32 i;
+
+	if (copy_from_user(&s, arg, sizeof(s)))
+		return -EFAULT;
+	if (s.flags || !zeroed(s.reserved, sizeof(s.reserved)) || !s.nr_cmds ||
+	    s.nr_cmds > NPNM_MAX_BATCH)
+		return -EINVAL;
+	ucmds = u64_to_user_ptr(s.cmds_ptr);
+	s.nr_submitted = 0;
+	s.error = 0;
+	for (i = 0; i < s.nr_cmds; i++) {
+		struct npnm_kcmd *kc;
+
+		if (copy_from_user(&c, &ucmds[i], sizeof(c))) {
+			ret = -EFAULT;
+			break;
+		}
+		ret = npnm_cmd_submit(ctx, &c, false, &kc);
+		if (ret)
+			break;
+		if (!i)
+			s.seqno = kc->comp.seqno;
+		s.nr_submitted++;
+	}
+	s.error = ret;
+	/* The counts are written even when a command was rejected. */
+	if (copy_to_user(arg, &s, sizeof(s)))
+		return -EFAULT;
+	return ret;
+}
+
+/* Move up to @max completions to @out; caller holds ctx->lock. */
+static u32 reap(struct npnm_context *ctx, struct npnm_kcmd **out, u32 max)
+{
+	u32 n = 0;
+
+	while (n < max && !list_empty(&ctx->cq)) {
+		out[n] = list_first_entry(&ctx->cq, struct npnm_kcmd, cq_node);
+		list_del_init(&out[n]->cq_node);
+		n++;
+	}
+	return n;
+}
+
+static bool cq_has(struct npnm_context *ctx, u32 min)
+{
+	struct list_head *pos;
+	u32 n = 0;
+
+	mutex_lock(&ctx->lock);
+	list_for_each(pos, &ctx->cq)
+		if (++n >= min)
+			break;
+	mutex_unlock(&ctx->lock);
+	return n >= min;
+}
+
+static int ioc_wait(struct npnm_context *ctx, void __user *arg)
+{
+	struct npnm_completion __user *ucomp;
+	struct npnm_kcmd **batch;
+	struct npnm_wait w;
+	u32 got = 0, n, i;
+	int ret = 0;
+
+	if (copy_from_user(&w, arg, sizeof(w)))
+		return -EFAULT;
+	if (w.flags || !zeroed(w.reserved, sizeof(w.reserved)) || !w.max_comps ||
+	    w.min_comps > w.max_comps)
+		return -EINVAL;
+	ucomp = u64_to_user_ptr(w.comps_ptr);
+
+	if (w.min_comps && w.timeout_ns) {
+		long left;
+
+		if (w.timeout_ns < 0) {
+			left = wait_event_interruptible(ctx->cq_wait, cq_has(ctx, w.min_comps));
+		} else {
+			s64 ns = w.timeout_ns - ktime_get_ns();
+
+			left = ns <= 0 ? 0 : wait_event_interruptible_timeout(ctx->cq_wait,
+					cq_has(ctx, w.min_comps), nsecs_to_jiffies(ns) + 1);
+		}
+		if (left == -ERESTARTSYS)
+			ret = -EINTR;
+	}
+
+	batch = kmalloc_array(min_t(u32, w.max_comps, 64), sizeof(*batch), GFP_KERNEL);
+	if (!batch)
+		return -ENOMEM;
+	while (got < w.max_comps) {
+		mutex_lock(&ctx->lock);
+		n = reap(ctx, batch, min_t(u32, w.max_comps - got, 64));
+		mutex_unlock(&ctx->lock);
+		if (!n)
+			break;
+		for (i = 0; i < n; i++) {
+			struct npnm_completion *c = &batch[i]->comp;
+
+			if (copy_to_user(&ucomp[got + i], c, sizeof(*c))) {
+				/* Put what was not delivered back, in order. */
+				mutex_lock(&ctx->lock);
+				while (n > i)
+					list_add(&batch[--n]->cq_node, &ctx->cq);
+				mutex_unlock(&ctx->lock);
+				kfree(batch);
+				w.nr_comps = got + i;
+				if (copy_to_user(arg, &w, sizeof(w)) || !w.nr_comps)
+					return -EFAULT;
+				return 0;
+			}
+		}
+		for (i = 0; i < n; i++)
+			npnm_kcmd_put(batch[i]);
+		got += n;
+	}
+	kfree(batch);
+	w.nr_comps = got;
+	if (copy_to_user(arg, &w, sizeof(w)))
+		return -EFAULT;
+	if (got)
+		return 0;
+	if (ret)
+		return ret;
+	return w.min_comps ? -ETIMEDOUT : 0;
+}
+
+static int ioc_exec(struct npnm_context *ctx, void __user *arg)
+{
+	struct npnm_kcmd *kc;
+	struct npnm_exec ex;
+	struct npnm_cmd c;
+	int ret;
+
+	if (copy_from_user(&ex, arg, sizeof(ex)))
+		return -EFAULT;
+	if (ex.flags || ex.status)
+		return -EINVAL;
+	if (copy_from_user(&c, u64_to_user_ptr(ex.cmd_ptr), sizeof(c)))
+		return -EFAULT;
+	ret = npnm_cmd_submit(ctx, &c, true, &kc);
+	if (ret)
+		return ret;
+	/* Killed: the command still completes; only the answer is lost. */
+	if (wait_for_completion_killable(&kc->sync_done)) {
+		npnm_kcmd_put(kc);
+		return -EINTR;
+	}
+	ex.status = kc->comp.status;
+	ret = kc->comp.result;
+	npnm_kcmd_put(kc);
+	if (copy_to_user(arg, &ex, sizeof(ex)))
+		return -EFAULT;
+	return ret;
+}
+
+long npnm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
+{
+	struct npnm_context *ctx = filp->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case NPNM_IOC_GET_INFO:
+		return ioc_get_info(ctx, uarg);
+	case NPNM_IOC_MEM_ALLOC:
+		return ioc_mem_alloc(ctx, uarg);
+	case NPNM_IOC_MEM_FREE:
+		return ioc_mem_free(ctx, uarg);
+	case NPNM_IOC_SUBMIT:
+		return ioc_submit(ctx, uarg);
+	case NPNM_IOC_WAIT:
+		return ioc_wait(ctx, uarg);
+	case NPNM_IOC_EXEC:
+		return ioc_exec(ctx, uarg);
+	default:
+		return -ENOTTY;
+	}
+}

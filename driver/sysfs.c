@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * DOC: sysfs
+ *
+ * One value per file under /sys/class/misc/nelssa_pnm<N>/, documented in
+ * Documentation/ABI/testing/sysfs-driver-nelssa_pnm.  Writing "reset" to
+ * state brings a failed device back (refused with -EBUSY while commands
+ * are in flight).
+ */
+#include <linux/device.h>
+#include <linux/sysfs.h>
+
+#include "npnm.h"
+
+static struct npnm_device *to_ndev(struct device *dev)
+{
+	struct miscdevice *misc = dev_get_drvdata(dev);
+
+	return container_of(misc, struct npnm_device, misc);
+}
+
+static ssize_t mem_total_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", to_ndev(dev)->mem_size - PAGE_SIZE);
+}
+static DEVICE_ATTR_RO(mem_total);
+
+static ssize_t mem_used_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct npnm_device *ndev = to_ndev(dev);
+
+	return sysfs_emit(buf, "%zu\n", gen_pool_size(ndev->pool) - gen_pool_avail(ndev->pool));
+}
+static DEVICE_ATTR_RO(mem_used);
+
+static ssize_t nr_cores_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", to_ndev(dev)->nr_cores);
+}
+static DEVICE_ATTR_RO(nr_cores);
+
+static ssize_t backend_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%s\n", to_ndev(dev)->ops->name);
+}
+static DEVICE_ATTR_RO(backend);
+
+static ssize_t fw_version_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "none\n");	/* the mock runs no firmware */
+}
+static DEVICE_ATTR_RO(fw_version);
+
+static ssize_t state_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%s\n",
+			  READ_ONCE(to_ndev(dev)->state) == NPNM_STATE_LIVE ? "live" : "failed");
+}
+
+static ssize_t state_store(struct device *dev, struct device_attribute *attr, const char *buf,
+			   size_t count)
+{
+	int ret;
+
+	if (!sysfs_streq(buf, "reset"))
+		return -EINVAL;
+	ret = npnm_device_reset(to_ndev(dev));
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_RW(state);
+
+static ssize_t stat_emit(atomic64_t *v, char *buf)
+{
+	return sysfs_emit(buf, "%lld\n", atomic64_read(v));
+}
+
+static ssize_t submitted_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return stat_emit(&to_ndev(dev)->submitted, buf);
+}
+static DEVICE_ATTR_RO(submitted);
+
+static ssize_t completed_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return stat_emit(&to_ndev(dev)->completed, buf);
+}
+static DEVICE_ATTR_RO(completed);
+
+static ssize_t failed_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return stat_emit(&to_ndev(dev)->failed, buf);
+}
+static DEVICE_ATTR_RO(failed);
+
+static ssize_t timeouts_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return stat_emit(&to_ndev(dev)->timeouts, buf);
+}
+static DEVICE_ATTR_RO(timeouts);
+
+static struct attribute *npnm_attrs[] = {
+	&dev_attr_mem_total.attr,
+	&dev_attr_mem_used.attr,
+	&dev_attr_nr_cores.attr,
+	&dev_attr_backend.attr,
+	&dev_attr_fw_version.attr,
+	&dev_attr_state.attr,
+	NULL,
+};
+
+static const struct attribute_group npnm_group = {
+	.attrs = npnm_attrs,
+};
+
+static struct attribute *npnm_stat_attrs[] = {
+	&dev_attr_submitted.attr,
+	&dev_attr_completed.attr,
+	&dev_attr_failed.attr,
+	&dev_attr_timeouts.attr,
+	NULL,
+};
+
+static const struct attribute_group npnm_stat_group = {
+	.name = "stats",
+	.attrs = npnm_stat_attrs,
+};
+
+const struct attribute_group *npnm_groups[] = {
+	&npnm_group,
+	&npnm_stat_group,
+	NULL,
+};
