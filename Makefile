@@ -6,7 +6,7 @@
 #   make            everything: userspace (build/) and the kernel tree
 #   make test       every test tier this machine can run (sanitizer build)
 #   make demo       the main job on the embedded default devices
-#   make kselftest  driver tests in a QEMU guest
+#   make kselftest  driver kselftests in a QEMU guest (Debian's kernel, TCG)
 #   make bench      benchmarks
 #   make check      kernel style checks (checkpatch, sparse, kernel-doc)
 #   make clean
@@ -54,8 +54,11 @@ demo: userspace
 	@echo "make demo: not yet available -- the daemon (nelssad) and the client land"
 	@echo "with issue 7; today this tree has the uapi and the numeric core (make test)."
 
+# The driver's kselftests in a QEMU guest (also part of make test).
 kselftest:
-	@echo "make kselftest: not yet available -- arrives with the driver (issue 4)."
+	@scripts/deps.sh build test
+	@mkdir -p $(SANBUILD)
+	@sh tests/qemu/rig.sh $(CURDIR) $(CURDIR)/$(SANBUILD)/tests/qemu
 
 bench:
 	@echo "make bench: not yet available -- the first benchmarks arrive with the firmware (issue 3)."

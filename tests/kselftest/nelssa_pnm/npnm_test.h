@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Helpers shared by the nelssa_pnm kselftests. */
+#ifndef NPNM_TEST_H
+#define NPNM_TEST_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <linux/nelssa_pnm.h>
+
+#define NPNM_DEV "/dev/nelssa_pnm0"
+
+/* ioctl() returning -errno, so ASSERT_EQ(-EINVAL, ...) reads naturally. */
+static inline int npnm_ioctl(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) < 0 ? -errno : 0;
+}
+
+static inline int npnm_alloc(int fd, __u64 size, struct npnm_mem_alloc *ma)
+{
+	memset(ma, 0, sizeof(*ma));
+	ma->size = size;
+	return npnm_ioctl(fd, NPNM_IOC_MEM_ALLOC, ma);
+}
+
+static inline struct npnm_cmd npnm_fill(__u32 handle, __u64 off, __u64 len, __u8 byte)
+{
+	struct npnm_cmd c;
+
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_FILL;
+	c.op[NPNM_FILL_DST].handle = handle;
+	c.op[NPNM_FILL_DST].offset = off;
+	c.op[NPNM_FILL_DST].len = len;
+	c.p.fill.pattern = byte;
+	c.p.fill.width = 1;
+	return c;
+}
+
+static inline int npnm_exec(int fd, const struct npnm_cmd *c, __u32 *status)
+{
+	struct npnm_exec ex = { .cmd_ptr = (uintptr_t)c };
+	int ret = npnm_ioctl(fd, NPNM_IOC_EXEC, &ex);
+
+	if (status)
+		*status = ex.status;
+	return ret;
+}
+
+static inline int npnm_sysfs_write(const char *attr, const char *val)
+{
+	int fd = open(attr, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n < 0 ? -errno : 0;
+}
+
+#endif /* NPNM_TEST_H */

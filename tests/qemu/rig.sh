@@ -1,0 +1,109 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# The QEMU test rig (tier T2): builds nelssa_pnm.ko against Debian's
+# headers, extracts the matching Debian kernel image (never installs it),
+# builds a busybox initramfs with the module and the kselftests, boots it
+# under QEMU TCG, and turns what the guest printed into TAP.  Pass needs
+# QEMU's isa-debug-exit code 1 *and* "RESULT: fails=0" on the console.
+#
+#   rig.sh SRCDIR OUTDIR
+set -u
+
+src=${1:?usage: rig.sh SRCDIR OUTDIR}
+out=${2:?usage: rig.sh SRCDIR OUTDIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+log="$out/rig.log"
+: >"$log"
+
+skip() {
+	echo "1..1"
+	echo "ok 1 - QEMU rig # SKIP $1"
+	exit 0
+}
+die() {
+	echo "1..1"
+	sed 's/^/# /' "$log" | tail -30
+	echo "not ok 1 - QEMU rig: $1"
+	exit 1
+}
+
+kdir=$("$src/scripts/kdir.sh" 2>/dev/null) || skip "no kernel headers (linux-headers-amd64)"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86 not installed"
+[ -x /bin/busybox ] || skip "busybox-static not installed"
+command -v cpio >/dev/null || skip "cpio not installed"
+kv=$(basename "$kdir" | sed 's/^linux-headers-//')
+
+# 1. The kernel image, extracted (not installed) once per version.
+kroot="$out/kroot-$kv"
+if [ ! -f "$kroot/boot/vmlinuz-$kv" ]; then
+	rm -rf "$kroot" "$out/image"
+	mkdir -p "$out/image"
+	# A fresh machine may have empty package lists: refresh once (root only).
+	if ! (cd "$out/image" && apt-get download "linux-image-$kv") >>"$log" 2>&1; then
+		[ "$(id -u)" = 0 ] && apt-get update -q >>"$log" 2>&1
+		(cd "$out/image" && apt-get download "linux-image-$kv") >>"$log" 2>&1 ||
+			skip "cannot download linux-image-$kv (apt-get download)"
+	fi
+	dpkg-deb -x "$out"/image/linux-image-"$kv"_*.deb "$kroot" >>"$log" 2>&1 ||
+		die "dpkg-deb -x linux-image-$kv"
+fi
+
+# 2. The module, built in a copy of the tree.
+rm -rf "$out/ktree"
+mkdir -p "$out/ktree/tests"
+(cd "$src" && cp -r Kbuild uapi driver "$out/ktree/" && cp -r tests/kabi "$out/ktree/tests/")
+make -C "$kdir" M="$out/ktree" modules >>"$log" 2>&1 || die "module build"
+
+# 3. The kselftests, static, with Debian's kselftest harness.
+"$src/scripts/linux-source.sh" "$out/linux-source" >>"$log" 2>&1 || skip "no linux-source-6.1"
+rm -rf "$out/root"
+mkdir -p "$out/root/bin" "$out/root/sbin" "$out/root/proc" "$out/root/sys" "$out/root/dev" \
+	"$out/root/tmp" "$out/root/lib/modules" "$out/root/opt/tests"
+for t in "$src"/tests/kselftest/nelssa_pnm/*_test.c; do
+	name=$(basename "$t" .c)
+	gcc -O2 -static -Wall -Werror -I"$src/uapi" \
+		-I"$out/linux-source/tools/testing/selftests" -I"$src/tests/kselftest/nelssa_pnm" \
+		"$t" -o "$out/root/opt/tests/$name" >>"$log" 2>&1 || die "build $name"
+done
+
+# 4. Initramfs: busybox, the module, the tests, /init.
+cp /bin/busybox "$out/root/bin/busybox"
+for a in sh mount umount insmod rmmod lsmod cat cut sed grep dmesg stat dd printf sleep \
+	basename poweroff echo ls; do
+	ln -sf busybox "$out/root/bin/$a"
+done
+ln -sf ../bin/busybox "$out/root/sbin/modprobe"
+cp "$out/ktree/driver/nelssa_pnm.ko" "$out/root/lib/modules/"
+cp "$src/tests/qemu/init" "$out/root/init"
+chmod +x "$out/root/init"
+(cd "$out/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$out/initramfs.gz") ||
+	die "initramfs"
+
+# 5. Boot.  Exit code 1 = isa-debug-exit with 0 failures; 0 = panic; 124 = hang.
+timeout 600 qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1G -smp 2 -nographic \
+	-no-reboot -nic none -kernel "$kroot/boot/vmlinuz-$kv" -initrd "$out/initramfs.gz" \
+	-append "console=ttyS0 panic=-1 quiet" \
+	-device isa-debug-exit,iobase=0xf4,iosize=0x04 </dev/null >"$out/serial.log" 2>&1
+rc=$?
+
+# 6. TAP: the guest's own checks, every kselftest subtest, then the verdict.
+tr -d '\r' <"$out/serial.log" | awk -v rc="$rc" '
+	/^RIG: (ok|not ok) / { sub(/^RIG: /, ""); sub(/^(not )?ok [0-9]+ - /, ""); line[++n] = ($0);
+			       st[n] = (/^not ok/ ? 1 : 0); next }
+	/^SUITE: / { suite = $2; next }
+	/^SUITE-END: / { suite = ""; next }
+	suite != "" && /^(not )?ok [0-9]+ / {
+		s = $0; bad = (s ~ /^not ok/); sub(/^(not )?ok [0-9]+ /, "", s);
+		line[++n] = suite ": " s; st[n] = bad; next }
+	/^RESULT: fails=/ { result = $0 }
+	END {
+		verdict = (rc == 1 && result == "RESULT: fails=0");
+		printf "1..%d\n", n + 1;
+		for (i = 1; i <= n; i++)
+			printf "%sok %d - %s\n", st[i] ? "not " : "", i, line[i];
+		printf "%sok %d - guest exit code %d, %s\n", verdict ? "" : "not ", n + 1, rc,
+		       result == "" ? "no RESULT line" : result;
+	}'
+[ "$rc" = 1 ] && grep -q "RESULT: fails=0" "$out/serial.log"
