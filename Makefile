@@ -40,6 +40,7 @@ module: deps
 	@if [ -z "$(KDIR)" ]; then \
 		echo "make: no kernel build tree; set KDIR= or install linux-headers-$$(dpkg --print-architecture)"; \
 	else \
+		scripts/kernel-probe.sh $(KDIR) $(CURDIR) >/dev/null && \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) modules; \
 	fi
 

@@ -64,7 +64,8 @@ static int resolve(struct npnm_context *ctx, struct npnm_kcmd *kc)
 	return 0;
 }
 
-int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc, bool sync,
+int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
+		    enum npnm_kcmd_kind kind, struct io_uring_cmd *ioucmd,
 		    struct npnm_kcmd **out)
 {
 	struct npnm_device *ndev = ctx->ndev;
@@ -80,7 +81,7 @@ int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc, bool sy
 	INIT_LIST_HEAD(&kc->cq_node);
 	init_completion(&kc->sync_done);
 	kc->ctx = ctx;
-	kc->sync = sync;
+	kc->kind = kind;
 	kc->desc = *uc;
 
 	mutex_lock(&ctx->lock);
@@ -112,6 +113,11 @@ int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc, bool sy
 	atomic64_inc(&ndev->submitted);
 	mod_delayed_work(system_wq, &ndev->watchdog, min_t(unsigned long, timeout, HZ) + 1);
 	*out = kc;			/* the caller's (completion path) reference */
+	if (ioucmd) {
+		/* Wired up before the backend can possibly complete it. */
+		kc->ioucmd = ioucmd;
+		npnm_uring_attach(ioucmd, kc);
+	}
 	ndev->ops->submit(ndev, kc);
 	return 0;
 }
@@ -153,12 +159,14 @@ void npnm_cmd_complete(struct npnm_kcmd *kc, u32 status, u32 detail)
 	for (i = 0; i < NPNM_CMD_MAX_OPERANDS; i++)
 		if (kc->regions[i])
 			kc->regions[i]->busy--;
-	if (kc->sync)
-		complete(&kc->sync_done);
-	else
+	if (kc->kind == NPNM_KCMD_QUEUED)
 		list_add_tail(&kc->cq_node, &ctx->cq);
 	ctx->inflight--;
 	mutex_unlock(&ctx->lock);
+	if (kc->kind == NPNM_KCMD_SYNC)
+		complete(&kc->sync_done);
+	else if (kc->kind == NPNM_KCMD_URING)
+		npnm_uring_complete(kc);
 	wake_up_all(&ctx->cq_wait);
 }
 

@@ -220,6 +220,7 @@ const struct file_operations npnm_fops = {
 	.release = npnm_release,
 	.mmap = npnm_mmap,
 	.unlocked_ioctl = npnm_ioctl,
+	.uring_cmd = npnm_uring_cmd,
 	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = no_llseek,
 };

@@ -90,7 +90,7 @@ static int ioc_submit(struct npnm_context *ctx, void __user *arg)
 			ret = -EFAULT;
 			break;
 		}
-		ret = npnm_cmd_submit(ctx, &c, false, &kc);
+		ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_QUEUED, NULL, &kc);
 		if (ret)
 			break;
 		if (!i)
@@ -213,7 +213,7 @@ static int ioc_exec(struct npnm_context *ctx, void __user *arg)
 		return -EINVAL;
 	if (copy_from_user(&c, u64_to_user_ptr(ex.cmd_ptr), sizeof(c)))
 		return -EFAULT;
-	ret = npnm_cmd_submit(ctx, &c, true, &kc);
+	ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_SYNC, NULL, &kc);
 	if (ret)
 		return ret;
 	/* Killed: the command still completes; only the answer is lost. */

@@ -36,6 +36,7 @@
 #define NPNM_MAX_BATCH		256
 #define NPNM_MAX_INFLIGHT	1024
 
+struct io_uring_cmd;
 struct npnm_device;
 struct npnm_kcmd;
 
@@ -157,6 +158,18 @@ struct npnm_context {
 };
 
 /**
+ * enum npnm_kcmd_kind - how a command was submitted.
+ * @NPNM_KCMD_QUEUED: NPNM_IOC_SUBMIT; reaped with NPNM_IOC_WAIT.
+ * @NPNM_KCMD_SYNC: NPNM_IOC_EXEC; the ioctl waits for it.
+ * @NPNM_KCMD_URING: IORING_OP_URING_CMD; completes in a CQE.
+ */
+enum npnm_kcmd_kind {
+	NPNM_KCMD_QUEUED,
+	NPNM_KCMD_SYNC,
+	NPNM_KCMD_URING,
+};
+
+/**
  * struct npnm_kcmd - a command from submission to completion.
  * @node: on the device's inflight list while the backend has it.
  * @cq_node: on the context's completion queue once complete.
@@ -169,10 +182,12 @@ struct npnm_context {
  * @regions: regions the operands name, each holding a reference.
  * @deadline: jiffies after which the watchdog expires the command.
  * @t_start: ktime when the backend got it.
- * @sync: set for NPNM_IOC_EXEC, which waits on @sync_done instead of
- *	queueing a completion; @sync_done lives here, not on the waiter's
- *	stack, so a waiter killed early leaves nothing dangling.
- * @sync_done: see @sync.
+ * @kind: where the completion goes: the context's queue (NPNM_KCMD_QUEUED),
+ *	a waiting NPNM_IOC_EXEC (NPNM_KCMD_SYNC) or an io_uring CQE
+ *	(NPNM_KCMD_URING).
+ * @sync_done: what NPNM_IOC_EXEC waits on; it lives here, not on the
+ *	waiter's stack, so a waiter killed early leaves nothing dangling.
+ * @ioucmd: the io_uring command of an NPNM_KCMD_URING command.
  * @work: backend-private (the mock's worker item).
  * @comp: the completion record.
  */
@@ -186,8 +201,9 @@ struct npnm_kcmd {
 	struct npnm_region *regions[NPNM_CMD_MAX_OPERANDS];
 	unsigned long deadline;
 	ktime_t t_start;
-	bool sync;
+	enum npnm_kcmd_kind kind;
 	struct completion sync_done;
+	struct io_uring_cmd *ioucmd;
 	struct work_struct work;
 	struct npnm_completion comp;
 };
@@ -209,12 +225,18 @@ int npnm_mem_free(struct npnm_context *ctx, u32 handle);
 long npnm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
 
 /* cmd.c */
-int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc, bool sync,
+int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
+		    enum npnm_kcmd_kind kind, struct io_uring_cmd *ioucmd,
 		    struct npnm_kcmd **out);
 void npnm_cmd_complete(struct npnm_kcmd *kc, u32 status, u32 detail);
 void npnm_kcmd_put(struct npnm_kcmd *kc);
 void npnm_watchdog_fn(struct work_struct *work);
 int npnm_device_reset(struct npnm_device *ndev);
+
+/* uring.c */
+int npnm_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags);
+void npnm_uring_attach(struct io_uring_cmd *ioucmd, struct npnm_kcmd *kc);
+void npnm_uring_complete(struct npnm_kcmd *kc);
 
 /* mock.c */
 int npnm_mock_create(int id, u64 mem_bytes, struct npnm_device **out);

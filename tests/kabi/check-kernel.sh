@@ -23,7 +23,7 @@ kdir=$("$src/scripts/kdir.sh" 2>/dev/null) || kdir=""
 # Kernel C sources and headers we own; the uapi header is kernel code too.
 # Generated kbuild files (*.mod.c) are not ours to style-check.
 kfiles=$(cd "$src" && find uapi driver tests/kabi tests/kselftest -type f \
-	\( -name '*.c' -o -name '*.h' \) ! -name '*.mod.c' 2>/dev/null | sort)
+	\( -name '*.c' -o -name '*.h' \) ! -name '*.mod.c' ! -name compat_generated.h 2>/dev/null | sort)
 
 report() { # n, name, status, log
 	if [ "$3" = 0 ]; then
@@ -42,6 +42,9 @@ else
 	mkdir -p "$tree"
 	(cd "$src" && cp -r Kbuild uapi "$tree/" && mkdir -p "$tree/tests" &&
 		cp -r tests/kabi "$tree/tests/" && { [ ! -d driver ] || cp -r driver "$tree/"; })
+	[ ! -d "$tree/driver/probes" ] ||
+		"$src/scripts/kernel-probe.sh" "$kdir" "$tree" "$tree/driver/compat_generated.h" \
+			>"$out/probe.log" 2>&1
 	make -s -C "$kdir" M="$tree" W=1 modules >"$out/kbuild.log" 2>&1
 	st=$?
 	# Any compiler warning is a failure even though the build succeeded.
