@@ -21,7 +21,7 @@ pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c
 # would conflict with gcc-multilib).
 pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils"
 # The QEMU rig: the guest kernel is extracted from linux-image, never installed.
-pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
+pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip liburing-dev"
 case "$arch" in
 amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
 esac

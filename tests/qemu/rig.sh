@@ -33,6 +33,7 @@ kdir=$("$src/scripts/kdir.sh" 2>/dev/null) || skip "no kernel headers (linux-hea
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86 not installed"
 [ -x /bin/busybox ] || skip "busybox-static not installed"
 command -v cpio >/dev/null || skip "cpio not installed"
+[ -f /usr/lib/x86_64-linux-gnu/liburing.a ] || skip "liburing-dev not installed"
 kv=$(basename "$kdir" | sed 's/^linux-headers-//')
 
 # 1. The kernel image, extracted (not installed) once per version.
@@ -53,7 +54,8 @@ fi
 # 2. The module, built in a copy of the tree.
 rm -rf "$out/ktree"
 mkdir -p "$out/ktree/tests"
-(cd "$src" && cp -r Kbuild uapi driver "$out/ktree/" && cp -r tests/kabi "$out/ktree/tests/")
+(cd "$src" && cp -r Kbuild uapi driver scripts "$out/ktree/" && cp -r tests/kabi "$out/ktree/tests/")
+"$src/scripts/kernel-probe.sh" "$kdir" "$out/ktree" >>"$log" 2>&1 || die "feature probes"
 make -C "$kdir" M="$out/ktree" modules >>"$log" 2>&1 || die "module build"
 
 # 3. The kselftests, static, with Debian's kselftest harness.
@@ -63,9 +65,11 @@ mkdir -p "$out/root/bin" "$out/root/sbin" "$out/root/proc" "$out/root/sys" "$out
 	"$out/root/tmp" "$out/root/lib/modules" "$out/root/opt/tests"
 for t in "$src"/tests/kselftest/nelssa_pnm/*_test.c; do
 	name=$(basename "$t" .c)
+	libs=""
+	[ "$name" = uring_test ] && libs=-luring
 	gcc -O2 -static -Wall -Werror -I"$src/uapi" \
 		-I"$out/linux-source/tools/testing/selftests" -I"$src/tests/kselftest/nelssa_pnm" \
-		"$t" -o "$out/root/opt/tests/$name" >>"$log" 2>&1 || die "build $name"
+		"$t" -o "$out/root/opt/tests/$name" $libs >>"$log" 2>&1 || die "build $name"
 done
 
 # 4. Initramfs: busybox, the module, the tests, /init.
