@@ -13,7 +13,7 @@ set -eu
 
 arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 
-pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev python3"
+pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev python3"
 # ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
 # checkpatch and kernel-doc from Debian's linux-source), docutils for the
 # documentation check and the man page; on x86-64 clang/lld with the arm64
@@ -21,7 +21,7 @@ pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c
 # would conflict with gcc-multilib).
 pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils"
 # The QEMU rig: the guest kernel is extracted from linux-image, never installed.
-pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip liburing-dev"
+pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
 case "$arch" in
 amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
 esac

@@ -99,8 +99,7 @@ int nelssa_pnm_open(const char *name, struct nelssa_pnm **out)
 	if (!strncmp(name, "sim:", 4))
 		ops = &pnm_sim_ops;
 	else if (!strncmp(name, "/dev/nelssa_pnm", 15))
-		return pnm_error(-ENODEV, "%s: the kernel backend arrives with the nelssa_pnm driver; "
-				 "use sim:N for the embedded device", name);
+		ops = &pnm_kdev_ops;
 	else
 		return pnm_error(-EINVAL, "%s: not a device name (sim:N or /dev/nelssa_pnmN)", name);
 	if (strlen(name) >= sizeof(pnm->name))

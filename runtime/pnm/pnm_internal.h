@@ -37,6 +37,7 @@ struct nelssa_pnm {
 };
 
 extern const struct pnm_backend_ops pnm_sim_ops;
+extern const struct pnm_backend_ops pnm_kdev_ops;
 
 /* Record words for nelssa_pnm_strerror() and return @err. */
 int pnm_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * PNM User Library on the embedded sim backend: names and options, the
- * Memory API's bounds and per-context isolation, the Command API's
- * submission checks, waiting, event fd and exactly-once completion under
- * concurrent threads, and SPARSE_ATTN end to end against float64.
+ * PNM User Library: names and options, the Memory API's bounds and
+ * per-context isolation, the Command API's submission checks, waiting,
+ * event fd and exactly-once completion under concurrent threads, and
+ * SPARSE_ATTN end to end against float64.
+ *
+ * Runs on the embedded sim backend by default; with NELSSA_TEST_DEV set
+ * to /dev/nelssa_pnmN (the QEMU rig does this) the same tests run on the
+ * kernel backend, skipping what only sim offers (its options, compute on
+ * a mock device).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,7 +28,29 @@
 
 #include "fwfixture.h"
 
-#define DEV "sim:7,mem=96M,cores=2"
+static const char *DEV = "sim:7,mem=96M,cores=2";
+
+static int is_sim(void)
+{
+	return !strncmp(DEV, "sim:", 4);
+}
+
+/*
+ * Make commands slow enough to still be in flight when the test looks:
+ * on the kernel mock through its delay parameter, on sim by their size.
+ */
+static void slow_device(int on)
+{
+	FILE *f;
+
+	if (is_sim())
+		return;
+	f = fopen("/sys/module/nelssa_pnm/parameters/mock_delay_us", "w");
+	if (f) {
+		fputs(on ? "20000" : "0", f);
+		fclose(f);
+	}
+}
 
 static struct nelssa_pnm *open_dev(const char *name)
 {
@@ -65,7 +92,7 @@ static void bad_names(void **state)
 		{ "", -EINVAL }, { "sim:", -EINVAL }, { "sim:x", -EINVAL }, { "sim:300", -EINVAL },
 		{ "sim:1,mem=1", -EINVAL }, { "sim:1,mem=12Q", -EINVAL }, { "sim:1,cores=0", -EINVAL },
 		{ "sim:1,cores=999", -EINVAL }, { "sim:1,bogus=1", -EINVAL }, { "sim:1,mem", -EINVAL },
-		{ "sim:1,isa=sse9", -EINVAL }, { "gpu0", -EINVAL }, { "/dev/nelssa_pnm0", -ENODEV },
+		{ "sim:1,isa=sse9", -EINVAL }, { "gpu0", -EINVAL }, { "/dev/nelssa_pnm99", -ENOENT },
 	};
 	struct nelssa_pnm *p;
 
@@ -81,10 +108,13 @@ static void bad_names(void **state)
 
 static void shared_device_and_options(void **state)
 {
-	struct nelssa_pnm *a = open_dev("sim:3,mem=8M,cores=2"), *b, *c = NULL;
+	struct nelssa_pnm *a, *b, *c = NULL;
 	struct npnm_info ia, ib;
 
 	(void)state;
+	if (!is_sim())
+		skip();
+	a = open_dev("sim:3,mem=8M,cores=2");
 	b = open_dev("sim:3");		/* no options: joins the same device */
 	assert_int_equal(nelssa_pnm_open("sim:3,cores=1", &c), -EBUSY);
 	assert_int_equal(nelssa_pnm_info(a, &ia), 0);
@@ -283,11 +313,12 @@ static void submit_checks(void **state)
 	nelssa_pnm_close(p);
 }
 
-/* Slow commands: FILLs of a large region. */
+/* Slow commands: FILLs of a large region (and a delay on the mock). */
 static int submit_slow(struct nelssa_pnm *p, uint32_t h, int n)
 {
+	slow_device(1);
 	for (int i = 0; i < n; i++) {
-		struct npnm_cmd c = fill_cmd(h, 0, 16u << 20, (uint8_t)i);
+		struct npnm_cmd c = fill_cmd(h, 0, 4u << 20, (uint8_t)i);
 
 		if (nelssa_pnm_submit(p, &c, 1, NULL) != 1)
 			return -1;
@@ -298,7 +329,7 @@ static int submit_slow(struct nelssa_pnm *p, uint32_t h, int n)
 static void busy_region_and_timeouts(void **state)
 {
 	struct nelssa_pnm *p = open_dev(DEV);
-	uint32_t h = alloc(p, 16u << 20);
+	uint32_t h = alloc(p, 4u << 20);
 	struct npnm_completion comp[16];
 	int got = 0, ret;
 
@@ -319,6 +350,7 @@ static void busy_region_and_timeouts(void **state)
 	}
 	assert_int_equal(nelssa_pnm_inflight(p), 0);
 	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
+	slow_device(0);
 	nelssa_pnm_close(p);
 }
 
@@ -477,13 +509,14 @@ static void stress_exactly_once(void **state)
 /* Closing with commands queued aborts them and returns promptly. */
 static void close_with_inflight(void **state)
 {
-	struct nelssa_pnm *p = open_dev("sim:8,mem=64M,cores=1");
-	uint32_t h = alloc(p, 16u << 20);
+	struct nelssa_pnm *p = open_dev(is_sim() ? "sim:8,mem=64M,cores=1" : DEV);
+	uint32_t h = alloc(p, 4u << 20);
 
 	(void)state;
-	assert_int_equal(submit_slow(p, h, 200), 0);
+	assert_int_equal(submit_slow(p, h, is_sim() ? 200 : 20), 0);
 	assert_true(nelssa_pnm_inflight(p) > 0);
 	nelssa_pnm_close(p);
+	slow_device(0);
 }
 
 /* SPARSE_ATTN through the library, with data laid out by the fixture. */
@@ -491,12 +524,18 @@ static void sparse_attn_end_to_end(void **state)
 {
 	struct nelssa_pnm *p = open_dev(DEV);
 	struct npnm_completion comp;
+	struct npnm_info info;
 	struct tu_rng rng;
 	struct fx f;
 	uint32_t h;
 	char what[32];
 
 	(void)state;
+	assert_int_equal(nelssa_pnm_info(p, &info), 0);
+	if (!(info.caps & NPNM_CAP_COMPUTE)) {
+		nelssa_pnm_close(p);
+		skip();		/* the in-kernel mock runs no compute kernels */
+	}
 	tu_rng_for(&rng, __func__, 0);
 	/* 6 items of up to 5000 tokens: 15 MiB of KV, plus inputs and outputs. */
 	fx_init(&f, 24ull << 20, 128, 4, NPNM_DTYPE_BF16);
@@ -547,6 +586,8 @@ int main(void)
 		cmocka_unit_test(sparse_attn_end_to_end),
 	};
 
-	tu_init("pnm_sim");
+	if (getenv("NELSSA_TEST_DEV"))
+		DEV = getenv("NELSSA_TEST_DEV");
+	tu_init(is_sim() ? "pnm_sim" : "pnm_kdev");
 	return cmocka_run_group_tests_name("pnm_sim", tests, NULL, NULL);
 }

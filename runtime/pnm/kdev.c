@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The "kdev" backend: a PNM card through the nelssa_pnm driver.
+ *
+ * Memory API on the uapi ioctls and mmap; the Command API submits one
+ * IORING_OP_URING_CMD per command on a CQE32 ring (the device status and
+ * time come back in res2) and reaps CQEs, with an eventfd registered on
+ * the ring for poll/epoll users; exec uses the synchronous NPNM_IOC_EXEC
+ * ioctl so that it never steals asynchronous completions.  Submission
+ * repeats the driver's context checks first, so that a bad command fails
+ * at submit time exactly as on the sim backend; the driver checks again.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "pnm_internal.h"
+
+#define KDEV_RING 512u		/* SQ entries; the CQ has twice as many */
+
+struct kdev_region {
+	uint32_t handle;
+	uint64_t size, mmap_offset;
+};
+
+struct kdev_map {
+	void *addr;
+	uint64_t size;
+};
+
+/* What a CQE does not carry: the command's tag and sequence number. */
+struct kdev_cmd {
+	uint64_t user_tag, seqno;
+};
+
+struct kdev_ctx {
+	int fd, efd;
+	struct io_uring ring;
+	pthread_mutex_t lock;		/* everything below, and the SQ */
+	pthread_mutex_t cq_lock;	/* the CQ */
+	struct npnm_info info;
+	struct kdev_region *regions;
+	size_t nregions, rcap;
+	struct kdev_map *maps;
+	size_t nmaps, mcap;
+	uint32_t inflight;
+	uint64_t next_seqno;
+};
+
+static struct kdev_ctx *kctx(struct nelssa_pnm *pnm)
+{
+	return pnm->priv;
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t ncap = *cap ? *cap : 16;
+	void *n;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need)
+		ncap *= 2;
+	n = realloc(*arr, ncap * elem);
+	if (!n)
+		return -ENOMEM;
+	*arr = n;
+	*cap = ncap;
+	return 0;
+}
+
+static struct kdev_region *find_region(struct kdev_ctx *k, uint32_t handle)
+{
+	for (size_t i = 0; i < k->nregions; i++)
+		if (k->regions[i].handle == handle)
+			return &k->regions[i];
+	return NULL;
+}
+
+static int kdev_open(struct nelssa_pnm *pnm, const char *spec)
+{
+	struct kdev_ctx *k = calloc(1, sizeof(*k));
+	int ret;
+
+	if (!k)
+		return pnm_error(-ENOMEM, "out of memory");
+	k->fd = open(spec, O_RDWR | O_CLOEXEC);
+	if (k->fd < 0) {
+		ret = -errno;
+		free(k);
+		return pnm_error(ret, "%s: %s", spec, strerror(-ret));
+	}
+	if (ioctl(k->fd, NPNM_IOC_GET_INFO, &k->info) < 0) {
+		ret = pnm_error(-errno, "%s: not a NELSSA PNM device (%s)", spec, strerror(errno));
+		goto err_fd;
+	}
+	if (k->info.abi_version != NPNM_ABI_VERSION) {
+		ret = pnm_error(-EPROTO, "%s: driver ABI %u, this library speaks %u", spec,
+				k->info.abi_version, NPNM_ABI_VERSION);
+		goto err_fd;
+	}
+	ret = io_uring_queue_init(KDEV_RING, &k->ring, IORING_SETUP_CQE32);
+	if (ret) {
+		pnm_error(ret, "io_uring setup failed: %s", strerror(-ret));
+		goto err_fd;
+	}
+	k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (k->efd < 0 || io_uring_register_eventfd(&k->ring, k->efd)) {
+		ret = pnm_error(-errno ? -errno : -EIO, "eventfd setup failed");
+		goto err_ring;
+	}
+	pthread_mutex_init(&k->lock, NULL);
+	pthread_mutex_init(&k->cq_lock, NULL);
+	k->next_seqno = 1;
+	pnm->priv = k;
+	return 0;
+
+err_ring:
+	if (k->efd >= 0)
+		close(k->efd);
+	io_uring_queue_exit(&k->ring);
+err_fd:
+	close(k->fd);
+	free(k);
+	return ret;
+}
+
+static int reap_locked(struct kdev_ctx *k, struct npnm_completion *comps, uint32_t max);
+
+static void kdev_close(struct nelssa_pnm *pnm)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct npnm_completion c;
+
+	/* Let in-flight commands finish so their records can be freed. */
+	while (k->inflight) {
+		struct io_uring_cqe *cqe;
+
+		if (io_uring_wait_cqe(&k->ring, &cqe))
+			break;
+		reap_locked(k, &c, 1);
+	}
+	for (size_t i = 0; i < k->nmaps; i++)
+		munmap(k->maps[i].addr, k->maps[i].size);
+	io_uring_queue_exit(&k->ring);
+	close(k->efd);
+	close(k->fd);	/* the driver frees every region */
+	free(k->regions);
+	free(k->maps);
+	free(k);
+}
+
+static int kdev_info(struct nelssa_pnm *pnm, struct npnm_info *info)
+{
+	*info = kctx(pnm)->info;
+	return 0;
+}
+
+static int kdev_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+			  uint64_t *alloc_size)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct npnm_mem_alloc ma = { .size = size };
+	int ret = 0;
+
+	if (ioctl(k->fd, NPNM_IOC_MEM_ALLOC, &ma) < 0)
+		return pnm_error(-errno, "%s: cannot allocate %llu bytes: %s", pnm->name,
+				 (unsigned long long)size, strerror(errno));
+	pthread_mutex_lock(&k->lock);
+	if (grow((void **)&k->regions, &k->rcap, k->nregions + 1, sizeof(*k->regions)))
+		ret = -ENOMEM;
+	else
+		k->regions[k->nregions++] = (struct kdev_region){ ma.handle, ma.alloc_size,
+								  ma.mmap_offset };
+	pthread_mutex_unlock(&k->lock);
+	if (ret) {
+		struct npnm_mem_free mf = { .handle = ma.handle };
+
+		ioctl(k->fd, NPNM_IOC_MEM_FREE, &mf);
+		return pnm_error(ret, "out of memory");
+	}
+	*handle = ma.handle;
+	*alloc_size = ma.alloc_size;
+	return 0;
+}
+
+static int kdev_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct npnm_mem_free mf = { .handle = handle };
+	struct kdev_region *r;
+
+	if (ioctl(k->fd, NPNM_IOC_MEM_FREE, &mf) < 0)
+		return pnm_error(-errno, errno == EBUSY ? "region %u is used by a command" :
+				 "unknown region handle %u", handle);
+	pthread_mutex_lock(&k->lock);
+	r = find_region(k, handle);
+	if (r)
+		*r = k->regions[--k->nregions];
+	pthread_mutex_unlock(&k->lock);
+	return 0;
+}
+
+static void *kdev_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct kdev_region *r;
+	uint64_t sz = 0, off = 0;
+	void *p;
+
+	pthread_mutex_lock(&k->lock);
+	r = find_region(k, handle);
+	if (r) {
+		sz = r->size;
+		off = r->mmap_offset;
+	}
+	pthread_mutex_unlock(&k->lock);
+	if (!r) {
+		pnm_error(-EINVAL, "unknown region handle %u", handle);
+		errno = EINVAL;
+		return NULL;
+	}
+	p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, k->fd, (off_t)off);
+	if (p == MAP_FAILED) {
+		pnm_error(-errno, "mmap of region %u failed: %s", handle, strerror(errno));
+		return NULL;
+	}
+	pthread_mutex_lock(&k->lock);
+	if (grow((void **)&k->maps, &k->mcap, k->nmaps + 1, sizeof(*k->maps))) {
+		pthread_mutex_unlock(&k->lock);
+		munmap(p, sz);
+		pnm_error(-ENOMEM, "out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	k->maps[k->nmaps++] = (struct kdev_map){ p, sz };
+	pthread_mutex_unlock(&k->lock);
+	*size = sz;
+	return p;
+}
+
+static int kdev_mem_unmap(struct nelssa_pnm *pnm, void *addr)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct kdev_map m = { 0 };
+
+	pthread_mutex_lock(&k->lock);
+	for (size_t i = 0; i < k->nmaps; i++) {
+		if (k->maps[i].addr == addr) {
+			m = k->maps[i];
+			k->maps[i] = k->maps[--k->nmaps];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&k->lock);
+	if (!m.addr)
+		return pnm_error(-EINVAL, "%p is not a mapping of this context", addr);
+	return munmap(m.addr, m.size) ? pnm_error(-errno, "munmap failed") : 0;
+}
+
+/* The driver's context checks, repeated so a bad command fails here. */
+static int check(struct kdev_ctx *k, const struct npnm_cmd *c, uint32_t index)
+{
+	if (c->flags || c->reserved[0] || c->reserved[1])
+		return pnm_error(-EINVAL, "command %u: flags and reserved fields must be zero", index);
+	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
+		const struct npnm_operand *op = &c->op[i];
+		struct kdev_region *r;
+
+		if (!op->handle) {
+			if (op->flags || op->offset || op->len)
+				return pnm_error(-EINVAL, "command %u: unused operand %u must be zero",
+						 index, i);
+			continue;
+		}
+		r = find_region(k, op->handle);
+		if (op->flags || !r)
+			return pnm_error(-EINVAL, "command %u: operand %u: %s", index, i,
+					 op->flags ? "flags must be zero" : "unknown region handle");
+		if (op->offset > r->size || op->len > r->size - op->offset)
+			return pnm_error(-EINVAL, "command %u: operand %u outside region %u", index,
+					 i, op->handle);
+	}
+	return 0;
+}
+
+static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint32_t n,
+		       uint64_t *first_seqno)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	uint32_t i;
+	int ret = 0;
+
+	if (n > k->info.max_batch)
+		return pnm_error(-EINVAL, "%u commands: at most %u per batch", n, k->info.max_batch);
+	pthread_mutex_lock(&k->lock);
+	for (i = 0; i < n; i++) {
+		struct npnm_exec ex = { .cmd_ptr = (uintptr_t)&cmds[i] };
+		struct io_uring_sqe *sqe;
+		struct kdev_cmd *rec;
+
+		ret = check(k, &cmds[i], i);
+		if (ret)
+			break;
+		/* Never more in flight than the CQ holds: no CQE is ever dropped. */
+		if (k->inflight >= 2 * KDEV_RING || k->inflight >= k->info.max_inflight) {
+			ret = pnm_error(-EAGAIN, "%u commands in flight: reap completions first",
+					k->inflight);
+			break;
+		}
+		sqe = io_uring_get_sqe(&k->ring);
+		if (!sqe) {
+			io_uring_submit(&k->ring);
+			sqe = io_uring_get_sqe(&k->ring);
+		}
+		rec = malloc(sizeof(*rec));
+		if (!sqe || !rec) {
+			free(rec);
+			ret = pnm_error(-ENOMEM, "no submission queue entry");
+			break;
+		}
+		rec->user_tag = cmds[i].user_tag;
+		rec->seqno = k->next_seqno++;
+		if (!i && first_seqno)
+			*first_seqno = rec->seqno;
+		io_uring_prep_read(sqe, k->fd, NULL, 0, 0);	/* zeroes what must be zero */
+		sqe->opcode = IORING_OP_URING_CMD;
+		sqe->cmd_op = NPNM_IOC_EXEC;
+		memcpy(sqe->cmd, &ex, sizeof(ex));
+		io_uring_sqe_set_data(sqe, rec);
+		k->inflight++;
+	}
+	/* The driver copies each descriptor during this call. */
+	if (i && io_uring_submit(&k->ring) < 0)
+		ret = pnm_error(-EIO, "io_uring_submit failed");
+	pthread_mutex_unlock(&k->lock);
+	return i ? (int)i : ret;
+}
+
+static int reap_locked(struct kdev_ctx *k, struct npnm_completion *comps, uint32_t max)
+{
+	struct io_uring_cqe *cqe;
+	uint32_t n = 0;
+	uint64_t drain;
+
+	while (n < max && !io_uring_peek_cqe(&k->ring, &cqe)) {
+		struct kdev_cmd *rec = io_uring_cqe_get_data(cqe);
+
+		comps[n++] = (struct npnm_completion){
+			.user_tag = rec->user_tag,
+			.seqno = rec->seqno,
+			.result = cqe->res,
+			.status = cqe->res < 0 && !cqe->big_cqe[0] ? NPNM_ST_OK :
+				  NPNM_RES2_STATUS(cqe->big_cqe[0]),
+			.device_ns = NPNM_RES2_NS(cqe->big_cqe[0]),
+		};
+		free(rec);
+		io_uring_cqe_seen(&k->ring, cqe);
+		pthread_mutex_lock(&k->lock);
+		k->inflight--;
+		pthread_mutex_unlock(&k->lock);
+	}
+	if (!io_uring_cq_ready(&k->ring) && read(k->efd, &drain, sizeof(drain)) < 0 &&
+	    errno != EAGAIN)
+		abort();
+	return (int)n;
+}
+
+static int kdev_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
+		     uint32_t max, int64_t timeout_ns)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct __kernel_timespec ts = { 0 }, *tsp = NULL;
+	struct io_uring_cqe *cqe;
+	uint32_t inflight;
+	int n, ret = 0;
+
+	pthread_mutex_lock(&k->lock);
+	inflight = k->inflight;
+	pthread_mutex_unlock(&k->lock);
+	pthread_mutex_lock(&k->cq_lock);
+	if (min && !io_uring_cq_ready(&k->ring) && !inflight) {
+		pthread_mutex_unlock(&k->cq_lock);
+		return pnm_error(-EAGAIN, "nothing in flight to wait for");
+	}
+	if (timeout_ns > 0) {
+		ts.tv_sec = timeout_ns / 1000000000;
+		ts.tv_nsec = timeout_ns % 1000000000;
+		tsp = &ts;
+	}
+	if (min && timeout_ns != 0) {
+		ret = io_uring_wait_cqes(&k->ring, &cqe, min < inflight ? min : inflight, tsp, NULL);
+		if (ret == -ETIME)
+			ret = -ETIMEDOUT;
+	}
+	n = reap_locked(k, comps, max);
+	pthread_mutex_unlock(&k->cq_lock);
+	if (n || !min)
+		return n;
+	return pnm_error(ret ? ret : -ETIMEDOUT, "no completion within the timeout");
+}
+
+static int kdev_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
+		     struct npnm_completion *comp)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	struct npnm_exec ex = { .cmd_ptr = (uintptr_t)cmd };
+	int ret;
+
+	pthread_mutex_lock(&k->lock);
+	ret = check(k, cmd, 0);
+	pthread_mutex_unlock(&k->lock);
+	if (ret)
+		return ret;
+	ret = ioctl(k->fd, NPNM_IOC_EXEC, &ex) < 0 ? -errno : 0;
+	/* A failure with a device status completed; one without was refused. */
+	if (ret && !ex.status)
+		return pnm_error(ret, "command refused: %s", strerror(-ret));
+	*comp = (struct npnm_completion){ .user_tag = cmd->user_tag, .result = ret,
+					  .status = ex.status };
+	return 0;
+}
+
+static int kdev_event_fd(struct nelssa_pnm *pnm)
+{
+	return kctx(pnm)->efd;
+}
+
+static uint32_t kdev_inflight(struct nelssa_pnm *pnm)
+{
+	struct kdev_ctx *k = kctx(pnm);
+	uint32_t n;
+
+	pthread_mutex_lock(&k->lock);
+	n = k->inflight;
+	pthread_mutex_unlock(&k->lock);
+	return n;
+}
+
+const struct pnm_backend_ops pnm_kdev_ops = {
+	.name = "kdev",
+	.open = kdev_open,
+	.close = kdev_close,
+	.info = kdev_info,
+	.mem_alloc = kdev_mem_alloc,
+	.mem_free = kdev_mem_free,
+	.mem_map = kdev_mem_map,
+	.mem_unmap = kdev_mem_unmap,
+	.submit = kdev_submit,
+	.wait = kdev_wait,
+	.exec = kdev_exec,
+	.event_fd = kdev_event_fd,
+	.inflight = kdev_inflight,
+};
