@@ -32,6 +32,8 @@ static struct npnm_device *devices[NPNM_MAX_DEVICES];
 
 int npnm_device_register(struct npnm_device *ndev)
 {
+	int ret;
+
 	snprintf(ndev->name, sizeof(ndev->name), "nelssa_pnm%d", ndev->id);
 	ndev->misc.minor = MISC_DYNAMIC_MINOR;
 	ndev->misc.name = ndev->name;
@@ -44,11 +46,15 @@ int npnm_device_register(struct npnm_device *ndev)
 	INIT_LIST_HEAD(&ndev->contexts);
 	INIT_DELAYED_WORK(&ndev->watchdog, npnm_watchdog_fn);
 	ndev->state = NPNM_STATE_LIVE;
-	return misc_register(&ndev->misc);
+	ret = misc_register(&ndev->misc);
+	if (!ret)
+		npnm_debugfs_add(ndev);
+	return ret;
 }
 
 void npnm_device_unregister(struct npnm_device *ndev)
 {
+	npnm_debugfs_remove(ndev);
 	misc_deregister(&ndev->misc);
 	cancel_delayed_work_sync(&ndev->watchdog);
 }
@@ -64,6 +70,7 @@ static void npnm_remove_all(void)
 		npnm_mock_destroy(devices[i]);
 		devices[i] = NULL;
 	}
+	npnm_debugfs_exit();
 }
 
 static int __init npnm_init(void)

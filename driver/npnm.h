@@ -84,6 +84,7 @@ struct npnm_backend_ops {
  * @contexts: open contexts.
  * @state: enum npnm_state.
  * @watchdog: expires commands running longer than their timeout.
+ * @debugfs: the device's debugfs directory.
  * @submitted: statistics, see sysfs.
  * @completed: statistics.
  * @failed: statistics (any status other than NPNM_ST_OK).
@@ -107,6 +108,7 @@ struct npnm_device {
 	struct list_head contexts;
 	enum npnm_state state;
 	struct delayed_work watchdog;
+	struct dentry *debugfs;
 	atomic64_t submitted, completed, failed, timeouts;
 };
 
@@ -241,6 +243,11 @@ void npnm_uring_complete(struct npnm_kcmd *kc);
 /* mock.c */
 int npnm_mock_create(int id, u64 mem_bytes, struct npnm_device **out);
 void npnm_mock_destroy(struct npnm_device *ndev);
+
+/* debugfs.c */
+void npnm_debugfs_add(struct npnm_device *ndev);
+void npnm_debugfs_remove(struct npnm_device *ndev);
+void npnm_debugfs_exit(void);
 
 /* sysfs.c */
 extern const struct attribute_group *npnm_groups[];

@@ -93,7 +93,7 @@ done
 
 # 5. Initramfs: busybox, the module, the tests, /init.
 cp /bin/busybox "$out/root/bin/busybox"
-for a in sh mount umount insmod rmmod lsmod cat cut sed grep dmesg stat dd printf sleep \
+for a in sh mount umount insmod rmmod lsmod cat cut sed grep awk dmesg stat dd printf sleep \
 	basename poweroff echo ls; do
 	ln -sf busybox "$out/root/bin/$a"
 done

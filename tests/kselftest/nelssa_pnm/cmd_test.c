@@ -95,6 +95,8 @@ TEST_F(cmd, killed_with_commands_in_flight)
 	int status;
 	pid_t pid;
 
+	long long used = npnm_sysfs_read(SYSFS "mem_used");
+
 	ASSERT_EQ(0, npnm_sysfs_write(PARAM "mock_delay_us", "50000"));
 	pid = fork();
 	ASSERT_LE(0, pid);
@@ -115,6 +117,10 @@ TEST_F(cmd, killed_with_commands_in_flight)
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
+	/* Its memory comes back once its commands have drained. */
+	for (int i = 0; i < 100 && npnm_sysfs_read(SYSFS "mem_used") != used; i++)
+		usleep(50000);
+	EXPECT_EQ(used, npnm_sysfs_read(SYSFS "mem_used"));
 	/* The device keeps serving others. */
 	npnm_sysfs_write(PARAM "mock_delay_us", "0");
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 7);

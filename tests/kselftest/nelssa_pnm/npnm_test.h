@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -61,6 +62,20 @@ static inline int npnm_sysfs_write(const char *attr, const char *val)
 	n = write(fd, val, strlen(val));
 	close(fd);
 	return n < 0 ? -errno : 0;
+}
+
+/* A sysfs number, or -1. */
+static inline long long npnm_sysfs_read(const char *attr)
+{
+	char buf[32] = { 0 };
+	int fd = open(attr, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? strtoll(buf, NULL, 10) : -1;
 }
 
 #endif /* NPNM_TEST_H */

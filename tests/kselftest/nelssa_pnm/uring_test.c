@@ -211,6 +211,8 @@ TEST_F(ring, killed_with_uring_cmds_in_flight)
 	int status;
 	pid_t pid;
 
+	long long used = npnm_sysfs_read(SYSFS "mem_used");
+
 	npnm_sysfs_write(PARAM "mock_delay_us", "100000");
 	pid = fork();
 	ASSERT_LE(0, pid);
@@ -232,6 +234,10 @@ TEST_F(ring, killed_with_uring_cmds_in_flight)
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
+	/* Its memory comes back once its commands have drained. */
+	for (int i = 0; i < 100 && npnm_sysfs_read(SYSFS "mem_used") != used; i++)
+		usleep(50000);
+	EXPECT_EQ(used, npnm_sysfs_read(SYSFS "mem_used"));
 	npnm_sysfs_write(PARAM "mock_delay_us", "0");
 	/* The device and this context keep working. */
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 9);
