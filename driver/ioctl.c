@@ -32,6 +32,8 @@ static int ioc_get_info(struct npnm_context *ctx, void __user *arg)
 		.nr_cores = ndev->nr_cores,
 		.max_batch = NPNM_MAX_BATCH,
 		.max_inflight = NPNM_MAX_INFLIGHT,
+		.kv_dtypes = ndev->kv_dtypes,
+		.max_head_dim = ndev->max_head_dim,
 	};
 
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;

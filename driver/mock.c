@@ -4,7 +4,7 @@
  *
  * An in-kernel PNM device, in the spirit of null_blk and cxl_test: device
  * memory is vmalloc()ed kernel memory, and memory-class commands (NOP,
- * FILL, COPY) run on a workqueue whose concurrency plays the device's
+ * FILL, COPY, KV_WRITE) run on a workqueue whose concurrency plays the device's
  * cores, after a configurable delay that exercises asynchronous completion
  * and the watchdog.  Compute commands complete with NPNM_ST_UNSUPPORTED:
  * the firmware that runs them lives on the real card (PCI backend).
@@ -24,6 +24,8 @@ MODULE_PARM_DESC(mock_cores, "worker concurrency of each mock device (1-64, defa
 static unsigned int mock_delay_us;
 module_param(mock_delay_us, uint, 0644);
 MODULE_PARM_DESC(mock_delay_us, "delay before a mock command runs, in microseconds (default 0)");
+
+#define NPNM_MOCK_MAX_HEAD_DIM 256
 
 struct npnm_mock {
 	struct workqueue_struct *wq;
@@ -89,6 +91,92 @@ static u32 mock_copy(struct npnm_device *ndev, const struct npnm_cmd *c)
 	return NPNM_ST_OK;
 }
 
+/*
+ * KV_WRITE, with the firmware's rules (firmware/kern_kv.c): the whole store
+ * at capacity inside the destination, rows and table entries inside the
+ * capacities, and scatter indices read once and checked where used.
+ */
+static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c, u64 *src_idx)
+{
+	const struct npnm_kv_write_params *p = &c->p.kv_write;
+	const struct npnm_operand *src = &c->op[NPNM_KV_SRC], *dst = &c->op[NPNM_KV_DST];
+	u64 row = (u64)p->head_dim * 2, src_table = 2 * row * p->nr_tokens, src_len;
+	const struct npnm_cluster *table;
+	u32 st, i;
+
+	st = mock_check_common(c, BIT(NPNM_KV_SRC) | BIT(NPNM_KV_DST), sizeof(*p));
+	if (st)
+		return st;
+	if (p->pad || (p->flags & ~NPNM_KV_F_SCATTER))
+		return NPNM_ST_BAD_RESERVED;
+	if ((p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16) ||
+	    !p->head_dim || p->head_dim > NPNM_MOCK_MAX_HEAD_DIM)
+		return NPNM_ST_BAD_PARAM;
+	*src_idx = src_table + (u64)p->nr_clusters * sizeof(*table);
+	src_len = *src_idx + ((p->flags & NPNM_KV_F_SCATTER) ? 4ULL * p->nr_tokens : 0);
+	if (src_len > src->len ||
+	    p->k_off > dst->len || row * p->max_tokens > dst->len - p->k_off ||
+	    p->v_off > dst->len || row * p->max_tokens > dst->len - p->v_off ||
+	    p->table_off > dst->len ||
+	    (u64)p->max_clusters * sizeof(*table) > dst->len - p->table_off)
+		return NPNM_ST_BAD_OPERAND;
+	if ((dst->offset + p->k_off) % 2 || (dst->offset + p->v_off) % 2 ||
+	    (dst->offset + p->table_off) % 4 || src->offset % 4 || src_table % 4)
+		return NPNM_ST_BAD_PARAM;
+	if (!(p->flags & NPNM_KV_F_SCATTER) && (u64)p->first_token + p->nr_tokens > p->max_tokens)
+		return NPNM_ST_BAD_PARAM;
+	if ((u64)p->first_cluster + p->nr_clusters > p->max_clusters)
+		return NPNM_ST_BAD_PARAM;
+	if (p->flags & NPNM_KV_F_SCATTER) {
+		const u32 *idx = ndev->mem + src->offset + *src_idx;
+
+		for (i = 0; i < p->nr_tokens; i++)
+			if (READ_ONCE(idx[i]) >= p->max_tokens)
+				return NPNM_ST_BAD_PARAM;
+	}
+	table = ndev->mem + src->offset + src_table;
+	for (i = 0; i < p->nr_clusters; i++) {
+		u32 first = READ_ONCE(table[i].first), count = READ_ONCE(table[i].count);
+
+		if (first > p->max_tokens || count > p->max_tokens - first)
+			return NPNM_ST_BAD_CLUSTER;
+	}
+	return NPNM_ST_OK;
+}
+
+static u32 mock_kv_write(struct npnm_device *ndev, const struct npnm_cmd *c)
+{
+	const struct npnm_kv_write_params *p = &c->p.kv_write;
+	u8 *src = ndev->mem + c->op[NPNM_KV_SRC].offset;
+	u8 *dst = ndev->mem + c->op[NPNM_KV_DST].offset;
+	u64 row = (u64)p->head_dim * 2, src_idx;
+	u32 st = mock_kv_check(ndev, c, &src_idx), i;
+
+	if (st)
+		return st;
+	if (p->flags & NPNM_KV_F_SCATTER) {
+		const u32 *idx = (const u32 *)(src + src_idx);
+
+		for (i = 0; i < p->nr_tokens; i++) {
+			u64 to = READ_ONCE(idx[i]);
+
+			/* Rewritten by the host since the check: skip, never overflow. */
+			if (to >= p->max_tokens)
+				continue;
+			memcpy(dst + p->k_off + to * row, src + i * row, row);
+			memcpy(dst + p->v_off + to * row, src + (p->nr_tokens + i) * row, row);
+		}
+	} else {
+		memmove(dst + p->k_off + p->first_token * row, src, row * p->nr_tokens);
+		memmove(dst + p->v_off + p->first_token * row, src + row * p->nr_tokens,
+			row * p->nr_tokens);
+	}
+	memmove(dst + p->table_off + (u64)p->first_cluster * sizeof(struct npnm_cluster),
+		src + 2 * row * p->nr_tokens,
+		(u64)p->nr_clusters * sizeof(struct npnm_cluster));
+	return NPNM_ST_OK;
+}
+
 static void mock_work(struct work_struct *work)
 {
 	struct npnm_kcmd *kc = container_of(work, struct npnm_kcmd, work);
@@ -114,6 +202,8 @@ static void mock_work(struct work_struct *work)
 		status = mock_copy(ndev, &kc->desc);
 		break;
 	case NPNM_OP_KV_WRITE:
+		status = mock_kv_write(ndev, &kc->desc);
+		break;
 	case NPNM_OP_SPARSE_ATTN:
 	case NPNM_OP_SELFTEST:
 		status = NPNM_ST_UNSUPPORTED;
@@ -166,8 +256,12 @@ int npnm_mock_create(int id, u64 mem_bytes, struct npnm_device **out)
 	ndev->priv = m;
 	ndev->mem_size = mem_bytes;
 	ndev->nr_cores = mock_cores;
-	ndev->opcodes = BIT_ULL(NPNM_OP_NOP) | BIT_ULL(NPNM_OP_FILL) | BIT_ULL(NPNM_OP_COPY);
-	ndev->caps = NPNM_CAP_MMAP;
+	ndev->opcodes = BIT_ULL(NPNM_OP_NOP) | BIT_ULL(NPNM_OP_FILL) | BIT_ULL(NPNM_OP_COPY) |
+			BIT_ULL(NPNM_OP_KV_WRITE);
+	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
+		     NPNM_CAP_KV_SCATTER;
+	ndev->kv_dtypes = BIT(NPNM_DTYPE_BF16) | BIT(NPNM_DTYPE_FP16);
+	ndev->max_head_dim = NPNM_MOCK_MAX_HEAD_DIM;
 	ndev->mem = vzalloc(mem_bytes);
 	if (!ndev->mem)
 		goto err;

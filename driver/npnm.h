@@ -78,6 +78,8 @@ struct npnm_backend_ops {
  * @nr_cores: compute cores reported to userspace.
  * @opcodes: opcodes the backend executes (bit per opcode).
  * @caps: NPNM_CAP_* bits.
+ * @kv_dtypes: KV element types the backend handles (bit per type).
+ * @max_head_dim: largest head dimension of KV_WRITE/SPARSE_ATTN.
  * @lock: protects @inflight and @state.
  * @inflight: commands handed to the backend, oldest first.
  * @ctx_lock: protects @contexts; held across a reset.
@@ -102,6 +104,8 @@ struct npnm_device {
 	u32 nr_cores;
 	u64 opcodes;
 	u64 caps;
+	u32 kv_dtypes;
+	u16 max_head_dim;
 	spinlock_t lock;		/* inflight, state */
 	struct list_head inflight;
 	struct mutex ctx_lock;		/* contexts */
