@@ -201,7 +201,7 @@ void npnm_watchdog_fn(struct work_struct *work)
 		more = !list_empty(&ndev->inflight);
 		spin_unlock(&ndev->lock);
 		for (i = 0; i < n; i++) {
-			dev_warn(ndev->misc.this_device, "command %llu timed out; device failed\n",
+			dev_warn(ndev->dev, "command %llu timed out; device failed\n",
 				 expired[i]->comp.seqno);
 			atomic64_inc(&ndev->timeouts);
 			npnm_cmd_complete(expired[i], NPNM_ST_TIMEOUT, 0);
@@ -241,6 +241,6 @@ int npnm_device_reset(struct npnm_device *ndev)
 	if (!ret)
 		WRITE_ONCE(ndev->state, NPNM_STATE_LIVE);
 	mutex_unlock(&ndev->ctx_lock);
-	dev_info(ndev->misc.this_device, "reset %s\n", ret ? "failed" : "done");
+	dev_info(ndev->dev, "reset %s\n", ret ? "failed" : "done");
 	return ret;
 }

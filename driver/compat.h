@@ -32,4 +32,11 @@ static inline const void *npnm_uring_payload(struct io_uring_cmd *cmd)
 #error "this kernel's io_uring_cmd_done()/task-work API is not supported yet: extend compat.h"
 #endif
 
+/* Class devnode callbacks got a const device in 6.2. */
+#if NPNM_HAVE_CLASS_DEVNODE_CONST
+#define NPNM_DEVNODE_CONST const
+#else
+#define NPNM_DEVNODE_CONST
+#endif
+
 #endif /* NPNM_COMPAT_H */

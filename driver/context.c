@@ -164,8 +164,7 @@ static int npnm_mmap(struct file *filp, struct vm_area_struct *vma)
 
 static int npnm_open(struct inode *inode, struct file *filp)
 {
-	struct miscdevice *misc = filp->private_data;
-	struct npnm_device *ndev = container_of(misc, struct npnm_device, misc);
+	struct npnm_device *ndev = container_of(inode->i_cdev, struct npnm_device, cdev);
 	struct npnm_context *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
 
 	if (!ctx)

@@ -2,8 +2,10 @@
 /*
  * nelssa_pnm: driver for NELSSA processing-near-memory (PNM) devices.
  *
- * DOC: module parameters
+ * DOC: devices and module parameters
  *
+ * Each device is a character device in class nelssa_pnm, node
+ * /dev/nelssa_pnm<N> with mode 0600 (a udev rule may widen it to a group).
  * The hardware-independent core (contexts, regions, validation, the
  * command path, the watchdog) sits on a backend.  This version ships the
  * in-kernel mock backend, which creates @mock_devices devices of
@@ -13,6 +15,7 @@
 #include <linux/moduleparam.h>
 
 #include "npnm.h"
+#include "compat.h"
 
 static unsigned int mock_devices = 1;
 module_param(mock_devices, uint, 0444);
@@ -29,33 +32,54 @@ MODULE_PARM_DESC(timeout_ms, "default command timeout in ms before the watchdog 
 #define NPNM_MAX_DEVICES 16
 
 static struct npnm_device *devices[NPNM_MAX_DEVICES];
+static dev_t npnm_devt;
+
+/* Never world-accessible; udev may hand the node to a group. */
+static char *npnm_devnode(NPNM_DEVNODE_CONST struct device *dev, umode_t *mode)
+{
+	if (mode)
+		*mode = 0600;
+	return NULL;
+}
+
+static struct class npnm_class = {
+	.name = "nelssa_pnm",
+	.devnode = npnm_devnode,
+	.dev_groups = npnm_groups,
+};
 
 int npnm_device_register(struct npnm_device *ndev)
 {
+	dev_t devt = MKDEV(MAJOR(npnm_devt), ndev->id);
 	int ret;
 
 	snprintf(ndev->name, sizeof(ndev->name), "nelssa_pnm%d", ndev->id);
-	ndev->misc.minor = MISC_DYNAMIC_MINOR;
-	ndev->misc.name = ndev->name;
-	ndev->misc.fops = &npnm_fops;
-	ndev->misc.groups = npnm_groups;
-	ndev->misc.mode = 0600;
 	spin_lock_init(&ndev->lock);
 	INIT_LIST_HEAD(&ndev->inflight);
 	mutex_init(&ndev->ctx_lock);
 	INIT_LIST_HEAD(&ndev->contexts);
 	INIT_DELAYED_WORK(&ndev->watchdog, npnm_watchdog_fn);
 	ndev->state = NPNM_STATE_LIVE;
-	ret = misc_register(&ndev->misc);
-	if (!ret)
-		npnm_debugfs_add(ndev);
-	return ret;
+	cdev_init(&ndev->cdev, &npnm_fops);
+	ndev->cdev.owner = THIS_MODULE;
+	ret = cdev_add(&ndev->cdev, devt, 1);
+	if (ret)
+		return ret;
+	/* Attributes come with the class: in place before the uevent. */
+	ndev->dev = device_create(&npnm_class, NULL, devt, ndev, "%s", ndev->name);
+	if (IS_ERR(ndev->dev)) {
+		cdev_del(&ndev->cdev);
+		return PTR_ERR(ndev->dev);
+	}
+	npnm_debugfs_add(ndev);
+	return 0;
 }
 
 void npnm_device_unregister(struct npnm_device *ndev)
 {
 	npnm_debugfs_remove(ndev);
-	misc_deregister(&ndev->misc);
+	device_destroy(&npnm_class, ndev->dev->devt);
+	cdev_del(&ndev->cdev);
 	cancel_delayed_work_sync(&ndev->watchdog);
 }
 
@@ -83,6 +107,14 @@ static int __init npnm_init(void)
 		       NPNM_MAX_DEVICES);
 		return -EINVAL;
 	}
+	ret = alloc_chrdev_region(&npnm_devt, 0, NPNM_MAX_DEVICES, "nelssa_pnm");
+	if (ret)
+		return ret;
+	ret = class_register(&npnm_class);
+	if (ret) {
+		unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);
+		return ret;
+	}
 	for (i = 0; i < mock_devices; i++) {
 		ret = npnm_mock_create(i, (u64)mock_mem_mb << 20, &devices[i]);
 		if (ret)
@@ -98,12 +130,16 @@ static int __init npnm_init(void)
 
 err:
 	npnm_remove_all();
+	class_unregister(&npnm_class);
+	unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);
 	return ret;
 }
 
 static void __exit npnm_exit(void)
 {
 	npnm_remove_all();
+	class_unregister(&npnm_class);
+	unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);
 }
 
 module_init(npnm_init);

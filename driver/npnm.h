@@ -18,11 +18,12 @@
 #define NPNM_H
 
 #include <linux/atomic.h>
+#include <linux/cdev.h>
+#include <linux/device.h>
 #include <linux/bits.h>
 #include <linux/genalloc.h>
 #include <linux/kref.h>
 #include <linux/list.h>
-#include <linux/miscdevice.h>
 #include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <linux/wait.h>
@@ -67,7 +68,8 @@ struct npnm_backend_ops {
 
 /**
  * struct npnm_device - one PNM device.
- * @misc: the character device /dev/nelssa_pnm<id>.
+ * @cdev: the character device /dev/nelssa_pnm<id>.
+ * @dev: its device in class nelssa_pnm (sysfs attributes live here).
  * @name: "nelssa_pnm<id>".
  * @id: device index.
  * @ops: hardware backend.
@@ -93,7 +95,8 @@ struct npnm_backend_ops {
  * @timeouts: statistics.
  */
 struct npnm_device {
-	struct miscdevice misc;
+	struct cdev cdev;
+	struct device *dev;
 	char name[32];
 	int id;
 	const struct npnm_backend_ops *ops;

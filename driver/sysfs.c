@@ -2,7 +2,7 @@
 /*
  * DOC: sysfs
  *
- * One value per file under /sys/class/misc/nelssa_pnm<N>/, documented in
+ * One value per file under /sys/class/nelssa_pnm/nelssa_pnm<N>/, documented in
  * Documentation/ABI/testing/sysfs-driver-nelssa_pnm.  Writing "reset" to
  * state brings a failed device back (refused with -EBUSY while commands
  * are in flight).
@@ -14,9 +14,7 @@
 
 static struct npnm_device *to_ndev(struct device *dev)
 {
-	struct miscdevice *misc = dev_get_drvdata(dev);
-
-	return container_of(misc, struct npnm_device, misc);
+	return dev_get_drvdata(dev);
 }
 
 static ssize_t mem_total_show(struct device *dev, struct device_attribute *attr, char *buf)

@@ -15,7 +15,7 @@
 #include "npnm_test.h"
 
 #define PARAM "/sys/module/nelssa_pnm/parameters/"
-#define SYSFS "/sys/class/misc/nelssa_pnm0/"
+#define SYSFS "/sys/class/nelssa_pnm/nelssa_pnm0/"
 
 FIXTURE(cmd) {
 	int fd;
