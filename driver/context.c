@@ -13,6 +13,7 @@
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/poll.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
 
@@ -213,11 +214,21 @@ static int npnm_release(struct inode *inode, struct file *filp)
 	return 0;
 }
 
+/* Readable while NPNM_IOC_WAIT would return completions at once. */
+static __poll_t npnm_poll(struct file *filp, poll_table *wait)
+{
+	struct npnm_context *ctx = filp->private_data;
+
+	poll_wait(filp, &ctx->cq_wait, wait);
+	return list_empty_careful(&ctx->cq) ? 0 : EPOLLIN | EPOLLRDNORM;
+}
+
 const struct file_operations npnm_fops = {
 	.owner = THIS_MODULE,
 	.open = npnm_open,
 	.release = npnm_release,
 	.mmap = npnm_mmap,
+	.poll = npnm_poll,
 	.unlocked_ioctl = npnm_ioctl,
 	.uring_cmd = npnm_uring_cmd,
 	.compat_ioctl = compat_ptr_ioctl,

@@ -6,7 +6,12 @@
  * IORING_OP_URING_CMD per command on a CQE32 ring (the device status and
  * time come back in res2) and reaps CQEs, with an eventfd registered on
  * the ring for poll/epoll users; exec uses the synchronous NPNM_IOC_EXEC
- * ioctl so that it never steals asynchronous completions.  Submission
+ * ioctl so that it never steals asynchronous completions.
+ *
+ * Where io_uring is unavailable (no NPNM_CAP_URING_CMD, io_uring disabled
+ * or filtered, or NELSSA_KDEV_IOCTL=1 in the environment) the same API
+ * runs on the batch ioctls: NPNM_IOC_SUBMIT and NPNM_IOC_WAIT, with the
+ * device file itself as the event fd (the driver's poll()).  Submission
  * repeats the driver's context checks first, so that a bad command fails
  * at submit time exactly as on the sim backend; the driver checks again.
  */
@@ -21,6 +26,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pnm_internal.h"
@@ -44,6 +50,7 @@ struct kdev_cmd {
 
 struct kdev_ctx {
 	int fd, efd;
+	bool use_ioctl;		/* batch ioctls instead of io_uring */
 	struct io_uring ring;
 	pthread_mutex_t lock;		/* everything below, and the SQ */
 	pthread_mutex_t cq_lock;	/* the CQ */
@@ -108,15 +115,16 @@ static int kdev_open(struct nelssa_pnm *pnm, const char *spec)
 				k->info.abi_version, NPNM_ABI_VERSION);
 		goto err_fd;
 	}
-	ret = io_uring_queue_init(KDEV_RING, &k->ring, IORING_SETUP_CQE32);
-	if (ret) {
-		pnm_error(ret, "io_uring setup failed: %s", strerror(-ret));
-		goto err_fd;
-	}
-	k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (k->efd < 0 || io_uring_register_eventfd(&k->ring, k->efd)) {
-		ret = pnm_error(-errno ? -errno : -EIO, "eventfd setup failed");
-		goto err_ring;
+	k->use_ioctl = !(k->info.caps & NPNM_CAP_URING_CMD) || getenv("NELSSA_KDEV_IOCTL") ||
+		       io_uring_queue_init(KDEV_RING, &k->ring, IORING_SETUP_CQE32);
+	if (k->use_ioctl) {
+		k->efd = k->fd;		/* the driver's poll() */
+	} else {
+		k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (k->efd < 0 || io_uring_register_eventfd(&k->ring, k->efd)) {
+			ret = pnm_error(-errno ? -errno : -EIO, "eventfd setup failed");
+			goto err_ring;
+		}
 	}
 	pthread_mutex_init(&k->lock, NULL);
 	pthread_mutex_init(&k->cq_lock, NULL);
@@ -142,7 +150,7 @@ static void kdev_close(struct nelssa_pnm *pnm)
 	struct npnm_completion c;
 
 	/* Let in-flight commands finish so their records can be freed. */
-	while (k->inflight) {
+	while (k->inflight && !k->use_ioctl) {
 		struct io_uring_cqe *cqe;
 
 		if (io_uring_wait_cqe(&k->ring, &cqe))
@@ -151,9 +159,11 @@ static void kdev_close(struct nelssa_pnm *pnm)
 	}
 	for (size_t i = 0; i < k->nmaps; i++)
 		munmap(k->maps[i].addr, k->maps[i].size);
-	io_uring_queue_exit(&k->ring);
-	close(k->efd);
-	close(k->fd);	/* the driver frees every region */
+	if (!k->use_ioctl) {
+		io_uring_queue_exit(&k->ring);
+		close(k->efd);
+	}
+	close(k->fd);	/* the driver waits for in-flight commands, frees regions */
 	free(k->regions);
 	free(k->maps);
 	free(k);
@@ -293,6 +303,30 @@ static int check(struct kdev_ctx *k, const struct npnm_cmd *c, uint32_t index)
 	return 0;
 }
 
+/* The fallback: the batch ioctl, after the same checks. */
+static int submit_ioctl(struct kdev_ctx *k, const struct npnm_cmd *cmds, uint32_t n,
+			uint64_t *first_seqno)
+{
+	struct npnm_submit s = { .cmds_ptr = (uintptr_t)cmds };
+	uint32_t i;
+	int ret = 0;
+
+	for (i = 0; i < n && !ret; i++)
+		ret = check(k, &cmds[i], i);
+	if (ret)
+		i--;
+	if (i) {
+		s.nr_cmds = i;
+		if (ioctl(k->fd, NPNM_IOC_SUBMIT, &s) < 0 && !s.nr_submitted)
+			return pnm_error(-errno, "submit failed: %s", strerror(errno));
+		k->inflight += s.nr_submitted;
+		if (first_seqno)
+			*first_seqno = s.seqno;
+		return (int)s.nr_submitted;
+	}
+	return ret;
+}
+
 static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint32_t n,
 		       uint64_t *first_seqno)
 {
@@ -303,6 +337,11 @@ static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint
 	if (n > k->info.max_batch)
 		return pnm_error(-EINVAL, "%u commands: at most %u per batch", n, k->info.max_batch);
 	pthread_mutex_lock(&k->lock);
+	if (k->use_ioctl) {
+		ret = submit_ioctl(k, cmds, n, first_seqno);
+		pthread_mutex_unlock(&k->lock);
+		return ret;
+	}
 	for (i = 0; i < n; i++) {
 		struct npnm_exec ex = { .cmd_ptr = (uintptr_t)&cmds[i] };
 		struct io_uring_sqe *sqe;
@@ -375,10 +414,42 @@ static int reap_locked(struct kdev_ctx *k, struct npnm_completion *comps, uint32
 	return (int)n;
 }
 
+/* The fallback: NPNM_IOC_WAIT with an absolute CLOCK_MONOTONIC deadline. */
+static int wait_ioctl(struct kdev_ctx *k, struct npnm_completion *comps, uint32_t min,
+		      uint32_t max, int64_t timeout_ns)
+{
+	struct npnm_wait w = { .comps_ptr = (uintptr_t)comps, .max_comps = max,
+			       .min_comps = min };
+	struct timespec now;
+	uint32_t inflight;
+	int ret;
+
+	pthread_mutex_lock(&k->lock);
+	inflight = k->inflight;
+	pthread_mutex_unlock(&k->lock);
+	if (min && !inflight)
+		return pnm_error(-EAGAIN, "nothing in flight to wait for");
+	if (min > inflight)
+		w.min_comps = inflight;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	w.timeout_ns = timeout_ns < 0 ? -1 : timeout_ns == 0 ? 0 :
+		       now.tv_sec * 1000000000LL + now.tv_nsec + timeout_ns;
+	ret = ioctl(k->fd, NPNM_IOC_WAIT, &w) < 0 ? -errno : 0;
+	pthread_mutex_lock(&k->lock);
+	k->inflight -= w.nr_comps;
+	pthread_mutex_unlock(&k->lock);
+	if (w.nr_comps || !min)
+		return (int)w.nr_comps;
+	return pnm_error(ret ? ret : -ETIMEDOUT, "no completion within the timeout");
+}
+
 static int kdev_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
 		     uint32_t max, int64_t timeout_ns)
 {
 	struct kdev_ctx *k = kctx(pnm);
+
+	if (k->use_ioctl)
+		return wait_ioctl(k, comps, min, max, timeout_ns);
 	struct __kernel_timespec ts = { 0 }, *tsp = NULL;
 	struct io_uring_cqe *cqe;
 	uint32_t inflight;
