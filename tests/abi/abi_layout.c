@@ -7,6 +7,7 @@
  * C11 and C++17, with -m64 and -m32; running it prints one TAP line.
  */
 #include <linux/nelssa_pnm.h>
+#include <linux/nelssa_pnm_devif.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -147,6 +148,25 @@ SIZE(npnm_exec, 16);
 OFF(npnm_exec, cmd_ptr, 0);
 OFF(npnm_exec, flags, 8);
 OFF(npnm_exec, status, 12);
+
+/* The device interface (uapi/linux/nelssa_pnm_devif.h). */
+SIZE(npnm_devif_hdr, 256);
+OFF(npnm_devif_hdr, mem_size, 8);
+OFF(npnm_devif_hdr, sq_entries, 48);
+OFF(npnm_devif_hdr, opcodes, 64);
+OFF(npnm_devif_hdr, fw_state, 80);
+OFF(npnm_devif_hdr, heartbeat, 88);
+OFF(npnm_devif_hdr, reset_epoch, 96);
+OFF(npnm_devif_hdr, sq_tail, 128);
+OFF(npnm_devif_hdr, cq_head, 132);
+OFF(npnm_devif_hdr, sq_head, 192);
+OFF(npnm_devif_hdr, cq_tail, 196);
+SIZE(npnm_devif_sqe, 256);
+OFF(npnm_devif_sqe, cookie, 192);
+SIZE(npnm_devif_cqe, 32);
+OFF(npnm_devif_cqe, status, 8);
+OFF(npnm_devif_cqe, device_ns, 16);
+ABI_ASSERT(NPNM_DEVIF_MAGIC == 0x41534c4eu && NPNM_DEVIF_VERSION == 1);
 
 /* Every struct is a multiple of 8 bytes: no tail padding differences. */
 ABI_ASSERT(sizeof(struct npnm_info) % 8 == 0);
