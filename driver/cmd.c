@@ -212,9 +212,41 @@ void npnm_watchdog_fn(struct work_struct *work)
 		mod_delayed_work(system_wq, &ndev->watchdog, HZ / 10);
 }
 
-int npnm_device_reset(struct npnm_device *ndev)
+/* Revoke every user mapping of the device's memory; ctx_lock held. */
+static void revoke_mappings(struct npnm_device *ndev)
 {
 	struct npnm_context *ctx;
+
+	list_for_each_entry(ctx, &ndev->contexts, node) {
+		struct npnm_region *r;
+		unsigned long h;
+
+		mutex_lock(&ctx->lock);
+		xa_for_each(&ctx->regions, h, r)
+			WRITE_ONCE(r->revoked, true);
+		mutex_unlock(&ctx->lock);
+		unmap_mapping_range(ctx->mapping, 0, 0, 1);
+	}
+}
+
+/*
+ * The device cannot be trusted any more (heartbeat lost, bad completion):
+ * refuse new commands and revoke every mapping.  The backend completes
+ * what it still holds.
+ */
+void npnm_device_fail(struct npnm_device *ndev, const char *why)
+{
+	spin_lock(&ndev->lock);
+	ndev->state = NPNM_STATE_FAILED;
+	spin_unlock(&ndev->lock);
+	dev_err(ndev->dev, "device failed: %s\n", why);
+	mutex_lock(&ndev->ctx_lock);
+	revoke_mappings(ndev);
+	mutex_unlock(&ndev->ctx_lock);
+}
+
+int npnm_device_reset(struct npnm_device *ndev)
+{
 	bool busy;
 	int ret;
 
@@ -227,16 +259,7 @@ int npnm_device_reset(struct npnm_device *ndev)
 		return -EBUSY;
 	}
 	/* Revoke every mapping: the device's memory is not trusted any more. */
-	list_for_each_entry(ctx, &ndev->contexts, node) {
-		struct npnm_region *r;
-		unsigned long h;
-
-		mutex_lock(&ctx->lock);
-		xa_for_each(&ctx->regions, h, r)
-			WRITE_ONCE(r->revoked, true);
-		mutex_unlock(&ctx->lock);
-		unmap_mapping_range(ctx->mapping, 0, 0, 1);
-	}
+	revoke_mappings(ndev);
 	ret = ndev->ops->reset ? ndev->ops->reset(ndev) : 0;
 	if (!ret)
 		WRITE_ONCE(ndev->state, NPNM_STATE_LIVE);

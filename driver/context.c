@@ -122,6 +122,9 @@ static vm_fault_t npnm_vm_fault(struct vm_fault *vmf)
 
 	if (READ_ONCE(r->revoked) || off >= r->size)
 		return VM_FAULT_SIGBUS;
+	if (r->ndev->ops->pfn)
+		return vmf_insert_pfn(vma, vmf->address,
+				      r->ndev->ops->pfn(r->ndev, r->dev_off + off));
 	page = vmalloc_to_page(r->ndev->mem + r->dev_off + off);
 	if (!page)
 		return VM_FAULT_SIGBUS;
@@ -158,6 +161,8 @@ static int npnm_mmap(struct file *filp, struct vm_area_struct *vma)
 	}
 	/* Not inherited over fork, never grown by mremap, not in core dumps. */
 	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+	if (r->ndev->ops->pfn)
+		vma->vm_flags |= VM_PFNMAP | VM_IO;	/* BAR memory has no struct page */
 	vma->vm_private_data = r;	/* the mapping's reference */
 	vma->vm_ops = &npnm_vm_ops;
 	return 0;

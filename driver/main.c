@@ -13,6 +13,8 @@
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/idr.h>
+#include <linux/pci.h>
 
 #include "npnm.h"
 #include "compat.h"
@@ -33,6 +35,18 @@ MODULE_PARM_DESC(timeout_ms, "default command timeout in ms before the watchdog 
 
 static struct npnm_device *devices[NPNM_MAX_DEVICES];
 static dev_t npnm_devt;
+static DEFINE_IDA(npnm_ida);
+
+/* Device numbers: the mocks first, then PCI devices as they probe. */
+int npnm_id_alloc(void)
+{
+	return ida_alloc_max(&npnm_ida, NPNM_MAX_DEVICES - 1, GFP_KERNEL);
+}
+
+void npnm_id_free(int id)
+{
+	ida_free(&npnm_ida, id);
+}
 
 /* Never world-accessible; udev may hand the node to a group. */
 static char *npnm_devnode(NPNM_DEVNODE_CONST struct device *dev, umode_t *mode)
@@ -91,6 +105,7 @@ static void npnm_remove_all(void)
 		if (!devices[i])
 			continue;
 		npnm_device_unregister(devices[i]);
+		npnm_id_free(devices[i]->id);
 		npnm_mock_destroy(devices[i]);
 		devices[i] = NULL;
 	}
@@ -116,16 +131,25 @@ static int __init npnm_init(void)
 		return ret;
 	}
 	for (i = 0; i < mock_devices; i++) {
-		ret = npnm_mock_create(i, (u64)mock_mem_mb << 20, &devices[i]);
-		if (ret)
+		int id = npnm_id_alloc();
+
+		ret = id < 0 ? id : npnm_mock_create(id, (u64)mock_mem_mb << 20, &devices[i]);
+		if (ret) {
+			if (id >= 0)
+				npnm_id_free(id);
 			goto err;
+		}
 		ret = npnm_device_register(devices[i]);
 		if (ret) {
+			npnm_id_free(id);
 			npnm_mock_destroy(devices[i]);
 			devices[i] = NULL;
 			goto err;
 		}
 	}
+	ret = pci_register_driver(&npnm_pci_driver);
+	if (ret)
+		goto err;
 	return 0;
 
 err:
@@ -137,6 +161,7 @@ err:
 
 static void __exit npnm_exit(void)
 {
+	pci_unregister_driver(&npnm_pci_driver);
 	npnm_remove_all();
 	class_unregister(&npnm_class);
 	unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);

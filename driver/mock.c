@@ -255,6 +255,7 @@ int npnm_mock_create(int id, u64 mem_bytes, struct npnm_device **out)
 	ndev->ops = &mock_ops;
 	ndev->priv = m;
 	ndev->mem_size = mem_bytes;
+	ndev->mem_avail = mem_bytes - PAGE_SIZE;
 	ndev->nr_cores = mock_cores;
 	ndev->opcodes = BIT_ULL(NPNM_OP_NOP) | BIT_ULL(NPNM_OP_FILL) | BIT_ULL(NPNM_OP_COPY) |
 			BIT_ULL(NPNM_OP_KV_WRITE);

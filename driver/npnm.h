@@ -57,13 +57,16 @@ enum npnm_state {
  * @name: backend name, shown in sysfs.
  * @submit: start a validated, resolved command; the backend calls
  *	npnm_cmd_complete() exactly once when it is done with it, from any
- *	context that may sleep.
- * @reset: bring a failed device back; called with no command running.
+ *	context that may sleep, and then drops its reference.
+ * @reset: bring a failed device back; called with no command in flight.
+ * @pfn: page frame of device-memory offset @off, for backends whose memory
+ *	is not struct-page memory (a PCI BAR); NULL: use ndev->mem's pages.
  */
 struct npnm_backend_ops {
 	const char *name;
 	void (*submit)(struct npnm_device *ndev, struct npnm_kcmd *kc);
 	int (*reset)(struct npnm_device *ndev);
+	unsigned long (*pfn)(struct npnm_device *ndev, u64 off);
 };
 
 /**
@@ -76,6 +79,8 @@ struct npnm_backend_ops {
  * @priv: backend data.
  * @mem: kernel mapping of device memory.
  * @mem_size: bytes of device memory.
+ * @mem_avail: bytes the region allocator manages.
+ * @fw_version: firmware interface version, 0 without firmware.
  * @pool: allocator of device-memory offsets (never hands out offset 0).
  * @nr_cores: compute cores reported to userspace.
  * @opcodes: opcodes the backend executes (bit per opcode).
@@ -103,6 +108,8 @@ struct npnm_device {
 	void *priv;
 	void *mem;
 	u64 mem_size;
+	u64 mem_avail;
+	u32 fw_version;
 	struct gen_pool *pool;
 	u32 nr_cores;
 	u64 opcodes;
@@ -198,6 +205,7 @@ enum npnm_kcmd_kind {
  *	waiter's stack, so a waiter killed early leaves nothing dangling.
  * @ioucmd: the io_uring command of an NPNM_KCMD_URING command.
  * @work: backend-private (the mock's worker item).
+ * @be_node: backend-private (the PCI backend's backlog).
  * @comp: the completion record.
  */
 struct npnm_kcmd {
@@ -214,12 +222,15 @@ struct npnm_kcmd {
 	struct completion sync_done;
 	struct io_uring_cmd *ioucmd;
 	struct work_struct work;
+	struct list_head be_node;
 	struct npnm_completion comp;
 };
 
 extern unsigned int npnm_timeout_ms;
 
 /* main.c */
+int npnm_id_alloc(void);
+void npnm_id_free(int id);
 int npnm_device_register(struct npnm_device *ndev);
 void npnm_device_unregister(struct npnm_device *ndev);
 
@@ -241,6 +252,7 @@ void npnm_cmd_complete(struct npnm_kcmd *kc, u32 status, u32 detail);
 void npnm_kcmd_put(struct npnm_kcmd *kc);
 void npnm_watchdog_fn(struct work_struct *work);
 int npnm_device_reset(struct npnm_device *ndev);
+void npnm_device_fail(struct npnm_device *ndev, const char *why);
 
 /* uring.c */
 int npnm_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags);
@@ -255,6 +267,9 @@ void npnm_mock_destroy(struct npnm_device *ndev);
 void npnm_debugfs_add(struct npnm_device *ndev);
 void npnm_debugfs_remove(struct npnm_device *ndev);
 void npnm_debugfs_exit(void);
+
+/* pci.c */
+extern struct pci_driver npnm_pci_driver;
 
 /* sysfs.c */
 extern const struct attribute_group *npnm_groups[];

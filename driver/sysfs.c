@@ -19,7 +19,7 @@ static struct npnm_device *to_ndev(struct device *dev)
 
 static ssize_t mem_total_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	return sysfs_emit(buf, "%llu\n", to_ndev(dev)->mem_size - PAGE_SIZE);
+	return sysfs_emit(buf, "%llu\n", to_ndev(dev)->mem_avail);
 }
 static DEVICE_ATTR_RO(mem_total);
 
@@ -45,7 +45,11 @@ static DEVICE_ATTR_RO(backend);
 
 static ssize_t fw_version_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	return sysfs_emit(buf, "none\n");	/* the mock runs no firmware */
+	u32 v = to_ndev(dev)->fw_version;
+
+	if (!v)
+		return sysfs_emit(buf, "none\n");	/* the mock runs no firmware */
+	return sysfs_emit(buf, "%u.%u\n", v >> 16, v & 0xffff);
 }
 static DEVICE_ATTR_RO(fw_version);
 

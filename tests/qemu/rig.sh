@@ -78,8 +78,9 @@ if [ ! -f "$out/guest-build/build.ninja" ]; then
 	meson setup "$out/guest-build" "$src" --buildtype=release >>"$log" 2>&1 ||
 		die "meson setup of the guest build"
 fi
-ninja -C "$out/guest-build" tests/unit/test_pnm_sim tools/nelssactl/nelssactl >>"$log" 2>&1 ||
-	die "guest build of test_pnm_sim and nelssactl"
+ninja -C "$out/guest-build" tests/unit/test_pnm_sim tools/nelssactl/nelssactl \
+	firmware/devemu/nelssa-devemu >>"$log" 2>&1 ||
+	die "guest build of test_pnm_sim, nelssactl and nelssa-devemu"
 mkdir -p "$out/root/opt/host" "$out/root/lib/x86_64-linux-gnu" "$out/root/lib64"
 cp "$out/guest-build/tests/unit/test_pnm_sim" "$out/root/opt/host/pnm_kdev"
 cp "$out/guest-build/tools/nelssactl/nelssactl" "$out/root/opt/host/nelssactl"
@@ -104,14 +105,30 @@ chmod +x "$out/root/init"
 (cd "$out/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$out/initramfs.gz") ||
 	die "initramfs"
 
-# 6. Boot.  Exit code 1 = isa-debug-exit with 0 failures; 0 = panic; 124 = hang.
+# 6. The emulated card: nelssa-devemu serves an ivshmem-doorbell device.
+devemu="$out/guest-build/firmware/devemu/nelssa-devemu"
+rm -f "$out/devemu0.sock"
+"$devemu" --socket "$out/devemu0.sock" --mem 64M --cores 2 2>"$out/devemu0.log" &
+devemu_pid=$!
+for i in $(seq 1 100); do
+	[ -S "$out/devemu0.sock" ] && break
+	sleep 0.05
+done
+[ -S "$out/devemu0.sock" ] || die "nelssa-devemu did not start (see devemu0.log)"
+
+# 7. Boot.  Exit code 1 = isa-debug-exit with 0 failures; 0 = panic; 124 = hang.
 timeout 600 qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1G -smp 2 -nographic \
 	-no-reboot -nic none -kernel "$kroot/boot/vmlinuz-$kv" -initrd "$out/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 quiet" \
+	-chardev socket,path="$out/devemu0.sock",id=ivs0 \
+	-device ivshmem-doorbell,chardev=ivs0,vectors=1 \
 	-device isa-debug-exit,iobase=0xf4,iosize=0x04 </dev/null >"$out/serial.log" 2>&1
 rc=$?
+kill "$devemu_pid" 2>/dev/null
+wait "$devemu_pid"
+devemu_rc=$?
 
-# 7. TAP: the guest's own checks, every kselftest subtest, then the verdict.
+# 8. TAP: the guest's own checks, every kselftest subtest, then the verdict.
 tr -d '\r' <"$out/serial.log" | awk -v rc="$rc" '
 	/^RIG: (ok|not ok) / { sub(/^RIG: /, ""); sub(/^(not )?ok [0-9]+ - /, ""); line[++n] = ($0);
 			       st[n] = (/^not ok/ ? 1 : 0); next }

@@ -15,7 +15,6 @@
 #include "npnm_test.h"
 
 #define PARAM "/sys/module/nelssa_pnm/parameters/"
-#define SYSFS "/sys/class/nelssa_pnm/nelssa_pnm0/"
 
 FIXTURE(cmd) {
 	int fd;
@@ -83,6 +82,9 @@ TEST_F(cmd, busy_region_cannot_be_freed)
 	struct npnm_mem_free mf = { .handle = self->ma.handle };
 	struct npnm_completion comp;
 
+	if (!npnm_is_mock())
+		SKIP(return, "steers the in-kernel mock");
+
 	ASSERT_EQ(0, npnm_sysfs_write(PARAM "mock_delay_us", "200000"));
 	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_SUBMIT, &s));
 	EXPECT_EQ(-EBUSY, npnm_ioctl(self->fd, NPNM_IOC_MEM_FREE, &mf));
@@ -95,7 +97,10 @@ TEST_F(cmd, killed_with_commands_in_flight)
 	int status;
 	pid_t pid;
 
-	long long used = npnm_sysfs_read(SYSFS "mem_used");
+	if (!npnm_is_mock())
+		SKIP(return, "steers the in-kernel mock");
+
+	long long used = npnm_sysfs_read(npnm_sysfs("mem_used"));
 
 	ASSERT_EQ(0, npnm_sysfs_write(PARAM "mock_delay_us", "50000"));
 	pid = fork();
@@ -118,9 +123,9 @@ TEST_F(cmd, killed_with_commands_in_flight)
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
 	/* Its memory comes back once its commands have drained. */
-	for (int i = 0; i < 100 && npnm_sysfs_read(SYSFS "mem_used") != used; i++)
+	for (int i = 0; i < 100 && npnm_sysfs_read(npnm_sysfs("mem_used")) != used; i++)
 		usleep(50000);
-	EXPECT_EQ(used, npnm_sysfs_read(SYSFS "mem_used"));
+	EXPECT_EQ(used, npnm_sysfs_read(npnm_sysfs("mem_used")));
 	/* The device keeps serving others. */
 	npnm_sysfs_write(PARAM "mock_delay_us", "0");
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 7);
@@ -135,11 +140,14 @@ TEST_F(cmd, watchdog_expires_and_reset_recovers)
 	char state[16] = { 0 };
 	int fd;
 
+	if (!npnm_is_mock())
+		SKIP(return, "steers the in-kernel mock");
+
 	c.timeout_ms = 50;
 	ASSERT_EQ(0, npnm_sysfs_write(PARAM "mock_delay_us", "600000"));
 	EXPECT_EQ(-ETIMEDOUT, npnm_exec(self->fd, &c, &status));
 	EXPECT_EQ(NPNM_ST_TIMEOUT, status);
-	fd = open(SYSFS "state", O_RDONLY);
+	fd = open(npnm_sysfs("state"), O_RDONLY);
 	ASSERT_LE(0, fd);
 	ASSERT_LT(0, read(fd, state, sizeof(state) - 1));
 	close(fd);
@@ -149,7 +157,7 @@ TEST_F(cmd, watchdog_expires_and_reset_recovers)
 	EXPECT_EQ(-EIO, npnm_exec(self->fd, &c, NULL));
 	npnm_sysfs_write(PARAM "mock_delay_us", "0");
 	usleep(700000);		/* let the expired command drain */
-	ASSERT_EQ(0, npnm_sysfs_write(SYSFS "state", "reset"));
+	ASSERT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));
 	EXPECT_EQ(0, npnm_exec(self->fd, &c, NULL));
 }
 
@@ -161,7 +169,7 @@ TEST_F(cmd, reset_revokes_mappings)
 
 	ASSERT_NE(MAP_FAILED, p);
 	EXPECT_EQ(0, p[0]);
-	ASSERT_EQ(0, npnm_sysfs_write(SYSFS "state", "reset"));
+	ASSERT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -13,7 +14,40 @@
 
 #include <linux/nelssa_pnm.h>
 
-#define NPNM_DEV "/dev/nelssa_pnm0"
+/* The device under test: $NPNM_DEV, else /dev/nelssa_pnm0. */
+static inline const char *npnm_dev(void)
+{
+	const char *d = getenv("NPNM_DEV");
+
+	return d && *d ? d : "/dev/nelssa_pnm0";
+}
+
+#define NPNM_DEV npnm_dev()
+
+/* /sys/class/nelssa_pnm/<device>/<attr>, in a static buffer. */
+static inline const char *npnm_sysfs(const char *attr)
+{
+	static char path[256];
+	const char *name = strrchr(npnm_dev(), '/');
+
+	snprintf(path, sizeof(path), "/sys/class/nelssa_pnm/%s/%s", name ? name + 1 : npnm_dev(),
+		 attr);
+	return path;
+}
+
+/* Tests that steer the in-kernel mock (its delay) only run on it. */
+static inline int npnm_is_mock(void)
+{
+	char buf[16] = { 0 };
+	int fd = open(npnm_sysfs("backend"), O_RDONLY);
+
+	if (fd < 0)
+		return 0;
+	if (read(fd, buf, sizeof(buf) - 1) < 0)
+		buf[0] = 0;
+	close(fd);
+	return !strncmp(buf, "mock", 4);
+}
 
 /* ioctl() returning -errno, so ASSERT_EQ(-EINVAL, ...) reads naturally. */
 static inline int npnm_ioctl(int fd, unsigned long req, void *arg)

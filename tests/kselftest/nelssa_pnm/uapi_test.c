@@ -252,7 +252,8 @@ TEST_F(dev, device_status_is_not_an_ioctl_error)
 	memset(&c, 0, sizeof(c));
 	c.opcode = NPNM_OP_SPARSE_ATTN;
 	EXPECT_EQ(-EIO, npnm_exec(self->fd, &c, &status));
-	EXPECT_EQ(NPNM_ST_UNSUPPORTED, status);
+	/* The mock cannot run it; firmware finds its operands missing. */
+	EXPECT_EQ(npnm_is_mock() ? NPNM_ST_UNSUPPORTED : NPNM_ST_BAD_OPERAND, status);
 }
 
 TEST_HARNESS_MAIN
