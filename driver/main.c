@@ -27,6 +27,10 @@ static unsigned int mock_mem_mb = 64;
 module_param(mock_mem_mb, uint, 0444);
 MODULE_PARM_DESC(mock_mem_mb, "device memory of each mock device in MiB (1-4096, default 64)");
 
+static bool pci = true;
+module_param(pci, bool, 0444);
+MODULE_PARM_DESC(pci, "bind PNM cards on PCI (default true; false: mock devices only)");
+
 unsigned int npnm_timeout_ms = 5000;
 module_param_named(timeout_ms, npnm_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(timeout_ms, "default command timeout in ms before the watchdog expires it (default 5000)");
@@ -147,9 +151,11 @@ static int __init npnm_init(void)
 			goto err;
 		}
 	}
-	ret = pci_register_driver(&npnm_pci_driver);
-	if (ret)
-		goto err;
+	if (pci) {
+		ret = pci_register_driver(&npnm_pci_driver);
+		if (ret)
+			goto err;
+	}
 	return 0;
 
 err:
@@ -161,7 +167,8 @@ err:
 
 static void __exit npnm_exit(void)
 {
-	pci_unregister_driver(&npnm_pci_driver);
+	if (pci)
+		pci_unregister_driver(&npnm_pci_driver);
 	npnm_remove_all();
 	class_unregister(&npnm_class);
 	unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);

@@ -352,6 +352,8 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		return ret;
 
+	/* MSI-X messages are memory writes by the device: it must be a master. */
+	pci_set_master(pdev);
 	ret = pci_alloc_irq_vectors(pdev, 1, 1, PCI_IRQ_MSIX);
 	if (ret < 0)
 		return ret;
