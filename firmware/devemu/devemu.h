@@ -16,7 +16,12 @@ struct devemu_faults {
 	uint64_t stall_nth;		/* never complete the Nth command (1-based) */
 	uint64_t corrupt_nth;		/* garble the cookie of the Nth completion */
 	uint64_t heartbeat_stop_ms;	/* stop the heartbeat this long after start */
+	uint64_t hang_nth;		/* at the Nth command: heartbeat and service stop */
+	uint64_t restart_after_hang_ms;	/* then exit, to be restarted, after this long */
 };
+
+/* Exit status of a firmware that hung on purpose and wants a restart. */
+#define DEVEMU_EXIT_RESTART 3
 
 struct devemu {
 	uint64_t mem_size;

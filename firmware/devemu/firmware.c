@@ -35,6 +35,7 @@ struct fw {
 	uint64_t submitted, completed;
 	uint64_t start_ns;
 	atomic_bool resetting;	/* completions of aborted commands are dropped */
+	atomic_bool hung;	/* fault: a dead firmware, no heartbeat, no service */
 };
 
 static volatile sig_atomic_t stopping;
@@ -146,6 +147,10 @@ static void drain_sq(struct fw *f)
 		store_idx(&f->hdr->sq_head, ++head);	/* slot free for the driver */
 		if (++f->submitted == f->d->faults.stall_nth)
 			continue;	/* fault: this command never completes */
+		if (f->submitted == f->d->faults.hang_nth) {
+			atomic_store(&f->hung, true);	/* fault: the firmware dies here */
+			return;
+		}
 		if (nfw_runtime_submit(f->rt, &cmd, f, cookie)) {
 			struct nfw_result r = { .status = NPNM_ST_DEVICE_ERROR };
 
@@ -161,7 +166,7 @@ static void *heartbeat(void *arg)
 	uint64_t stop = f->d->faults.heartbeat_stop_ms;
 
 	while (!stopping) {
-		if (!stop || now_ns() - f->start_ns < stop * 1000000ull)
+		if ((!stop || now_ns() - f->start_ns < stop * 1000000ull) && !atomic_load(&f->hung))
 			__atomic_store_n(&f->hdr->heartbeat,
 					 htole64(le64toh(f->hdr->heartbeat) + 1), __ATOMIC_RELEASE);
 		usleep(NPNM_DEVIF_HEARTBEAT_MS * 1000);
@@ -228,6 +233,15 @@ int devemu_firmware(const struct devemu *d)
 		struct pollfd p = { .fd = d->fw_efd[0], .events = POLLIN };
 		uint64_t v;
 
+		if (atomic_load(&f.hung)) {
+			/* Dead on purpose: answer nothing, then ask to be restarted. */
+			usleep(d->faults.restart_after_hang_ms * 1000);
+			if (d->faults.restart_after_hang_ms) {
+				ret = DEVEMU_EXIT_RESTART;
+				break;
+			}
+			continue;
+		}
 		if (poll(&p, 1, NPNM_DEVIF_HEARTBEAT_MS) > 0 &&
 		    read(d->fw_efd[0], &v, sizeof(v)) < 0 && errno != EAGAIN)
 			break;
@@ -246,6 +260,7 @@ int devemu_firmware(const struct devemu *d)
 	stopping = 1;
 	pthread_join(hb, NULL);
 	f.hdr->fw_state = htole32(NPNM_FW_FAILED);
+	atomic_store(&f.resetting, true);	/* nothing more into the rings */
 	nfw_runtime_destroy(f.rt);
 	munmap(f.mem, d->mem_size);
 	return ret;

@@ -11,7 +11,8 @@
  *
  *   nelssa-devemu --socket PATH [--mem SIZE] [--cores N] [--shm PATH]
  *                 [--stall-nth N] [--corrupt-nth N] [--heartbeat-stop-ms MS]
- *                 [--restart-after-ms MS] [--verbose]
+ *                 [--restart-after-ms MS] [--hang-nth N [--restart-after-hang-ms MS]]
+ *                 [--verbose]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +57,8 @@ static void usage(FILE *f)
 	      "  --corrupt-nth N        fault: corrupt the cookie of the Nth completion\n"
 	      "  --heartbeat-stop-ms MS fault: stop the heartbeat MS after start\n"
 	      "  --restart-after-ms MS  fault: restart the firmware MS after start (also SIGUSR1)\n"
+	      "  --hang-nth N           fault: at the Nth command the firmware dies (no heartbeat)\n"
+	      "  --restart-after-hang-ms MS  ... and is restarted MS later\n"
 	      "  --verbose              log protocol and resets\n", f);
 }
 
@@ -109,6 +112,8 @@ int main(int argc, char **argv)
 		{ "corrupt-nth", required_argument, NULL, 'C' },
 		{ "heartbeat-stop-ms", required_argument, NULL, 'H' },
 		{ "restart-after-ms", required_argument, NULL, 'R' },
+		{ "hang-nth", required_argument, NULL, 'N' },
+		{ "restart-after-hang-ms", required_argument, NULL, 'A' },
 		{ "verbose", no_argument, NULL, 'v' }, { "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	struct devemu d = { .mem_size = 64u << 20, .cores = 1, .sq_entries = 256, .cq_entries = 512 };
@@ -135,6 +140,8 @@ int main(int argc, char **argv)
 		case 'C': d.faults.corrupt_nth = strtoull(optarg, NULL, 0); break;
 		case 'H': d.faults.heartbeat_stop_ms = strtoull(optarg, NULL, 0); break;
 		case 'R': restart_ms = strtoull(optarg, NULL, 0); break;
+		case 'N': d.faults.hang_nth = strtoull(optarg, NULL, 0); break;
+		case 'A': d.faults.restart_after_hang_ms = strtoull(optarg, NULL, 0); break;
 		case 'v': d.verbose = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
