@@ -66,7 +66,10 @@ mkdir -p "$out/root/bin" "$out/root/sbin" "$out/root/proc" "$out/root/sys" "$out
 for t in "$src"/tests/kselftest/nelssa_pnm/*_test.c; do
 	name=$(basename "$t" .c)
 	libs=""
-	[ "$name" = uring_test ] && libs=-luring
+	case "$name" in
+	uring_test) libs=-luring ;;
+	attn_test) libs="-luring -lm" ;;
+	esac
 	gcc -O2 -static -Wall -Werror -I"$src/uapi" \
 		-I"$out/linux-source/tools/testing/selftests" -I"$src/tests/kselftest/nelssa_pnm" \
 		"$t" -o "$out/root/opt/tests/$name" $libs >>"$log" 2>&1 || die "build $name"
@@ -105,28 +108,42 @@ chmod +x "$out/root/init"
 (cd "$out/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$out/initramfs.gz") ||
 	die "initramfs"
 
-# 6. The emulated card: nelssa-devemu serves an ivshmem-doorbell device.
+# 6. The emulated cards: one nelssa-devemu per ivshmem-doorbell device.  Two
+#    healthy ones (64M, 128M) and one per injected fault; the guest tells
+#    them apart by their memory size.
 devemu="$out/guest-build/firmware/devemu/nelssa-devemu"
-rm -f "$out/devemu0.sock"
-"$devemu" --socket "$out/devemu0.sock" --mem 64M --cores 2 2>"$out/devemu0.log" &
-devemu_pid=$!
-for i in $(seq 1 100); do
-	[ -S "$out/devemu0.sock" ] && break
-	sleep 0.05
+set -- "--mem 64M --cores 2" "--mem 128M --cores 2" "--mem 32M --stall-nth 3" \
+	"--mem 16M --corrupt-nth 2" "--mem 8M --hang-nth 2 --restart-after-hang-ms 3000"
+devemu_pids=""
+qemu_devs=""
+i=0
+for opts in "$@"; do
+	rm -f "$out/devemu$i.sock"
+	# shellcheck disable=SC2086 # the options are words
+	"$devemu" --socket "$out/devemu$i.sock" $opts 2>"$out/devemu$i.log" &
+	devemu_pids="$devemu_pids $!"
+	qemu_devs="$qemu_devs -chardev socket,path=$out/devemu$i.sock,id=ivs$i"
+	qemu_devs="$qemu_devs -device ivshmem-doorbell,chardev=ivs$i,vectors=1"
+	i=$((i + 1))
 done
-[ -S "$out/devemu0.sock" ] || die "nelssa-devemu did not start (see devemu0.log)"
+for s in $(seq 0 $((i - 1))); do
+	for t in $(seq 1 100); do
+		[ -S "$out/devemu$s.sock" ] && break
+		sleep 0.05
+	done
+	[ -S "$out/devemu$s.sock" ] || die "nelssa-devemu $s did not start (see devemu$s.log)"
+done
 
 # 7. Boot.  Exit code 1 = isa-debug-exit with 0 failures; 0 = panic; 124 = hang.
 timeout 600 qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1G -smp 2 -nographic \
 	-no-reboot -nic none -kernel "$kroot/boot/vmlinuz-$kv" -initrd "$out/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 quiet" \
-	-chardev socket,path="$out/devemu0.sock",id=ivs0 \
-	-device ivshmem-doorbell,chardev=ivs0,vectors=1 \
+	$qemu_devs \
 	-device isa-debug-exit,iobase=0xf4,iosize=0x04 </dev/null >"$out/serial.log" 2>&1
 rc=$?
-kill "$devemu_pid" 2>/dev/null
-wait "$devemu_pid"
-devemu_rc=$?
+# shellcheck disable=SC2086
+kill $devemu_pids 2>/dev/null
+wait
 
 # 8. TAP: the guest's own checks, every kselftest subtest, then the verdict.
 tr -d '\r' <"$out/serial.log" | awk -v rc="$rc" '

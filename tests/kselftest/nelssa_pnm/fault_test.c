@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * nelssa_pnm error paths on the PCI backend, driven by nelssa-devemu's
+ * fault injection (each fault has its own device, named by environment):
+ *
+ * NPNM_STALL_DEV   --stall-nth 3: the third command never completes ->
+ *                  -ETIMEDOUT, device failed, reset recovers.
+ * NPNM_CORRUPT_DEV --corrupt-nth 2: the second completion carries a cookie
+ *                  never issued -> device failed, the command completes
+ *                  with NPNM_ST_DEVICE_ERROR, reset recovers.
+ * NPNM_HANG_DEV    --hang-nth 2 --restart-after-hang-ms N: the firmware dies
+ *                  at the second command -> heartbeat lost, device failed,
+ *                  mappings revoked (SIGBUS), the pending command completes
+ *                  with an error; once devemu restarts the firmware, a
+ *                  reset brings the device back for new contexts.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "kselftest_harness.h"
+#include "npnm_test.h"
+
+static int open_fault_dev(const char *env, struct npnm_mem_alloc *ma)
+{
+	const char *dev = getenv(env);
+	int fd;
+
+	if (!dev)
+		return -1;
+	setenv("NPNM_DEV", dev, 1);	/* for npnm_sysfs() */
+	fd = open(dev, O_RDWR | O_CLOEXEC);
+	if (fd >= 0 && npnm_alloc(fd, 1 << 20, ma)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static sigjmp_buf bus_jmp;
+
+static void on_sigbus(int sig)
+{
+	siglongjmp(bus_jmp, 1);
+}
+
+/* 1 if reading *p raised SIGBUS, 0 if it read normally. */
+static int touch_caught_sigbus(__u8 *p)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old;
+	int caught = 0;
+
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(bus_jmp, 1))
+		caught = 1;
+	else
+		(void)__atomic_load_n(p, __ATOMIC_RELAXED);
+	sigaction(SIGBUS, &old, NULL);
+	return caught;
+}
+
+static int state_is(const char *want)
+{
+	char buf[16] = { 0 };
+	int fd = open(npnm_sysfs("state"), O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	return n > 0 && !strncmp(buf, want, strlen(want));
+}
+
+TEST(stalled_command_times_out_and_reset_recovers)
+{
+	struct npnm_mem_alloc ma;
+	struct npnm_cmd c;
+	__u32 status = 0;
+	int fd = open_fault_dev("NPNM_STALL_DEV", &ma);
+
+	if (fd < 0)
+		SKIP(return, "NPNM_STALL_DEV not set");
+	c = npnm_fill(ma.handle, 0, 4096, 1);
+	c.timeout_ms = 300;
+	ASSERT_EQ(0, npnm_exec(fd, &c, NULL));
+	ASSERT_EQ(0, npnm_exec(fd, &c, NULL));
+	EXPECT_EQ(-ETIMEDOUT, npnm_exec(fd, &c, &status));	/* the third stalls */
+	EXPECT_EQ(NPNM_ST_TIMEOUT, status);
+	EXPECT_TRUE(state_is("failed"));
+	EXPECT_EQ(-EIO, npnm_exec(fd, &c, NULL));
+	ASSERT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));
+	EXPECT_TRUE(state_is("live"));
+	EXPECT_EQ(0, npnm_exec(fd, &c, NULL));
+	close(fd);
+}
+
+TEST(corrupt_completion_fails_the_device)
+{
+	struct npnm_mem_alloc ma;
+	struct npnm_cmd c;
+	__u32 status = 0;
+	int fd = open_fault_dev("NPNM_CORRUPT_DEV", &ma);
+
+	if (fd < 0)
+		SKIP(return, "NPNM_CORRUPT_DEV not set");
+	c = npnm_fill(ma.handle, 0, 4096, 1);
+	ASSERT_EQ(0, npnm_exec(fd, &c, NULL));
+	EXPECT_EQ(-EIO, npnm_exec(fd, &c, &status));		/* its completion is garbled */
+	EXPECT_EQ(NPNM_ST_DEVICE_ERROR, status);
+	EXPECT_TRUE(state_is("failed"));
+	ASSERT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));
+	EXPECT_EQ(0, npnm_exec(fd, &c, NULL));
+	close(fd);
+}
+
+TEST(firmware_death_then_restart)
+{
+	struct npnm_mem_alloc ma;
+	struct npnm_completion comp;
+	struct npnm_cmd c;
+	struct npnm_submit s = { .cmds_ptr = 0, .nr_cmds = 1 };
+	struct npnm_wait w = { .max_comps = 1, .min_comps = 1, .timeout_ns = -1 };
+	__u8 *p;
+	pid_t pid;
+	int fd = open_fault_dev("NPNM_HANG_DEV", &ma), status, ret = -1;
+
+	if (fd < 0)
+		SKIP(return, "NPNM_HANG_DEV not set");
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, ma.mmap_offset);
+	ASSERT_NE(MAP_FAILED, p);
+	c = npnm_fill(ma.handle, 0, 4096, 0x33);
+	ASSERT_EQ(0, npnm_exec(fd, &c, NULL));
+	EXPECT_EQ(0x33, p[0]);
+	/* The second command kills the firmware; it is pending when it dies. */
+	s.cmds_ptr = (uintptr_t)&c;
+	w.comps_ptr = (uintptr_t)&comp;
+	ASSERT_EQ(0, npnm_ioctl(fd, NPNM_IOC_SUBMIT, &s));
+	ASSERT_EQ(0, npnm_ioctl(fd, NPNM_IOC_WAIT, &w));	/* after the heartbeat timeout */
+	EXPECT_EQ(-EIO, comp.result);
+	EXPECT_EQ(NPNM_ST_DEVICE_ERROR, comp.status);
+	EXPECT_TRUE(state_is("failed"));
+	/* Our mapping is revoked: touching it raises SIGBUS... */
+	EXPECT_EQ(1, touch_caught_sigbus(p));
+	/* ...and so does a fresh mapping of the region. */
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		__u8 *q = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, ma.mmap_offset);
+
+		if (q == MAP_FAILED)
+			_exit(2);
+		_exit(__atomic_load_n(q, __ATOMIC_RELAXED) == 0x33 ? 3 : 4);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status));
+	EXPECT_EQ(SIGBUS, WTERMSIG(status));
+	munmap(p, 4096);
+	close(fd);
+	/* devemu restarts the firmware; a reset then succeeds. */
+	for (int i = 0; i < 40 && ret; i++) {
+		ret = npnm_sysfs_write(npnm_sysfs("state"), "reset");
+		if (ret)
+			sleep(1);
+	}
+	ASSERT_EQ(0, ret);
+	/* New contexts work. */
+	fd = open(getenv("NPNM_HANG_DEV"), O_RDWR);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, npnm_alloc(fd, 1 << 20, &ma));
+	c = npnm_fill(ma.handle, 0, 4096, 0x44);
+	EXPECT_EQ(0, npnm_exec(fd, &c, NULL));
+	close(fd);
+}
+
+TEST_HARNESS_MAIN
