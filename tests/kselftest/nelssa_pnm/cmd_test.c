@@ -77,32 +77,31 @@ TEST_F(cmd, batch_completes_exactly_once)
 
 TEST_F(cmd, busy_region_cannot_be_freed)
 {
-	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
-	struct npnm_submit s = { .cmds_ptr = (uintptr_t)&c, .nr_cmds = 1 };
-	struct npnm_mem_free mf = { .handle = self->ma.handle };
-	struct npnm_completion comp;
+	__u64 len = npnm_slow_begin();
+	struct npnm_mem_alloc big;
+	struct npnm_cmd c[4];
+	struct npnm_submit s = { .cmds_ptr = (uintptr_t)c, .nr_cmds = 4 };
+	struct npnm_mem_free mf;
+	struct npnm_completion comp[4];
 
-	if (!npnm_is_mock())
-		SKIP(return, "steers the in-kernel mock");
-
-	ASSERT_EQ(0, npnm_sysfs_write(PARAM "mock_delay_us", "200000"));
+	ASSERT_EQ(0, npnm_alloc(self->fd, len < 4096 ? 4096 : len, &big));
+	for (int i = 0; i < 4; i++)
+		c[i] = npnm_fill(big.handle, 0, len, 1);
+	mf = (struct npnm_mem_free){ .handle = big.handle };
 	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_SUBMIT, &s));
 	EXPECT_EQ(-EBUSY, npnm_ioctl(self->fd, NPNM_IOC_MEM_FREE, &mf));
-	ASSERT_EQ(1, wait_n(self->fd, &comp, 1));
+	ASSERT_EQ(4, wait_n(self->fd, comp, 4));
 	EXPECT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_MEM_FREE, &mf));
+	npnm_slow_end();
 }
 
 TEST_F(cmd, killed_with_commands_in_flight)
 {
+	long long used = npnm_sysfs_read(npnm_sysfs("mem_used"));
+	__u64 len = npnm_slow_begin();
 	int status;
 	pid_t pid;
 
-	if (!npnm_is_mock())
-		SKIP(return, "steers the in-kernel mock");
-
-	long long used = npnm_sysfs_read(npnm_sysfs("mem_used"));
-
-	ASSERT_EQ(0, npnm_sysfs_write(PARAM "mock_delay_us", "50000"));
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
@@ -111,10 +110,10 @@ TEST_F(cmd, killed_with_commands_in_flight)
 		struct npnm_cmd c[16];
 		struct npnm_submit s = { .cmds_ptr = (uintptr_t)c, .nr_cmds = 16 };
 
-		if (fd < 0 || npnm_alloc(fd, 1 << 20, &ma))
+		if (fd < 0 || npnm_alloc(fd, len < (1 << 20) ? 1 << 20 : len, &ma))
 			_exit(2);
 		for (int i = 0; i < 16; i++)
-			c[i] = npnm_fill(ma.handle, 0, 4096, 1);
+			c[i] = npnm_fill(ma.handle, 0, len, 1);
 		if (npnm_ioctl(fd, NPNM_IOC_SUBMIT, &s))
 			_exit(3);
 		kill(getpid(), SIGKILL);
@@ -126,8 +125,8 @@ TEST_F(cmd, killed_with_commands_in_flight)
 	for (int i = 0; i < 100 && npnm_sysfs_read(npnm_sysfs("mem_used")) != used; i++)
 		usleep(50000);
 	EXPECT_EQ(used, npnm_sysfs_read(npnm_sysfs("mem_used")));
+	npnm_slow_end();
 	/* The device keeps serving others. */
-	npnm_sysfs_write(PARAM "mock_delay_us", "0");
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 7);
 
 	EXPECT_EQ(0, npnm_exec(self->fd, &c, NULL));

@@ -112,4 +112,23 @@ static inline long long npnm_sysfs_read(const char *attr)
 	return n > 0 ? strtoll(buf, NULL, 10) : -1;
 }
 
+/*
+ * Commands that stay in flight a while: on the mock through its delay
+ * parameter, on a card by filling a large region.  Returns the bytes a
+ * slow FILL should cover (the caller's region must be that large).
+ */
+static inline __u64 npnm_slow_begin(void)
+{
+	if (npnm_is_mock()) {
+		npnm_sysfs_write("/sys/module/nelssa_pnm/parameters/mock_delay_us", "100000");
+		return 4096;
+	}
+	return 32ULL << 20;
+}
+
+static inline void npnm_slow_end(void)
+{
+	npnm_sysfs_write("/sys/module/nelssa_pnm/parameters/mock_delay_us", "0");
+}
+
 #endif /* NPNM_TEST_H */

@@ -207,15 +207,11 @@ TEST(sqe128_tail_must_be_zero)
 
 TEST_F(ring, killed_with_uring_cmds_in_flight)
 {
+	long long used = npnm_sysfs_read(npnm_sysfs("mem_used"));
+	__u64 len = npnm_slow_begin();
 	int status;
 	pid_t pid;
 
-	if (!npnm_is_mock())
-		SKIP(return, "steers the in-kernel mock");
-
-	long long used = npnm_sysfs_read(npnm_sysfs("mem_used"));
-
-	npnm_sysfs_write(PARAM "mock_delay_us", "100000");
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
@@ -224,10 +220,11 @@ TEST_F(ring, killed_with_uring_cmds_in_flight)
 		struct npnm_mem_alloc ma;
 		int fd = open(NPNM_DEV, O_RDWR);
 
-		if (fd < 0 || npnm_alloc(fd, 1 << 20, &ma) || io_uring_queue_init(64, &ring, 0))
+		if (fd < 0 || npnm_alloc(fd, len < (1 << 20) ? 1 << 20 : len, &ma) ||
+		    io_uring_queue_init(64, &ring, 0))
 			_exit(2);
 		for (int i = 0; i < 32; i++) {
-			c[i] = npnm_fill(ma.handle, 0, 4096, 1);
+			c[i] = npnm_fill(ma.handle, 0, len, 1);
 			prep(&ring, fd, &c[i], i);
 		}
 		io_uring_submit(&ring);
@@ -240,7 +237,7 @@ TEST_F(ring, killed_with_uring_cmds_in_flight)
 	for (int i = 0; i < 100 && npnm_sysfs_read(npnm_sysfs("mem_used")) != used; i++)
 		usleep(50000);
 	EXPECT_EQ(used, npnm_sysfs_read(npnm_sysfs("mem_used")));
-	npnm_sysfs_write(PARAM "mock_delay_us", "0");
+	npnm_slow_end();
 	/* The device and this context keep working. */
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 9);
 	__u64 tag, res2;
