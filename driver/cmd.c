@@ -261,8 +261,10 @@ int npnm_device_reset(struct npnm_device *ndev)
 	/* Revoke every mapping: the device's memory is not trusted any more. */
 	revoke_mappings(ndev);
 	ret = ndev->ops->reset ? ndev->ops->reset(ndev) : 0;
-	if (!ret)
+	if (!ret) {
 		WRITE_ONCE(ndev->state, NPNM_STATE_LIVE);
+		atomic64_inc(&ndev->resets);
+	}
 	mutex_unlock(&ndev->ctx_lock);
 	dev_info(ndev->dev, "reset %s\n", ret ? "failed" : "done");
 	return ret;

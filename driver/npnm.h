@@ -98,6 +98,7 @@ struct npnm_backend_ops {
  * @completed: statistics.
  * @failed: statistics (any status other than NPNM_ST_OK).
  * @timeouts: statistics.
+ * @resets: statistics (successful resets).
  */
 struct npnm_device {
 	struct cdev cdev;
@@ -123,7 +124,7 @@ struct npnm_device {
 	enum npnm_state state;
 	struct delayed_work watchdog;
 	struct dentry *debugfs;
-	atomic64_t submitted, completed, failed, timeouts;
+	atomic64_t submitted, completed, failed, timeouts, resets;
 };
 
 /**

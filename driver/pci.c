@@ -16,6 +16,8 @@
  * firmware stops ticking and completes what it held with
  * NPNM_ST_DEVICE_ERROR.  Reset is a handshake: the driver asks, the
  * firmware drops everything, zeroes the rings and bumps its reset epoch.
+ * A failed card is reset automatically as soon as its firmware ticks again
+ * and nothing is in flight; administrators can also reset through sysfs.
  */
 #include <linux/delay.h>
 #include <linux/interrupt.h>
@@ -207,6 +209,14 @@ static void npnm_pci_hb_fn(struct work_struct *work)
 	if (hb != pp->last_hb) {
 		pp->last_hb = hb;
 		pp->last_hb_change = jiffies;
+		/*
+		 * A failed card whose firmware is alive again (ticking, ready)
+		 * and holds nothing of ours is brought back by a reset.
+		 */
+		if (READ_ONCE(pp->ndev->state) == NPNM_STATE_FAILED &&
+		    rd32(&pp->hdr->fw_state) == NPNM_FW_READY &&
+		    !npnm_device_reset(pp->ndev))
+			dev_info(pp->ndev->dev, "recovered by an automatic reset\n");
 	} else if (!pp->dead && time_after(jiffies, pp->last_hb_change + NPNM_PCI_HB_TIMEOUT)) {
 		npnm_pci_fail(pp, "firmware heartbeat lost");
 	}

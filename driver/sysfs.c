@@ -100,6 +100,12 @@ static ssize_t timeouts_show(struct device *dev, struct device_attribute *attr, 
 }
 static DEVICE_ATTR_RO(timeouts);
 
+static ssize_t resets_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return stat_emit(&to_ndev(dev)->resets, buf);
+}
+static DEVICE_ATTR_RO(resets);
+
 static struct attribute *npnm_attrs[] = {
 	&dev_attr_mem_total.attr,
 	&dev_attr_mem_used.attr,
@@ -119,6 +125,7 @@ static struct attribute *npnm_stat_attrs[] = {
 	&dev_attr_completed.attr,
 	&dev_attr_failed.attr,
 	&dev_attr_timeouts.attr,
+	&dev_attr_resets.attr,
 	NULL,
 };
 

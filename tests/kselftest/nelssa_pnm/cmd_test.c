@@ -137,6 +137,7 @@ TEST_F(cmd, watchdog_expires_and_reset_recovers)
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
 	__u32 status = 0;
 	char state[16] = { 0 };
+	long long resets;
 	int fd;
 
 	if (!npnm_is_mock())
@@ -156,7 +157,9 @@ TEST_F(cmd, watchdog_expires_and_reset_recovers)
 	EXPECT_EQ(-EIO, npnm_exec(self->fd, &c, NULL));
 	npnm_sysfs_write(PARAM "mock_delay_us", "0");
 	usleep(700000);		/* let the expired command drain */
+	resets = npnm_sysfs_read(npnm_sysfs("stats/resets"));
 	ASSERT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));
+	EXPECT_EQ(resets + 1, npnm_sysfs_read(npnm_sysfs("stats/resets")));
 	EXPECT_EQ(0, npnm_exec(self->fd, &c, NULL));
 }
 
