@@ -29,6 +29,7 @@
 
 #include <linux/nelssa_pnm_devif.h>
 
+#include "cxl_range.h"
 #include "npnm.h"
 
 /* Heartbeat silence after which the firmware is declared dead. */
@@ -274,7 +275,7 @@ static const struct npnm_backend_ops npnm_pci_ops = {
 };
 
 /* Is this a NELSSA card?  Checks everything before trusting any field. */
-static int npnm_pci_check_hdr(struct pci_dev *pdev, const struct npnm_devif_hdr *h, u64 bar)
+static int npnm_pci_check_hdr(struct pci_dev *pdev, const struct npnm_devif_hdr *h, u64 len)
 {
 	u32 sqe = le32_to_cpu(h->sq_entries), cqe = le32_to_cpu(h->cq_entries);
 	u64 heap = le64_to_cpu(h->heap_off), heap_len = le64_to_cpu(h->heap_size);
@@ -287,13 +288,49 @@ static int npnm_pci_check_hdr(struct pci_dev *pdev, const struct npnm_devif_hdr 
 			le16_to_cpu(h->version), NPNM_DEVIF_VERSION);
 		return -ENODEV;
 	}
-	if (le64_to_cpu(h->mem_size) != bar || !is_power_of_2(sqe) || !is_power_of_2(cqe) ||
+	if (le64_to_cpu(h->mem_size) != len || !is_power_of_2(sqe) || !is_power_of_2(cqe) ||
 	    cqe < sqe || sq + (u64)sqe * sizeof(struct npnm_devif_sqe) > heap ||
-	    cq + (u64)cqe * sizeof(struct npnm_devif_cqe) > heap || heap > bar ||
-	    heap_len > bar - heap || !PAGE_ALIGNED(heap) || !heap_len) {
+	    cq + (u64)cqe * sizeof(struct npnm_devif_cqe) > heap || heap > len ||
+	    heap_len > len - heap || !PAGE_ALIGNED(heap) || !heap_len) {
 		dev_err(&pdev->dev, "inconsistent device header\n");
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/*
+ * The device-memory window: range 1 of the CXL device DVSEC on a
+ * memory-capable CXL card, else the memory BAR.  A CXL card whose memory is
+ * not active yet is refused rather than silently served from a BAR.
+ */
+static int npnm_pci_mem_window(struct pci_dev *pdev, phys_addr_t *base, u64 *len)
+{
+	u16 dvsec = pci_find_dvsec_capability(pdev, NPNM_CXL_DVSEC_VENDOR,
+					      NPNM_CXL_DVSEC_DEVICE);
+	u32 size_hi, size_lo, base_hi, base_lo;
+	u64 b, s;
+	u16 cap;
+	int ret;
+
+	if (dvsec && !pci_read_config_word(pdev, dvsec + NPNM_CXL_DVSEC_CAP, &cap) &&
+	    (cap & NPNM_CXL_CAP_MEM)) {
+		pci_read_config_dword(pdev, dvsec + NPNM_CXL_RANGE_SIZE_HI(0), &size_hi);
+		pci_read_config_dword(pdev, dvsec + NPNM_CXL_RANGE_SIZE_LO(0), &size_lo);
+		pci_read_config_dword(pdev, dvsec + NPNM_CXL_RANGE_BASE_HI(0), &base_hi);
+		pci_read_config_dword(pdev, dvsec + NPNM_CXL_RANGE_BASE_LO(0), &base_lo);
+		ret = npnm_cxl_decode_range(size_hi, size_lo, base_hi, base_lo, &b, &s);
+		if (ret) {
+			dev_err(&pdev->dev, "CXL memory range 1 not usable (%d)\n", ret);
+			return ret;
+		}
+		*base = b;
+		*len = s;
+		return 0;
+	}
+	*len = pci_resource_len(pdev, NPNM_DEVIF_MEM_BAR);
+	if (!*len || !(pci_resource_flags(pdev, NPNM_DEVIF_MEM_BAR) & IORESOURCE_MEM))
+		return -ENODEV;
+	*base = pci_resource_start(pdev, NPNM_DEVIF_MEM_BAR);
 	return 0;
 }
 
@@ -301,25 +338,24 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct npnm_device *ndev;
 	struct npnm_pci *pp;
-	u64 bar_len;
+	u64 mem_len;
 	int ret, irq, i;
 
 	ret = pcim_enable_device(pdev);
 	if (ret)
 		return ret;
-	bar_len = pci_resource_len(pdev, NPNM_DEVIF_MEM_BAR);
-	if (!bar_len || !(pci_resource_flags(pdev, NPNM_DEVIF_MEM_BAR) & IORESOURCE_MEM))
-		return -ENODEV;
 	ndev = devm_kzalloc(&pdev->dev, sizeof(*ndev), GFP_KERNEL);
 	pp = devm_kzalloc(&pdev->dev, sizeof(*pp), GFP_KERNEL);
 	if (!ndev || !pp)
 		return -ENOMEM;
-	pp->mem_phys = pci_resource_start(pdev, NPNM_DEVIF_MEM_BAR);
+	ret = npnm_pci_mem_window(pdev, &pp->mem_phys, &mem_len);
+	if (ret)
+		return ret;
 	/* Card memory is coherent memory: a write-back mapping. */
-	pp->hdr = devm_memremap(&pdev->dev, pp->mem_phys, bar_len, MEMREMAP_WB);
+	pp->hdr = devm_memremap(&pdev->dev, pp->mem_phys, mem_len, MEMREMAP_WB);
 	if (IS_ERR(pp->hdr))
 		return PTR_ERR(pp->hdr);
-	ret = npnm_pci_check_hdr(pdev, pp->hdr, bar_len);
+	ret = npnm_pci_check_hdr(pdev, pp->hdr, mem_len);
 	if (ret)
 		return ret;
 	pp->regs = pcim_iomap(pdev, NPNM_DEVIF_REGS_BAR, 0);
@@ -345,7 +381,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->ops = &npnm_pci_ops;
 	ndev->priv = pp;
 	ndev->mem = pp->hdr;
-	ndev->mem_size = bar_len;
+	ndev->mem_size = mem_len;
 	ndev->mem_avail = le64_to_cpu(pp->hdr->heap_size);
 	ndev->nr_cores = le32_to_cpu(pp->hdr->nr_cores);
 	ndev->fw_version = le32_to_cpu(pp->hdr->fw_version);
