@@ -109,11 +109,13 @@ chmod +x "$out/root/init"
 	die "initramfs"
 
 # 6. The emulated cards: one nelssa-devemu per ivshmem-doorbell device.  Two
-#    healthy ones (64M, 128M) and one per injected fault; the guest tells
+#    healthy ones (64M, 128M) and one per injected fault (32M stall, 16M
+#    corrupt, 8M firmware death, 4M heartbeat silence); the guest tells
 #    them apart by their memory size.
 devemu="$out/guest-build/firmware/devemu/nelssa-devemu"
 set -- "--mem 64M --cores 2" "--mem 128M --cores 2" "--mem 32M --stall-nth 3" \
-	"--mem 16M --corrupt-nth 2" "--mem 8M --hang-nth 2 --restart-after-hang-ms 3000"
+	"--mem 16M --corrupt-nth 2" "--mem 8M --hang-nth 2 --restart-after-hang-ms 3000" \
+	"--mem 4M --heartbeat-stop-ms 3000"
 devemu_pids=""
 qemu_devs=""
 i=0

@@ -13,6 +13,9 @@
  *                  mappings revoked (SIGBUS), the pending command completes
  *                  with an error; once devemu restarts the firmware the
  *                  driver resets the device and new contexts work.
+ * NPNM_SILENT_DEV  --heartbeat-stop-ms N: the firmware runs on but stops
+ *                  ticking -> device failed, and since nothing ticks it
+ *                  stays failed: no automatic reset.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -181,6 +184,28 @@ TEST(firmware_death_then_restart)
 	ASSERT_EQ(0, npnm_alloc(fd, 1 << 20, &ma));
 	c = npnm_fill(ma.handle, 0, 4096, 0x44);
 	EXPECT_EQ(0, npnm_exec(fd, &c, NULL));
+	close(fd);
+}
+
+TEST(heartbeat_silence_fails_the_card_for_good)
+{
+	struct npnm_mem_alloc ma;
+	struct npnm_cmd c;
+	long long resets;
+	int fd = open_fault_dev("NPNM_SILENT_DEV", &ma);
+
+	if (fd < 0)
+		SKIP(return, "NPNM_SILENT_DEV not set");
+	resets = npnm_sysfs_read(npnm_sysfs("stats/resets"));
+	c = npnm_fill(ma.handle, 0, 4096, 1);
+	/* The heartbeat stops 3 s after devemu started; 2 s later it is dead. */
+	for (int i = 0; i < 300 && !state_is("failed"); i++)
+		usleep(100000);
+	ASSERT_TRUE(state_is("failed"));
+	EXPECT_EQ(-EIO, npnm_exec(fd, &c, NULL));
+	sleep(1);		/* ten monitor periods */
+	EXPECT_TRUE(state_is("failed"));
+	EXPECT_EQ(resets, npnm_sysfs_read(npnm_sysfs("stats/resets")));
 	close(fd);
 }
 
