@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The GPU node's sparse-attention pieces (client/): centroid scores against
+ * a float64 softmax, Top-K against a full sort, the window against float64
+ * attention over an independently listed token set, and the end-to-end
+ * identity the split rests on -- window state merged with the states of
+ * selected clusters (spread over several "devices") equals attention over
+ * the union of their tokens.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <nelssa/sparse.h>
+
+#include "testutil.h"
+
+#define D 64
+#define G 4
+
+/* float64 reference: per row softmax over non-empty centroids, summed. */
+static void ref_scores(const float *q, const float *cen, const uint32_t *sizes, uint32_t n,
+		       float scale, double *out)
+{
+	double *l = tu_alloc(sizeof(*l) * n);
+
+	for (uint32_t c = 0; c < n; c++)
+		out[c] = sizes[c] ? 0.0 : -INFINITY;
+	for (uint32_t g = 0; g < G; g++) {
+		double m = -INFINITY, sum = 0.0;
+
+		for (uint32_t c = 0; c < n; c++) {
+			double s = 0.0;
+
+			if (!sizes[c])
+				continue;
+			for (uint32_t i = 0; i < D; i++)
+				s += (double)q[g * D + i] * cen[(size_t)c * D + i];
+			l[c] = s * scale;
+			m = fmax(m, l[c]);
+		}
+		for (uint32_t c = 0; c < n; c++)
+			if (sizes[c])
+				sum += exp(l[c] - m);
+		for (uint32_t c = 0; c < n; c++)
+			if (sizes[c])
+				out[c] += exp(l[c] - m) / sum;
+	}
+	free(l);
+}
+
+static void scores_match_float64(void **state)
+{
+	const uint32_t n = 700;
+	float q[G * D], *cen = tu_alloc(sizeof(float) * n * D), *score = tu_alloc(sizeof(float) * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * n);
+	double *ref = tu_alloc(sizeof(double) * n), total = 0.0;
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, q, G * D, 1.0);
+	tu_fill_f32(&rng, cen, (size_t)n * D, 1.0);
+	for (uint32_t c = 0; c < n; c++)
+		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 30) : 0;
+	assert_int_equal(0, nelssa_centroid_scores(q, G, D, 0.125f, cen, sizes, n, score));
+	ref_scores(q, cen, sizes, n, 0.125f, ref);
+	for (uint32_t c = 0; c < n; c++) {
+		if (!sizes[c]) {
+			assert_true(score[c] == -INFINITY);
+			continue;
+		}
+		/* fp32 logits of |x| ~ 1 and a softmax of 700 terms. */
+		assert_true(fabs(score[c] - ref[c]) <= 1e-5 * G + 1e-4 * ref[c]);
+		total += score[c];
+	}
+	assert_true(fabs(total - G) < 1e-3);
+	free(cen);
+	free(score);
+	free(sizes);
+	free(ref);
+}
+
+static void scores_reject_bad_input(void **state)
+{
+	float q[G * D] = { 0 }, cen[2 * D] = { 0 }, score[2];
+	uint32_t sizes[2] = { 1, 1 };
+
+	(void)state;
+	assert_int_equal(-EINVAL, nelssa_centroid_scores(q, 0, D, 0.125f, cen, sizes, 2, score));
+	assert_int_equal(-EINVAL, nelssa_centroid_scores(q, G, D, 0.0f, cen, sizes, 2, score));
+	assert_int_equal(-EINVAL, nelssa_centroid_scores(q, G, D, NAN, cen, sizes, 2, score));
+	cen[D + 3] = INFINITY;
+	q[3] = 1.0f;
+	assert_int_equal(-EINVAL, nelssa_centroid_scores(q, G, D, 0.125f, cen, sizes, 2, score));
+}
+
+static const float *cmp_score;
+
+/* Independent ordering for the reference sort: score desc, id asc. */
+static int cmp_ids(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (cmp_score[x] != cmp_score[y])
+		return cmp_score[x] > cmp_score[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+static void topk_equals_full_sort(void **state)
+{
+	const uint32_t n = 1000;
+	float *score = tu_alloc(sizeof(float) * n);
+	uint32_t *all = tu_alloc(sizeof(uint32_t) * n), *ids = tu_alloc(sizeof(uint32_t) * n);
+	const uint32_t ks[] = { 0, 1, 2, 7, 40, 333, 999, 1000, 5000 };
+	struct tu_rng rng;
+
+	(void)state;
+	for (uint32_t v = 0; v < 20; v++) {
+		uint32_t finite = 0;
+
+		tu_rng_for(&rng, __func__, v);
+		for (uint32_t c = 0; c < n; c++) {
+			/* Few levels, so ties are common; some empty clusters. */
+			score[c] = tu_below(&rng, 8) ? (float)tu_below(&rng, 50) / 7.0f : -INFINITY;
+			all[c] = c;
+			finite += score[c] != -INFINITY;
+		}
+		cmp_score = score;
+		qsort(all, n, sizeof(*all), cmp_ids);
+		for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+			uint32_t want = ks[i] < finite ? ks[i] : finite;
+
+			assert_int_equal(want, nelssa_topk(score, n, ks[i], ids));
+			assert_memory_equal(all, ids, want * sizeof(*ids));
+		}
+	}
+	free(score);
+	free(all);
+	free(ids);
+}
+
+static void topk_rejects_nan(void **state)
+{
+	float score[3] = { 1.0f, NAN, 2.0f };
+	uint32_t ids[3];
+
+	(void)state;
+	assert_int_equal(-EINVAL, nelssa_topk(score, 3, 2, ids));
+}
+
+static void ratio_counts(void **state)
+{
+	(void)state;
+	/* The 128K-context table of the sparse-attention notes: 8192 clusters. */
+	assert_int_equal(328, nelssa_topk_ratio_count(8192, 0.04));
+	assert_int_equal(147, nelssa_topk_ratio_count(8192, 0.018));
+	assert_int_equal(1, nelssa_topk_ratio_count(10, 0.01));
+	assert_int_equal(0, nelssa_topk_ratio_count(10, 0.0));
+	assert_int_equal(10, nelssa_topk_ratio_count(10, 1.0));
+	assert_int_equal(0, nelssa_topk_ratio_count(10, 1.5));
+	assert_int_equal(0, nelssa_topk_ratio_count(10, NAN));
+	assert_int_equal(0, nelssa_topk_ratio_count(0, 0.5));
+}
+
+static void budget_is_a_fitting_prefix(void **state)
+{
+	/* Ranking: 3 (9), 0 (8), 4 (7), 1 (6), 2 (5). */
+	const float score[5] = { 8, 6, 5, 9, 7 };
+	const uint32_t sizes[5] = { 10, 1, 1, 16, 20 };
+	uint32_t ids[5];
+
+	(void)state;
+	assert_int_equal(0, nelssa_topk_budget(score, sizes, 5, 15, ids));
+	assert_int_equal(2, nelssa_topk_budget(score, sizes, 5, 45, ids));
+	assert_int_equal(3, ids[0]);
+	assert_int_equal(0, ids[1]);
+	/* 16 + 10 + 20 = 46: cluster 4 fills the budget exactly. */
+	assert_int_equal(3, nelssa_topk_budget(score, sizes, 5, 46, ids));
+	assert_int_equal(5, nelssa_topk_budget(score, sizes, 5, UINT64_MAX, ids));
+}
+
+struct kv {
+	struct nelssa_attn_geom g;
+	float q[G * D];
+	uint16_t *k, *v;
+};
+
+static void kv_init(struct kv *kv, struct tu_rng *rng, uint32_t n)
+{
+	kv->g = (struct nelssa_attn_geom){ D, G, NELSSA_KV_BF16, 0.125f };
+	kv->k = tu_alloc(sizeof(uint16_t) * D * (n ? n : 1));
+	kv->v = tu_alloc(sizeof(uint16_t) * D * (n ? n : 1));
+	tu_fill_f32(rng, kv->q, G * D, 1.0);
+	tu_fill_kv(rng, kv->k, (size_t)n * D, 1.0, NELSSA_KV_BF16);
+	tu_fill_kv(rng, kv->v, (size_t)n * D, 1.0, NELSSA_KV_BF16);
+}
+
+static void window_matches_float64(void **state)
+{
+	const uint32_t lens[] = { 0, 1, 3, 4, 5, 50, 67, 68, 69, 500 };
+	const struct nelssa_window wins[] = { NELSSA_WINDOW_DEFAULT, { 0, 16 }, { 8, 0 }, { 0, 0 } };
+	uint32_t tok[512];
+	float o[G * D], lse[G];
+	struct tu_rng rng;
+	struct kv kv;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	kv_init(&kv, &rng, 500);
+	for (size_t w = 0; w < sizeof(wins) / sizeof(wins[0]); w++) {
+		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+			uint32_t n = lens[i], nt = 0;
+			char what[64];
+
+			for (uint32_t t = 0; t < n; t++)
+				if (t < wins[w].sink || t + wins[w].recent >= n)
+					tok[nt++] = t;
+			snprintf(what, sizeof(what), "window %u+%u of %u", wins[w].sink,
+				 wins[w].recent, n);
+			assert_int_equal(0, nelssa_window_attn(&kv.g, kv.q, kv.k, kv.v, n, &wins[w],
+							       o, lse));
+			assert_int_equal(0, tu_check_attn(&kv.g, kv.q, kv.k, kv.v, tok, nt, o, lse,
+							  what));
+		}
+	}
+	free(kv.k);
+	free(kv.v);
+}
+
+/*
+ * A 600-token context: the window keeps 4 + 64 tokens; the middle 532 are
+ * shuffled into clusters of 1..31 tokens stored cluster-contiguously, as
+ * the PNM devices hold them.  The selected clusters are split over three
+ * devices; merging everything must equal attention over the union.
+ */
+static void window_plus_clusters_equals_union(void **state)
+{
+	const uint32_t n = 600, mid0 = 4, mid = 600 - 4 - 64;
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+	uint32_t perm[600], tok[600], sel[600], n_cl = 0, nt = 0;
+	struct nelssa_cluster table[600];
+	float o[G * D], lse[G], po[3][G * D], pl[3][G];
+	const float *pop[3] = { po[0], po[1], po[2] }, *plp[3] = { pl[0], pl[1], pl[2] };
+	uint16_t *ck, *cv;
+	struct tu_rng rng;
+	struct kv kv;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	kv_init(&kv, &rng, n);
+	ck = tu_alloc(sizeof(uint16_t) * D * mid);
+	cv = tu_alloc(sizeof(uint16_t) * D * mid);
+	for (uint32_t i = 0; i < mid; i++)
+		perm[i] = mid0 + i;
+	for (uint32_t i = mid; i > 1; i--) {
+		uint32_t j = tu_below(&rng, i), t = perm[i - 1];
+
+		perm[i - 1] = perm[j];
+		perm[j] = t;
+	}
+	for (uint32_t i = 0; i < mid; i++) {
+		memcpy(ck + (size_t)i * D, kv.k + (size_t)perm[i] * D, D * sizeof(uint16_t));
+		memcpy(cv + (size_t)i * D, kv.v + (size_t)perm[i] * D, D * sizeof(uint16_t));
+	}
+	for (uint32_t first = 0; first < mid; n_cl++) {
+		uint32_t cnt = 1 + tu_below(&rng, 31);
+
+		table[n_cl].first = first;
+		table[n_cl].count = cnt < mid - first ? cnt : mid - first;
+		first += table[n_cl].count;
+	}
+	/* Select about a third of the clusters; list window tokens first. */
+	for (uint32_t t = 0; t < n; t++)
+		if (t < win.sink || t + win.recent >= n)
+			tok[nt++] = t;
+	uint32_t n_sel = 0;
+
+	for (uint32_t c = 0; c < n_cl; c++) {
+		if (tu_below(&rng, 3))
+			continue;
+		sel[n_sel++] = c;
+		for (uint32_t i = 0; i < table[c].count; i++)
+			tok[nt++] = perm[table[c].first + i];
+	}
+	assert_int_equal(0, nelssa_window_attn(&kv.g, kv.q, kv.k, kv.v, n, &win, o, lse));
+	for (uint32_t d = 0; d < 3; d++) {
+		uint32_t a = n_sel * d / 3, b = n_sel * (d + 1) / 3;
+
+		assert_int_equal(0, nelssa_attn_clusters(&kv.g, kv.q, ck, cv, mid, table, n_cl,
+							 sel + a, b - a, po[d], pl[d]));
+	}
+	nelssa_final_merge(o, lse, o, lse, pop, plp, 3, G, D);
+	assert_int_equal(0, tu_check_attn(&kv.g, kv.q, kv.k, kv.v, tok, nt, o, lse,
+					  "window + clusters"));
+	free(ck);
+	free(cv);
+	free(kv.k);
+	free(kv.v);
+}
+
+static void merge_with_empty_states(void **state)
+{
+	float wo[G * D], wl[G], o[G * D], lse[G], eo[G * D] = { 0 }, el[G];
+	const float *pop[2] = { eo, eo }, *plp[2] = { el, el };
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, wo, G * D, 1.0);
+	tu_fill_f32(&rng, wl, G, 3.0);
+	for (int r = 0; r < G; r++)
+		el[r] = -INFINITY;
+	/* Devices that selected nothing leave the window state as it was. */
+	nelssa_final_merge(o, lse, wo, wl, pop, plp, 2, G, D);
+	assert_memory_equal(wo, o, sizeof(o));
+	assert_memory_equal(wl, lse, sizeof(lse));
+	nelssa_final_merge(o, lse, wo, wl, NULL, NULL, 0, G, D);
+	assert_memory_equal(wo, o, sizeof(o));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(scores_match_float64),
+		cmocka_unit_test(scores_reject_bad_input),
+		cmocka_unit_test(topk_equals_full_sort),
+		cmocka_unit_test(topk_rejects_nan),
+		cmocka_unit_test(ratio_counts),
+		cmocka_unit_test(budget_is_a_fitting_prefix),
+		cmocka_unit_test(window_matches_float64),
+		cmocka_unit_test(window_plus_clusters_equals_union),
+		cmocka_unit_test(merge_with_empty_states),
+	};
+
+	tu_init("client_sparse");
+	return cmocka_run_group_tests_name("client_sparse", tests, NULL, NULL);
+}
