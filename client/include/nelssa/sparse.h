@@ -133,6 +133,106 @@ void nelssa_final_merge(float *o, float *lse, const float *win_o, const float *w
 			const float *const *pnm_o, const float *const *pnm_lse, size_t n_pnm,
 			uint32_t rows, uint32_t d);
 
+/**
+ * struct nelssa_kmeans_cfg - segmented k-means parameters.
+ * @segment: tokens per prefill segment (default 8192); each segment is
+ *	clustered on its own.
+ * @cluster_tokens: average tokens per cluster (default 16).
+ * @iters: iterations per segment, the last being the final assignment
+ *	(default 10).
+ * @chunk: decode-time tokens clustered together by nelssa_kmeans_append()
+ *	(default 1024; advisory, for callers batching new tokens).
+ */
+struct nelssa_kmeans_cfg {
+	uint32_t segment;
+	uint32_t cluster_tokens;
+	uint32_t iters;
+	uint32_t chunk;
+};
+
+#define NELSSA_KMEANS_DEFAULT \
+	((struct nelssa_kmeans_cfg){ .segment = 8192, .cluster_tokens = 16, .iters = 10, .chunk = 1024 })
+
+/**
+ * struct nelssa_cluster_index - the clustering of one (layer, KV head).
+ * @head_dim: elements per key.
+ * @n_tokens: tokens clustered so far (token ids 0..n_tokens-1 of the
+ *	caller's range, e.g. the context minus its attention sinks).
+ * @n_clusters: clusters so far; none is empty.
+ * @perm: [n_tokens]: the token at cluster-contiguous position i is perm[i].
+ * @table: [n_clusters]: positions [first, first + count) of each cluster.
+ * @centroids: fp32 [n_clusters][head_dim]: each cluster's mean key (the
+ *	Centroid Meta-Info kept on the GPU).
+ * @key_mean: fp32 [head_dim]: the prefill keys' mean, subtracted before
+ *	clustering (also from later chunks).
+ * @cap_tokens: allocated room, in tokens (internal).
+ * @cap_clusters: allocated room, in clusters (internal).
+ */
+struct nelssa_cluster_index {
+	uint32_t head_dim;
+	uint32_t n_tokens;
+	uint32_t n_clusters;
+	uint32_t *perm;
+	struct nelssa_cluster *table;
+	float *centroids;
+	float *key_mean;
+	uint32_t cap_tokens;
+	uint32_t cap_clusters;
+};
+
+/**
+ * nelssa_kmeans_build() - cluster the prefill keys of one KV head.
+ * @ix: the index to fill (any previous content is not freed).
+ * @cfg: parameters.
+ * @dtype: element type of @k.
+ * @k: keys [@n_tokens][@head_dim].
+ * @n_tokens: number of keys.
+ * @head_dim: 1..NELSSA_ATTN_MAX_HEAD_DIM.
+ *
+ * Keys are mean-centred; the tokens are split into max(1, round(n /
+ * segment)) segments of near-equal length, each clustered with
+ * round(len / cluster_tokens) (at least 1) centroids: deterministic strided
+ * initialisation, @iters - 1 rounds of spherical k-means (inner-product
+ * assignment, L2-normalised mean update, empty clusters keep their
+ * centroid), then a last assignment.  Clusters left empty are dropped.
+ * Clusters are numbered segment by segment; members of a cluster keep
+ * their token order.  Deterministic: no randomness anywhere.
+ *
+ * Return: 0; -EINVAL for a bad configuration or shape; -ENOMEM.
+ */
+int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens,
+			uint32_t head_dim);
+
+/**
+ * nelssa_kmeans_append() - cluster new tokens and append their clusters.
+ * @ix: an index from nelssa_kmeans_build().
+ * @cfg: parameters (@segment is ignored: the chunk is one segment).
+ * @dtype: element type of @k.
+ * @k: the new keys [@n_new][head_dim], tokens n_tokens..n_tokens+n_new-1.
+ * @n_new: number of new keys.
+ *
+ * Centred with the prefill mean and clustered alone; existing clusters,
+ * their table entries, centroids and permutation are not touched.
+ *
+ * Return: 0; -EINVAL; -ENOMEM (the index is unchanged then).
+ */
+int nelssa_kmeans_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			 enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new);
+
+/* Frees what the index holds and zeroes it. */
+void nelssa_kmeans_free(struct nelssa_cluster_index *ix);
+
+/**
+ * nelssa_kv_reorder() - gather rows into cluster-contiguous order.
+ * @ix: the index.
+ * @row_bytes: bytes per K or V row.
+ * @src: rows in token order [ix->n_tokens].
+ * @dst: receives rows in cluster-contiguous order: dst[i] = src[perm[i]].
+ */
+void nelssa_kv_reorder(const struct nelssa_cluster_index *ix, size_t row_bytes, const void *src,
+		       void *dst);
+
 #ifdef __cplusplus
 }
 #endif

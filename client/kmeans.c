@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Segmented k-means over the keys of one KV head (RetroInfer's scheme, see
+ * Documentation/client.rst).  Mean-centring removes the direction all
+ * pre-softmax keys share, which would otherwise dominate inner products;
+ * segments bound the cost (each is O(len * K * d) per iteration) and keep
+ * clusters local in token order; spherical updates make the assignment an
+ * angular one, matching how the centroids are later scored against
+ * queries.  The stored centroid is the plain mean key of the members, the
+ * vector a query's q.c should approximate.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nelssa/half.h>
+#include <nelssa/sparse.h>
+
+static int cfg_ok(const struct nelssa_kmeans_cfg *cfg)
+{
+	return cfg->segment && cfg->cluster_tokens && cfg->iters;
+}
+
+static void to_f32(float *dst, enum nelssa_kv_dtype dtype, const void *src, size_t n)
+{
+	if (dtype == NELSSA_KV_BF16)
+		nelssa_bf16_to_f32_n(dst, src, n);
+	else
+		nelssa_fp16_to_f32_n(dst, src, n);
+}
+
+static float dotf(const float *a, const float *b, uint32_t d)
+{
+	float s = 0.0f;
+
+	for (uint32_t i = 0; i < d; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static void normalise(float *c, uint32_t d)
+{
+	double n = 0.0;
+
+	for (uint32_t i = 0; i < d; i++)
+		n += (double)c[i] * c[i];
+	if (n > 0.0)
+		for (uint32_t i = 0; i < d; i++)
+			c[i] = (float)(c[i] / sqrt(n));
+}
+
+static int reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t clusters)
+{
+	if (tokens > ix->cap_tokens) {
+		uint32_t cap = tokens > 2 * ix->cap_tokens ? tokens : 2 * ix->cap_tokens;
+		uint32_t *p = realloc(ix->perm, sizeof(*p) * cap);
+
+		if (!p)
+			return -ENOMEM;
+		ix->perm = p;
+		ix->cap_tokens = cap;
+	}
+	if (clusters > ix->cap_clusters) {
+		uint32_t cap = clusters > 2 * ix->cap_clusters ? clusters : 2 * ix->cap_clusters;
+		struct nelssa_cluster *t = realloc(ix->table, sizeof(*t) * cap);
+		float *c;
+
+		if (!t)
+			return -ENOMEM;
+		ix->table = t;
+		c = realloc(ix->centroids, sizeof(*c) * cap * ix->head_dim);
+		if (!c)
+			return -ENOMEM;
+		ix->centroids = c;
+		ix->cap_clusters = cap;
+	}
+	return 0;
+}
+
+static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d)
+{
+	uint32_t best = 0;
+	float bs = -INFINITY;
+
+	for (uint32_t j = 0; j < k; j++) {
+		float s = dotf(x, c + (size_t)j * d, d);
+
+		if (s > bs) {
+			bs = s;
+			best = j;
+		}
+	}
+	return best;
+}
+
+/*
+ * Cluster the @len centred keys @x (tokens @base..@base+len-1) and append
+ * the non-empty clusters to @ix, past its current counts, which the caller
+ * advances only once everything succeeded.  *@added_clusters receives how
+ * many were appended.
+ */
+static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			   const float *x, uint32_t base, uint32_t len, uint32_t tok_at,
+			   uint32_t cl_at, uint32_t *added_clusters)
+{
+	const uint32_t d = ix->head_dim;
+	uint32_t k = (uint32_t)nearbyint((double)len / cfg->cluster_tokens), *asg, *cnt;
+	float *c;
+	double *acc;
+	int ret;
+
+	if (k < 1)
+		k = 1;
+	if (k > len)
+		k = len;
+	ret = reserve(ix, tok_at + len, cl_at + k);
+	if (ret)
+		return ret;
+	c = malloc(sizeof(*c) * k * d);
+	acc = malloc(sizeof(*acc) * k * d);
+	asg = malloc(sizeof(*asg) * len);
+	cnt = malloc(sizeof(*cnt) * k);
+	if (!c || !acc || !asg || !cnt) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* Deterministic strided initialisation: token i*len/k + len/(2k). */
+	for (uint32_t j = 0; j < k; j++) {
+		uint32_t t = (uint32_t)(((uint64_t)2 * j * len + len) / (2 * (uint64_t)k));
+
+		memcpy(c + (size_t)j * d, x + (size_t)t * d, sizeof(*c) * d);
+		normalise(c + (size_t)j * d, d);
+	}
+	for (uint32_t it = 0; it < cfg->iters; it++) {
+		for (uint32_t t = 0; t < len; t++)
+			asg[t] = nearest(x + (size_t)t * d, c, k, d);
+		memset(acc, 0, sizeof(*acc) * k * d);
+		memset(cnt, 0, sizeof(*cnt) * k);
+		for (uint32_t t = 0; t < len; t++) {
+			cnt[asg[t]]++;
+			for (uint32_t i = 0; i < d; i++)
+				acc[(size_t)asg[t] * d + i] += x[(size_t)t * d + i];
+		}
+		if (it + 1 == cfg->iters)
+			break;		/* the last round only assigns */
+		for (uint32_t j = 0; j < k; j++) {
+			if (!cnt[j])
+				continue;	/* empty: keep the centroid */
+			for (uint32_t i = 0; i < d; i++)
+				c[(size_t)j * d + i] = (float)acc[(size_t)j * d + i];
+			normalise(c + (size_t)j * d, d);
+		}
+	}
+	*added_clusters = 0;
+	for (uint32_t j = 0; j < k; j++) {
+		struct nelssa_cluster *e;
+		float *cen;
+
+		if (!cnt[j])
+			continue;
+		e = &ix->table[cl_at + *added_clusters];
+		cen = ix->centroids + (size_t)(cl_at + *added_clusters) * d;
+		e->first = tok_at;
+		e->count = cnt[j];
+		for (uint32_t t = 0; t < len; t++)
+			if (asg[t] == j)
+				ix->perm[tok_at++] = base + t;
+		for (uint32_t i = 0; i < d; i++)
+			cen[i] = (float)(acc[(size_t)j * d + i] / cnt[j]) + ix->key_mean[i];
+		(*added_clusters)++;
+	}
+out:
+	free(c);
+	free(acc);
+	free(asg);
+	free(cnt);
+	return ret;
+}
+
+/* Centre and cluster tokens [from, from + len) of @k as one segment. */
+static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+		       enum nelssa_kv_dtype dtype, const void *k, uint32_t from, uint32_t len,
+		       uint32_t base, uint32_t tok_at, uint32_t cl_at, uint32_t *added)
+{
+	const uint32_t d = ix->head_dim;
+	float *x = malloc(sizeof(*x) * len * d);
+	int ret;
+
+	if (!x)
+		return -ENOMEM;
+	to_f32(x, dtype, (const uint16_t *)k + (size_t)from * d, (size_t)len * d);
+	for (size_t t = 0; t < len; t++)
+		for (uint32_t i = 0; i < d; i++)
+			x[t * d + i] -= ix->key_mean[i];
+	ret = cluster_segment(ix, cfg, x, base, len, tok_at, cl_at, added);
+	free(x);
+	return ret;
+}
+
+int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens,
+			uint32_t head_dim)
+{
+	uint32_t n_seg, cl = 0;
+	float *row;
+	double *sum;
+	int ret = 0;
+
+	if (!cfg_ok(cfg) || !head_dim || head_dim > NELSSA_ATTN_MAX_HEAD_DIM ||
+	    (dtype != NELSSA_KV_BF16 && dtype != NELSSA_KV_FP16))
+		return -EINVAL;
+	memset(ix, 0, sizeof(*ix));
+	ix->head_dim = head_dim;
+	ix->key_mean = calloc(head_dim, sizeof(*ix->key_mean));
+	sum = calloc(head_dim, sizeof(*sum));
+	row = malloc(sizeof(*row) * head_dim);
+	if (!ix->key_mean || !sum || !row) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t t = 0; t < n_tokens; t++) {
+		to_f32(row, dtype, (const uint16_t *)k + (size_t)t * head_dim, head_dim);
+		for (uint32_t i = 0; i < head_dim; i++)
+			sum[i] += row[i];
+	}
+	for (uint32_t i = 0; i < head_dim && n_tokens; i++)
+		ix->key_mean[i] = (float)(sum[i] / n_tokens);
+	n_seg = (uint32_t)nearbyint((double)n_tokens / cfg->segment);
+	if (n_seg < 1)
+		n_seg = 1;
+	for (uint32_t s = 0; s < n_seg && n_tokens && !ret; s++) {
+		uint32_t a = (uint32_t)((uint64_t)n_tokens * s / n_seg);
+		uint32_t b = (uint32_t)((uint64_t)n_tokens * (s + 1) / n_seg), added = 0;
+
+		ret = run_segment(ix, cfg, dtype, k, a, b - a, a, a, cl, &added);
+		cl += added;
+	}
+	ix->n_tokens = n_tokens;
+	ix->n_clusters = cl;
+out:
+	free(sum);
+	free(row);
+	if (ret)
+		nelssa_kmeans_free(ix);
+	return ret;
+}
+
+int nelssa_kmeans_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			 enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new)
+{
+	uint32_t added = 0;
+	int ret;
+
+	if (!cfg_ok(cfg) || !ix->key_mean || (dtype != NELSSA_KV_BF16 && dtype != NELSSA_KV_FP16) ||
+	    n_new > UINT32_MAX - ix->n_tokens)
+		return -EINVAL;
+	if (!n_new)
+		return 0;
+	ret = run_segment(ix, cfg, dtype, k, 0, n_new, ix->n_tokens, ix->n_tokens,
+			  ix->n_clusters, &added);
+	if (ret)
+		return ret;
+	ix->n_tokens += n_new;
+	ix->n_clusters += added;
+	return 0;
+}
+
+void nelssa_kmeans_free(struct nelssa_cluster_index *ix)
+{
+	free(ix->perm);
+	free(ix->table);
+	free(ix->centroids);
+	free(ix->key_mean);
+	memset(ix, 0, sizeof(*ix));
+}
+
+void nelssa_kv_reorder(const struct nelssa_cluster_index *ix, size_t row_bytes, const void *src,
+		       void *dst)
+{
+	for (uint32_t i = 0; i < ix->n_tokens; i++)
+		memcpy((char *)dst + i * row_bytes, (const char *)src + ix->perm[i] * row_bytes,
+		       row_bytes);
+}

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Segmented k-means (client/kmeans.c): the planted clusters of separable
+ * data are found exactly, each token ends at its best centroid, centroids
+ * are the float64 mean of their members, the index is a well-formed
+ * cluster-contiguous layout, runs are deterministic, and appending a
+ * decode-time chunk leaves every old byte as it was.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <nelssa/sparse.h>
+
+#include "testutil.h"
+
+#define D 32
+
+static uint16_t *random_keys(struct tu_rng *rng, uint32_t n)
+{
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * D * (n ? n : 1));
+
+	tu_fill_kv(rng, k, (size_t)n * D, 1.0, NELSSA_KV_BF16);
+	return k;
+}
+
+static double key(const uint16_t *k, uint32_t t, uint32_t i)
+{
+	return tu_from_kv(k[(size_t)t * D + i], NELSSA_KV_BF16);
+}
+
+/* perm is a bijection, clusters tile [0, n) in order, none empty. */
+static void check_layout(const struct nelssa_cluster_index *ix, uint32_t n)
+{
+	unsigned char *seen = calloc(n ? n : 1, 1);
+	uint32_t pos = 0;
+
+	assert_non_null(seen);
+	assert_int_equal(n, ix->n_tokens);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		assert_int_equal(pos, ix->table[c].first);
+		assert_true(ix->table[c].count > 0);
+		for (uint32_t i = 1; i < ix->table[c].count; i++)	/* token order kept */
+			assert_true(ix->perm[pos + i - 1] < ix->perm[pos + i]);
+		pos += ix->table[c].count;
+	}
+	assert_int_equal(n, pos);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_true(ix->perm[i] < n);
+		assert_false(seen[ix->perm[i]]);
+		seen[ix->perm[i]] = 1;
+	}
+	free(seen);
+}
+
+/* Centroids equal the float64 mean of their members' keys. */
+static void check_centroids(const struct nelssa_cluster_index *ix, const uint16_t *k)
+{
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		for (uint32_t i = 0; i < D; i++) {
+			double m = 0.0;
+
+			for (uint32_t j = 0; j < ix->table[c].count; j++)
+				m += key(k, ix->perm[ix->table[c].first + j], i);
+			m /= ix->table[c].count;
+			assert_true(fabs(ix->centroids[(size_t)c * D + i] - m) < 1e-4 * (1 + fabs(m)));
+		}
+	}
+}
+
+/*
+ * Three segments of 400 tokens; each segment is 25 blocks of 16 tokens,
+ * every block a distinct topic: a unit direction scaled by 3, plus a large
+ * offset shared by all keys (which centring must remove) and small noise.
+ */
+static void separable_topics_found_exactly(void **state)
+{
+	const uint32_t n = 1200, topics = 40;
+	const struct nelssa_kmeans_cfg cfg = { .segment = 400, .cluster_tokens = 16, .iters = 10,
+					       .chunk = 1024 };
+	double *dir = tu_alloc(sizeof(double) * topics * D), offset[D];
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D);
+	uint32_t order[40];
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	for (uint32_t p = 0; p < topics; p++) {
+		double norm = 0.0;
+
+		for (uint32_t i = 0; i < D; i++) {
+			dir[p * D + i] = tu_normal(&rng);
+			norm += dir[p * D + i] * dir[p * D + i];
+		}
+		for (uint32_t i = 0; i < D; i++)
+			dir[p * D + i] *= 3.0 / sqrt(norm);
+	}
+	for (uint32_t i = 0; i < D; i++)
+		offset[i] = 4.0 + tu_normal(&rng);
+	for (uint32_t s = 0; s < 3; s++) {
+		for (uint32_t p = 0; p < topics; p++)
+			order[p] = p;
+		for (uint32_t p = topics; p > 1; p--) {
+			uint32_t j = tu_below(&rng, p), t = order[p - 1];
+
+			order[p - 1] = order[j];
+			order[j] = t;
+		}
+		for (uint32_t t = 0; t < 400; t++)
+			for (uint32_t i = 0; i < D; i++)
+				k[(size_t)(s * 400 + t) * D + i] = tu_to_kv(
+					offset[i] + dir[order[t / 16] * D + i] +
+						0.05 * tu_normal(&rng), NELSSA_KV_BF16);
+	}
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	check_layout(&ix, n);
+	check_centroids(&ix, k);
+	/* Exactly the planted blocks, in order. */
+	assert_int_equal(75, ix.n_clusters);
+	for (uint32_t c = 0; c < 75; c++) {
+		assert_int_equal(16, ix.table[c].count);
+		assert_int_equal(16 * c, ix.perm[ix.table[c].first]);
+	}
+	/* Each token's inner product is largest with its own centred centroid. */
+	for (uint32_t t = 0; t < n; t++) {
+		uint32_t s = t / 400, own = 0;
+		double best = -INFINITY;
+		uint32_t arg = UINT32_MAX;
+
+		for (uint32_t c = 0; c < 75; c++)
+			for (uint32_t j = 0; j < 16; j++)
+				if (ix.perm[ix.table[c].first + j] == t)
+					own = c;
+		for (uint32_t c = s * 25; c < s * 25 + 25; c++) {
+			double dot = 0.0, nc = 0.0;
+
+			for (uint32_t i = 0; i < D; i++) {
+				double ci = ix.centroids[(size_t)c * D + i] - ix.key_mean[i];
+
+				dot += (key(k, t, i) - ix.key_mean[i]) * ci;
+				nc += ci * ci;
+			}
+			if (dot / sqrt(nc) > best) {
+				best = dot / sqrt(nc);
+				arg = c;
+			}
+		}
+		assert_int_equal(own, arg);
+	}
+	nelssa_kmeans_free(&ix);
+	free(dir);
+	free(k);
+}
+
+static void random_keys_give_a_valid_deterministic_index(void **state)
+{
+	const uint32_t lens[] = { 1, 15, 17, 1000, 2500 };
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct tu_rng rng;
+
+	(void)state;
+	cfg.segment = 1000;
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+		struct nelssa_cluster_index a, b;
+		uint16_t *k;
+
+		tu_rng_for(&rng, __func__, l);
+		k = random_keys(&rng, lens[l]);
+		assert_int_equal(0, nelssa_kmeans_build(&a, &cfg, NELSSA_KV_BF16, k, lens[l], D));
+		assert_int_equal(0, nelssa_kmeans_build(&b, &cfg, NELSSA_KV_BF16, k, lens[l], D));
+		check_layout(&a, lens[l]);
+		check_centroids(&a, k);
+		/* About cluster_tokens per cluster (empty ones dropped). */
+		assert_true(a.n_clusters >= 1 && a.n_clusters <= lens[l] / 16 + 3);
+		assert_int_equal(a.n_clusters, b.n_clusters);
+		assert_memory_equal(a.perm, b.perm, sizeof(*a.perm) * lens[l]);
+		assert_memory_equal(a.table, b.table, sizeof(*a.table) * a.n_clusters);
+		assert_memory_equal(a.centroids, b.centroids,
+				    sizeof(float) * D * a.n_clusters);
+		nelssa_kmeans_free(&a);
+		nelssa_kmeans_free(&b);
+		free(k);
+	}
+}
+
+static void append_keeps_old_clusters_byte_identical(void **state)
+{
+	const uint32_t n = 1500, chunk = 300;
+	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	uint32_t *perm0, ncl0;
+	struct nelssa_cluster *table0;
+	float *cen0, mean0[D];
+	uint16_t *k, *all;
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	all = random_keys(&rng, n + 2 * chunk);
+	k = all;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	ncl0 = ix.n_clusters;
+	perm0 = tu_alloc(sizeof(*perm0) * n);
+	table0 = tu_alloc(sizeof(*table0) * ncl0);
+	cen0 = tu_alloc(sizeof(*cen0) * ncl0 * D);
+	memcpy(perm0, ix.perm, sizeof(*perm0) * n);
+	memcpy(table0, ix.table, sizeof(*table0) * ncl0);
+	memcpy(cen0, ix.centroids, sizeof(*cen0) * ncl0 * D);
+	memcpy(mean0, ix.key_mean, sizeof(mean0));
+	for (uint32_t c = 0; c < 2; c++) {
+		uint32_t before = ix.n_clusters;
+
+		assert_int_equal(0, nelssa_kmeans_append(&ix, &cfg, NELSSA_KV_BF16,
+							 all + (size_t)(n + c * chunk) * D, chunk));
+		assert_true(ix.n_clusters > before);
+		/* The new clusters hold exactly the new tokens. */
+		for (uint32_t i = ix.table[before].first; i < n + (c + 1) * chunk; i++)
+			assert_true(ix.perm[i] >= n + c * chunk && ix.perm[i] < n + (c + 1) * chunk);
+	}
+	check_layout(&ix, n + 2 * chunk);
+	check_centroids(&ix, all);
+	assert_memory_equal(perm0, ix.perm, sizeof(*perm0) * n);
+	assert_memory_equal(table0, ix.table, sizeof(*table0) * ncl0);
+	assert_memory_equal(cen0, ix.centroids, sizeof(*cen0) * ncl0 * D);
+	assert_memory_equal(mean0, ix.key_mean, sizeof(mean0));
+	nelssa_kmeans_free(&ix);
+	free(perm0);
+	free(table0);
+	free(cen0);
+	free(all);
+}
+
+static void reorder_gathers_by_perm(void **state)
+{
+	const uint32_t n = 700;
+	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	uint16_t *k, *out;
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	k = random_keys(&rng, n);
+	out = tu_alloc(sizeof(uint16_t) * n * D);
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	nelssa_kv_reorder(&ix, D * sizeof(uint16_t), k, out);
+	for (uint32_t i = 0; i < n; i++)
+		assert_memory_equal(out + (size_t)i * D, k + (size_t)ix.perm[i] * D,
+				    D * sizeof(uint16_t));
+	nelssa_kmeans_free(&ix);
+	free(k);
+	free(out);
+}
+
+static void bad_arguments(void **state)
+{
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	uint16_t k[D] = { 0 };
+
+	(void)state;
+	assert_int_equal(-EINVAL, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, 1, 0));
+	assert_int_equal(-EINVAL, nelssa_kmeans_build(&ix, &cfg, 0, k, 1, D));
+	cfg.iters = 0;
+	assert_int_equal(-EINVAL, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, 1, D));
+	cfg = NELSSA_KMEANS_DEFAULT;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, 0, D));
+	assert_int_equal(0, ix.n_clusters);
+	cfg.cluster_tokens = 0;
+	assert_int_equal(-EINVAL, nelssa_kmeans_append(&ix, &cfg, NELSSA_KV_BF16, k, 1));
+	assert_int_equal(0, ix.n_tokens);
+	nelssa_kmeans_free(&ix);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(separable_topics_found_exactly),
+		cmocka_unit_test(random_keys_give_a_valid_deterministic_index),
+		cmocka_unit_test(append_keeps_old_clusters_byte_identical),
+		cmocka_unit_test(reorder_gathers_by_perm),
+		cmocka_unit_test(bad_arguments),
+	};
+
+	tu_init("client_kmeans");
+	return cmocka_run_group_tests_name("client_kmeans", tests, NULL, NULL);
+}
