@@ -14,20 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <nelssa/half.h>
 #include <nelssa/sparse.h>
 
 static int cfg_ok(const struct nelssa_kmeans_cfg *cfg)
 {
 	return cfg->segment && cfg->cluster_tokens && cfg->iters;
-}
-
-static void to_f32(float *dst, enum nelssa_kv_dtype dtype, const void *src, size_t n)
-{
-	if (dtype == NELSSA_KV_BF16)
-		nelssa_bf16_to_f32_n(dst, src, n);
-	else
-		nelssa_fp16_to_f32_n(dst, src, n);
 }
 
 static float dotf(const float *a, const float *b, uint32_t d)
@@ -189,7 +180,7 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 
 	if (!x)
 		return -ENOMEM;
-	to_f32(x, dtype, (const uint16_t *)k + (size_t)from * d, (size_t)len * d);
+	nelssa_kv_widen(x, (const uint16_t *)k + (size_t)from * d, (size_t)len * d, dtype);
 	for (size_t t = 0; t < len; t++)
 		for (uint32_t i = 0; i < d; i++)
 			x[t * d + i] -= ix->key_mean[i];
@@ -220,7 +211,7 @@ int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kme
 		goto out;
 	}
 	for (uint32_t t = 0; t < n_tokens; t++) {
-		to_f32(row, dtype, (const uint16_t *)k + (size_t)t * head_dim, head_dim);
+		nelssa_kv_widen(row, (const uint16_t *)k + (size_t)t * head_dim, head_dim, dtype);
 		for (uint32_t i = 0; i < head_dim; i++)
 			sum[i] += row[i];
 	}

@@ -53,7 +53,7 @@ int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom
 	return 0;
 }
 
-static void widen(float *dst, const uint16_t *src, size_t n, enum nelssa_kv_dtype dtype)
+void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype dtype)
 {
 	if (dtype == NELSSA_KV_BF16)
 		nelssa_bf16_to_f32_n(dst, src, n);
@@ -116,8 +116,8 @@ void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v,
 	for (size_t base = 0; base < n_tokens; base += TILE) {
 		uint32_t n = (uint32_t)(n_tokens - base < TILE ? n_tokens - base : TILE);
 
-		widen(kf, k16 + base * d, (size_t)n * d, run->geom.kv_dtype);
-		widen(vf, v16 + base * d, (size_t)n * d, run->geom.kv_dtype);
+		nelssa_kv_widen(kf, k16 + base * d, (size_t)n * d, run->geom.kv_dtype);
+		nelssa_kv_widen(vf, v16 + base * d, (size_t)n * d, run->geom.kv_dtype);
 		for (uint32_t r = 0; r < run->geom.group; r++)
 			feed_row(run, r, kf, vf, n);
 	}

@@ -87,6 +87,9 @@ int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom
 void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v, size_t n_tokens);
 void nelssa_attn_end(struct nelssa_attn_run *run, float *lse);
 
+/* Widen @n K/V elements of type @dtype to fp32. */
+void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype dtype);
+
 /* Dense attention of one query group over @n_tokens K/V rows. */
 int nelssa_attn_dense(const struct nelssa_attn_geom *geom, const float *q, const void *k,
 		      const void *v, size_t n_tokens, float *o, float *lse);
