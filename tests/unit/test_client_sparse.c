@@ -306,6 +306,69 @@ static void window_plus_clusters_equals_union(void **state)
 	free(kv.v);
 }
 
+/*
+ * When every member of a cluster has the centroid as its key, the
+ * estimation term is exact: it must equal float64 attention over the
+ * members of the estimated clusters.
+ */
+static void estimate_exact_for_identical_keys(void **state)
+{
+	const uint32_t n_cl = 40;
+	struct nelssa_cluster table[40];
+	uint32_t perm[40 * 31], sizes[40], ids[40], tok[40 * 31], n = 0, n_ids = 0, nt = 0;
+	float *cen = tu_alloc(sizeof(float) * n_cl * D), *vsum = tu_alloc(sizeof(float) * n_cl * D);
+	float o[G * D], lse[G];
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+	struct kv kv;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	kv_init(&kv, &rng, 40 * 31);
+	for (uint32_t c = 0; c < n_cl; c++) {
+		sizes[c] = tu_below(&rng, 6) ? 1 + tu_below(&rng, 31) : 0;
+		table[c] = (struct nelssa_cluster){ n, sizes[c] };
+		for (uint32_t j = 0; j < sizes[c]; j++, n++) {
+			if (j)
+				memcpy(kv.k + (size_t)n * D, kv.k + (size_t)table[c].first * D,
+				       D * sizeof(uint16_t));
+			perm[n] = n;
+		}
+		for (uint32_t i = 0; i < D; i++)
+			cen[c * D + i] = (float)tu_from_kv(kv.k[(size_t)table[c].first * D + i],
+							   NELSSA_KV_BF16);
+	}
+	ix = (struct nelssa_cluster_index){ .head_dim = D, .n_tokens = n, .n_clusters = n_cl,
+					    .perm = perm, .table = table };
+	nelssa_cluster_value_sums(&ix, NELSSA_KV_BF16, kv.v, vsum);
+	for (uint32_t c = 0; c < n_cl; c++) {
+		for (uint32_t i = 0; i < D; i++) {
+			double ref = 0.0;
+
+			for (uint32_t j = 0; j < sizes[c]; j++)
+				ref += tu_from_kv(kv.v[(size_t)(table[c].first + j) * D + i],
+						  NELSSA_KV_BF16);
+			assert_true(fabs(vsum[c * D + i] - ref) < 1e-5 * (1 + sizes[c]));
+		}
+		if (tu_below(&rng, 2))
+			continue;
+		ids[n_ids++] = c;
+		for (uint32_t j = 0; j < sizes[c]; j++)
+			tok[nt++] = table[c].first + j;
+	}
+	assert_int_equal(0, nelssa_estimate_attn(&kv.g, kv.q, cen, vsum, sizes, ids, n_ids, o,
+						 lse));
+	assert_int_equal(0, tu_check_attn(&kv.g, kv.q, kv.k, kv.v, tok, nt, o, lse,
+					  "estimate, identical keys"));
+	/* Nothing to estimate: the empty state. */
+	assert_int_equal(0, nelssa_estimate_attn(&kv.g, kv.q, cen, vsum, sizes, ids, 0, o, lse));
+	assert_true(lse[0] == -INFINITY && o[0] == 0.0f);
+	free(cen);
+	free(vsum);
+	free(kv.k);
+	free(kv.v);
+}
+
 static void merge_with_empty_states(void **state)
 {
 	float wo[G * D], wl[G], o[G * D], lse[G], eo[G * D] = { 0 }, el[G];
@@ -337,6 +400,7 @@ int main(void)
 		cmocka_unit_test(budget_is_a_fitting_prefix),
 		cmocka_unit_test(window_matches_float64),
 		cmocka_unit_test(window_plus_clusters_equals_union),
+		cmocka_unit_test(estimate_exact_for_identical_keys),
 		cmocka_unit_test(merge_with_empty_states),
 	};
 

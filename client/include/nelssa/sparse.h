@@ -233,6 +233,45 @@ void nelssa_kmeans_free(struct nelssa_cluster_index *ix);
 void nelssa_kv_reorder(const struct nelssa_cluster_index *ix, size_t row_bytes, const void *src,
 		       void *dst);
 
+/**
+ * nelssa_cluster_value_sums() - per-cluster sum of member V rows.
+ * @ix: the index.
+ * @dtype: element type of @v.
+ * @v: V rows in token order [ix->n_tokens][ix->head_dim].
+ * @vsum: receives fp32 [ix->n_clusters][ix->head_dim].
+ *
+ * With the centroids, the Centroid Meta-Info the estimation term needs.
+ */
+void nelssa_cluster_value_sums(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
+			       const void *v, float *vsum);
+
+/**
+ * nelssa_estimate_attn() - approximate attention over unselected clusters.
+ * @geom: shape (kv_dtype unused: centroids and sums are fp32).
+ * @q: fp32 [group][head_dim].
+ * @centroids: fp32 [..][head_dim], indexed by @ids.
+ * @vsum: fp32 [..][head_dim], member V sums, indexed by @ids.
+ * @sizes: tokens per cluster, indexed by @ids.
+ * @ids: the clusters to estimate (the "estimation zone").
+ * @n_ids: how many.
+ * @o: receives fp32 [group][head_dim].
+ * @lse: receives fp32 [group].
+ *
+ * Each cluster stands in for its members as one pseudo-token whose key is
+ * the centroid, weighted by the member count: with s_c = scale * q.c_c,
+ *
+ *	o   = sum_c exp(s_c) vsum_c / sum_c size_c exp(s_c)
+ *	lse = log sum_c size_c exp(s_c)
+ *
+ * exact when every member's key equals the centroid.  The state merges
+ * like any other; no ids (or only empty clusters) give (0, -inf).
+ *
+ * Return: 0 or -EINVAL.
+ */
+int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
+			 const float *centroids, const float *vsum, const uint32_t *sizes,
+			 const uint32_t *ids, uint32_t n_ids, float *o, float *lse);
+
 #ifdef __cplusplus
 }
 #endif
