@@ -67,8 +67,13 @@ kselftest:
 	@mkdir -p $(SANBUILD)
 	@sh tests/qemu/rig.sh $(CURDIR) $(CURDIR)/$(SANBUILD)/tests/qemu
 
-bench:
-	@echo "make bench: not yet available -- the first benchmarks arrive with the firmware (issue 3)."
+# Full-size CPU benchmarks; each prints its same-run baseline and ratio.
+bench: userspace
+	@echo "== GPU-node steps on the CPU: k-means and Top-K at 128K context =="
+	@$(BUILD)/tools/client-bench/nelssa-client-bench
+	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
+	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
+		--items 8 --iters 5
 
 check:
 	@scripts/deps.sh build test

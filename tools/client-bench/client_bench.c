@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nelssa-client-bench: CPU timings of the GPU node's sparse-attention
+ * steps (client/), each with a same-run baseline so the ratio, not the
+ * absolute number, is what carries across machines.
+ *
+ *   kmeans  segmented k-means of one KV head: ms per 1K tokens, against
+ *           one plain pass of key . centroid products over the same data
+ *           (the floor any iteration has to pay);
+ *   topk    one decode step at a given context: centroid scoring + Top-K
+ *           for every KV head, against a plain dot-product pass over the
+ *           same centroids (how close scoring is to memory speed).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nelssa/half.h>
+#include <nelssa/sparse.h>
+
+struct opts {
+	uint32_t context, heads, group, head_dim, iters;
+	double ratio;
+	int json;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((rng_state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n);
+
+	if (!p) {
+		fprintf(stderr, "nelssa-client-bench: out of memory (%zu bytes)\n", n);
+		exit(1);
+	}
+	return p;
+}
+
+/* Plain pass: every query row against every centroid, results summed. */
+static float dot_pass(const float *q, uint32_t rows, const float *c, uint32_t n, uint32_t d)
+{
+	float acc = 0.0f;
+
+	for (uint32_t r = 0; r < rows; r++)
+		for (uint32_t j = 0; j < n; j++) {
+			float s = 0.0f;
+
+			for (uint32_t i = 0; i < d; i++)
+				s += q[(size_t)r * d + i] * c[(size_t)j * d + i];
+			acc += s;
+		}
+	return acc;
+}
+
+static int bench_kmeans(const struct opts *o, double *ms_per_k, double *base_ms_per_k)
+{
+	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	uint32_t n = 16384, d = o->head_dim, k = n / cfg.cluster_tokens;
+	uint16_t *keys = xmalloc(sizeof(*keys) * n * d);
+	float *kf = xmalloc(sizeof(*kf) * n * d), sink = 0.0f;
+	struct nelssa_cluster_index ix;
+	double t0, best = INFINITY, base = INFINITY;
+	int ret = 0;
+
+	for (size_t i = 0; i < (size_t)n * d; i++) {
+		kf[i] = frand();
+		keys[i] = nelssa_f32_to_bf16(kf[i]);
+	}
+	for (uint32_t it = 0; it < o->iters && !ret; it++) {
+		t0 = now_s();
+		ret = nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, keys, n, d);
+		best = fmin(best, now_s() - t0);
+		if (!ret)
+			nelssa_kmeans_free(&ix);
+		/* Baseline: each segment's keys against its centroids, once. */
+		t0 = now_s();
+		sink += dot_pass(kf, n / 2, kf, k / 2, d);
+		sink += dot_pass(kf + (size_t)(n / 2) * d, n / 2, kf, k / 2, d);
+		base = fmin(base, now_s() - t0);
+	}
+	*ms_per_k = best * 1e3 / (n / 1024.0);
+	*base_ms_per_k = base * 1e3 / (n / 1024.0) + 0.0f * sink;
+	free(keys);
+	free(kf);
+	return ret;
+}
+
+static int bench_topk(const struct opts *o, double *step_ms, double *base_ms, uint32_t *sel)
+{
+	uint32_t n = o->context / 16, d = o->head_dim, k = nelssa_topk_ratio_count(n, o->ratio);
+	float *cen = xmalloc(sizeof(*cen) * o->heads * n * d);
+	float *q = xmalloc(sizeof(*q) * o->group * d), *score = xmalloc(sizeof(*score) * n);
+	uint32_t *sizes = xmalloc(sizeof(*sizes) * n), *ids = xmalloc(sizeof(*ids) * (k ? k : 1));
+	double best = INFINITY, base = INFINITY, t0;
+	float sink = 0.0f;
+	int ret = 0;
+
+	for (size_t i = 0; i < (size_t)o->heads * n * d; i++)
+		cen[i] = frand();
+	for (uint32_t i = 0; i < o->group * d; i++)
+		q[i] = frand();
+	for (uint32_t i = 0; i < n; i++)
+		sizes[i] = 16;
+	for (uint32_t it = 0; it < o->iters && ret >= 0; it++) {
+		t0 = now_s();
+		for (uint32_t h = 0; h < o->heads && ret >= 0; h++) {
+			ret = nelssa_centroid_scores(q, o->group, d, 1.0f / sqrtf((float)d),
+						     cen + (size_t)h * n * d, sizes, n, score);
+			if (!ret)
+				ret = nelssa_topk(score, n, k, ids);
+		}
+		best = fmin(best, now_s() - t0);
+		t0 = now_s();
+		for (uint32_t h = 0; h < o->heads; h++)
+			sink += dot_pass(q, o->group, cen + (size_t)h * n * d, n, d);
+		base = fmin(base, now_s() - t0);
+	}
+	*step_ms = best * 1e3;
+	*base_ms = base * 1e3 + 0.0f * sink;
+	*sel = k;
+	free(cen);
+	free(q);
+	free(score);
+	free(sizes);
+	free(ids);
+	return ret < 0 ? ret : 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: nelssa-client-bench [--context N] [--heads N] [--group N] [--head-dim N]\n"
+		"                           [--ratio R] [--iters N] [--json]\n"
+		"  --context N   tokens of context for the Top-K step (default 131072)\n"
+		"  --heads N     KV heads per layer (default 8)\n"
+		"  --group N     query heads per KV head (default 4)\n"
+		"  --head-dim N  head dimension (default 128)\n"
+		"  --ratio R     selection ratio (default 0.04)\n"
+		"  --iters N     repetitions; the best is reported (default 3)\n"
+		"  --json        one JSON object instead of text\n");
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, const char *what)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 0);
+	if (errno || *end || !*s || v < lo || v > hi) {
+		fprintf(stderr, "nelssa-client-bench: %s %s: need an integer in [%u, %u]\n", what, s,
+			lo, hi);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "context", required_argument, NULL, 'c' }, { "heads", required_argument, NULL, 'H' },
+		{ "group", required_argument, NULL, 'g' }, { "head-dim", required_argument, NULL, 'd' },
+		{ "ratio", required_argument, NULL, 'r' }, { "iters", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { 131072, 8, 4, 128, 3, 0.04, 0 };
+	double km, km_base, step, step_base;
+	uint32_t sel;
+	char *end;
+	int c, bad = 0;
+
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'c': bad |= parse_u32(optarg, 16, 1u << 24, &o.context, "--context"); break;
+		case 'H': bad |= parse_u32(optarg, 1, 256, &o.heads, "--heads"); break;
+		case 'g': bad |= parse_u32(optarg, 1, NELSSA_ATTN_MAX_GROUP, &o.group, "--group"); break;
+		case 'd': bad |= parse_u32(optarg, 1, NELSSA_ATTN_MAX_HEAD_DIM, &o.head_dim,
+					   "--head-dim"); break;
+		case 'i': bad |= parse_u32(optarg, 1, 1000, &o.iters, "--iters"); break;
+		case 'r':
+			o.ratio = strtod(optarg, &end);
+			if (*end || !(o.ratio > 0.0 && o.ratio <= 1.0)) {
+				fprintf(stderr, "nelssa-client-bench: --ratio %s: need (0, 1]\n", optarg);
+				bad = 1;
+			}
+			break;
+		case 'j': o.json = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (bad || optind != argc) {
+		if (optind != argc)
+			fprintf(stderr, "nelssa-client-bench: unexpected argument %s\n", argv[optind]);
+		return 2;
+	}
+	if (!o.json)
+		fprintf(stderr, "k-means on 16384 tokens, d=%u ...\n", o.head_dim);
+	if (bench_kmeans(&o, &km, &km_base)) {
+		fprintf(stderr, "nelssa-client-bench: k-means failed\n");
+		return 1;
+	}
+	if (!o.json)
+		fprintf(stderr, "Top-K at %u tokens, %u KV heads ...\n", o.context, o.heads);
+	if (bench_topk(&o, &step, &step_base, &sel)) {
+		fprintf(stderr, "nelssa-client-bench: Top-K failed\n");
+		return 1;
+	}
+	if (o.json) {
+		printf("{\"kmeans\":{\"ms_per_1k_tokens_per_head\":%.4f,\"dot_pass_ms_per_1k\":%.4f,"
+		       "\"ratio\":%.3f},\"topk\":{\"context\":%u,\"kv_heads\":%u,\"group\":%u,"
+		       "\"head_dim\":%u,\"clusters_per_head\":%u,\"selected\":%u,\"step_ms\":%.4f,"
+		       "\"dot_pass_ms\":%.4f,\"ratio\":%.3f}}\n",
+		       km, km_base, km / km_base, o.context, o.heads, o.group, o.head_dim,
+		       o.context / 16, sel, step, step_base, step / step_base);
+		return 0;
+	}
+	printf("k-means      %8.3f ms per 1K tokens per KV head (10 iterations)\n", km);
+	printf("  baseline   %8.3f ms per 1K tokens: one key.centroid pass (ratio %.1f)\n",
+	       km_base, km / km_base);
+	printf("Top-K step   %8.3f ms at %u tokens: %u KV heads x %u clusters, %u selected each\n",
+	       step, o.context, o.heads, o.context / 16, sel);
+	printf("  baseline   %8.3f ms: plain q.centroid pass, same data (ratio %.2f)\n", step_base,
+	       step / step_base);
+	return 0;
+}
