@@ -272,6 +272,61 @@ int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
 			 const float *centroids, const float *vsum, const uint32_t *sizes,
 			 const uint32_t *ids, uint32_t n_ids, float *o, float *lse);
 
+/*
+ * Comparison baselines for the accuracy harness: what a perfect token
+ * selection and a Quest-style page selection pick at the same budget.
+ */
+
+/**
+ * nelssa_token_mass() - attention mass of every token, summed over rows.
+ * @geom: shape of the work item.
+ * @q: fp32 [group][head_dim].
+ * @k: K rows [@n_tokens][head_dim].
+ * @n_tokens: number of tokens.
+ * @mass: receives [@n_tokens]: sum over rows r of softmax_t(scale q_r.k_t),
+ *	computed in float64; the masses sum to the group size.
+ *
+ * Return: 0, -EINVAL or -ENOMEM.
+ */
+int nelssa_token_mass(const struct nelssa_attn_geom *geom, const float *q, const void *k,
+		      uint32_t n_tokens, double *mass);
+
+/**
+ * nelssa_oracle_tokens() - the @budget tokens of largest attention mass.
+ * @geom: shape.
+ * @q: fp32 [group][head_dim].
+ * @k: K rows [@n_tokens][head_dim].
+ * @n_tokens: number of tokens.
+ * @budget: tokens to select.
+ * @tok: receives the token ids, largest mass first.
+ *
+ * The best mass recall any selection of @budget tokens can reach.
+ *
+ * Return: the number selected, or a negative errno.
+ */
+int nelssa_oracle_tokens(const struct nelssa_attn_geom *geom, const float *q, const void *k,
+			 uint32_t n_tokens, uint32_t budget, uint32_t *tok);
+
+/**
+ * nelssa_quest_pages() - Quest-style page selection.
+ * @geom: shape.
+ * @q: fp32 [group][head_dim].
+ * @k: K rows [@n_tokens][head_dim], in token order.
+ * @n_tokens: number of tokens.
+ * @page: tokens per page (Quest uses 16); the last page may be shorter.
+ * @n_sel: pages to select.
+ * @pages: receives page ids (page p = tokens [p*page, (p+1)*page)), best
+ *	first.
+ *
+ * Each page keeps the per-channel minimum and maximum of its keys; its
+ * score for query row r is the upper bound sum_i max(q_ri max_i, q_ri min_i)
+ * of any q_r.k in the page, summed over the group's rows.
+ *
+ * Return: the number selected, or a negative errno.
+ */
+int nelssa_quest_pages(const struct nelssa_attn_geom *geom, const float *q, const void *k,
+		       uint32_t n_tokens, uint32_t page, uint32_t n_sel, uint32_t *pages);
+
 #ifdef __cplusplus
 }
 #endif
