@@ -71,6 +71,8 @@ kselftest:
 bench: userspace
 	@echo "== GPU-node steps on the CPU: k-means and Top-K at 128K context =="
 	@$(BUILD)/tools/client-bench/nelssa-client-bench
+	@echo "== sparse attention accuracy vs dense, 32K and 128K (takes a few minutes) =="
+	@$(BUILD)/tools/accuracy/nelssa-accuracy
 	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
 	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
 		--items 8 --iters 5

@@ -12,30 +12,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 n=0
 
-t() { # name, expected exit status, command...
-	name=$1 want=$2
-	shift 2
-	n=$((n + 1))
-	"$@" >"$out/stdout" 2>"$out/stderr"
-	got=$?
-	if [ "$got" = "$want" ]; then
-		echo "ok $n - $name"
-	else
-		sed 's/^/# /' "$out/stdout" "$out/stderr" | tail -20
-		echo "not ok $n - $name (exit $got, expected $want)"
-	fi
-}
-
-json_check() { # name, python expression over the last stdout bound to "j"
-	n=$((n + 1))
-	if python3 -c "import json,sys; j=json.load(open('$out/stdout')); sys.exit(0 if ($2) else 1)" \
-		2>"$out/py"; then
-		echo "ok $n - $1"
-	else
-		sed 's/^/# /' "$out/stdout" "$out/py" | tail -20
-		echo "not ok $n - $1"
-	fi
-}
+# shellcheck source=tap-lib.sh
+. "$(dirname "$0")/tap-lib.sh"
 
 small="--context 8192 --head-dim 32 --heads 2 --iters 1"
 echo "1..8"
