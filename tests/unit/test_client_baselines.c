@@ -180,6 +180,59 @@ static void quest_finds_a_planted_needle(void **state)
 	free(f);
 }
 
+/* The cluster bound is never below any member's q.k, and scores sum it. */
+static void cluster_bound_is_an_upper_bound(void **state)
+{
+	struct fx *f = fx_new(__func__);
+	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	float *lo, *hi, *score;
+	uint32_t *sizes;
+
+	(void)state;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
+	lo = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	hi = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	score = tu_alloc(sizeof(float) * (ix.n_clusters + 1));
+	sizes = tu_alloc(sizeof(uint32_t) * (ix.n_clusters + 1));
+	nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, f->k, lo, hi);
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		sizes[c] = ix.table[c].count;
+	sizes[ix.n_clusters] = 0;
+	nelssa_bound_scores(f->q, G, D, lo, hi, sizes, ix.n_clusters, score);
+	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		double sum_best = 0.0;
+
+		for (uint32_t r = 0; r < G; r++) {
+			double best = -INFINITY;
+
+			for (uint32_t j = 0; j < ix.table[c].count; j++) {
+				uint32_t t = ix.perm[ix.table[c].first + j];
+				double s = 0.0;
+
+				for (uint32_t i = 0; i < D; i++)
+					s += f->q[r * D + i] * kk(f, t, i);
+				best = fmax(best, s);
+			}
+			sum_best += best;
+		}
+		/* fp32 sums of D products of |x| ~ 1: a loose 1e-3 slack. */
+		assert_true(score[c] >= sum_best - 1e-3);
+		/* A singleton's box is the point itself: the bound is exact. */
+		if (ix.table[c].count == 1)
+			assert_true(fabs(score[c] - sum_best) < 1e-3);
+	}
+	/* An empty cluster scores -inf. */
+	nelssa_bound_scores(f->q, G, D, lo, hi, sizes + ix.n_clusters, 1, score);
+	assert_true(score[0] == -INFINITY);
+	nelssa_kmeans_free(&ix);
+	free(lo);
+	free(hi);
+	free(score);
+	free(sizes);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -187,6 +240,7 @@ int main(void)
 		cmocka_unit_test(oracle_is_the_mass_sort),
 		cmocka_unit_test(quest_bound_and_ranking),
 		cmocka_unit_test(quest_finds_a_planted_needle),
+		cmocka_unit_test(cluster_bound_is_an_upper_bound),
 	};
 
 	tu_init("client_baselines");

@@ -327,6 +327,36 @@ int nelssa_oracle_tokens(const struct nelssa_attn_geom *geom, const float *q, co
 int nelssa_quest_pages(const struct nelssa_attn_geom *geom, const float *q, const void *k,
 		       uint32_t n_tokens, uint32_t page, uint32_t n_sel, uint32_t *pages);
 
+/**
+ * nelssa_cluster_bounds() - per-cluster, per-channel key extremes.
+ * @ix: the index.
+ * @dtype: element type of @k.
+ * @k: keys in token order [ix->n_tokens][ix->head_dim].
+ * @lo: receives fp32 [ix->n_clusters][ix->head_dim] channel minima.
+ * @hi: receives the channel maxima, likewise.
+ */
+void nelssa_cluster_bounds(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
+			   const void *k, float *lo, float *hi);
+
+/**
+ * nelssa_bound_scores() - score clusters by an upper bound of q.k.
+ * @q: fp32 [@group][@head_dim].
+ * @group: query rows.
+ * @head_dim: elements per row.
+ * @lo: channel minima [@n_clusters][@head_dim].
+ * @hi: channel maxima, likewise.
+ * @sizes: tokens per cluster; 0 scores -inf.
+ * @n_clusters: number of clusters.
+ * @score: receives [@n_clusters]: sum over rows of
+ *	sum_i max(q_i hi_i, q_i lo_i), which no member's q.k exceeds.
+ *
+ * Quest's page bound applied to clusters: unlike a mean key, a bound is
+ * not diluted by the other members, so one strongly matching token keeps
+ * its cluster high.
+ */
+void nelssa_bound_scores(const float *q, uint32_t group, uint32_t head_dim, const float *lo,
+			 const float *hi, const uint32_t *sizes, uint32_t n_clusters, float *score);
+
 #ifdef __cplusplus
 }
 #endif
