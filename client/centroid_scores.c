@@ -12,15 +12,6 @@
 
 #include <nelssa/sparse.h>
 
-static float dot(const float *a, const float *b, uint32_t d)
-{
-	float s = 0.0f;
-
-	for (uint32_t i = 0; i < d; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
 int nelssa_centroid_scores(const float *q, uint32_t group, uint32_t head_dim, float scale,
 			   const float *centroids, const uint32_t *sizes, uint32_t n_clusters,
 			   float *score)
@@ -45,7 +36,7 @@ int nelssa_centroid_scores(const float *q, uint32_t group, uint32_t head_dim, fl
 		for (uint32_t c = 0; c < n_clusters; c++) {
 			if (!sizes[c])
 				continue;
-			logit[c] = scale * dot(qg, centroids + (size_t)c * head_dim, head_dim);
+			logit[c] = scale * nelssa_dot_f32(qg, centroids + (size_t)c * head_dim, head_dim);
 			if (!isfinite(logit[c])) {
 				ret = -EINVAL;
 				break;

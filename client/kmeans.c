@@ -21,15 +21,6 @@ static int cfg_ok(const struct nelssa_kmeans_cfg *cfg)
 	return cfg->segment && cfg->cluster_tokens && cfg->iters;
 }
 
-static float dotf(const float *a, const float *b, uint32_t d)
-{
-	float s = 0.0f;
-
-	for (uint32_t i = 0; i < d; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
 static void normalise(float *c, uint32_t d)
 {
 	double n = 0.0;
@@ -75,7 +66,7 @@ static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d)
 	float bs = -INFINITY;
 
 	for (uint32_t j = 0; j < k; j++) {
-		float s = dotf(x, c + (size_t)j * d, d);
+		float s = nelssa_dot_f32(x, c + (size_t)j * d, d);
 
 		if (s > bs) {
 			bs = s;

@@ -61,15 +61,6 @@ void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype
 		nelssa_fp16_to_f32_n(dst, src, n);
 }
 
-static float dot(const float *a, const float *b, uint32_t n)
-{
-	float acc = 0.0f;
-
-	for (uint32_t i = 0; i < n; i++)
-		acc += a[i] * b[i];
-	return acc;
-}
-
 /* Fold one tile of @n (<= TILE) widened rows into query row @r. */
 static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, const float *vf,
 		     uint32_t n)
@@ -81,7 +72,7 @@ static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, c
 	float tile_max = -INFINITY;
 
 	for (uint32_t t = 0; t < n; t++) {
-		logit[t] = run->geom.scale * dot(q, kf + (size_t)t * d, d);
+		logit[t] = run->geom.scale * nelssa_dot_f32(q, kf + (size_t)t * d, d);
 		tile_max = fmaxf(tile_max, logit[t]);
 	}
 

@@ -65,13 +65,8 @@ static float dot_pass(const float *q, uint32_t rows, const float *c, uint32_t n,
 	float acc = 0.0f;
 
 	for (uint32_t r = 0; r < rows; r++)
-		for (uint32_t j = 0; j < n; j++) {
-			float s = 0.0f;
-
-			for (uint32_t i = 0; i < d; i++)
-				s += q[(size_t)r * d + i] * c[(size_t)j * d + i];
-			acc += s;
-		}
+		for (uint32_t j = 0; j < n; j++)
+			acc += nelssa_dot_f32(q + (size_t)r * d, c + (size_t)j * d, d);
 	return acc;
 }
 

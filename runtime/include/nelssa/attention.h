@@ -87,6 +87,19 @@ int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom
 void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v, size_t n_tokens);
 void nelssa_attn_end(struct nelssa_attn_run *run, float *lse);
 
+/*
+ * fp32 dot product summed in index order: every fp32 kernel and reference
+ * uses this one order, so their results are comparable bit for bit.
+ */
+static inline float nelssa_dot_f32(const float *a, const float *b, uint32_t n)
+{
+	float acc = 0.0f;
+
+	for (uint32_t i = 0; i < n; i++)
+		acc += a[i] * b[i];
+	return acc;
+}
+
 /* Widen @n K/V elements of type @dtype to fp32. */
 void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype dtype);
 
