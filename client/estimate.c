@@ -43,35 +43,36 @@ int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
 		const float *qr = q + (size_t)r * d;
 		float *orow = o + (size_t)r * d, m = -INFINITY, w = 0.0f;
 
-		/* Two passes: the largest log-weight first, so nothing overflows. */
-		for (uint32_t n = 0; n < n_ids; n++) {
-			const float *c = centroids + (size_t)ids[n] * d;
-			float s = 0.0f;
-
-			if (!sizes[ids[n]])
-				continue;
-			for (uint32_t i = 0; i < d; i++)
-				s += qr[i] * c[i];
-			m = fmaxf(m, geom->scale * s + logf((float)sizes[ids[n]]));
-		}
+		/*
+		 * One online pass, as in the attention kernels: m is the largest
+		 * log-weight s_c + log size_c so far, w and orow are kept relative
+		 * to exp(m) and rescaled when m grows, so nothing overflows.
+		 */
 		memset(orow, 0, sizeof(*orow) * d);
+		for (uint32_t n = 0; n < n_ids; n++) {
+			const uint32_t id = ids[n];
+			float s, l, e;
+
+			if (!sizes[id])
+				continue;
+			s = geom->scale * nelssa_dot_f32(qr, centroids + (size_t)id * d, d);
+			l = s + logf((float)sizes[id]);
+			if (l > m) {
+				float shrink = expf(m - l);	/* 0 on the first cluster */
+
+				w *= shrink;
+				for (uint32_t i = 0; i < d; i++)
+					orow[i] *= shrink;
+				m = l;
+			}
+			e = expf(s - m);	/* exp(s_c) / exp(m) */
+			w += e * (float)sizes[id];
+			for (uint32_t i = 0; i < d; i++)
+				orow[i] += e * vsum[(size_t)id * d + i];
+		}
 		if (m == -INFINITY) {
 			lse[r] = -INFINITY;
 			continue;
-		}
-		for (uint32_t n = 0; n < n_ids; n++) {
-			const float *c = centroids + (size_t)ids[n] * d;
-			const float *vs = vsum + (size_t)ids[n] * d;
-			float s = 0.0f, e;
-
-			if (!sizes[ids[n]])
-				continue;
-			for (uint32_t i = 0; i < d; i++)
-				s += qr[i] * c[i];
-			e = expf(geom->scale * s - m);	/* exp(s_c) / exp(m) */
-			w += e * (float)sizes[ids[n]];
-			for (uint32_t i = 0; i < d; i++)
-				orow[i] += e * vs[i];
 		}
 		for (uint32_t i = 0; i < d; i++)
 			orow[i] /= w;
