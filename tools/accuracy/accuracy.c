@@ -117,12 +117,6 @@ static void score_method(struct cell *c, const float *o, const float *dense, con
 	}
 }
 
-/* Clusters are never empty, so a full Top-K ranks them all. */
-static int n_rank_expect(const struct nelssa_cluster_index *ix)
-{
-	return (int)ix->n_clusters;
-}
-
 static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 {
 	const uint32_t n = op->ctx[ci];
@@ -139,7 +133,7 @@ static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 		double *mass = xcalloc(n, sizeof(double)), win_mass = 0.0;
 		uint16_t *ck, *cv;
 		float *score, *vsum, *lo, *hi, *bscore;
-		uint32_t *rank, *brank, *sizes, *tok = xcalloc(mid, sizeof(uint32_t)), *sel;
+		uint32_t *rank, *sizes, *tok = xcalloc(mid, sizeof(uint32_t)), *sel;
 		struct nelssa_cluster *pages, *single;
 		uint32_t n_pages = (mid + 15) / 16;
 		int n_rank;
@@ -176,13 +170,8 @@ static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 		lo = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
 		hi = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
 		bscore = xcalloc(ix.n_clusters, sizeof(float));
-		brank = xcalloc(ix.n_clusters, sizeof(uint32_t));
 		nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, (const char *)s.k + off * row, lo, hi);
 		nelssa_bound_scores(s.q, G, D, lo, hi, sizes, ix.n_clusters, bscore);
-		if (nelssa_topk(bscore, ix.n_clusters, ix.n_clusters, brank) != n_rank_expect(&ix)) {
-			fprintf(stderr, "nelssa-accuracy: bound Top-K failed\n");
-			exit(1);
-		}
 		if (nelssa_centroid_scores(s.q, G, D, g.scale, ix.centroids, sizes, ix.n_clusters,
 					   score) ||
 		    (n_rank = nelssa_topk(score, ix.n_clusters, ix.n_clusters, rank)) < 0) {
@@ -199,7 +188,6 @@ static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 		for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
 			struct cell *cl = &cells[(ci * MAX_RATIO + ri) * N_METHODS];
 			uint32_t k = nelssa_topk_ratio_count(ix.n_clusters, op->ratio[ri]), nt = 0, budget;
-			uint32_t cl_budget;
 			uint32_t est = nelssa_topk_ratio_count(ix.n_clusters, op->est_ratio);
 			int ns;
 
@@ -213,14 +201,17 @@ static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 			finish(&g, s.q, ck, cv, mid, ix.table, ix.n_clusters, rank, k, wo, wl, NULL,
 			       NULL, o);
 			score_method(&cl[CLUSTER], o, dense, mass, tok, nt, off, win_mass, &s);
-			budget = cl_budget = nt;
+			budget = nt;
 			nelssa_estimate_attn(&g, s.q, ix.centroids, vsum, sizes, rank + k, est, eo, el);
 			finish(&g, s.q, ck, cv, mid, ix.table, ix.n_clusters, rank, k, wo, wl, eo, el,
 			       o);
 			score_method(&cl[CLUSTER_EST], o, dense, mass, tok, nt, off, win_mass, &s);
-			budget = cl_budget;
 			/* Bound-scored clusters, within the same token budget. */
 			ns = nelssa_topk_budget(bscore, sizes, ix.n_clusters, budget, sel);
+			if (ns < 0) {
+				fprintf(stderr, "nelssa-accuracy: bound Top-K failed\n");
+				exit(1);
+			}
 			finish(&g, s.q, ck, cv, mid, ix.table, ix.n_clusters, sel, (uint32_t)ns, wo, wl,
 			       NULL, NULL, o);
 			nt = 0;
@@ -255,7 +246,6 @@ static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 		free(lo);
 		free(hi);
 		free(bscore);
-		free(brank);
 		free(sizes);
 		free(tok);
 		free(sel);
