@@ -31,23 +31,28 @@ int nelssa_token_mass(const struct nelssa_attn_geom *geom, const float *q, const
 
 	if (ret)
 		return ret;
-	logit = malloc(sizeof(*logit) * (n_tokens ? n_tokens : 1));
+	logit = malloc(sizeof(*logit) * geom->group * (n_tokens ? n_tokens : 1));
 	if (!logit)
 		return -ENOMEM;
-	for (uint32_t t = 0; t < n_tokens; t++)
+	/* Each K row is widened once and scored against every query row. */
+	for (uint32_t t = 0; t < n_tokens; t++) {
+		nelssa_kv_widen(kf, (const uint16_t *)k + (size_t)t * d, d, geom->kv_dtype);
+		for (uint32_t r = 0; r < geom->group; r++)
+			logit[(size_t)r * n_tokens + t] =
+				geom->scale * dot_q_row(q + (size_t)r * d, kf, d);
 		mass[t] = 0.0;
+	}
 	for (uint32_t r = 0; r < geom->group; r++) {
-		double m = -INFINITY, sum = 0.0;
+		double *l = logit + (size_t)r * n_tokens, m = -INFINITY, sum = 0.0;
 
+		for (uint32_t t = 0; t < n_tokens; t++)
+			m = fmax(m, l[t]);
 		for (uint32_t t = 0; t < n_tokens; t++) {
-			nelssa_kv_widen(kf, (const uint16_t *)k + (size_t)t * d, d, geom->kv_dtype);
-			logit[t] = geom->scale * dot_q_row(q + (size_t)r * d, kf, d);
-			m = fmax(m, logit[t]);
+			l[t] = exp(l[t] - m);
+			sum += l[t];
 		}
 		for (uint32_t t = 0; t < n_tokens; t++)
-			sum += exp(logit[t] - m);
-		for (uint32_t t = 0; t < n_tokens; t++)
-			mass[t] += exp(logit[t] - m) / sum;
+			mass[t] += l[t] / sum;
 	}
 	free(logit);
 	return 0;
