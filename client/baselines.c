@@ -91,39 +91,43 @@ int nelssa_oracle_tokens(const struct nelssa_attn_geom *geom, const float *q, co
 int nelssa_quest_pages(const struct nelssa_attn_geom *geom, const float *q, const void *k,
 		       uint32_t n_tokens, uint32_t page, uint32_t n_sel, uint32_t *pages)
 {
-	const uint32_t d = geom->head_dim;
-	uint32_t n_pages;
-	float kf[NELSSA_ATTN_MAX_HEAD_DIM], lo[NELSSA_ATTN_MAX_HEAD_DIM], hi[NELSSA_ATTN_MAX_HEAD_DIM];
-	double *score;
+	/* Pages are clusters in token order: the cluster bounds serve as is. */
+	struct nelssa_cluster_index ix = { .head_dim = geom->head_dim, .n_tokens = n_tokens };
+	uint32_t *sizes = NULL;
+	float *lo = NULL, *hi = NULL, *score = NULL;
 	int ret = nelssa_attn_geom_check(geom);
 
 	if (ret)
 		return ret;
 	if (!page)
 		return -EINVAL;
-	n_pages = n_tokens / page + (n_tokens % page != 0);
-	score = malloc(sizeof(*score) * (n_pages ? n_pages : 1));
-	if (!score)
-		return -ENOMEM;
-	for (uint32_t p = 0; p < n_pages; p++) {
-		uint32_t end = (p + 1) * page < n_tokens ? (p + 1) * page : n_tokens;
-
-		for (uint32_t t = p * page; t < end; t++) {
-			nelssa_kv_widen(kf, (const uint16_t *)k + (size_t)t * d, d, geom->kv_dtype);
-			for (uint32_t i = 0; i < d; i++) {
-				lo[i] = t == p * page || kf[i] < lo[i] ? kf[i] : lo[i];
-				hi[i] = t == p * page || kf[i] > hi[i] ? kf[i] : hi[i];
-			}
-		}
-		score[p] = 0.0;
-		for (uint32_t r = 0; r < geom->group; r++)
-			for (uint32_t i = 0; i < d; i++) {
-				double qi = q[(size_t)r * d + i];
-
-				score[p] += fmax(qi * hi[i], qi * lo[i]);
-			}
+	ix.n_clusters = n_tokens / page + (n_tokens % page != 0);
+	ix.perm = malloc(sizeof(*ix.perm) * (n_tokens ? n_tokens : 1));
+	ix.table = malloc(sizeof(*ix.table) * (ix.n_clusters ? ix.n_clusters : 1));
+	sizes = malloc(sizeof(*sizes) * (ix.n_clusters ? ix.n_clusters : 1));
+	score = malloc(sizeof(*score) * (ix.n_clusters ? ix.n_clusters : 1));
+	lo = malloc(sizeof(*lo) * geom->head_dim * (ix.n_clusters ? ix.n_clusters : 1));
+	hi = malloc(sizeof(*hi) * geom->head_dim * (ix.n_clusters ? ix.n_clusters : 1));
+	if (!ix.perm || !ix.table || !sizes || !score || !lo || !hi) {
+		ret = -ENOMEM;
+		goto out;
 	}
-	ret = topk_f64(score, n_pages, n_sel, pages);
+	for (uint32_t t = 0; t < n_tokens; t++)
+		ix.perm[t] = t;
+	for (uint32_t p = 0; p < ix.n_clusters; p++) {
+		ix.table[p].first = p * page;
+		ix.table[p].count = n_tokens - p * page < page ? n_tokens - p * page : page;
+		sizes[p] = ix.table[p].count;
+	}
+	nelssa_cluster_bounds(&ix, geom->kv_dtype, k, lo, hi);
+	nelssa_bound_scores(q, geom->group, geom->head_dim, lo, hi, sizes, ix.n_clusters, score);
+	ret = nelssa_topk(score, ix.n_clusters, n_sel, pages);
+out:
+	free(ix.perm);
+	free(ix.table);
+	free(sizes);
 	free(score);
+	free(lo);
+	free(hi);
 	return ret;
 }

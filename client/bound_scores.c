@@ -40,7 +40,7 @@ void nelssa_bound_scores(const float *q, uint32_t group, uint32_t head_dim, cons
 {
 	for (uint32_t c = 0; c < n_clusters; c++) {
 		const float *l = lo + (size_t)c * head_dim, *h = hi + (size_t)c * head_dim;
-		float s = 0.0f;
+		double s = 0.0;	/* float64: a sum of group * head_dim terms */
 
 		if (!sizes[c]) {
 			score[c] = -INFINITY;
@@ -48,10 +48,10 @@ void nelssa_bound_scores(const float *q, uint32_t group, uint32_t head_dim, cons
 		}
 		for (uint32_t r = 0; r < group; r++)
 			for (uint32_t i = 0; i < head_dim; i++) {
-				float qi = q[(size_t)r * head_dim + i];
+				double qi = q[(size_t)r * head_dim + i];
 
-				s += qi >= 0.0f ? qi * h[i] : qi * l[i];
+				s += qi >= 0.0 ? qi * h[i] : qi * l[i];
 			}
-		score[c] = s;
+		score[c] = (float)s;
 	}
 }
