@@ -122,9 +122,7 @@ TEST_F(cmd, killed_with_commands_in_flight)
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
 	/* Its memory comes back once its commands have drained. */
-	for (int i = 0; i < 100 && npnm_sysfs_read(npnm_sysfs("mem_used")) != used; i++)
-		usleep(50000);
-	EXPECT_EQ(used, npnm_sysfs_read(npnm_sysfs("mem_used")));
+	EXPECT_EQ(used, npnm_sysfs_settle("mem_used", used));
 	npnm_slow_end();
 	/* The device keeps serving others. */
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 7);

@@ -113,6 +113,21 @@ static inline long long npnm_sysfs_read(const char *attr)
 }
 
 /*
+ * Poll the device's sysfs number @attr for up to five seconds until it
+ * reads @want (work still draining); returns the last value read.
+ */
+static inline long long npnm_sysfs_settle(const char *attr, long long want)
+{
+	long long v = npnm_sysfs_read(npnm_sysfs(attr));
+
+	for (int i = 0; i < 100 && v != want; i++) {
+		usleep(50000);
+		v = npnm_sysfs_read(npnm_sysfs(attr));
+	}
+	return v;
+}
+
+/*
  * Commands that stay in flight a while: on the mock through its delay
  * parameter, on a card by filling a large region.  Returns the bytes a
  * slow FILL should cover (the caller's region must be that large).
