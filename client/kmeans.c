@@ -16,9 +16,36 @@
 
 #include <nelssa/sparse.h>
 
+#include "kmeans_internal.h"
+
 static int cfg_ok(const struct nelssa_kmeans_cfg *cfg)
 {
 	return cfg->segment && cfg->cluster_tokens && cfg->iters;
+}
+
+int nelssa_km_check(const struct nelssa_kmeans_cfg *cfg, enum nelssa_kv_dtype dtype,
+		    uint32_t head_dim)
+{
+	if (!cfg_ok(cfg) || !head_dim || head_dim > NELSSA_ATTN_MAX_HEAD_DIM ||
+	    (dtype != NELSSA_KV_BF16 && dtype != NELSSA_KV_FP16))
+		return -EINVAL;
+	return 0;
+}
+
+uint32_t nelssa_km_centroids(const struct nelssa_kmeans_cfg *cfg, uint32_t len)
+{
+	uint32_t k = (uint32_t)nearbyint((double)len / cfg->cluster_tokens);
+
+	if (k < 1)
+		k = 1;
+	return k > len ? len : k;
+}
+
+uint32_t nelssa_km_segments(const struct nelssa_kmeans_cfg *cfg, uint32_t n_tokens)
+{
+	uint32_t n_seg = (uint32_t)nearbyint((double)n_tokens / cfg->segment);
+
+	return n_seg < 1 ? 1 : n_seg;
 }
 
 static void normalise(float *c, uint32_t d)
@@ -32,7 +59,7 @@ static void normalise(float *c, uint32_t d)
 			c[i] = (float)(c[i] / sqrt(n));
 }
 
-static int reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t clusters)
+int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t clusters)
 {
 	if (tokens > ix->cap_tokens) {
 		uint32_t cap = tokens > 2 * ix->cap_tokens ? tokens : 2 * ix->cap_tokens;
@@ -76,6 +103,32 @@ static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d)
 	return best;
 }
 
+void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const uint32_t *cnt,
+		    const double *acc, uint32_t k, uint32_t base, uint32_t len, uint32_t tok_at,
+		    uint32_t cl_at, uint32_t *added_clusters)
+{
+	const uint32_t d = ix->head_dim;
+
+	*added_clusters = 0;
+	for (uint32_t j = 0; j < k; j++) {
+		struct nelssa_cluster *e;
+		float *cen;
+
+		if (!cnt[j])
+			continue;
+		e = &ix->table[cl_at + *added_clusters];
+		cen = ix->centroids + (size_t)(cl_at + *added_clusters) * d;
+		e->first = tok_at;
+		e->count = cnt[j];
+		for (uint32_t t = 0; t < len; t++)
+			if (asg[t] == j)
+				ix->perm[tok_at++] = base + t;
+		for (uint32_t i = 0; i < d; i++)
+			cen[i] = (float)(acc[(size_t)j * d + i] / cnt[j]) + ix->key_mean[i];
+		(*added_clusters)++;
+	}
+}
+
 /*
  * Cluster the @len centred keys @x (tokens @base..@base+len-1) and append
  * the non-empty clusters to @ix, past its current counts, which the caller
@@ -87,16 +140,12 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			   uint32_t cl_at, uint32_t *added_clusters)
 {
 	const uint32_t d = ix->head_dim;
-	uint32_t k = (uint32_t)nearbyint((double)len / cfg->cluster_tokens), *asg, *cnt;
+	uint32_t k = nelssa_km_centroids(cfg, len), *asg, *cnt;
 	float *c;
 	double *acc;
 	int ret;
 
-	if (k < 1)
-		k = 1;
-	if (k > len)
-		k = len;
-	ret = reserve(ix, tok_at + len, cl_at + k);
+	ret = nelssa_km_reserve(ix, tok_at + len, cl_at + k);
 	if (ret)
 		return ret;
 	c = malloc(sizeof(*c) * k * d);
@@ -134,24 +183,7 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			normalise(c + (size_t)j * d, d);
 		}
 	}
-	*added_clusters = 0;
-	for (uint32_t j = 0; j < k; j++) {
-		struct nelssa_cluster *e;
-		float *cen;
-
-		if (!cnt[j])
-			continue;
-		e = &ix->table[cl_at + *added_clusters];
-		cen = ix->centroids + (size_t)(cl_at + *added_clusters) * d;
-		e->first = tok_at;
-		e->count = cnt[j];
-		for (uint32_t t = 0; t < len; t++)
-			if (asg[t] == j)
-				ix->perm[tok_at++] = base + t;
-		for (uint32_t i = 0; i < d; i++)
-			cen[i] = (float)(acc[(size_t)j * d + i] / cnt[j]) + ix->key_mean[i];
-		(*added_clusters)++;
-	}
+	nelssa_km_emit(ix, asg, cnt, acc, k, base, len, tok_at, cl_at, added_clusters);
 out:
 	free(c);
 	free(acc);
@@ -189,8 +221,7 @@ int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kme
 	double *sum;
 	int ret = 0;
 
-	if (!cfg_ok(cfg) || !head_dim || head_dim > NELSSA_ATTN_MAX_HEAD_DIM ||
-	    (dtype != NELSSA_KV_BF16 && dtype != NELSSA_KV_FP16))
+	if (nelssa_km_check(cfg, dtype, head_dim))
 		return -EINVAL;
 	memset(ix, 0, sizeof(*ix));
 	ix->head_dim = head_dim;
@@ -208,9 +239,7 @@ int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kme
 	}
 	for (uint32_t i = 0; i < head_dim && n_tokens; i++)
 		ix->key_mean[i] = (float)(sum[i] / n_tokens);
-	n_seg = (uint32_t)nearbyint((double)n_tokens / cfg->segment);
-	if (n_seg < 1)
-		n_seg = 1;
+	n_seg = nelssa_km_segments(cfg, n_tokens);
 	for (uint32_t s = 0; s < n_seg && n_tokens && !ret; s++) {
 		uint32_t a = (uint32_t)((uint64_t)n_tokens * s / n_seg);
 		uint32_t b = (uint32_t)((uint64_t)n_tokens * (s + 1) / n_seg), added = 0;
