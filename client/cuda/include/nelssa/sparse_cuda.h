@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CUDA twins of <nelssa/sparse.h>: the same algorithms, batched over KV
+ * heads (or work items) the way a decode step runs them.  Pointers named
+ * "device" are CUDA device memory; @stream is a cudaStream_t (NULL: the
+ * default stream), kept opaque so that C callers need no CUDA headers.
+ * Launches are stream-ordered and return at once unless a function says
+ * otherwise; the return value reports shape errors (-EINVAL), allocation
+ * (-ENOMEM), no usable device (-ENODEV) and other CUDA failures (-EIO).
+ * Data errors that the CPU versions report with -EINVAL (non-finite
+ * logits, NaN scores) are reported per head in device memory instead, so
+ * nothing has to wait for the GPU.  Documentation/client.rst, "CUDA".
+ */
+#ifndef NELSSA_SPARSE_CUDA_H
+#define NELSSA_SPARSE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nelssa/sparse.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * nelssa_cuda_device_count() - CUDA devices usable by this process.
+ *
+ * Return: the count; 0 when there is no GPU or no driver (not an error:
+ * callers and tests fall back to, or compare with, the CPU versions).
+ */
+int nelssa_cuda_device_count(void);
+
+/**
+ * nelssa_cuda_centroid_scores() - nelssa_centroid_scores() for many heads.
+ * @q: device fp32 [@n_heads][@group][@head_dim].
+ * @n_heads: KV heads.
+ * @group: query rows per KV head (1..NELSSA_ATTN_MAX_GROUP).
+ * @head_dim: 1..NELSSA_ATTN_MAX_HEAD_DIM.
+ * @scale: softmax scale, positive and finite.
+ * @centroids: device fp32 [@n_heads][@n_clusters][@head_dim].
+ * @sizes: device [@n_heads][@n_clusters]; 0 marks an empty (or padding)
+ *	cluster, so heads with fewer clusters pad with zeros.
+ * @n_clusters: clusters per head (the row stride of @centroids).
+ * @score: device [@n_heads][@n_clusters], as the CPU version; a head with
+ *	a non-finite logit gets NaN for every non-empty cluster, which
+ *	nelssa_cuda_topk() reports as -EINVAL for that head.
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_centroid_scores(const float *q, uint32_t n_heads, uint32_t group,
+				uint32_t head_dim, float scale, const float *centroids,
+				const uint32_t *sizes, uint32_t n_clusters, float *score,
+				void *stream);
+
+/**
+ * nelssa_cuda_topk() - nelssa_topk() for many heads.
+ * @score: device [@n_heads][@n_clusters].
+ * @n_heads: heads.
+ * @n_clusters: clusters per head.
+ * @k: clusters to select per head (the stride of @ids; more than
+ *	@n_clusters selects them all, as on the CPU).
+ * @ids: device [@n_heads][@k]: each head's ids, best first, ties to the
+ *	lower id, empty (-inf) clusters never selected.
+ * @count: device int32 [@n_heads]: ids written for the head, or -EINVAL
+ *	when a score of the head is NaN.
+ * @stream: cudaStream_t.
+ *
+ * A stable segmented sort (CUB) of each head's scores, so the order is the
+ * CPU version's exactly.  At most 2^31 - 1 scores in all.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_topk(const float *score, uint32_t n_heads, uint32_t n_clusters, uint32_t k,
+		     uint32_t *ids, int32_t *count, void *stream);
+
+/**
+ * nelssa_cuda_topk_budget() - nelssa_topk_budget() for many heads.
+ * @score: device [@n_heads][@n_clusters].
+ * @sizes: device [@n_heads][@n_clusters].
+ * @n_heads: heads.
+ * @n_clusters: clusters per head.
+ * @budget: most tokens a head's selection may hold.
+ * @ids: device [@n_heads][@n_clusters]: the whole ranking, best first; the
+ *	first count[h] entries are the selection.
+ * @count: device int32 [@n_heads], as nelssa_cuda_topk().
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_topk_budget(const float *score, const uint32_t *sizes, uint32_t n_heads,
+			    uint32_t n_clusters, uint64_t budget, uint32_t *ids, int32_t *count,
+			    void *stream);
+
+/**
+ * nelssa_cuda_window_attn() - nelssa_window_attn() for a batch of items.
+ * @geom: shape shared by the items.
+ * @n_items: work items (sequence x KV head).
+ * @q: device fp32 [@n_items][group][head_dim].
+ * @k: device K rows; item i's token t is row i * @kv_stride + t.
+ * @v: device V rows, likewise.
+ * @kv_stride: rows between consecutive items' first tokens.
+ * @n_tokens: device [@n_items]: each item's context length (<= @kv_stride).
+ * @win: the window (host).
+ * @o: device fp32 [@n_items][group][head_dim].
+ * @lse: device fp32 [@n_items][group].
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_window_attn(const struct nelssa_attn_geom *geom, uint32_t n_items,
+			    const float *q, const void *k, const void *v, uint64_t kv_stride,
+			    const uint32_t *n_tokens, const struct nelssa_window *win, float *o,
+			    float *lse, void *stream);
+
+/**
+ * nelssa_cuda_final_merge() - nelssa_final_merge() on the GPU.
+ * @o: device [@rows][@d]; may alias @win_o.
+ * @lse: device [@rows]; may alias @win_lse.
+ * @win_o: device window outputs [@rows][@d].
+ * @win_lse: device [@rows].
+ * @pnm_o: device [@n_pnm][@rows][@d]: the PNM states, contiguous.
+ * @pnm_lse: device [@n_pnm][@rows].
+ * @n_pnm: number of PNM states.
+ * @rows: query rows (items x group).
+ * @d: head dimension.
+ * @stream: cudaStream_t.
+ *
+ * Merges the states one after another in the order given, with the
+ * numeric core's rules for empty and NaN states.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_final_merge(float *o, float *lse, const float *win_o, const float *win_lse,
+			    const float *pnm_o, const float *pnm_lse, uint32_t n_pnm,
+			    uint32_t rows, uint32_t d, void *stream);
+
+/**
+ * nelssa_cuda_estimate_attn() - nelssa_estimate_attn() for a batch of items.
+ * @geom: shape shared by the items (kv_dtype unused).
+ * @n_items: work items.
+ * @q: device fp32 [@n_items][group][head_dim].
+ * @centroids: device fp32 [@n_items][@n_clusters][head_dim].
+ * @vsum: device fp32 [@n_items][@n_clusters][head_dim].
+ * @sizes: device [@n_items][@n_clusters].
+ * @n_clusters: clusters per item (row stride of the three above).
+ * @ids: device [@n_items][@ids_stride]: clusters to estimate.
+ * @ids_stride: entries between items' id lists.
+ * @n_ids: device [@n_items]: ids used per item (<= @ids_stride).
+ * @o: device fp32 [@n_items][group][head_dim].
+ * @lse: device fp32 [@n_items][group].
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_estimate_attn(const struct nelssa_attn_geom *geom, uint32_t n_items,
+			      const float *q, const float *centroids, const float *vsum,
+			      const uint32_t *sizes, uint32_t n_clusters, const uint32_t *ids,
+			      uint32_t ids_stride, const uint32_t *n_ids, float *o, float *lse,
+			      void *stream);
+
+/**
+ * nelssa_cuda_kmeans_build() - nelssa_kmeans_build() with the work on the GPU.
+ * @ix: host index to fill, exactly as the CPU version lays it out.
+ * @cfg: parameters.
+ * @dtype: element type of @k.
+ * @k: device keys [@n_tokens][@head_dim].
+ * @n_tokens: number of keys.
+ * @head_dim: 1..NELSSA_ATTN_MAX_HEAD_DIM.
+ * @stream: cudaStream_t.
+ *
+ * Same segmentation, initialisation, float64 centroid sums and update
+ * order as the CPU version; only the assignment's dot products round
+ * differently, so a token whose two best centroids tie to within rounding
+ * may land in the other one.  Synchronous: returns when @ix is complete.
+ *
+ * Return: 0 or a negative errno (then @ix is empty).
+ */
+int nelssa_cuda_kmeans_build(struct nelssa_cluster_index *ix,
+			     const struct nelssa_kmeans_cfg *cfg, enum nelssa_kv_dtype dtype,
+			     const void *k, uint32_t n_tokens, uint32_t head_dim, void *stream);
+
+/**
+ * nelssa_cuda_kmeans_append() - nelssa_kmeans_append() with the work on the GPU.
+ * @ix: an index from either build function.
+ * @cfg: parameters.
+ * @dtype: element type of @k.
+ * @k: device keys of the new tokens [@n_new][head_dim].
+ * @n_new: number of new keys.
+ * @stream: cudaStream_t.
+ *
+ * Synchronous.
+ *
+ * Return: 0 or a negative errno (then @ix is unchanged).
+ */
+int nelssa_cuda_kmeans_append(struct nelssa_cluster_index *ix,
+			      const struct nelssa_kmeans_cfg *cfg, enum nelssa_kv_dtype dtype,
+			      const void *k, uint32_t n_new, void *stream);
+
+/**
+ * nelssa_cuda_kv_reorder() - nelssa_kv_reorder() on the GPU.
+ * @perm: device [@n_tokens]: the index's permutation.
+ * @n_tokens: rows.
+ * @row_bytes: bytes per row (a multiple of 2).
+ * @src: device rows in token order.
+ * @dst: device rows in cluster-contiguous order: dst[i] = src[perm[i]].
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_kv_reorder(const uint32_t *perm, uint32_t n_tokens, size_t row_bytes,
+			   const void *src, void *dst, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_SPARSE_CUDA_H */

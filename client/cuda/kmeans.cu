@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Segmented k-means with the arithmetic on the GPU and the bookkeeping
+ * shared with the CPU version (../kmeans_internal.h), so both produce the
+ * same segments, initial centroids and index layout.  Assignment is a warp
+ * per token; the centroid update gives each (centroid, channel) one thread
+ * that walks the segment's tokens in order and sums in float64 -- the CPU
+ * version's order and precision, so the update is bit-for-bit the same
+ * whenever the assignments are, and no float atomics make runs differ.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nelssa/sparse_cuda.h>
+
+#include "common.cuh"
+#include "../kmeans_internal.h"
+
+#define THREADS 256u
+#define WARPS (THREADS / NC_WARP)
+
+__global__ void widen_kernel(float *x, const uint16_t *k, size_t n, bool bf16)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		x[i] = nc_widen(k[i], bf16);
+}
+
+/* Channel i's mean over tokens, summed in token order in float64. */
+__global__ void mean_kernel(const float *x, uint32_t n, uint32_t d, float *mean)
+{
+	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+	double s = 0.0;
+
+	if (i >= d)
+		return;
+	for (uint32_t t = 0; t < n; t++)
+		s += x[(size_t)t * d + i];
+	mean[i] = n ? (float)(s / n) : 0.0f;
+}
+
+__global__ void centre_kernel(float *x, const float *mean, size_t n, uint32_t d)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		x[i] -= mean[i % d];
+}
+
+/* c <- c / |c| with the norm in float64 (a block per centroid). */
+static __device__ void normalise(float *c, uint32_t d)
+{
+	__shared__ double sh[WARPS];
+	double n = 0.0;
+
+	for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+		n += (double)c[i] * c[i];
+	n = nc_block_sum(n, sh);
+	if (n > 0.0)
+		for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+			c[i] = (float)(c[i] / sqrt(n));
+	__syncthreads();
+}
+
+/* Centroid j starts at token (2j len + len) / 2k, as on the CPU. */
+__global__ void init_kernel(const float *x, uint32_t len, uint32_t k, uint32_t d, float *c)
+{
+	const uint32_t j = blockIdx.x;
+	const uint32_t t = (uint32_t)(((uint64_t)2 * j * len + len) / (2 * (uint64_t)k));
+
+	for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+		c[(size_t)j * d + i] = x[(size_t)t * d + i];
+	__syncthreads();
+	normalise(c + (size_t)j * d, d);
+}
+
+/* Nearest centroid by inner product; ties to the lower index. */
+__global__ void assign_kernel(const float *x, const float *c, uint32_t len, uint32_t k,
+			      uint32_t d, uint32_t *asg)
+{
+	const uint32_t lane = threadIdx.x % NC_WARP;
+	const uint32_t t = blockIdx.x * WARPS + threadIdx.x / NC_WARP;
+	float xr[NC_LANE_SLOTS], best_s = -INFINITY;
+	uint32_t best = 0;
+
+	if (t >= len)
+		return;
+#pragma unroll
+	for (uint32_t j = 0; j < NC_LANE_SLOTS; j++) {
+		uint32_t i = lane + j * NC_WARP;
+
+		xr[j] = i < d ? x[(size_t)t * d + i] : 0.0f;
+	}
+	for (uint32_t j = 0; j < k; j++) {
+		const float *cj = c + (size_t)j * d;
+		float s = 0.0f;
+
+#pragma unroll
+		for (uint32_t a = 0; a < NC_LANE_SLOTS; a++) {
+			uint32_t i = lane + a * NC_WARP;
+
+			if (i < d)
+				s += xr[a] * cj[i];
+		}
+		s = nc_warp_sum(s);
+		if (s > best_s) {
+			best_s = s;
+			best = j;
+		}
+	}
+	if (!lane)
+		asg[t] = best;
+}
+
+/* acc[j][i] = sum of x[t][i] over members t of j, in token order; cnt[j]. */
+__global__ void update_kernel(const float *x, const uint32_t *asg, uint32_t len, uint32_t k,
+			      uint32_t d, double *acc, uint32_t *cnt)
+{
+	const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	const uint32_t j = (uint32_t)(e / d), i = (uint32_t)(e % d);
+	double s = 0.0;
+	uint32_t n = 0;
+
+	if (j >= k)
+		return;
+	for (uint32_t t = 0; t < len; t++)
+		if (asg[t] == j) {
+			s += x[(size_t)t * d + i];
+			n++;
+		}
+	acc[e] = s;
+	if (!i)
+		cnt[j] = n;
+}
+
+/* Spherical update; an empty cluster keeps its centroid. */
+__global__ void renorm_kernel(const double *acc, const uint32_t *cnt, uint32_t d, float *c)
+{
+	const uint32_t j = blockIdx.x;
+
+	if (!cnt[j])
+		return;
+	for (uint32_t i = threadIdx.x; i < d; i += blockDim.x)
+		c[(size_t)j * d + i] = (float)acc[(size_t)j * d + i];
+	__syncthreads();
+	normalise(c + (size_t)j * d, d);
+}
+
+/* Cluster the centred keys @x (device, tokens @base..) and append to @ix. */
+static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+		       const float *x, uint32_t base, uint32_t len, uint32_t tok_at,
+		       uint32_t cl_at, uint32_t *added, cudaStream_t st)
+{
+	const uint32_t d = ix->head_dim, k = nelssa_km_centroids(cfg, len);
+	uint32_t *asg = (uint32_t *)malloc(sizeof(*asg) * len);
+	uint32_t *cnt = (uint32_t *)malloc(sizeof(*cnt) * k);
+	double *acc = (double *)malloc(sizeof(*acc) * k * d);
+	uint32_t *d_asg = NULL, *d_cnt;
+	double *d_acc;
+	float *d_c;
+	int ret = nelssa_km_reserve(ix, tok_at + len, cl_at + k);
+
+	if (!ret && (!asg || !cnt || !acc))
+		ret = -ENOMEM;
+	if (!ret)
+		ret = nc_err(cudaMallocAsync((void **)&d_asg, sizeof(double) * k * d +
+					     sizeof(float) * k * d + sizeof(uint32_t) * (len + k),
+					     st));
+	if (ret)
+		goto out;
+	d_acc = (double *)d_asg;	/* doubles first: alignment */
+	d_c = (float *)(d_acc + (size_t)k * d);
+	d_cnt = (uint32_t *)(d_c + (size_t)k * d);
+	d_asg = d_cnt + k;
+	init_kernel<<<k, THREADS, 0, st>>>(x, len, k, d, d_c);
+	for (uint32_t it = 0; it < cfg->iters; it++) {
+		assign_kernel<<<nc_blocks(len, WARPS), THREADS, 0, st>>>(x, d_c, len, k, d, d_asg);
+		update_kernel<<<nc_blocks((uint64_t)k * d, THREADS), THREADS, 0, st>>>(
+			x, d_asg, len, k, d, d_acc, d_cnt);
+		if (it + 1 < cfg->iters)	/* the last round only assigns */
+			renorm_kernel<<<k, THREADS, 0, st>>>(d_acc, d_cnt, d, d_c);
+	}
+	ret = nc_launched();
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(asg, d_asg, sizeof(*asg) * len,
+					     cudaMemcpyDeviceToHost, st));
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(cnt, d_cnt, sizeof(*cnt) * k,
+					     cudaMemcpyDeviceToHost, st));
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(acc, d_acc, sizeof(*acc) * k * d,
+					     cudaMemcpyDeviceToHost, st));
+	cudaFreeAsync(d_acc, st);
+	if (!ret)
+		ret = nc_err(cudaStreamSynchronize(st));
+	if (!ret)
+		nelssa_km_emit(ix, asg, cnt, acc, k, base, len, tok_at, cl_at, added);
+out:
+	free(asg);
+	free(cnt);
+	free(acc);
+	return ret;
+}
+
+/* Widen @n rows of @k to fp32 on the device; *@x receives the buffer. */
+static int widen(float **x, const void *k, uint32_t n, uint32_t d, enum nelssa_kv_dtype dtype,
+		 cudaStream_t st)
+{
+	const size_t elems = (size_t)n * d;
+	int ret = nc_err(cudaMallocAsync((void **)x, sizeof(float) * elems, st));
+
+	if (ret)
+		return ret;
+	widen_kernel<<<nc_blocks(elems < 1u << 24 ? elems : 1u << 24, THREADS), THREADS, 0, st>>>(
+		*x, (const uint16_t *)k, elems, dtype == NELSSA_KV_BF16);
+	return nc_launched();
+}
+
+int nelssa_cuda_kmeans_build(struct nelssa_cluster_index *ix,
+			     const struct nelssa_kmeans_cfg *cfg, enum nelssa_kv_dtype dtype,
+			     const void *k, uint32_t n_tokens, uint32_t head_dim, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	float *x = NULL, *mean = NULL;
+	uint32_t n_seg, cl = 0;
+	int ret;
+
+	if (nelssa_km_check(cfg, dtype, head_dim))
+		return -EINVAL;
+	memset(ix, 0, sizeof(*ix));
+	ix->head_dim = head_dim;
+	ix->key_mean = (float *)calloc(head_dim, sizeof(*ix->key_mean));
+	if (!ix->key_mean)
+		return -ENOMEM;
+	if (!n_tokens)
+		return 0;
+	ret = widen(&x, k, n_tokens, head_dim, dtype, st);
+	if (!ret)
+		ret = nc_err(cudaMallocAsync((void **)&mean, sizeof(float) * head_dim, st));
+	if (!ret) {
+		mean_kernel<<<nc_blocks(head_dim, THREADS), THREADS, 0, st>>>(x, n_tokens, head_dim,
+									     mean);
+		centre_kernel<<<nc_blocks((uint64_t)n_tokens * head_dim, THREADS), THREADS, 0,
+				st>>>(x, mean, (size_t)n_tokens * head_dim, head_dim);
+		ret = nc_launched();
+	}
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(ix->key_mean, mean, sizeof(float) * head_dim,
+					     cudaMemcpyDeviceToHost, st));
+	n_seg = nelssa_km_segments(cfg, n_tokens);
+	for (uint32_t s = 0; s < n_seg && !ret; s++) {
+		uint32_t a = (uint32_t)((uint64_t)n_tokens * s / n_seg);
+		uint32_t b = (uint32_t)((uint64_t)n_tokens * (s + 1) / n_seg), added = 0;
+
+		ret = run_segment(ix, cfg, x + (size_t)a * head_dim, a, b - a, a, cl, &added, st);
+		cl += added;
+	}
+	cudaFreeAsync(mean, st);
+	cudaFreeAsync(x, st);
+	if (!ret)
+		ret = nc_err(cudaStreamSynchronize(st));
+	if (ret) {
+		nelssa_kmeans_free(ix);
+		return ret;
+	}
+	ix->n_tokens = n_tokens;
+	ix->n_clusters = cl;
+	return 0;
+}
+
+int nelssa_cuda_kmeans_append(struct nelssa_cluster_index *ix,
+			      const struct nelssa_kmeans_cfg *cfg, enum nelssa_kv_dtype dtype,
+			      const void *k, uint32_t n_new, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	const uint32_t d = ix->head_dim;
+	float *x = NULL, *mean = NULL;
+	uint32_t added = 0;
+	int ret;
+
+	if (!ix->key_mean || nelssa_km_check(cfg, dtype, d) || n_new > UINT32_MAX - ix->n_tokens)
+		return -EINVAL;
+	if (!n_new)
+		return 0;
+	ret = widen(&x, k, n_new, d, dtype, st);
+	if (!ret)
+		ret = nc_err(cudaMallocAsync((void **)&mean, sizeof(float) * d, st));
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(mean, ix->key_mean, sizeof(float) * d,
+					     cudaMemcpyHostToDevice, st));
+	if (!ret) {
+		centre_kernel<<<nc_blocks((uint64_t)n_new * d, THREADS), THREADS, 0, st>>>(
+			x, mean, (size_t)n_new * d, d);
+		ret = nc_launched();
+	}
+	/* On failure the reserved room is unused: counts are what define @ix. */
+	if (!ret)
+		ret = run_segment(ix, cfg, x, ix->n_tokens, n_new, ix->n_tokens, ix->n_clusters,
+				  &added, st);
+	cudaFreeAsync(mean, st);
+	cudaFreeAsync(x, st);
+	if (ret)
+		return ret;
+	ix->n_tokens += n_new;
+	ix->n_clusters += added;
+	return 0;
+}
+
+__global__ void reorder_kernel(const uint32_t *perm, uint32_t n, size_t words,
+			       const uint16_t *src, uint16_t *dst)
+{
+	const uint32_t i = blockIdx.x;
+
+	if (i >= n)
+		return;
+	for (size_t w = threadIdx.x; w < words; w += blockDim.x)
+		dst[(size_t)i * words + w] = src[(size_t)perm[i] * words + w];
+}
+
+int nelssa_cuda_kv_reorder(const uint32_t *perm, uint32_t n_tokens, size_t row_bytes,
+			   const void *src, void *dst, void *stream)
+{
+	if (row_bytes % 2)
+		return -EINVAL;
+	if (!n_tokens || !row_bytes)
+		return 0;
+	reorder_kernel<<<n_tokens, 128, 0, (cudaStream_t)stream>>>(
+		perm, n_tokens, row_bytes / 2, (const uint16_t *)src, (uint16_t *)dst);
+	return nc_launched();
+}
+
+int nelssa_cuda_device_count(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();	/* clear the sticky "no device" error */
+		return 0;
+	}
+	return n;
+}

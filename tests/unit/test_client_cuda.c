@@ -1,0 +1,514 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The CUDA twins (client/cuda/) against their CPU versions on random data,
+ * each case batched over several heads or items so that indexing mistakes
+ * between heads show.  Top-K, the budget selection, the KV reorder and the
+ * merge's special rows must agree exactly; floating-point results within a
+ * few fp32 roundings of the CPU result, and the window also against the
+ * float64 reference.  Without a GPU every case is reported as skipped.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <cuda_runtime_api.h>
+
+#include <nelssa/sparse.h>
+#include <nelssa/sparse_cuda.h>
+
+#include "testutil.h"
+
+#define D 128
+#define G 4
+#define H 3
+
+static void need_gpu(void)
+{
+	if (nelssa_cuda_device_count() < 1)
+		skip();
+}
+
+/*
+ * A case body runs only with a GPU; skipping before it allocates anything
+ * keeps the sanitizer's leak check quiet on machines without one.
+ */
+#define GPU_TEST(name)                        \
+	static void name##_body(void);        \
+	static void name(void **state)        \
+	{                                     \
+		(void)state;                  \
+		need_gpu();                   \
+		name##_body();                \
+	}                                     \
+	static void name##_body(void)
+
+static void *dev_put(const void *host, size_t bytes)
+{
+	void *p = NULL;
+
+	assert_int_equal(cudaSuccess, cudaMalloc(&p, bytes ? bytes : 1));
+	if (bytes)
+		assert_int_equal(cudaSuccess, cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+	return p;
+}
+
+static void *dev_new(size_t bytes)
+{
+	void *p = NULL;
+
+	assert_int_equal(cudaSuccess, cudaMalloc(&p, bytes ? bytes : 1));
+	return p;
+}
+
+static void dev_get(void *host, const void *dev, size_t bytes)
+{
+	assert_int_equal(cudaSuccess, cudaDeviceSynchronize());
+	assert_int_equal(cudaSuccess, cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* |a - b| <= abs + rel |b|, with NaN only equal to NaN and infinities exact. */
+static void near(float a, float b, double abs, double rel)
+{
+	if (isnan(b) || isinf(b)) {
+		assert_true(isnan(b) ? isnan(a) : a == b);
+		return;
+	}
+	if (!(fabs((double)a - b) <= abs + rel * fabs(b)))
+		fail_msg("%.9g vs CPU %.9g", a, b);
+}
+
+GPU_TEST(centroid_scores_match)
+{
+	const uint32_t n = 777;
+	const size_t qn = (size_t)H * G * D, cn = (size_t)H * n * D;
+	float *q = tu_alloc(sizeof(float) * qn), *cen = tu_alloc(sizeof(float) * cn);
+	float *gpu = tu_alloc(sizeof(float) * H * n), *cpu = tu_alloc(sizeof(float) * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
+	struct tu_rng rng;
+	float *dq, *dc, *ds;
+	uint32_t *dz;
+
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, q, qn, 1.0);
+	tu_fill_f32(&rng, cen, cn, 1.0);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 30) : 0;
+	dq = dev_put(q, sizeof(float) * qn);
+	dc = dev_put(cen, sizeof(float) * cn);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	ds = dev_new(sizeof(float) * H * n);
+	assert_int_equal(0, nelssa_cuda_centroid_scores(dq, H, G, D, 0.088f, dc, dz, n, ds, NULL));
+	dev_get(gpu, ds, sizeof(float) * H * n);
+	for (uint32_t h = 0; h < H; h++) {
+		assert_int_equal(0, nelssa_centroid_scores(q + (size_t)h * G * D, G, D, 0.088f,
+							    cen + (size_t)h * n * D, sizes + h * n,
+							    n, cpu));
+		for (uint32_t c = 0; c < n; c++)
+			near(gpu[h * n + c], cpu[c], 1e-6, 1e-4);
+	}
+	/* A non-finite logit poisons its head only. */
+	cen[(size_t)n * D + 5] = INFINITY;
+	sizes[n] = 1;
+	assert_int_equal(cudaSuccess, cudaMemcpy(dc, cen, sizeof(float) * cn, cudaMemcpyHostToDevice));
+	assert_int_equal(cudaSuccess, cudaMemcpy(dz, sizes, sizeof(uint32_t) * H * n,
+						 cudaMemcpyHostToDevice));
+	assert_int_equal(0, nelssa_cuda_centroid_scores(dq, H, G, D, 0.088f, dc, dz, n, ds, NULL));
+	dev_get(gpu, ds, sizeof(float) * H * n);
+	assert_true(isnan(gpu[n]));
+	assert_false(isnan(gpu[0]));
+	assert_int_equal(-EINVAL, nelssa_cuda_centroid_scores(dq, H, 0, D, 0.088f, dc, dz, n, ds,
+							      NULL));
+	cudaFree(dq);
+	cudaFree(dc);
+	cudaFree(dz);
+	cudaFree(ds);
+	free(q);
+	free(cen);
+	free(gpu);
+	free(cpu);
+	free(sizes);
+}
+
+/* Few score levels (many ties), some -inf, one head with a NaN. */
+static void fill_scores(struct tu_rng *rng, float *score, uint32_t n)
+{
+	for (uint32_t c = 0; c < n; c++)
+		score[c] = tu_below(rng, 8) ? (float)tu_below(rng, 50) / 7.0f : -INFINITY;
+}
+
+GPU_TEST(topk_matches)
+{
+	const uint32_t n = 1500, ks[] = { 0, 1, 5, 60, 1400, 1500, 1507 };
+	float *score = tu_alloc(sizeof(float) * H * n);
+	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * (n + 7));
+	uint32_t *cpu = tu_alloc(sizeof(uint32_t) * n);
+	int32_t count[H];
+	struct tu_rng rng;
+	uint32_t *dids;
+	int32_t *dcount;
+	float *ds;
+
+	tu_rng_for(&rng, __func__, 0);
+	fill_scores(&rng, score, H * n);
+	score[2 * n + 17] = NAN;
+	ds = dev_put(score, sizeof(float) * H * n);
+	dids = dev_new(sizeof(uint32_t) * H * (n + 7));
+	dcount = dev_new(sizeof(int32_t) * H);
+	for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+		assert_int_equal(0, nelssa_cuda_topk(ds, H, n, ks[i], dids, dcount, NULL));
+		dev_get(count, dcount, sizeof(count));
+		dev_get(ids, dids, sizeof(uint32_t) * H * ks[i]);
+		for (uint32_t h = 0; h < H; h++) {
+			int want = nelssa_topk(score + h * n, n, ks[i], cpu);
+
+			assert_int_equal(want, count[h]);
+			if (want > 0)
+				assert_memory_equal(cpu, ids + (size_t)h * ks[i],
+						    sizeof(uint32_t) * (size_t)want);
+		}
+	}
+	cudaFree(ds);
+	cudaFree(dids);
+	cudaFree(dcount);
+	free(score);
+	free(ids);
+	free(cpu);
+}
+
+GPU_TEST(budget_matches)
+{
+	const uint32_t n = 2000;
+	const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
+	float *score = tu_alloc(sizeof(float) * H * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
+	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
+	int32_t count[H];
+	struct tu_rng rng;
+	uint32_t *dids, *dz;
+	int32_t *dcount;
+	float *ds;
+
+	tu_rng_for(&rng, __func__, 0);
+	fill_scores(&rng, score, H * n);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = 1 + tu_below(&rng, 31);
+	ds = dev_put(score, sizeof(float) * H * n);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	dids = dev_new(sizeof(uint32_t) * H * n);
+	dcount = dev_new(sizeof(int32_t) * H);
+	for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+		assert_int_equal(0, nelssa_cuda_topk_budget(ds, dz, H, n, budgets[i], dids, dcount,
+							    NULL));
+		dev_get(count, dcount, sizeof(count));
+		dev_get(ids, dids, sizeof(uint32_t) * H * n);
+		for (uint32_t h = 0; h < H; h++) {
+			int want = nelssa_topk_budget(score + h * n, sizes + h * n, n, budgets[i], cpu);
+
+			assert_int_equal(want, count[h]);
+			assert_memory_equal(cpu, ids + (size_t)h * n, sizeof(uint32_t) * (size_t)want);
+		}
+	}
+	cudaFree(ds);
+	cudaFree(dz);
+	cudaFree(dids);
+	cudaFree(dcount);
+	free(score);
+	free(sizes);
+	free(ids);
+	free(cpu);
+}
+
+GPU_TEST(window_matches)
+{
+	/* Items shorter than, equal to and longer than the window; one empty. */
+	const uint32_t lens[] = { 0, 3, 68, 69, 1000, 4096 }, items = 6, stride = 4096;
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+	const size_t rows = (size_t)items * stride * D;
+	float *q = tu_alloc(sizeof(float) * items * G * D), *o = tu_alloc(sizeof(float) * items * G * D);
+	float lse[6 * G], co[G * D], cl[G];
+	uint16_t *k = tu_alloc(2 * rows), *v = tu_alloc(2 * rows);
+	struct tu_rng rng;
+
+	for (int dt = NELSSA_KV_BF16; dt <= NELSSA_KV_FP16; dt++) {
+		struct nelssa_attn_geom g = { D, G, (enum nelssa_kv_dtype)dt, 0.088f };
+		float *dq, *dout, *dlse;
+		uint16_t *dk, *dv;
+		uint32_t *dn;
+
+		tu_rng_for(&rng, __func__, (uint64_t)dt);
+		tu_fill_f32(&rng, q, (size_t)items * G * D, 1.0);
+		tu_fill_kv(&rng, k, rows, 1.0, g.kv_dtype);
+		tu_fill_kv(&rng, v, rows, 1.0, g.kv_dtype);
+		dq = dev_put(q, sizeof(float) * items * G * D);
+		dk = dev_put(k, 2 * rows);
+		dv = dev_put(v, 2 * rows);
+		dn = dev_put(lens, sizeof(lens));
+		dout = dev_new(sizeof(float) * items * G * D);
+		dlse = dev_new(sizeof(lse));
+		assert_int_equal(0, nelssa_cuda_window_attn(&g, items, dq, dk, dv, stride, dn, &win,
+							    dout, dlse, NULL));
+		dev_get(o, dout, sizeof(float) * items * G * D);
+		dev_get(lse, dlse, sizeof(lse));
+		for (uint32_t it = 0; it < items; it++) {
+			const uint16_t *ki = k + (size_t)it * stride * D, *vi = v + (size_t)it * stride * D;
+			uint32_t tok[4 + 64], nt = 0, n = lens[it];
+
+			assert_int_equal(0, nelssa_window_attn(&g, q + (size_t)it * G * D, ki, vi, n,
+							       &win, co, cl));
+			for (uint32_t i = 0; i < G * D; i++)
+				near(o[(size_t)it * G * D + i], co[i], 1e-5, 1e-4);
+			for (uint32_t r = 0; r < G; r++)
+				near(lse[it * G + r], cl[r], 1e-5, 1e-5);
+			/* And against float64 over the window's token list. */
+			for (uint32_t t = 0; t < n; t++)
+				if (t < win.sink || t + win.recent >= n)
+					tok[nt++] = t;
+			assert_int_equal(0, tu_check_attn(&g, q + (size_t)it * G * D, ki, vi, tok, nt,
+							  o + (size_t)it * G * D, lse + it * G,
+							  "cuda window"));
+		}
+		cudaFree(dq);
+		cudaFree(dk);
+		cudaFree(dv);
+		cudaFree(dn);
+		cudaFree(dout);
+		cudaFree(dlse);
+	}
+	free(q);
+	free(o);
+	free(k);
+	free(v);
+}
+
+GPU_TEST(merge_matches)
+{
+	const uint32_t rows = 40, np = 3;
+	float wo[40 * D], wl[40], po[3 * 40 * D], pl[3 * 40], o[40 * D], l[40];
+	const float *pop[3], *plp[3];
+	struct tu_rng rng;
+	float *dwo, *dwl, *dpo, *dpl, *dout, *dl;
+
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, wo, sizeof(wo) / sizeof(wo[0]), 1.0);
+	tu_fill_f32(&rng, wl, rows, 3.0);
+	tu_fill_f32(&rng, po, sizeof(po) / sizeof(po[0]), 1.0);
+	tu_fill_f32(&rng, pl, np * rows, 3.0);
+	/* Special rows: empty window, empty device, +inf empty, NaN, all empty. */
+	wl[1] = -INFINITY;
+	pl[rows + 2] = -INFINITY;
+	pl[3] = INFINITY;
+	pl[2 * rows + 4] = NAN;
+	wl[5] = pl[5] = pl[rows + 5] = pl[2 * rows + 5] = -INFINITY;
+	for (uint32_t s = 0; s < np; s++) {
+		pop[s] = po + (size_t)s * rows * D;
+		plp[s] = pl + s * rows;
+	}
+	dwo = dev_put(wo, sizeof(wo));
+	dwl = dev_put(wl, sizeof(wl));
+	dpo = dev_put(po, sizeof(po));
+	dpl = dev_put(pl, sizeof(pl));
+	dout = dev_new(sizeof(o));
+	dl = dev_new(sizeof(l));
+	assert_int_equal(0, nelssa_cuda_final_merge(dout, dl, dwo, dwl, dpo, dpl, np, rows, D, NULL));
+	dev_get(o, dout, sizeof(o));
+	dev_get(l, dl, sizeof(l));
+	nelssa_final_merge(wo, wl, wo, wl, pop, plp, np, rows, D);	/* in place, as allowed */
+	for (uint32_t r = 0; r < rows; r++) {
+		near(l[r], wl[r], 1e-6, 1e-6);
+		for (uint32_t i = 0; i < D; i++)
+			near(o[r * D + i], wo[r * D + i], 1e-6, 1e-5);
+	}
+	assert_true(isnan(l[4]) && l[5] == -INFINITY && o[5 * D] == 0.0f);
+	cudaFree(dwo);
+	cudaFree(dwl);
+	cudaFree(dpo);
+	cudaFree(dpl);
+	cudaFree(dout);
+	cudaFree(dl);
+}
+
+GPU_TEST(estimate_matches)
+{
+	const uint32_t n = 300, stride = 200, n_ids[H] = { 0, 7, 200 };
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 0.088f };
+	float *q = tu_alloc(sizeof(float) * H * G * D), *cen = tu_alloc(sizeof(float) * H * n * D);
+	float *vs = tu_alloc(sizeof(float) * H * n * D), *o = tu_alloc(sizeof(float) * H * G * D);
+	float lse[H * G], co[G * D], cl[G];
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n), *ids = tu_alloc(sizeof(uint32_t) * H * stride);
+	struct tu_rng rng;
+	float *dq, *dc, *dv, *dout, *dl;
+	uint32_t *dz, *di, *dn;
+
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, q, (size_t)H * G * D, 1.0);
+	tu_fill_f32(&rng, cen, (size_t)H * n * D, 1.0);
+	tu_fill_f32(&rng, vs, (size_t)H * n * D, 8.0);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = tu_below(&rng, 6) ? 1 + tu_below(&rng, 40) : 0;
+	for (size_t i = 0; i < (size_t)H * stride; i++)
+		ids[i] = tu_below(&rng, n);
+	dq = dev_put(q, sizeof(float) * H * G * D);
+	dc = dev_put(cen, sizeof(float) * H * n * D);
+	dv = dev_put(vs, sizeof(float) * H * n * D);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	di = dev_put(ids, sizeof(uint32_t) * H * stride);
+	dn = dev_put(n_ids, sizeof(n_ids));
+	dout = dev_new(sizeof(float) * H * G * D);
+	dl = dev_new(sizeof(lse));
+	assert_int_equal(0, nelssa_cuda_estimate_attn(&g, H, dq, dc, dv, dz, n, di, stride, dn,
+						      dout, dl, NULL));
+	dev_get(o, dout, sizeof(float) * H * G * D);
+	dev_get(lse, dl, sizeof(lse));
+	for (uint32_t h = 0; h < H; h++) {
+		assert_int_equal(0, nelssa_estimate_attn(&g, q + (size_t)h * G * D,
+							 cen + (size_t)h * n * D, vs + (size_t)h * n * D,
+							 sizes + h * n, ids + h * stride, n_ids[h], co,
+							 cl));
+		for (uint32_t r = 0; r < G; r++)
+			near(lse[h * G + r], cl[r], 1e-5, 1e-5);
+		for (uint32_t i = 0; i < G * D; i++)
+			near(o[(size_t)h * G * D + i], co[i], 1e-5, 1e-4);
+	}
+	cudaFree(dq);
+	cudaFree(dc);
+	cudaFree(dv);
+	cudaFree(dz);
+	cudaFree(di);
+	cudaFree(dn);
+	cudaFree(dout);
+	cudaFree(dl);
+	free(q);
+	free(cen);
+	free(vs);
+	free(o);
+	free(sizes);
+	free(ids);
+}
+
+/* Cluster of every token under @ix. */
+static uint32_t *token_cluster(const struct nelssa_cluster_index *ix)
+{
+	uint32_t *of = tu_alloc(sizeof(*of) * ix->n_tokens);
+
+	for (uint32_t c = 0; c < ix->n_clusters; c++)
+		for (uint32_t j = 0; j < ix->table[c].count; j++)
+			of[ix->perm[ix->table[c].first + j]] = c;
+	return of;
+}
+
+/*
+ * Same layout and, up to near-tie flips of the fp32 assignment, the same
+ * clusters: at least 99% of tokens in the same-numbered cluster, and the
+ * centroids of identical clusters equal to fp32 rounding.
+ */
+static void same_clustering(const struct nelssa_cluster_index *a,
+			    const struct nelssa_cluster_index *b)
+{
+	uint32_t *ca, *cb, same = 0;
+
+	assert_int_equal(a->n_tokens, b->n_tokens);
+	assert_int_equal(a->head_dim, b->head_dim);
+	assert_memory_equal(a->key_mean, b->key_mean, sizeof(float) * a->head_dim);
+	assert_true(abs((int)a->n_clusters - (int)b->n_clusters) <= (int)(b->n_clusters / 100));
+	ca = token_cluster(a);
+	cb = token_cluster(b);
+	for (uint32_t t = 0; t < a->n_tokens; t++)
+		same += ca[t] == cb[t];
+	if (same < a->n_tokens - a->n_tokens / 100)
+		fail_msg("only %u of %u tokens in the same cluster", same, a->n_tokens);
+	for (uint32_t c = 0; c < a->n_clusters && c < b->n_clusters; c++) {
+		if (a->table[c].first != b->table[c].first || a->table[c].count != b->table[c].count ||
+		    memcmp(a->perm + a->table[c].first, b->perm + b->table[c].first,
+			   sizeof(uint32_t) * a->table[c].count))
+			continue;
+		for (uint32_t i = 0; i < a->head_dim; i++)
+			near(a->centroids[(size_t)c * a->head_dim + i],
+			     b->centroids[(size_t)c * b->head_dim + i], 1e-6, 1e-5);
+	}
+	free(ca);
+	free(cb);
+}
+
+GPU_TEST(kmeans_matches)
+{
+	const uint32_t n = 6000, extra = 700;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index gpu, cpu;
+	uint16_t *k = tu_alloc(2 * (size_t)(n + extra) * D), *dk;
+	struct tu_rng rng;
+
+	cfg.segment = 2048;
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_kv(&rng, k, (size_t)(n + extra) * D, 1.0, NELSSA_KV_BF16);
+	/* A shared offset that mean-centring must remove. */
+	for (size_t i = 0; i < (size_t)(n + extra) * D; i += D)
+		k[i] = tu_to_kv(tu_from_kv(k[i], NELSSA_KV_BF16) + 4.0, NELSSA_KV_BF16);
+	dk = dev_put(k, 2 * (size_t)(n + extra) * D);
+	assert_int_equal(0, nelssa_cuda_kmeans_build(&gpu, &cfg, NELSSA_KV_BF16, dk, n, D, NULL));
+	assert_int_equal(0, nelssa_kmeans_build(&cpu, &cfg, NELSSA_KV_BF16, k, n, D));
+	same_clustering(&gpu, &cpu);
+	assert_int_equal(0, nelssa_cuda_kmeans_append(&gpu, &cfg, NELSSA_KV_BF16,
+						      dk + (size_t)n * D, extra, NULL));
+	assert_int_equal(0, nelssa_kmeans_append(&cpu, &cfg, NELSSA_KV_BF16, k + (size_t)n * D,
+						 extra));
+	same_clustering(&gpu, &cpu);
+	cfg.iters = 0;
+	assert_int_equal(-EINVAL, nelssa_cuda_kmeans_build(&gpu, &cfg, NELSSA_KV_BF16, dk, n, D,
+							   NULL));
+	nelssa_kmeans_free(&cpu);
+	cudaFree(dk);
+	free(k);
+}
+
+GPU_TEST(reorder_matches)
+{
+	const uint32_t n = 3000;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	uint16_t *k = tu_alloc(2 * (size_t)n * D), *a = tu_alloc(2 * (size_t)n * D);
+	uint16_t *b = tu_alloc(2 * (size_t)n * D), *dk, *dout;
+	struct tu_rng rng;
+	uint32_t *dp;
+
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_kv(&rng, k, (size_t)n * D, 1.0, NELSSA_KV_FP16);
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_FP16, k, n, D));
+	dk = dev_put(k, 2 * (size_t)n * D);
+	dp = dev_put(ix.perm, sizeof(uint32_t) * n);
+	dout = dev_new(2 * (size_t)n * D);
+	assert_int_equal(0, nelssa_cuda_kv_reorder(dp, n, 2 * D, dk, dout, NULL));
+	dev_get(a, dout, 2 * (size_t)n * D);
+	nelssa_kv_reorder(&ix, 2 * D, k, b);
+	assert_memory_equal(a, b, 2 * (size_t)n * D);
+	nelssa_kmeans_free(&ix);
+	cudaFree(dk);
+	cudaFree(dp);
+	cudaFree(dout);
+	free(k);
+	free(a);
+	free(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(centroid_scores_match),
+		cmocka_unit_test(topk_matches),
+		cmocka_unit_test(budget_matches),
+		cmocka_unit_test(window_matches),
+		cmocka_unit_test(merge_matches),
+		cmocka_unit_test(estimate_matches),
+		cmocka_unit_test(kmeans_matches),
+		cmocka_unit_test(reorder_matches),
+	};
+
+	tu_init("client_cuda");
+	return cmocka_run_group_tests_name("client_cuda", tests, NULL, NULL);
+}
