@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nelssa-cuda-bench: GPU timings of the decode step's GPU-node kernels,
+ * each beside a same-run baseline (only ratios carry across machines):
+ *
+ *   topk    centroid scoring + Top-K for a batch of KV heads at a given
+ *           context; baseline: a device-to-device copy of the centroid
+ *           bytes (the memory floor of reading them once) and the CPU
+ *           twin on one head, scaled to the batch;
+ *   window  local-window attention (4 sinks + 64 recent) for the same
+ *           batch; baseline: the CPU twin, likewise;
+ *   kmeans  segmented k-means of one KV head's prefill; baseline: the
+ *           CPU twin on the same keys.
+ *
+ * GPU times come from CUDA events around @iters repetitions after one
+ * warm-up; the best repetition is reported.  Exit status 3 when there is
+ * no GPU, so a script can tell "nothing to time" from a failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include <nelssa/half.h>
+#include <nelssa/sparse.h>
+#include <nelssa/sparse_cuda.h>
+
+#define PROG "nelssa-cuda-bench"
+
+struct opts {
+	uint32_t context, heads, batch, group, head_dim, iters, prefill;
+	double ratio;
+	int json;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static float frand(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((rng_state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static void die(const char *what, cudaError_t e)
+{
+	fprintf(stderr, PROG ": %s: %s\n", what, cudaGetErrorString(e));
+	exit(1);
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n);
+
+	if (!p) {
+		fprintf(stderr, PROG ": out of memory (%zu bytes)\n", n);
+		exit(1);
+	}
+	return p;
+}
+
+static void *dmalloc(size_t n)
+{
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, n);
+
+	if (e != cudaSuccess)
+		die("cudaMalloc", e);
+	return p;
+}
+
+static void *dput(const void *h, size_t n)
+{
+	void *p = dmalloc(n);
+	cudaError_t e = cudaMemcpy(p, h, n, cudaMemcpyHostToDevice);
+
+	if (e != cudaSuccess)
+		die("cudaMemcpy", e);
+	return p;
+}
+
+static void check(int ret, const char *what)
+{
+	if (ret) {
+		fprintf(stderr, PROG ": %s failed: %s\n", what, strerror(-ret));
+		exit(1);
+	}
+}
+
+static float *frand_n(size_t n)
+{
+	float *x = xmalloc(sizeof(*x) * n);
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = frand();
+	return x;
+}
+
+static uint16_t *bf16_n(size_t n)
+{
+	uint16_t *x = xmalloc(sizeof(*x) * n);
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = nelssa_f32_to_bf16(frand());
+	return x;
+}
+
+/* Best of @iters timed repetitions of @fn on the GPU, in ms. */
+struct gpu_job {
+	void (*fn)(void *ctx);
+	void *ctx;
+};
+
+static double gpu_best_ms(struct gpu_job job, uint32_t iters)
+{
+	cudaEvent_t a, b;
+	double best = INFINITY;
+	float ms;
+
+	cudaEventCreate(&a);
+	cudaEventCreate(&b);
+	job.fn(job.ctx);	/* warm-up: first-launch and allocator costs */
+	for (uint32_t i = 0; i < iters; i++) {
+		cudaEventRecord(a, NULL);
+		job.fn(job.ctx);
+		cudaEventRecord(b, NULL);
+		if (cudaEventSynchronize(b) != cudaSuccess)
+			die("kernel", cudaGetLastError());
+		cudaEventElapsedTime(&ms, a, b);
+		best = fmin(best, ms);
+	}
+	cudaEventDestroy(a);
+	cudaEventDestroy(b);
+	return best;
+}
+
+struct topk_ctx {
+	const struct opts *o;
+	uint32_t heads, clusters, k;
+	float *q, *cen, *score;
+	uint32_t *sizes, *ids;
+	int32_t *count;
+	void *copy_dst;
+};
+
+static void topk_run(void *p)
+{
+	struct topk_ctx *c = p;
+
+	check(nelssa_cuda_centroid_scores(c->q, c->heads, c->o->group, c->o->head_dim, 0.088f,
+					  c->cen, c->sizes, c->clusters, c->score, NULL),
+	      "centroid scores");
+	check(nelssa_cuda_topk(c->score, c->heads, c->clusters, c->k, c->ids, c->count, NULL),
+	      "top-k");
+}
+
+static void copy_run(void *p)
+{
+	struct topk_ctx *c = p;
+
+	cudaMemcpyAsync(c->copy_dst, c->cen,
+			sizeof(float) * c->heads * c->clusters * c->o->head_dim,
+			cudaMemcpyDeviceToDevice, NULL);
+}
+
+struct window_ctx {
+	struct nelssa_attn_geom g;
+	uint32_t items;
+	float *q, *o, *lse;
+	uint16_t *k, *v;
+	uint32_t *n;
+};
+
+static void window_run(void *p)
+{
+	struct window_ctx *c = p;
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+
+	check(nelssa_cuda_window_attn(&c->g, c->items, c->q, c->k, c->v, 68 + 4096, c->n, &win,
+				      c->o, c->lse, NULL), "window");
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: " PROG " [--context N] [--heads N] [--batch N] [--group N] [--head-dim N]\n"
+		"                         [--ratio R] [--prefill N] [--iters N] [--json]\n"
+		"  --context N   tokens of context per request (default 131072)\n"
+		"  --heads N     KV heads per layer (default 8)\n"
+		"  --batch N     requests in the decode batch (default 16)\n"
+		"  --group N     query heads per KV head (default 4)\n"
+		"  --head-dim N  head dimension (default 128)\n"
+		"  --ratio R     selection ratio (default 0.04)\n"
+		"  --prefill N   tokens clustered by the k-means timing (default 32768)\n"
+		"  --iters N     timed repetitions; the best is reported (default 10)\n"
+		"  --json        one JSON object instead of text\n"
+		"Exit status: 0 ok, 1 failure, 2 usage, 3 no CUDA device.\n");
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, const char *what)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 0);
+	if (errno || *end || !*s || v < lo || v > hi) {
+		fprintf(stderr, PROG ": %s %s: need an integer in [%u, %u]\n", what, s, lo, hi);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "context", required_argument, NULL, 'c' }, { "heads", required_argument, NULL, 'H' },
+		{ "batch", required_argument, NULL, 'b' }, { "group", required_argument, NULL, 'g' },
+		{ "head-dim", required_argument, NULL, 'd' }, { "ratio", required_argument, NULL, 'r' },
+		{ "prefill", required_argument, NULL, 'p' }, { "iters", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { 131072, 8, 16, 4, 128, 10, 32768, 0.04, 0 };
+	struct topk_ctx tc = { 0 };
+	struct window_ctx wc = { 0 };
+	struct nelssa_cluster_index ix;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	double topk_ms, copy_ms, cpu_topk_ms, win_ms, cpu_win_ms, km_ms, cpu_km_ms, t0;
+	struct cudaDeviceProp prop;
+	float *cpu_score, cpu_o[64 * 128], cpu_l[64];
+	uint32_t *cpu_ids;
+	uint16_t *keys;
+	void *dkeys;
+	char *end;
+	int c, bad = 0, dev;
+
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'c': bad |= parse_u32(optarg, 256, 1u << 24, &o.context, "--context"); break;
+		case 'H': bad |= parse_u32(optarg, 1, 256, &o.heads, "--heads"); break;
+		case 'b': bad |= parse_u32(optarg, 1, 256, &o.batch, "--batch"); break;
+		case 'g': bad |= parse_u32(optarg, 1, 64, &o.group, "--group"); break;
+		case 'd': bad |= parse_u32(optarg, 1, 128, &o.head_dim, "--head-dim"); break;
+		case 'p': bad |= parse_u32(optarg, 16, 1u << 22, &o.prefill, "--prefill"); break;
+		case 'i': bad |= parse_u32(optarg, 1, 1000, &o.iters, "--iters"); break;
+		case 'r':
+			errno = 0;
+			o.ratio = strtod(optarg, &end);
+			if (errno || *end || !(o.ratio > 0.0 && o.ratio <= 1.0)) {
+				fprintf(stderr, PROG ": --ratio %s: need a number in (0, 1]\n", optarg);
+				bad = 1;
+			}
+			break;
+		case 'j': o.json = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (bad || optind < argc) {
+		if (optind < argc)
+			fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (nelssa_cuda_device_count() < 1) {
+		fprintf(stderr, PROG ": no CUDA device: nothing to time\n");
+		return 3;
+	}
+	cudaGetDevice(&dev);
+	cudaGetDeviceProperties(&prop, dev);
+
+	/* Top-K step: every KV head of the batch, 16 tokens a cluster. */
+	tc.o = &o;
+	tc.heads = o.heads * o.batch;
+	tc.clusters = o.context / 16;
+	tc.k = nelssa_topk_ratio_count(tc.clusters, o.ratio);
+	{
+		float *q = frand_n((size_t)tc.heads * o.group * o.head_dim);
+		float *cen = frand_n((size_t)tc.heads * tc.clusters * o.head_dim);
+		uint32_t *sizes = xmalloc(sizeof(*sizes) * tc.heads * tc.clusters);
+
+		for (size_t i = 0; i < (size_t)tc.heads * tc.clusters; i++)
+			sizes[i] = 16;
+		tc.q = dput(q, sizeof(float) * tc.heads * o.group * o.head_dim);
+		tc.cen = dput(cen, sizeof(float) * tc.heads * tc.clusters * o.head_dim);
+		tc.sizes = dput(sizes, sizeof(uint32_t) * tc.heads * tc.clusters);
+		tc.score = dmalloc(sizeof(float) * tc.heads * tc.clusters);
+		tc.ids = dmalloc(sizeof(uint32_t) * tc.heads * tc.k);
+		tc.count = dmalloc(sizeof(int32_t) * tc.heads);
+		tc.copy_dst = dmalloc(sizeof(float) * tc.heads * tc.clusters * o.head_dim);
+		topk_ms = gpu_best_ms((struct gpu_job){ topk_run, &tc }, o.iters);
+		copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
+		cpu_score = xmalloc(sizeof(float) * tc.clusters);
+		cpu_ids = xmalloc(sizeof(uint32_t) * tc.k);
+		t0 = now_s();
+		check(nelssa_centroid_scores(q, o.group, o.head_dim, 0.088f, cen, sizes, tc.clusters,
+					     cpu_score), "CPU scores");
+		bad = nelssa_topk(cpu_score, tc.clusters, tc.k, cpu_ids);
+		check(bad < 0 ? bad : 0, "CPU top-k");
+		cpu_topk_ms = (now_s() - t0) * 1e3 * tc.heads;
+		free(q);
+		free(cen);
+		free(sizes);
+		free(cpu_score);
+		free(cpu_ids);
+	}
+
+	/* Local window for the same items; rows for 4 sinks + 4096 recent. */
+	wc.g = (struct nelssa_attn_geom){ o.head_dim, o.group, NELSSA_KV_BF16, 0.088f };
+	wc.items = tc.heads;
+	{
+		const size_t rows = (size_t)wc.items * (68 + 4096) * o.head_dim;
+		float *q = frand_n((size_t)wc.items * o.group * o.head_dim);
+		uint16_t *k = bf16_n(rows), *v = bf16_n(rows);
+		uint32_t *n = xmalloc(sizeof(*n) * wc.items);
+		const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+
+		for (uint32_t i = 0; i < wc.items; i++)
+			n[i] = 68 + 4096;
+		wc.q = dput(q, sizeof(float) * wc.items * o.group * o.head_dim);
+		wc.k = dput(k, 2 * rows);
+		wc.v = dput(v, 2 * rows);
+		wc.n = dput(n, sizeof(uint32_t) * wc.items);
+		wc.o = dmalloc(sizeof(float) * wc.items * o.group * o.head_dim);
+		wc.lse = dmalloc(sizeof(float) * wc.items * o.group);
+		win_ms = gpu_best_ms((struct gpu_job){ window_run, &wc }, o.iters);
+		t0 = now_s();
+		check(nelssa_window_attn(&wc.g, q, k, v, n[0], &win, cpu_o, cpu_l), "CPU window");
+		cpu_win_ms = (now_s() - t0) * 1e3 * wc.items;
+		free(q);
+		free(k);
+		free(v);
+		free(n);
+	}
+
+	/* k-means of one KV head's prefill (synchronous API: wall time). */
+	keys = bf16_n((size_t)o.prefill * o.head_dim);
+	dkeys = dput(keys, 2 * (size_t)o.prefill * o.head_dim);
+	check(nelssa_cuda_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, dkeys, o.prefill, o.head_dim,
+				       NULL), "GPU k-means");	/* warm-up */
+	nelssa_kmeans_free(&ix);
+	t0 = now_s();
+	check(nelssa_cuda_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, dkeys, o.prefill, o.head_dim,
+				       NULL), "GPU k-means");
+	km_ms = (now_s() - t0) * 1e3;
+	nelssa_kmeans_free(&ix);
+	t0 = now_s();
+	check(nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, keys, o.prefill, o.head_dim),
+	      "CPU k-means");
+	cpu_km_ms = (now_s() - t0) * 1e3;
+	nelssa_kmeans_free(&ix);
+	free(keys);
+
+	{
+		const double cen_gb = (double)sizeof(float) * tc.heads * tc.clusters * o.head_dim / 1e9;
+		const double eff = cen_gb / (topk_ms / 1e3), copy = 2 * cen_gb / (copy_ms / 1e3);
+
+		if (o.json) {
+			printf("{\"device\":\"%s\",\"context\":%u,\"heads\":%u,\"batch\":%u,"
+			       "\"group\":%u,\"head_dim\":%u,\"iters\":%u,"
+			       "\"topk\":{\"kv_heads\":%u,\"clusters_per_head\":%u,\"selected\":%u,"
+			       "\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,\"speedup\":%.2f,"
+			       "\"centroid_read_gbps\":%.2f,\"copy_gbps\":%.2f,\"ratio\":%.3f},"
+			       "\"window\":{\"items\":%u,\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,"
+			       "\"speedup\":%.2f},"
+			       "\"kmeans\":{\"tokens\":%u,\"gpu_ms_per_1k\":%.3f,"
+			       "\"cpu_ms_per_1k\":%.3f,\"speedup\":%.2f}}\n",
+			       prop.name, o.context, o.heads, o.batch, o.group, o.head_dim, o.iters,
+			       tc.heads, tc.clusters, tc.k, topk_ms, cpu_topk_ms,
+			       cpu_topk_ms / topk_ms, eff, copy, eff / copy, wc.items, win_ms,
+			       cpu_win_ms, cpu_win_ms / win_ms, o.prefill,
+			       km_ms * 1024 / o.prefill, cpu_km_ms * 1024 / o.prefill,
+			       cpu_km_ms / km_ms);
+		} else {
+			printf("device %s\n", prop.name);
+			printf("top-k step: %u KV heads x %u clusters, %u selected: GPU %.4f ms, "
+			       "CPU twin %.3f ms (x%.1f)\n", tc.heads, tc.clusters, tc.k, topk_ms,
+			       cpu_topk_ms, cpu_topk_ms / topk_ms);
+			printf("  centroid read %.1f GB/s vs device copy %.1f GB/s: ratio %.3f\n", eff,
+			       copy, eff / copy);
+			printf("window: %u items, 4 + 64 tokens: GPU %.4f ms, CPU twin %.3f ms (x%.1f)\n",
+			       wc.items, win_ms, cpu_win_ms, cpu_win_ms / win_ms);
+			printf("k-means: %u tokens: GPU %.3f ms per 1K tokens, CPU twin %.3f (x%.1f)\n",
+			       o.prefill, km_ms * 1024 / o.prefill, cpu_km_ms * 1024 / o.prefill,
+			       cpu_km_ms / km_ms);
+		}
+	}
+	cudaFree(tc.q);
+	cudaFree(tc.cen);
+	cudaFree(tc.sizes);
+	cudaFree(tc.score);
+	cudaFree(tc.ids);
+	cudaFree(tc.count);
+	cudaFree(tc.copy_dst);
+	cudaFree(wc.q);
+	cudaFree(wc.k);
+	cudaFree(wc.v);
+	cudaFree(wc.n);
+	cudaFree(wc.o);
+	cudaFree(wc.lse);
+	cudaFree(dkeys);
+	return 0;
+}
