@@ -87,7 +87,8 @@ int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t
 	return 0;
 }
 
-static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d)
+/* Nearest centroid by inner product (ties to the lower index); *@sim its score. */
+static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d, float *sim)
 {
 	uint32_t best = 0;
 	float bs = -INFINITY;
@@ -100,7 +101,49 @@ static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d)
 			best = j;
 		}
 	}
+	*sim = bs;
 	return best;
+}
+
+uint32_t nelssa_km_outlier_cap(const struct nelssa_kmeans_cfg *cfg, uint32_t len)
+{
+	return (uint32_t)((uint64_t)len * cfg->outlier_per_mille / 1000);
+}
+
+uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t *asg,
+				  const float *cos, uint32_t len, uint32_t k)
+{
+	const uint32_t cap = nelssa_km_outlier_cap(cfg, len);
+	uint32_t m = 0;
+	float cut = cfg->outlier_cos;
+
+	if (!cap)
+		return 0;
+	for (uint32_t t = 0; t < len; t++)
+		m += cos[t] < cut;
+	/*
+	 * More candidates than room: lower the cut to the cap-th smallest
+	 * cosine by bisection on the values present, so the choice depends on
+	 * the cosines only (ties at the cut all stay or all go).
+	 */
+	while (m > cap) {
+		float lo = INFINITY;
+		uint32_t below = 0;
+
+		for (uint32_t t = 0; t < len; t++)
+			if (cos[t] < cut && (cos[t] > lo || lo == INFINITY))
+				lo = cos[t];
+		/* lo is the largest candidate cosine: drop it and its ties. */
+		cut = lo;
+		for (uint32_t t = 0; t < len; t++)
+			below += cos[t] < cut;
+		m = below;
+	}
+	m = 0;
+	for (uint32_t t = 0; t < len; t++)
+		if (cos[t] < cut)
+			asg[t] = k + m++;
+	return m;
 }
 
 void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const uint32_t *cnt,
@@ -140,19 +183,21 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			   uint32_t cl_at, uint32_t *added_clusters)
 {
 	const uint32_t d = ix->head_dim;
-	uint32_t k = nelssa_km_centroids(cfg, len), *asg, *cnt;
-	float *c;
+	const uint32_t k = nelssa_km_centroids(cfg, len), kmax = k + nelssa_km_outlier_cap(cfg, len);
+	uint32_t *asg, *cnt, m = 0;
+	float *c, *cos;
 	double *acc;
 	int ret;
 
-	ret = nelssa_km_reserve(ix, tok_at + len, cl_at + k);
+	ret = nelssa_km_reserve(ix, tok_at + len, cl_at + kmax);
 	if (ret)
 		return ret;
 	c = malloc(sizeof(*c) * k * d);
-	acc = malloc(sizeof(*acc) * k * d);
+	acc = malloc(sizeof(*acc) * kmax * d);
 	asg = malloc(sizeof(*asg) * len);
-	cnt = malloc(sizeof(*cnt) * k);
-	if (!c || !acc || !asg || !cnt) {
+	cnt = malloc(sizeof(*cnt) * kmax);
+	cos = malloc(sizeof(*cos) * len);
+	if (!c || !acc || !asg || !cnt || !cos) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -164,16 +209,25 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 		normalise(c + (size_t)j * d, d);
 	}
 	for (uint32_t it = 0; it < cfg->iters; it++) {
-		for (uint32_t t = 0; t < len; t++)
-			asg[t] = nearest(x + (size_t)t * d, c, k, d);
-		memset(acc, 0, sizeof(*acc) * k * d);
-		memset(cnt, 0, sizeof(*cnt) * k);
+		const int last = it + 1 == cfg->iters;
+
+		for (uint32_t t = 0; t < len; t++) {
+			const float *xt = x + (size_t)t * d;
+			float n = sqrtf(nelssa_dot_f32(xt, xt, d));
+
+			asg[t] = nearest(xt, c, k, d, &cos[t]);
+			cos[t] = n > 0.0f ? cos[t] / n : 1.0f;
+		}
+		if (last)
+			m = nelssa_km_split_outliers(cfg, asg, cos, len, k);
+		memset(acc, 0, sizeof(*acc) * (k + m) * d);
+		memset(cnt, 0, sizeof(*cnt) * (k + m));
 		for (uint32_t t = 0; t < len; t++) {
 			cnt[asg[t]]++;
 			for (uint32_t i = 0; i < d; i++)
 				acc[(size_t)asg[t] * d + i] += x[(size_t)t * d + i];
 		}
-		if (it + 1 == cfg->iters)
+		if (last)
 			break;		/* the last round only assigns */
 		for (uint32_t j = 0; j < k; j++) {
 			if (!cnt[j])
@@ -183,8 +237,9 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			normalise(c + (size_t)j * d, d);
 		}
 	}
-	nelssa_km_emit(ix, asg, cnt, acc, k, base, len, tok_at, cl_at, added_clusters);
+	nelssa_km_emit(ix, asg, cnt, acc, k + m, base, len, tok_at, cl_at, added_clusters);
 out:
+	free(cos);
 	free(c);
 	free(acc);
 	free(asg);

@@ -23,6 +23,18 @@ uint32_t nelssa_km_centroids(const struct nelssa_kmeans_cfg *cfg, uint32_t len);
 /* Segments of a prefill of @n_tokens: max(1, round(n_tokens / segment)). */
 uint32_t nelssa_km_segments(const struct nelssa_kmeans_cfg *cfg, uint32_t n_tokens);
 
+/* Most outliers a segment of @len tokens may split off. */
+uint32_t nelssa_km_outlier_cap(const struct nelssa_kmeans_cfg *cfg, uint32_t len);
+
+/*
+ * After the final assignment: tokens whose cosine with their centroid
+ * (@cos[len]) is below cfg->outlier_cos, at most the cap of them and the
+ * lowest cosines first, leave their cluster for one of their own, numbered
+ * k, k + 1, ... in token order in @asg.  Returns how many.
+ */
+uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t *asg,
+				  const float *cos, uint32_t len, uint32_t k);
+
 /* Grow @ix to hold @tokens tokens and @clusters clusters; 0 or -ENOMEM. */
 int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t clusters);
 

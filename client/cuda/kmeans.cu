@@ -7,6 +7,8 @@
  * that walks the segment's tokens in order and sums in float64 -- the CPU
  * version's order and precision, so the update is bit-for-bit the same
  * whenever the assignments are, and no float atomics make runs differ.
+ * The outliers of the last round (keys unlike their centroid) are chosen
+ * by the same host code as on the CPU.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -74,13 +76,16 @@ __global__ void init_kernel(const float *x, uint32_t len, uint32_t k, uint32_t d
 	normalise(c + (size_t)j * d, d);
 }
 
-/* Nearest centroid by inner product; ties to the lower index. */
+/*
+ * Nearest centroid by inner product; ties to the lower index.  With @cos,
+ * also the cosine of the token with it (centroids are unit vectors).
+ */
 __global__ void assign_kernel(const float *x, const float *c, uint32_t len, uint32_t k,
-			      uint32_t d, uint32_t *asg)
+			      uint32_t d, uint32_t *asg, float *cos)
 {
 	const uint32_t lane = threadIdx.x % NC_WARP;
 	const uint32_t t = blockIdx.x * WARPS + threadIdx.x / NC_WARP;
-	float xr[NC_LANE_SLOTS], best_s = -INFINITY;
+	float xr[NC_LANE_SLOTS], best_s = -INFINITY, norm = 0.0f;
 	uint32_t best = 0;
 
 	if (t >= len)
@@ -90,7 +95,9 @@ __global__ void assign_kernel(const float *x, const float *c, uint32_t len, uint
 		uint32_t i = lane + j * NC_WARP;
 
 		xr[j] = i < d ? x[(size_t)t * d + i] : 0.0f;
+		norm += xr[j] * xr[j];
 	}
+	norm = sqrtf(nc_warp_sum(norm));
 	for (uint32_t j = 0; j < k; j++) {
 		const float *cj = c + (size_t)j * d;
 		float s = 0.0f;
@@ -108,8 +115,11 @@ __global__ void assign_kernel(const float *x, const float *c, uint32_t len, uint
 			best = j;
 		}
 	}
-	if (!lane)
+	if (!lane) {
 		asg[t] = best;
+		if (cos)
+			cos[t] = norm > 0.0f ? best_s / norm : 1.0f;
+	}
 }
 
 /* acc[j][i] = sum of x[t][i] over members t of j, in token order; cnt[j]. */
@@ -146,59 +156,84 @@ __global__ void renorm_kernel(const double *acc, const uint32_t *cnt, uint32_t d
 	normalise(c + (size_t)j * d, d);
 }
 
-/* Cluster the centred keys @x (device, tokens @base..) and append to @ix. */
+/*
+ * Cluster the centred keys @x (device, tokens @base..) and append to @ix.
+ * The last round's assignment comes to the host, where the shared code
+ * splits off the outliers, and goes back for the final sums.
+ */
 static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 		       const float *x, uint32_t base, uint32_t len, uint32_t tok_at,
 		       uint32_t cl_at, uint32_t *added, cudaStream_t st)
 {
 	const uint32_t d = ix->head_dim, k = nelssa_km_centroids(cfg, len);
+	const uint32_t kmax = k + nelssa_km_outlier_cap(cfg, len);
 	uint32_t *asg = (uint32_t *)malloc(sizeof(*asg) * len);
-	uint32_t *cnt = (uint32_t *)malloc(sizeof(*cnt) * k);
-	double *acc = (double *)malloc(sizeof(*acc) * k * d);
-	uint32_t *d_asg = NULL, *d_cnt;
-	double *d_acc;
-	float *d_c;
-	int ret = nelssa_km_reserve(ix, tok_at + len, cl_at + k);
+	uint32_t *cnt = (uint32_t *)malloc(sizeof(*cnt) * kmax);
+	double *acc = (double *)malloc(sizeof(*acc) * kmax * d);
+	float *cos = (float *)malloc(sizeof(*cos) * len);
+	uint32_t *d_asg = NULL, *d_cnt, m = 0;
+	double *d_acc = NULL;
+	float *d_c, *d_cos;
+	int ret = nelssa_km_reserve(ix, tok_at + len, cl_at + kmax);
 
-	if (!ret && (!asg || !cnt || !acc))
+	if (!ret && (!asg || !cnt || !acc || !cos))
 		ret = -ENOMEM;
 	if (!ret)
-		ret = nc_err(cudaMallocAsync((void **)&d_asg, sizeof(double) * k * d +
-					     sizeof(float) * k * d + sizeof(uint32_t) * (len + k),
-					     st));
+		ret = nc_err(cudaMallocAsync((void **)&d_acc, sizeof(double) * kmax * d +
+					     sizeof(float) * ((size_t)k * d + len) +
+					     sizeof(uint32_t) * (len + kmax), st));
 	if (ret)
 		goto out;
-	d_acc = (double *)d_asg;	/* doubles first: alignment */
-	d_c = (float *)(d_acc + (size_t)k * d);
-	d_cnt = (uint32_t *)(d_c + (size_t)k * d);
-	d_asg = d_cnt + k;
+	d_c = (float *)(d_acc + (size_t)kmax * d);	/* doubles first: alignment */
+	d_cos = d_c + (size_t)k * d;
+	d_cnt = (uint32_t *)(d_cos + len);
+	d_asg = d_cnt + kmax;
 	init_kernel<<<k, THREADS, 0, st>>>(x, len, k, d, d_c);
-	for (uint32_t it = 0; it < cfg->iters; it++) {
-		assign_kernel<<<nc_blocks(len, WARPS), THREADS, 0, st>>>(x, d_c, len, k, d, d_asg);
+	for (uint32_t it = 0; it + 1 < cfg->iters; it++) {
+		assign_kernel<<<nc_blocks(len, WARPS), THREADS, 0, st>>>(x, d_c, len, k, d, d_asg,
+									 NULL);
 		update_kernel<<<nc_blocks((uint64_t)k * d, THREADS), THREADS, 0, st>>>(
 			x, d_asg, len, k, d, d_acc, d_cnt);
-		if (it + 1 < cfg->iters)	/* the last round only assigns */
-			renorm_kernel<<<k, THREADS, 0, st>>>(d_acc, d_cnt, d, d_c);
+		renorm_kernel<<<k, THREADS, 0, st>>>(d_acc, d_cnt, d, d_c);
 	}
+	/* The last round only assigns. */
+	assign_kernel<<<nc_blocks(len, WARPS), THREADS, 0, st>>>(x, d_c, len, k, d, d_asg, d_cos);
 	ret = nc_launched();
 	if (!ret)
 		ret = nc_err(cudaMemcpyAsync(asg, d_asg, sizeof(*asg) * len,
 					     cudaMemcpyDeviceToHost, st));
 	if (!ret)
-		ret = nc_err(cudaMemcpyAsync(cnt, d_cnt, sizeof(*cnt) * k,
+		ret = nc_err(cudaMemcpyAsync(cos, d_cos, sizeof(*cos) * len,
 					     cudaMemcpyDeviceToHost, st));
 	if (!ret)
-		ret = nc_err(cudaMemcpyAsync(acc, d_acc, sizeof(*acc) * k * d,
+		ret = nc_err(cudaStreamSynchronize(st));
+	if (!ret) {
+		m = nelssa_km_split_outliers(cfg, asg, cos, len, k);
+		ret = nc_err(cudaMemcpyAsync(d_asg, asg, sizeof(*asg) * len,
+					     cudaMemcpyHostToDevice, st));
+	}
+	if (!ret) {
+		update_kernel<<<nc_blocks((uint64_t)(k + m) * d, THREADS), THREADS, 0, st>>>(
+			x, d_asg, len, k + m, d, d_acc, d_cnt);
+		ret = nc_launched();
+	}
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(cnt, d_cnt, sizeof(*cnt) * (k + m),
 					     cudaMemcpyDeviceToHost, st));
-	cudaFreeAsync(d_acc, st);
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(acc, d_acc, sizeof(*acc) * (k + m) * d,
+					     cudaMemcpyDeviceToHost, st));
 	if (!ret)
 		ret = nc_err(cudaStreamSynchronize(st));
 	if (!ret)
-		nelssa_km_emit(ix, asg, cnt, acc, k, base, len, tok_at, cl_at, added);
+		nelssa_km_emit(ix, asg, cnt, acc, k + m, base, len, tok_at, cl_at, added);
 out:
+	if (d_acc)
+		cudaFreeAsync(d_acc, st);
 	free(asg);
 	free(cnt);
 	free(acc);
+	free(cos);
 	return ret;
 }
 

@@ -75,41 +75,40 @@ static void check_centroids(const struct nelssa_cluster_index *ix, const uint16_
 	}
 }
 
+/* Random directions of norm @scale, [@n][D]. */
+static void random_dirs(struct tu_rng *rng, double *dir, uint32_t n, double scale)
+{
+	for (uint32_t p = 0; p < n; p++) {
+		double norm = 0.0;
+
+		for (uint32_t i = 0; i < D; i++) {
+			dir[p * D + i] = tu_normal(rng);
+			norm += dir[p * D + i] * dir[p * D + i];
+		}
+		for (uint32_t i = 0; i < D; i++)
+			dir[p * D + i] *= scale / sqrt(norm);
+	}
+}
+
 /*
  * Three segments of 400 tokens; each segment is 25 blocks of 16 tokens,
  * every block a distinct topic: a unit direction scaled by 3, plus a large
  * offset shared by all keys (which centring must remove) and small noise.
  */
-static void separable_topics_found_exactly(void **state)
+static void make_topics(struct tu_rng *rng, uint16_t *k, double *offset)
 {
-	const uint32_t n = 1200, topics = 40;
-	const struct nelssa_kmeans_cfg cfg = { .segment = 400, .cluster_tokens = 16, .iters = 10,
-					       .chunk = 1024 };
-	double *dir = tu_alloc(sizeof(double) * topics * D), offset[D];
-	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D);
+	const uint32_t topics = 40;
+	double *dir = tu_alloc(sizeof(double) * topics * D);
 	uint32_t order[40];
-	struct nelssa_cluster_index ix;
-	struct tu_rng rng;
 
-	(void)state;
-	tu_rng_for(&rng, __func__, 0);
-	for (uint32_t p = 0; p < topics; p++) {
-		double norm = 0.0;
-
-		for (uint32_t i = 0; i < D; i++) {
-			dir[p * D + i] = tu_normal(&rng);
-			norm += dir[p * D + i] * dir[p * D + i];
-		}
-		for (uint32_t i = 0; i < D; i++)
-			dir[p * D + i] *= 3.0 / sqrt(norm);
-	}
+	random_dirs(rng, dir, topics, 3.0);
 	for (uint32_t i = 0; i < D; i++)
-		offset[i] = 4.0 + tu_normal(&rng);
+		offset[i] = 4.0 + tu_normal(rng);
 	for (uint32_t s = 0; s < 3; s++) {
 		for (uint32_t p = 0; p < topics; p++)
 			order[p] = p;
 		for (uint32_t p = topics; p > 1; p--) {
-			uint32_t j = tu_below(&rng, p), t = order[p - 1];
+			uint32_t j = tu_below(rng, p), t = order[p - 1];
 
 			order[p - 1] = order[j];
 			order[j] = t;
@@ -118,8 +117,24 @@ static void separable_topics_found_exactly(void **state)
 			for (uint32_t i = 0; i < D; i++)
 				k[(size_t)(s * 400 + t) * D + i] = tu_to_kv(
 					offset[i] + dir[order[t / 16] * D + i] +
-						0.05 * tu_normal(&rng), NELSSA_KV_BF16);
+						0.05 * tu_normal(rng), NELSSA_KV_BF16);
 	}
+	free(dir);
+}
+
+static void separable_topics_found_exactly(void **state)
+{
+	const uint32_t n = 1200;
+	const struct nelssa_kmeans_cfg cfg = { .segment = 400, .cluster_tokens = 16, .iters = 10,
+					       .chunk = 1024 };
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D);
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+	double offset[D];
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	make_topics(&rng, k, offset);
 	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
 	check_layout(&ix, n);
 	check_centroids(&ix, k);
@@ -156,7 +171,104 @@ static void separable_topics_found_exactly(void **state)
 		assert_int_equal(own, arg);
 	}
 	nelssa_kmeans_free(&ix);
-	free(dir);
+	free(k);
+}
+
+/* Cluster holding token @t. */
+static uint32_t cluster_of(const struct nelssa_cluster_index *ix, uint32_t t)
+{
+	for (uint32_t c = 0; c < ix->n_clusters; c++)
+		for (uint32_t j = 0; j < ix->table[c].count; j++)
+			if (ix->perm[ix->table[c].first + j] == t)
+				return c;
+	fail_msg("token %u in no cluster", t);
+	return UINT32_MAX;
+}
+
+/*
+ * One key of the separable data replaced by a needle: the offset plus an
+ * unrelated direction.  With outlier splitting it becomes a cluster of its
+ * own, numbered after its segment's regular clusters, whose centroid is
+ * the needle's key; without, it hides in its block's cluster.
+ */
+static void needle_becomes_its_own_cluster(void **state)
+{
+	const uint32_t n = 1200, needle = 203;	/* not an initial centroid */
+	struct nelssa_kmeans_cfg cfg = { .segment = 400, .cluster_tokens = 16, .iters = 10,
+					 .chunk = 1024, .outlier_per_mille = 16,
+					 .outlier_cos = 0.5f };
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D);
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+	double offset[D], dir[D];
+	uint32_t c;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	make_topics(&rng, k, offset);
+	random_dirs(&rng, dir, 1, 3.0);
+	for (uint32_t i = 0; i < D; i++)
+		k[(size_t)needle * D + i] = tu_to_kv(offset[i] + dir[i], NELSSA_KV_BF16);
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	check_layout(&ix, n);
+	check_centroids(&ix, k);
+	assert_int_equal(76, ix.n_clusters);
+	c = cluster_of(&ix, needle);
+	assert_int_equal(25, c);
+	assert_int_equal(1, ix.table[c].count);
+	for (uint32_t i = 0; i < D; i++)
+		assert_true(ix.centroids[(size_t)c * D + i] == (float)key(k, needle, i));
+	assert_int_equal(15, ix.table[cluster_of(&ix, needle - 1)].count);	/* its block */
+	nelssa_kmeans_free(&ix);
+
+	cfg.outlier_per_mille = 0;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	assert_int_equal(75, ix.n_clusters);
+	/* In the nearest block's cluster, its own or another. */
+	assert_true(ix.table[cluster_of(&ix, needle)].count >= 16);
+	nelssa_kmeans_free(&ix);
+	free(k);
+}
+
+/*
+ * When every key qualifies (cut above any cosine) exactly the cap splits
+ * off per segment, as the last clusters of the segment; when none does
+ * (cut below -1), nothing changes.
+ */
+static void outliers_are_capped(void **state)
+{
+	const uint32_t n = 2000;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index all, none;
+	struct tu_rng rng;
+	uint16_t *k;
+	uint32_t singles = 0;
+
+	(void)state;
+	cfg.segment = 1000;
+	tu_rng_for(&rng, __func__, 0);
+	k = random_keys(&rng, n);
+	cfg.outlier_cos = 1.5f;
+	assert_int_equal(0, nelssa_kmeans_build(&all, &cfg, NELSSA_KV_BF16, k, n, D));
+	cfg.outlier_cos = -1.5f;
+	assert_int_equal(0, nelssa_kmeans_build(&none, &cfg, NELSSA_KV_BF16, k, n, D));
+	check_layout(&all, n);
+	check_centroids(&all, k);
+	assert_true(all.n_clusters >= none.n_clusters);
+	for (uint32_t c = 0; c < all.n_clusters; c++)
+		singles += all.table[c].count == 1;
+	assert_true(singles >= 2 * 16);
+	/* Segment 0's outliers are the 16 clusters before segment 1's first. */
+	for (uint32_t c = 0; c < all.n_clusters; c++) {
+		if (all.table[c].first != 1000)
+			continue;
+		for (uint32_t j = c - 16; j < c; j++)
+			assert_int_equal(1, all.table[j].count);
+	}
+	for (uint32_t j = all.n_clusters - 16; j < all.n_clusters; j++)
+		assert_int_equal(1, all.table[j].count);
+	nelssa_kmeans_free(&all);
+	nelssa_kmeans_free(&none);
 	free(k);
 }
 
@@ -178,8 +290,9 @@ static void random_keys_give_a_valid_deterministic_index(void **state)
 		assert_int_equal(0, nelssa_kmeans_build(&b, &cfg, NELSSA_KV_BF16, k, lens[l], D));
 		check_layout(&a, lens[l]);
 		check_centroids(&a, k);
-		/* About cluster_tokens per cluster (empty ones dropped). */
-		assert_true(a.n_clusters >= 1 && a.n_clusters <= lens[l] / 16 + 3);
+		/* About cluster_tokens per cluster (empty ones dropped), plus outliers. */
+		assert_true(a.n_clusters >= 1 &&
+			    a.n_clusters <= lens[l] / 16 + 3 + lens[l] * 16 / 1000);
 		assert_int_equal(a.n_clusters, b.n_clusters);
 		assert_memory_equal(a.perm, b.perm, sizeof(*a.perm) * lens[l]);
 		assert_memory_equal(a.table, b.table, sizeof(*a.table) * a.n_clusters);
@@ -284,6 +397,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(separable_topics_found_exactly),
+		cmocka_unit_test(needle_becomes_its_own_cluster),
+		cmocka_unit_test(outliers_are_capped),
 		cmocka_unit_test(random_keys_give_a_valid_deterministic_index),
 		cmocka_unit_test(append_keeps_old_clusters_byte_identical),
 		cmocka_unit_test(reorder_gathers_by_perm),

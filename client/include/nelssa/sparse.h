@@ -142,16 +142,24 @@ void nelssa_final_merge(float *o, float *lse, const float *win_o, const float *w
  *	(default 10).
  * @chunk: decode-time tokens clustered together by nelssa_kmeans_append()
  *	(default 1024; advisory, for callers batching new tokens).
+ * @outlier_per_mille: most tokens per thousand of a segment that may
+ *	become clusters of their own (default 16; 0 disables).
+ * @outlier_cos: a token whose cosine with its final centroid is below
+ *	this is an outlier (default 0.5): a key unlike its cluster, which
+ *	the cluster's mean would hide from every query (a "needle").
  */
 struct nelssa_kmeans_cfg {
 	uint32_t segment;
 	uint32_t cluster_tokens;
 	uint32_t iters;
 	uint32_t chunk;
+	uint32_t outlier_per_mille;
+	float outlier_cos;
 };
 
-#define NELSSA_KMEANS_DEFAULT \
-	((struct nelssa_kmeans_cfg){ .segment = 8192, .cluster_tokens = 16, .iters = 10, .chunk = 1024 })
+#define NELSSA_KMEANS_DEFAULT                                                                    \
+	((struct nelssa_kmeans_cfg){ .segment = 8192, .cluster_tokens = 16, .iters = 10,         \
+				     .chunk = 1024, .outlier_per_mille = 16, .outlier_cos = 0.5f })
 
 /**
  * struct nelssa_cluster_index - the clustering of one (layer, KV head).
