@@ -20,11 +20,13 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 JSON_PRELUDE="r=j['rows']"
 
-echo "1..9"
+echo "1..14"
 t "--help exits 0" 0 "$acc" --help
 t "a ratio of 0 is a usage error" 2 "$acc" --ratios 0
 t "a context below 1024 is a usage error" 2 "$acc" --contexts 512
 t "a stray argument is a usage error" 2 "$acc" extra
+t "an outlier cosine above 1 is a usage error" 2 "$acc" --outlier-cos 1.5
+t "a negative outlier count is a usage error" 2 "$acc" --outliers -1
 t "small JSON run" 0 "$acc" --contexts 8192 --trials 1 --json
 json_check "one row per ratio and method" "len(r) == 20 and {x['method'] for x in r} == \
 	{'cluster', 'cluster+est', 'cluster-bound', 'page-topk', 'oracle'}"
@@ -37,3 +39,15 @@ json_check "no method recalls more attention mass than the oracle" "all(
 	for x in r if x['ratio'] == o['ratio'])"
 json_check "the oracle finds every needle from 4 % up" "all(
 	x['needle_hit_rate'] == 1.0 for x in r if x['method'] == 'oracle' and x['ratio'] >= 4)"
+
+# Splitting outliers off their clusters is what finds the needles at 32K:
+# without it a needle hides in its cluster's mean key.
+t "32K run without outlier splitting" 0 "$acc" --contexts 32768 --ratios 4 --trials 1 \
+	--outliers 0 --json
+cp "$out/stdout" "$out/no-split.json"
+t "32K run with the default outlier splitting" 0 "$acc" --contexts 32768 --ratios 4 --trials 1 \
+	--json
+json_check "with splitting the cluster method finds every needle, and more than without" "
+	[x['needle_hit_rate'] for x in r if x['method'] == 'cluster'] == [1.0] and
+	[x['needle_hit_rate'] for x in json.load(open('$out/no-split.json'))['rows']
+	 if x['method'] == 'cluster'][0] < 1.0"

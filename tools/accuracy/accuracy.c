@@ -43,6 +43,7 @@ struct opts {
 	uint32_t n_ratio, trials;
 	double est_ratio;
 	uint64_t seed;
+	struct nelssa_kmeans_cfg kcfg;
 	int json;
 };
 
@@ -121,7 +122,7 @@ static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
 {
 	const uint32_t n = op->ctx[ci];
 	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
-	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
+	const struct nelssa_kmeans_cfg kcfg = op->kcfg;
 	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
 	const uint32_t off = win.sink, mid = n - win.sink - win.recent;
 	const size_t row = D * sizeof(uint16_t);
@@ -258,12 +259,16 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: nelssa-accuracy [--contexts N,N..] [--ratios P,P..] [--trials N]\n"
-		"                       [--estimate R] [--seed S] [--json]\n"
+		"                       [--estimate R] [--seed S] [--outlier-cos C]\n"
+		"                       [--outliers N] [--json]\n"
 		"  --contexts   context lengths in tokens (default 32768,131072)\n"
 		"  --ratios     selection ratios in percent of clusters (default 1,2,4,8)\n"
-		"  --trials     generated decode steps per context (default 2)\n"
+		"  --trials     generated decode steps per context (default 4)\n"
 		"  --estimate   estimation-zone ratio for cluster+est (default 0.2)\n"
 		"  --seed       generator seed (default 1)\n"
+		"  --outlier-cos  k-means: keys below this cosine with their centroid\n"
+		"               become clusters of their own (default 0.5)\n"
+		"  --outliers   k-means: at most this many such keys per 1000 (default 16)\n"
 		"  --json       one JSON object instead of the table\n"
 		"Every method attends 4 sink + 64 recent tokens exactly; page-topk and oracle\n"
 		"get the token budget the cluster method selected.  Errors are relative L2 of\n"
@@ -301,10 +306,13 @@ int main(int argc, char **argv)
 		{ "contexts", required_argument, NULL, 'c' }, { "ratios", required_argument, NULL, 'r' },
 		{ "trials", required_argument, NULL, 't' }, { "estimate", required_argument, NULL, 'e' },
 		{ "seed", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'j' },
+		{ "outlier-cos", required_argument, NULL, 'o' },
+		{ "outliers", required_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	struct opts op = { .ctx = { 32768, 131072 }, .n_ctx = 2, .ratio = { 0.01, 0.02, 0.04, 0.08 },
-			   .n_ratio = 4, .trials = 2, .est_ratio = 0.2, .seed = 1 };
+			   .n_ratio = 4, .trials = 4, .est_ratio = 0.2, .seed = 1,
+			   .kcfg = NELSSA_KMEANS_DEFAULT };
 	double tmp[MAX_CTX], v;
 	struct cell *cells;
 	char *end;
@@ -345,6 +353,23 @@ int main(int argc, char **argv)
 				fprintf(stderr, "nelssa-accuracy: --seed %s: need an integer\n", optarg);
 				return 2;
 			}
+			break;
+		case 'o':
+			v = strtod(optarg, &end);
+			if (*end || !*optarg || !(v >= -1 && v <= 1)) {
+				fprintf(stderr, "nelssa-accuracy: --outlier-cos %s: need [-1, 1]\n",
+					optarg);
+				return 2;
+			}
+			op.kcfg.outlier_cos = (float)v;
+			break;
+		case 'O':
+			v = strtod(optarg, &end);
+			if (*end || !*optarg || !(v >= 0 && v <= 1000) || v != floor(v)) {
+				fprintf(stderr, "nelssa-accuracy: --outliers %s: need 0..1000\n", optarg);
+				return 2;
+			}
+			op.kcfg.outlier_per_mille = (uint32_t)v;
 			break;
 		case 'j': op.json = 1; break;
 		case 'h': usage(stdout); return 0;

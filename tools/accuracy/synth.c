@@ -17,6 +17,12 @@
  *   come in runs of 16-256 on one of n/512 recurring topics, plus noise;
  *   queries mix two topics.  This is the structure clustering can exploit,
  *   and the mass is spread over many tokens, as in real long contexts.
+ *   The content sits mostly on the low-frequency RoPE channels, as trained
+ *   models put semantic content there and positional patterns on the fast
+ *   ones (Barbero et al., "Round and Round We Go! What makes Rotary
+ *   Positional Encodings useful?", ICLR 2025): spread evenly, RoPE would
+ *   scramble every long-range match into random logits that no selection
+ *   can capture (the oracle's error at 128K was 6-8 % that way).
  * - Needles: SYNTH_NEEDLES single tokens whose key matches one query row
  *   strongly (on the lowest-frequency channels, which RoPE barely rotates
  *   at long range, as retrieval heads do).  Missing one is a retrieval error
@@ -39,12 +45,28 @@
  * Documentation/client.rst).  Same-topic logits reach about 20 (scaled),
  * a needle about 17 over its query row's background.
  */
-#define TOPIC 1.5	/* topic centre scale */
+#define TOPIC 1.55	/* topic centre scale */
 #define SINK_K 6.0	/* sink key along the sink direction */
 #define SINK_Q 1.0	/* every query's sink component */
-#define NEEDLE_K 14.0	/* needle key */
-#define NEEDLE_Q 14.0	/* the matching query row's needle component */
+#define NEEDLE_K 16.6	/* needle key */
+#define NEEDLE_Q 16.6	/* the matching query row's needle component */
 #define ROPE_BASE 500000.0
+#define SEM_HI 1.0	/* topic weight on the low-frequency half of the channels */
+#define SEM_LO 0.3	/* and on the high-frequency half */
+
+/*
+ * Channel weight of the topic content: semantic content lives mostly on
+ * the low-frequency RoPE channels (the upper half here), which RoPE turns
+ * slowly enough that a topic still matches its query from far away, while
+ * the high-frequency half carries little of it.  Normalised so that the
+ * expected squared norm over all channels is the unweighted one.
+ */
+static double semantic_weight(uint32_t i)
+{
+	const double hi = SEM_HI, lo = SEM_LO, norm = sqrt((hi * hi + lo * lo) / 2);
+
+	return (i >= SYNTH_D / 2 ? hi : lo) / norm;
+}
 
 static const uint32_t outlier_ch[] = { 3, 17, 64, 100 };
 
@@ -126,7 +148,7 @@ int synth_make(struct synth *s, uint32_t n, uint64_t seed)
 	}
 	for (uint32_t i = 0; i < SYNTH_D; i++)
 		for (uint32_t j = 0; j < RANK; j++)
-			basis[i][j] = gauss(&r) / sqrt(RANK);
+			basis[i][j] = gauss(&r) / sqrt(RANK) * semantic_weight(i);
 	for (uint32_t p = 0; p < topics; p++)
 		for (uint32_t i = 0; i < SYNTH_D; i++) {
 			double z = 0.0;
