@@ -509,6 +509,18 @@ int main(void)
 		cmocka_unit_test(reorder_matches),
 	};
 
+	const size_t n = sizeof(tests) / sizeof(tests[0]);
+
+	/*
+	 * Without a GPU, plain TAP skips ("ok # SKIP"): cmocka's own skip
+	 * lines read "not ok ... # SKIP", which meson counts as failures.
+	 */
+	if (nelssa_cuda_device_count() < 1) {
+		printf("1..%zu\n", n);
+		for (size_t i = 0; i < n; i++)
+			printf("ok %zu - %s # SKIP no CUDA device\n", i + 1, tests[i].name);
+		return 0;
+	}
 	tu_init("client_cuda");
 	return cmocka_run_group_tests_name("client_cuda", tests, NULL, NULL);
 }
