@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wire protocol between a GPU node (client) and a NELSSA node
+ * (nelssad), DESIGN §3.6; Documentation/wire-protocol.rst describes it.
+ *
+ * Control messages travel over TCP as frames: a 16-byte header (magic,
+ * version, type, payload length, sequence number) and a payload of at most
+ * NELSSA_PROTO_MAX_PAYLOAD bytes.  Data messages (KV offload, decode
+ * steps) travel as UCX active messages whose header is one of the fixed
+ * layouts below and whose data follows it.  Everything is little-endian
+ * and encoded field by field, so no struct layout reaches the wire; every
+ * decoder checks every field and length before anything trusts it.
+ */
+#ifndef NELSSA_PROTO_H
+#define NELSSA_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NELSSA_PROTO_MAGIC	0x41534c4eu	/* "NLSA" */
+#define NELSSA_PROTO_VERSION	1u
+#define NELSSA_PROTO_HDR_BYTES	16u
+#define NELSSA_PROTO_MAX_PAYLOAD 8192u
+#define NELSSA_PROTO_MAX_ADDR	4096u	/* UCX worker address */
+#define NELSSA_PROTO_NAME_LEN	32u
+#define NELSSA_PROTO_ERR_LEN	128u
+
+/* Limits on a session's shape (DESIGN §3.8: parameters, never constants). */
+#define NELSSA_PROTO_MAX_LAYERS	1024u
+#define NELSSA_PROTO_MAX_HEADS	1024u
+#define NELSSA_PROTO_MAX_HEAD_DIM 1024u
+#define NELSSA_PROTO_MAX_GROUP	64u
+#define NELSSA_PROTO_MAX_BATCH	4096u
+
+/**
+ * enum nelssa_msg_type - control message types.
+ * @NELSSA_MSG_HELLO: client -> daemon, first frame: versions it speaks.
+ * @NELSSA_MSG_HELLO_OK: the version chosen, the devices, the daemon's
+ *	UCX worker address.
+ * @NELSSA_MSG_SESSION_CREATE: model shape and capacity.
+ * @NELSSA_MSG_SESSION_OK: the session id.
+ * @NELSSA_MSG_REQ_ALLOC: reserve device memory for one request's KV.
+ * @NELSSA_MSG_REQ_FREE: release it.
+ * @NELSSA_MSG_OK: success without data.
+ * @NELSSA_MSG_STATS: ask for counters (one session, or 0 for all).
+ * @NELSSA_MSG_STATS_REPLY: the counters.
+ * @NELSSA_MSG_CLOSE: end a session.
+ * @NELSSA_MSG_ERROR: a request failed: -errno and a message.
+ * @NELSSA_MSG_MAX: one past the last type.
+ */
+enum nelssa_msg_type {
+	NELSSA_MSG_HELLO = 1,
+	NELSSA_MSG_HELLO_OK = 2,
+	NELSSA_MSG_SESSION_CREATE = 3,
+	NELSSA_MSG_SESSION_OK = 4,
+	NELSSA_MSG_REQ_ALLOC = 5,
+	NELSSA_MSG_REQ_FREE = 6,
+	NELSSA_MSG_OK = 7,
+	NELSSA_MSG_STATS = 8,
+	NELSSA_MSG_STATS_REPLY = 9,
+	NELSSA_MSG_CLOSE = 10,
+	NELSSA_MSG_ERROR = 11,
+	NELSSA_MSG_MAX,
+};
+
+/**
+ * struct nelssa_msg_hdr - a control frame's header.
+ * @magic: NELSSA_PROTO_MAGIC.
+ * @version: protocol version of the frame (HELLO may carry any).
+ * @type: enum nelssa_msg_type.
+ * @length: payload bytes that follow (<= NELSSA_PROTO_MAX_PAYLOAD).
+ * @seq: chosen by the sender of a request, echoed by its reply.
+ */
+struct nelssa_msg_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t length;
+	uint32_t seq;
+};
+
+/* Placement of a session's KV across the devices (DESIGN §3.5). */
+enum nelssa_placement {
+	NELSSA_PLACE_HEADS = 0,		/* head h on device h mod N */
+	NELSSA_PLACE_CLUSTERS = 1,	/* cluster c of every head on device c mod N */
+};
+
+/**
+ * struct nelssa_shape - the model shape a session serves.
+ * @layers: decoder layers.
+ * @q_heads: query heads (a multiple of @kv_heads).
+ * @kv_heads: KV heads per layer.
+ * @head_dim: elements per head.
+ * @kv_dtype: enum nelssa_kv_dtype (1 bf16, 2 fp16).
+ */
+struct nelssa_shape {
+	uint16_t layers;
+	uint16_t q_heads;
+	uint16_t kv_heads;
+	uint16_t head_dim;
+	uint8_t kv_dtype;
+};
+
+/**
+ * struct nelssa_msg - a decoded control message.
+ * @type: enum nelssa_msg_type.
+ * @seq: the header's sequence number.
+ * @u: the payload of @type (none for OK).
+ */
+struct nelssa_msg {
+	uint16_t type;
+	uint32_t seq;
+	union {
+		/* @min_version..@max_version: versions the client speaks. */
+		struct {
+			uint16_t min_version, max_version;
+			char name[NELSSA_PROTO_NAME_LEN];
+		} hello;
+		/* @device_bytes: device memory in all; @addr: UCX worker address. */
+		struct {
+			uint16_t version, devices;
+			uint64_t device_bytes;
+			char name[NELSSA_PROTO_NAME_LEN];
+			uint32_t addr_len;
+			uint8_t addr[NELSSA_PROTO_MAX_ADDR];
+		} hello_ok;
+		/*
+		 * @max_batch: requests per decode step; @max_sel: clusters one
+		 * item may select; @capacity_tokens: tokens of all requests at
+		 * once, what the devices must have room for.
+		 */
+		struct {
+			uint32_t tenant;
+			struct nelssa_shape shape;
+			uint8_t placement;
+			uint32_t max_batch, max_sel;
+			uint64_t capacity_tokens;
+		} create;
+		struct {
+			uint64_t session;
+			uint32_t devices;
+		} session_ok;
+		struct {
+			uint64_t session, request;
+			uint32_t max_tokens, max_clusters;
+		} req;		/* REQ_ALLOC; REQ_FREE uses session and request */
+		struct {
+			uint64_t session;
+		} session;	/* STATS, CLOSE */
+		/* Counters, times in ns summed over steps. */
+		struct {
+			uint64_t steps, items, kv_bytes;
+			uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
+			uint32_t sessions, devices;
+		} stats;
+		struct {
+			int32_t code;
+			char msg[NELSSA_PROTO_ERR_LEN];
+		} error;
+	} u;
+};
+
+/**
+ * nelssa_msg_encode() - encode a control message into a frame.
+ * @m: the message; @m->type selects the payload.
+ * @buf: receives header and payload.
+ * @cap: room in @buf.
+ * @len: receives the frame's length.
+ *
+ * Return: 0; -EINVAL for an unknown type or a field out of range (the
+ * same checks as decoding); -ENOSPC when @cap is too small.
+ */
+int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size_t *len);
+
+/**
+ * nelssa_msg_decode_hdr() - decode and check a frame header.
+ * @buf: NELSSA_PROTO_HDR_BYTES bytes.
+ * @h: receives the header.
+ *
+ * Return: 0; -EPROTO for a bad magic or unknown type; -EMSGSIZE for a
+ * payload over NELSSA_PROTO_MAX_PAYLOAD; -EPROTONOSUPPORT for a version
+ * other than NELSSA_PROTO_VERSION on anything but HELLO.
+ */
+int nelssa_msg_decode_hdr(const uint8_t *buf, struct nelssa_msg_hdr *h);
+
+/**
+ * nelssa_msg_decode() - decode and check a whole frame.
+ * @buf: the frame.
+ * @len: its length (header + payload, exactly).
+ * @m: receives the message.
+ *
+ * Every field is checked: lengths exact, strings NUL-terminated inside
+ * their field, reserved bytes zero, values in range.
+ *
+ * Return: 0, or a negative errno as nelssa_msg_decode_hdr(), -EBADMSG for
+ * a payload that does not match its type, -EINVAL for a field out of range.
+ */
+int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m);
+
+/* A message's type as text ("HELLO", ...), "?" when unknown. */
+const char *nelssa_msg_type_str(uint16_t type);
+
+/* Checks a shape against the limits above; 0 or -EINVAL. */
+int nelssa_shape_check(const struct nelssa_shape *s);
+
+/*
+ * Data path: UCX active-message ids and headers.
+ */
+#define NELSSA_AM_KV		1u	/* client -> daemon: K/V rows and table */
+#define NELSSA_AM_KV_ACK	2u	/* daemon -> client */
+#define NELSSA_AM_STEP		3u	/* client -> daemon: one layer's queries */
+#define NELSSA_AM_STEP_REPLY	4u	/* daemon -> client: outputs and LSEs */
+
+#define NELSSA_KV_HDR_BYTES	56u
+#define NELSSA_ACK_HDR_BYTES	16u
+#define NELSSA_STEP_HDR_BYTES	32u
+#define NELSSA_STEP_ITEM_BYTES	16u
+#define NELSSA_REPLY_HDR_BYTES	48u
+
+/**
+ * struct nelssa_kv_hdr - NELSSA_AM_KV: write one (request, layer, head)'s
+ *	tokens [@first_token, +@nr_tokens) and table entries
+ *	[@first_cluster, +@nr_clusters).
+ * @session: the session.
+ * @request: the request (from REQ_ALLOC).
+ * @cookie: echoed in the ack.
+ * @layer: layer.
+ * @head: KV head.
+ * @first_token: position of the first row in the cluster-contiguous store.
+ * @nr_tokens: K rows, then as many V rows, follow the header.
+ * @first_cluster: table index of the first entry.
+ * @nr_clusters: &struct nelssa_cluster entries after the V rows; their
+ *	token ranges are absolute positions in the store.
+ *
+ * Data length must be exactly 2 * nr_tokens * head_dim * 2 + 8 * nr_clusters.
+ */
+struct nelssa_kv_hdr {
+	uint64_t session, request, cookie;
+	uint16_t layer, head;
+	uint32_t first_token, nr_tokens, first_cluster, nr_clusters;
+};
+
+/**
+ * struct nelssa_ack_hdr - NELSSA_AM_KV_ACK.
+ * @cookie: the KV message's.
+ * @status: 0 or -errno.
+ */
+struct nelssa_ack_hdr {
+	uint64_t cookie;
+	int32_t status;
+};
+
+/**
+ * struct nelssa_step_hdr - NELSSA_AM_STEP: one layer of one decode step.
+ * @session: the session.
+ * @step: echoed in the reply.
+ * @layer: the layer.
+ * @nr_items: (request, KV head) items that follow.
+ *
+ * Then @nr_items item headers (request u64, head u16, pad u16, nr_sel
+ * u32), then per item its queries fp32 [group][head_dim] and its nr_sel
+ * u32 cluster ids.
+ */
+struct nelssa_step_hdr {
+	uint64_t session, step;
+	uint16_t layer;
+	uint32_t nr_items;
+};
+
+/**
+ * struct nelssa_step_item - one work item of a step.
+ * @request: the request.
+ * @head: its KV head.
+ * @nr_sel: selected clusters.
+ */
+struct nelssa_step_item {
+	uint64_t request;
+	uint16_t head;
+	uint32_t nr_sel;
+};
+
+/**
+ * struct nelssa_reply_hdr - NELSSA_AM_STEP_REPLY.
+ * @step: the step's.
+ * @status: 0 or -errno (then no data follows).
+ * @nr_items: items; then per item o fp32 [group][head_dim], lse fp32 [group].
+ * @t_dispatch: daemon time from receipt to the last command submitted, ns.
+ * @t_device: from then to the last completion, ns.
+ * @t_aggregate: from then to the reply being ready, ns.
+ * @t_recv: from the message's arrival to its processing, ns.
+ */
+struct nelssa_reply_hdr {
+	uint64_t step;
+	int32_t status;
+	uint32_t nr_items;
+	uint64_t t_recv, t_dispatch, t_device, t_aggregate;
+};
+
+/* Encoders write exactly the *_HDR_BYTES of each header. */
+void nelssa_kv_hdr_put(uint8_t *p, const struct nelssa_kv_hdr *h);
+void nelssa_ack_hdr_put(uint8_t *p, const struct nelssa_ack_hdr *h);
+void nelssa_step_hdr_put(uint8_t *p, const struct nelssa_step_hdr *h);
+void nelssa_step_item_put(uint8_t *p, const struct nelssa_step_item *it);
+void nelssa_reply_hdr_put(uint8_t *p, const struct nelssa_reply_hdr *h);
+
+/**
+ * nelssa_kv_hdr_get() - decode a KV header and check it against its data.
+ * @p: the header bytes.
+ * @len: header length (must be NELSSA_KV_HDR_BYTES).
+ * @data_len: length of the data that came with it.
+ * @head_dim: the session's head dimension.
+ * @h: receives the header.
+ *
+ * Return: 0, -EBADMSG (lengths), -EINVAL (overflowing ranges).
+ */
+int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t head_dim,
+		      struct nelssa_kv_hdr *h);
+
+/* Decoders of the fixed headers; 0 or -EBADMSG when @len is not exact. */
+int nelssa_ack_hdr_get(const uint8_t *p, size_t len, struct nelssa_ack_hdr *h);
+int nelssa_reply_hdr_get(const uint8_t *p, size_t len, struct nelssa_reply_hdr *h);
+
+/**
+ * nelssa_step_parse() - decode and check a whole step message.
+ * @hdr: the AM header.
+ * @hdr_len: its length.
+ * @data: the AM data: item headers, then queries and ids.
+ * @data_len: its length.
+ * @group: the session's GQA group.
+ * @head_dim: the session's head dimension.
+ * @max_items: most items accepted.
+ * @max_sel: most ids per item.
+ * @h: receives the step header.
+ * @items: receives up to @max_items items.
+ * @q_off: receives per item the byte offset of its queries in @data.
+ * @sel_off: receives per item the byte offset of its ids in @data.
+ *
+ * Return: 0, -EBADMSG (lengths do not add up), -E2BIG (too many items or
+ * ids).
+ */
+int nelssa_step_parse(const uint8_t *hdr, size_t hdr_len, const uint8_t *data, size_t data_len,
+		      uint32_t group, uint32_t head_dim, uint32_t max_items, uint32_t max_sel,
+		      struct nelssa_step_hdr *h, struct nelssa_step_item *items, size_t *q_off,
+		      size_t *sel_off);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_PROTO_H */

@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The wire protocol's codec (runtime/proto): every control message
+ * survives an encode/decode round trip field for field; every truncation,
+ * extension, wrong magic, version or type, non-terminated string, non-zero
+ * reserved byte and out-of-range field is refused; the data-message
+ * headers' lengths must add up exactly.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <nelssa/proto.h>
+
+#include "testutil.h"
+
+#define BUF (NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD)
+
+/* One valid message of each type. */
+static struct nelssa_msg sample(uint16_t type)
+{
+	struct nelssa_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = type;
+	m.seq = 0x01020304u + type;
+	switch (type) {
+	case NELSSA_MSG_HELLO:
+		m.u.hello.min_version = 1;
+		m.u.hello.max_version = 3;
+		strcpy(m.u.hello.name, "gpu-node-7");
+		break;
+	case NELSSA_MSG_HELLO_OK:
+		m.u.hello_ok.version = 1;
+		m.u.hello_ok.devices = 4;
+		m.u.hello_ok.device_bytes = 0x123456789abull;
+		strcpy(m.u.hello_ok.name, "nelssad");
+		m.u.hello_ok.addr_len = 300;
+		for (int i = 0; i < 300; i++)
+			m.u.hello_ok.addr[i] = (uint8_t)(i * 7);
+		break;
+	case NELSSA_MSG_SESSION_CREATE:
+		m.u.create.tenant = 42;
+		m.u.create.shape = (struct nelssa_shape){ 32, 32, 8, 128, 1 };
+		m.u.create.max_batch = 16;
+		m.u.create.max_sel = 4096;
+		m.u.create.capacity_tokens = 1u << 20;
+		break;
+	case NELSSA_MSG_SESSION_OK:
+		m.u.session_ok.session = 77;
+		m.u.session_ok.devices = 4;
+		break;
+	case NELSSA_MSG_REQ_ALLOC:
+		m.u.req.max_tokens = 131072;
+		m.u.req.max_clusters = 9000;
+		/* fall through */
+	case NELSSA_MSG_REQ_FREE:
+		m.u.req.session = 77;
+		m.u.req.request = 0xfedcba9876543210ull;
+		break;
+	case NELSSA_MSG_STATS:
+	case NELSSA_MSG_CLOSE:
+		m.u.session.session = 77;
+		break;
+	case NELSSA_MSG_STATS_REPLY:
+		m.u.stats.steps = 1;
+		m.u.stats.items = 2;
+		m.u.stats.kv_bytes = 3;
+		m.u.stats.t_recv = 4;
+		m.u.stats.t_dispatch = 5;
+		m.u.stats.t_device = 6;
+		m.u.stats.t_aggregate = 7;
+		m.u.stats.t_send = 8;
+		m.u.stats.sessions = 9;
+		m.u.stats.devices = 10;
+		break;
+	case NELSSA_MSG_ERROR:
+		m.u.error.code = -ENOSPC;
+		strcpy(m.u.error.msg, "sim:2 lacks room");
+		break;
+	default:
+		break;
+	}
+	return m;
+}
+
+static void round_trip_every_type(void **state)
+{
+	uint8_t buf[BUF];
+
+	(void)state;
+	for (uint16_t t = 1; t < NELSSA_MSG_MAX; t++) {
+		struct nelssa_msg m = sample(t), d;
+		size_t len;
+
+		assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+		assert_int_equal(0, nelssa_msg_decode(buf, len, &d));
+		assert_memory_equal(&m, &d, sizeof(m));
+		assert_string_not_equal("?", nelssa_msg_type_str(t));
+	}
+	assert_string_equal("?", nelssa_msg_type_str(NELSSA_MSG_MAX));
+}
+
+static void truncated_and_extended_frames_refused(void **state)
+{
+	uint8_t buf[BUF + 1];
+
+	(void)state;
+	for (uint16_t t = 1; t < NELSSA_MSG_MAX; t++) {
+		struct nelssa_msg m = sample(t), d;
+		size_t len;
+
+		assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+		for (size_t l = 0; l < len; l++)
+			assert_true(nelssa_msg_decode(buf, l, &d) < 0);
+		assert_int_equal(-EBADMSG, nelssa_msg_decode(buf, len + 1, &d));
+		/* A payload length that disagrees with the type. */
+		buf[8] ^= 8;
+		assert_true(nelssa_msg_decode(buf, len, &d) < 0);
+		buf[8] ^= 8;
+		assert_int_equal(-ENOSPC, nelssa_msg_encode(&m, buf, len - 1, &len));
+	}
+}
+
+static void header_checks(void **state)
+{
+	struct nelssa_msg m = sample(NELSSA_MSG_STATS), d;
+	struct nelssa_msg_hdr h;
+	uint8_t buf[BUF];
+	size_t len;
+
+	(void)state;
+	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	buf[0] ^= 1;
+	assert_int_equal(-EPROTO, nelssa_msg_decode_hdr(buf, &h));
+	buf[0] ^= 1;
+	buf[4] = 2;	/* version 2 */
+	assert_int_equal(-EPROTONOSUPPORT, nelssa_msg_decode(buf, len, &d));
+	buf[4] = 1;
+	buf[6] = NELSSA_MSG_MAX;
+	assert_int_equal(-EPROTO, nelssa_msg_decode_hdr(buf, &h));
+	buf[6] = 0;
+	assert_int_equal(-EPROTO, nelssa_msg_decode_hdr(buf, &h));
+	buf[6] = NELSSA_MSG_STATS;
+	buf[10] = 1;	/* payload of 64 KiB + 8 */
+	assert_int_equal(-EMSGSIZE, nelssa_msg_decode_hdr(buf, &h));
+	buf[10] = 0;
+	/* Any version may say HELLO: that is how versions are negotiated. */
+	m = sample(NELSSA_MSG_HELLO);
+	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	buf[4] = 9;
+	assert_int_equal(0, nelssa_msg_decode(buf, len, &d));
+}
+
+/* Flip one payload byte of an encoded @type at @off; decoding must fail. */
+static void refused_with(uint16_t type, size_t off, uint8_t val, int want)
+{
+	struct nelssa_msg m = sample(type), d;
+	uint8_t buf[BUF];
+	size_t len;
+
+	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	buf[NELSSA_PROTO_HDR_BYTES + off] = val;
+	if (nelssa_msg_decode(buf, len, &d) != want)
+		fail_msg("%s: byte %zu = %u: expected %d", nelssa_msg_type_str(type), off, val, want);
+}
+
+static void fields_checked(void **state)
+{
+	struct nelssa_msg m;
+	uint8_t buf[BUF];
+	size_t len;
+
+	(void)state;
+	refused_with(NELSSA_MSG_HELLO, 4, 1, -EINVAL);			/* reserved */
+	refused_with(NELSSA_MSG_HELLO, 0, 9, -EINVAL);			/* min > max */
+	refused_with(NELSSA_MSG_HELLO, 0, 0, -EINVAL);			/* version 0 */
+	refused_with(NELSSA_MSG_HELLO, 8 + 31, 'x', -EINVAL);		/* no NUL */
+	refused_with(NELSSA_MSG_HELLO, 8 + 20, 'x', -EINVAL);		/* junk after NUL */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 4, 0, -EINVAL);		/* 0 layers */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 6, 31, -EINVAL);	/* q % kv */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 11, 8, -EINVAL);	/* head_dim 2176 */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 12, 3, -EINVAL);	/* dtype */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 13, 2, -EINVAL);	/* placement */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 1, -EINVAL);	/* reserved */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 31, 1, -EINVAL);	/* capacity > 2^40 */
+	refused_with(NELSSA_MSG_SESSION_OK, 0, 0, -EINVAL);		/* session 0 */
+	refused_with(NELSSA_MSG_SESSION_OK, 12, 1, -EINVAL);		/* reserved */
+	refused_with(NELSSA_MSG_REQ_ALLOC, 23, 0xff, -EINVAL);		/* clusters > tokens */
+	refused_with(NELSSA_MSG_ERROR, 3, 0, -EINVAL);			/* code > 0 */
+	refused_with(NELSSA_MSG_ERROR, 4, 5, -EINVAL);			/* reserved */
+	refused_with(NELSSA_MSG_HELLO_OK, 4, 0, -EBADMSG);		/* addr_len vs length */
+	/* The encoder refuses what the decoder would. */
+	m = sample(NELSSA_MSG_SESSION_CREATE);
+	m.u.create.shape.q_heads = 12;
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	m = sample(NELSSA_MSG_HELLO_OK);
+	m.u.hello_ok.addr_len = NELSSA_PROTO_MAX_ADDR + 1;
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	m.type = NELSSA_MSG_MAX;
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+}
+
+static void kv_header_lengths(void **state)
+{
+	struct nelssa_kv_hdr h = { 5, 6, 7, 1, 2, 100, 30, 4, 3 }, d;
+	uint8_t p[NELSSA_KV_HDR_BYTES];
+	const size_t data = 4u * 30 * 64 + 8u * 3;
+
+	(void)state;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
+	assert_true(d.session == 5 && d.request == 6 && d.cookie == 7 && d.layer == 1 &&
+		    d.head == 2 && d.first_token == 100 && d.nr_tokens == 30 &&
+		    d.first_cluster == 4 && d.nr_clusters == 3);
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data - 1, 64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p) - 1, data, 64, &d));
+	p[50] = 1;
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
+	h.first_token = UINT32_MAX;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
+}
+
+static void step_lengths(void **state)
+{
+	const uint32_t g = 4, dim = 8, nsel[3] = { 2, 0, 5 };
+	struct nelssa_step_hdr h = { 9, 10, 3, 3 }, dh;
+	struct nelssa_step_item it[3], di[3];
+	uint8_t hdr[NELSSA_STEP_HDR_BYTES], data[1024];
+	size_t len = 3 * NELSSA_STEP_ITEM_BYTES, q[3], s[3];
+
+	(void)state;
+	nelssa_step_hdr_put(hdr, &h);
+	for (int i = 0; i < 3; i++) {
+		it[i] = (struct nelssa_step_item){ 100u + (unsigned)i, (uint16_t)i, nsel[i] };
+		nelssa_step_item_put(data + i * NELSSA_STEP_ITEM_BYTES, &it[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		len += 4 * g * dim + 4 * nsel[i];
+	assert_int_equal(0, nelssa_step_parse(hdr, sizeof(hdr), data, len, g, dim, 3, 5, &dh, di, q, s));
+	assert_int_equal(3, dh.nr_items);
+	assert_int_equal(10, dh.step);
+	assert_int_equal(5, di[2].nr_sel);
+	assert_int_equal(3 * NELSSA_STEP_ITEM_BYTES, q[0]);
+	assert_int_equal(q[0] + 4 * g * dim, s[0]);
+	assert_int_equal(s[0] + 8, q[1]);
+	assert_int_equal(-EBADMSG, nelssa_step_parse(hdr, sizeof(hdr), data, len - 1, g, dim, 3, 5,
+						     &dh, di, q, s));
+	assert_int_equal(-EBADMSG, nelssa_step_parse(hdr, sizeof(hdr), data, len + 4, g, dim, 3, 5,
+						     &dh, di, q, s));
+	assert_int_equal(-E2BIG, nelssa_step_parse(hdr, sizeof(hdr), data, len, g, dim, 2, 5, &dh,
+						   di, q, s));
+	assert_int_equal(-E2BIG, nelssa_step_parse(hdr, sizeof(hdr), data, len, g, dim, 3, 4, &dh,
+						   di, q, s));
+	assert_int_equal(-EBADMSG, nelssa_step_parse(hdr, sizeof(hdr) - 1, data, len, g, dim, 3, 5,
+						     &dh, di, q, s));
+	data[10] = 1;	/* item 0's pad */
+	assert_int_equal(-EBADMSG, nelssa_step_parse(hdr, sizeof(hdr), data, len, g, dim, 3, 5,
+						     &dh, di, q, s));
+}
+
+static void reply_and_ack_headers(void **state)
+{
+	struct nelssa_reply_hdr r = { 1, -EIO, 3, 4, 5, 6, 7 }, dr;
+	struct nelssa_ack_hdr a = { 99, -ENOENT }, da;
+	uint8_t p[NELSSA_REPLY_HDR_BYTES], q[NELSSA_ACK_HDR_BYTES];
+
+	(void)state;
+	nelssa_reply_hdr_put(p, &r);
+	assert_int_equal(0, nelssa_reply_hdr_get(p, sizeof(p), &dr));
+	assert_true(dr.step == 1 && dr.status == -EIO && dr.nr_items == 3 && dr.t_recv == 4 &&
+		    dr.t_dispatch == 5 && dr.t_device == 6 && dr.t_aggregate == 7);
+	assert_int_equal(-EBADMSG, nelssa_reply_hdr_get(p, sizeof(p) - 1, &dr));
+	nelssa_ack_hdr_put(q, &a);
+	assert_int_equal(0, nelssa_ack_hdr_get(q, sizeof(q), &da));
+	assert_true(da.cookie == 99 && da.status == -ENOENT);
+	q[8] = 1;	/* status 1 is not an errno */
+	q[9] = q[10] = q[11] = 0;
+	assert_int_equal(-EBADMSG, nelssa_ack_hdr_get(q, sizeof(q), &da));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(round_trip_every_type),
+		cmocka_unit_test(truncated_and_extended_frames_refused),
+		cmocka_unit_test(header_checks),
+		cmocka_unit_test(fields_checked),
+		cmocka_unit_test(kv_header_lengths),
+		cmocka_unit_test(step_lengths),
+		cmocka_unit_test(reply_and_ack_headers),
+	};
+
+	tu_init("proto");
+	return cmocka_run_group_tests_name("proto", tests, NULL, NULL);
+}
