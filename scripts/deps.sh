@@ -13,7 +13,7 @@ set -eu
 
 arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 
-pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev python3"
+pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev libucx-dev python3"
 # ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
 # checkpatch and kernel-doc from Debian's linux-source), docutils for the
 # documentation check and the man page; on x86-64 clang/lld with the arm64

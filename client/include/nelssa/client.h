@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The GPU node's client of a NELSSA node (nelssad): connect, create a
+ * session for a model shape, offload each request's clustered KV, append
+ * decode-time clusters, and run decode steps -- per layer, queries and
+ * selected cluster ids out, partial outputs and LSEs back -- which the GPU
+ * node then merges with its local window (nelssa_final_merge()).  Control
+ * over TCP, data over UCX (Documentation/wire-protocol.rst).
+ *
+ * Every call returns 0 or a negative errno and never waits longer than the
+ * connection's timeout; nelssa_client_error() has the words.  One
+ * connection is not thread-safe: use one per thread.
+ */
+#ifndef NELSSA_CLIENT_H
+#define NELSSA_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nelssa/proto.h>
+#include <nelssa/sparse.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nelssa_client;
+
+/**
+ * struct nelssa_client_opts - how to reach a daemon.
+ * @host: control address (name or IP).
+ * @port: control port.
+ * @timeout_ms: most any call waits (0: 30 s).
+ * @name: this node's name for the daemon's logs (may be NULL).
+ */
+struct nelssa_client_opts {
+	const char *host;
+	uint16_t port;
+	uint32_t timeout_ms;
+	const char *name;
+};
+
+/**
+ * nelssa_client_connect() - connect to a daemon (HELLO, UCX endpoint).
+ * @o: where and how.
+ * @out: receives the connection (also on most failures, for
+ *	nelssa_client_error(); NULL only when out of memory).
+ *
+ * Return: 0; -ECONNREFUSED, -ETIMEDOUT, -EPROTONOSUPPORT (no common
+ * version), -EIO (UCX could not reach the daemon), -ENOMEM.
+ */
+int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_client **out);
+
+/* Closes the connection; the daemon reclaims its sessions.  NULL is fine. */
+void nelssa_client_close(struct nelssa_client *c);
+
+/* Words about the last failure ("" if none). */
+const char *nelssa_client_error(const struct nelssa_client *c);
+
+/* Sets the most any later call waits, in ms (0: 30 s). */
+void nelssa_client_set_timeout(struct nelssa_client *c, uint32_t timeout_ms);
+
+/* Devices the daemon serves with, from its HELLO_OK. */
+uint32_t nelssa_client_devices(const struct nelssa_client *c);
+
+/**
+ * struct nelssa_session_cfg - a session's shape and limits.
+ * @shape: the model.
+ * @placement: enum nelssa_placement.
+ * @max_batch: requests in one decode step.
+ * @max_sel: clusters one (request, head) may select in a step.
+ * @capacity_tokens: tokens of all requests at once.
+ * @tenant: tenant id (DESIGN §3.8).
+ */
+struct nelssa_session_cfg {
+	struct nelssa_shape shape;
+	uint8_t placement;
+	uint32_t max_batch, max_sel;
+	uint64_t capacity_tokens;
+	uint32_t tenant;
+};
+
+/**
+ * nelssa_client_session() - create a session.
+ * @c: connection.
+ * @cfg: shape and limits.
+ * @session: receives its id.
+ *
+ * Return: 0, or the daemon's refusal: -ENOSPC (the devices lack room),
+ * -EINVAL (shape), -EBUSY (session limit), -EOPNOTSUPP.
+ */
+int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_cfg *cfg,
+			  uint64_t *session);
+
+/* Ends a session, freeing its device memory. */
+int nelssa_client_session_close(struct nelssa_client *c, uint64_t session);
+
+/**
+ * nelssa_client_request() - reserve device room for a request's KV.
+ * @c: connection.
+ * @session: its session.
+ * @request: an id of the caller's choosing, unique in the session.
+ * @max_tokens: tokens its store may hold (prefill + appends).
+ * @max_clusters: clusters its tables may hold.
+ *
+ * Return: 0, -ENOSPC (session capacity exhausted), -EEXIST.
+ */
+int nelssa_client_request(struct nelssa_client *c, uint64_t session, uint64_t request,
+			  uint32_t max_tokens, uint32_t max_clusters);
+
+/* Releases a request's room. */
+int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64_t request);
+
+/**
+ * nelssa_client_offload() - send clusters [@from, ix->n_clusters) of one
+ *	(request, layer, KV head) with their K and V rows.
+ * @c: connection.
+ * @session: session.
+ * @request: request.
+ * @layer: layer.
+ * @head: KV head.
+ * @ix: the head's cluster index (nelssa_kmeans_build()/_append()).
+ * @from: first cluster to send: 0 for the prefill, the old cluster count
+ *	after nelssa_kmeans_append() (decode-time chunks).
+ * @k: K rows of the index's tokens in token order ([ix->n_tokens][head_dim],
+ *	the shape's KV dtype).
+ * @v: V rows, likewise.
+ *
+ * Rows are gathered into cluster-contiguous order and sent in chunks of
+ * about 256 KiB; returns once the daemon acknowledged every chunk.
+ *
+ * Return: 0, or the daemon's refusal (-ERANGE beyond the request's room,
+ * -ENOENT no such request), -ETIMEDOUT, -ECONNRESET.
+ */
+int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t request,
+			  uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+			  uint32_t from, const void *k, const void *v);
+
+/**
+ * struct nelssa_step_in - one (request, KV head) of a decode step.
+ * @request: request.
+ * @head: KV head.
+ * @q: fp32 [group][head_dim] queries.
+ * @sel: selected cluster ids (numbered as in the index sent).
+ * @nr_sel: how many.
+ */
+struct nelssa_step_in {
+	uint64_t request;
+	uint16_t head;
+	const float *q;
+	const uint32_t *sel;
+	uint32_t nr_sel;
+};
+
+/**
+ * struct nelssa_step_times - where a step's time went, in ns.
+ * @rtt: from send to reply, on the client.
+ * @recv: the daemon's receive (rendezvous data) time.
+ * @dispatch: staging and submitting the device commands.
+ * @device: from the last submit to the last completion.
+ * @aggregate: gathering the outputs into the reply.
+ */
+struct nelssa_step_times {
+	uint64_t rtt, recv, dispatch, device, aggregate;
+};
+
+/**
+ * nelssa_client_step() - one layer of a decode step on the PNM devices.
+ * @c: connection.
+ * @session: session.
+ * @layer: layer.
+ * @in: the work items.
+ * @n: how many (at most max_batch * kv_heads).
+ * @o: receives fp32 [@n][group][head_dim].
+ * @lse: receives fp32 [@n][group].
+ * @t: receives the time breakdown; may be NULL.
+ *
+ * Return: 0, or the daemon's refusal (-ENOENT unknown request, -ERANGE a
+ * cluster id beyond the stored ones, -E2BIG too many, -EBUSY a step of the
+ * session still running), -EIO (a device failed), -ETIMEDOUT, -ECONNRESET.
+ */
+int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer,
+		       const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
+		       struct nelssa_step_times *t);
+
+/**
+ * nelssa_client_stats() - the daemon's counters.
+ * @c: connection.
+ * @m: receives the STATS_REPLY message (m->u.stats).
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_client_stats(struct nelssa_client *c, struct nelssa_msg *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_CLIENT_H */

@@ -1,0 +1,693 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The client of nelssad (<nelssa/client.h>).  Control requests are
+ * synchronous frames on a TCP socket with a receive timeout.  The data
+ * path is one UCX worker and one endpoint to the daemon's worker; the
+ * client thread progresses the worker itself while it waits, sleeping on
+ * the worker's event fd between events, so no hidden thread runs.  Every
+ * wait is bounded by the connection's timeout and ends early when the
+ * endpoint reports the daemon gone.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include <nelssa/client.h>
+
+#define MAX_SESSIONS 64
+#define CHUNK_BYTES (256u << 10)
+#define ACK_WINDOW 8
+
+struct csession {
+	uint64_t id;
+	struct nelssa_session_cfg cfg;
+};
+
+struct nelssa_client {
+	int fd;
+	uint32_t seq, timeout_ms, devices;
+	char err[256];
+	ucp_context_h ucp;
+	ucp_worker_h worker;
+	ucp_ep_h ep;
+	int efd;
+	int ep_failed;
+	/* KV acks */
+	uint32_t acks_pending;
+	int32_t ack_status;
+	/* the step being waited for */
+	uint64_t step_id, next_step;
+	int step_done;
+	int32_t step_status;
+	struct nelssa_reply_hdr reply;
+	uint8_t *reply_buf;
+	size_t reply_cap, reply_len;
+	int reply_rndv_pending;
+	struct csession sess[MAX_SESSIONS];
+	uint32_t n_sess;
+};
+
+static int fail(struct nelssa_client *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct nelssa_client *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+const char *nelssa_client_error(const struct nelssa_client *c)
+{
+	return c ? c->err : "out of memory";
+}
+
+void nelssa_client_set_timeout(struct nelssa_client *c, uint32_t timeout_ms)
+{
+	c->timeout_ms = timeout_ms ? timeout_ms : 30000;
+}
+
+uint32_t nelssa_client_devices(const struct nelssa_client *c)
+{
+	return c->devices;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Control path */
+
+static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m)
+{
+	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	size_t len, off = 0;
+	int ret;
+
+	m->seq = ++c->seq;
+	ret = nelssa_msg_encode(m, buf, sizeof(buf), &len);
+	if (ret)
+		return fail(c, ret, "cannot encode %s", nelssa_msg_type_str(m->type));
+	while (off < len) {
+		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return fail(c, -ECONNRESET, "control connection lost: %s", strerror(errno));
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+static int read_full(struct nelssa_client *c, uint8_t *p, size_t len, uint64_t deadline)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+		uint64_t now = now_ms();
+		ssize_t n;
+
+		if (now >= deadline)
+			return fail(c, -ETIMEDOUT, "no reply from the daemon in %u ms", c->timeout_ms);
+		if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
+			continue;
+		n = recv(c->fd, p + off, len - off, 0);
+		if (n == 0)
+			return fail(c, -ECONNRESET, "the daemon closed the control connection");
+		if (n < 0 && errno != EINTR && errno != EAGAIN)
+			return fail(c, -ECONNRESET, "control connection: %s", strerror(errno));
+		if (n > 0)
+			off += (size_t)n;
+	}
+	return 0;
+}
+
+/* Sends @m and reads the reply into @r; an ERROR reply becomes its code. */
+static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r)
+{
+	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	const uint64_t deadline = now_ms() + c->timeout_ms;
+	struct nelssa_msg_hdr h;
+	int ret = ctl_send(c, m);
+
+	if (!ret)
+		ret = read_full(c, buf, NELSSA_PROTO_HDR_BYTES, deadline);
+	if (ret)
+		return ret;
+	ret = nelssa_msg_decode_hdr(buf, &h);
+	if (!ret)
+		ret = read_full(c, buf + NELSSA_PROTO_HDR_BYTES, h.length, deadline);
+	if (!ret)
+		ret = nelssa_msg_decode(buf, NELSSA_PROTO_HDR_BYTES + h.length, r);
+	if (ret)
+		return c->err[0] ? ret : fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
+	if (r->type == NELSSA_MSG_ERROR)
+		return fail(c, r->u.error.code, "%s", r->u.error.msg);
+	if (r->seq != m->seq)
+		return fail(c, -EPROTO, "reply out of sequence");
+	return 0;
+}
+
+/* Data path */
+
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	struct nelssa_client *c = arg;
+
+	(void)ep;
+	c->ep_failed = 1;
+	fail(c, -ECONNRESET, "data path to the daemon failed: %s", ucs_status_string(status));
+}
+
+static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,
+			   size_t length, const ucp_am_recv_param_t *param)
+{
+	struct nelssa_client *c = arg;
+	struct nelssa_ack_hdr a;
+
+	(void)data;
+	(void)length;
+	(void)param;
+	if (nelssa_ack_hdr_get(header, header_length, &a))
+		a.status = -EPROTO;
+	if (c->acks_pending)
+		c->acks_pending--;
+	if (a.status && !c->ack_status)
+		c->ack_status = a.status;
+	return UCS_OK;
+}
+
+static void reply_recvd(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+	struct nelssa_client *c = user_data;
+
+	(void)length;
+	c->reply_rndv_pending = 0;
+	c->step_done = 1;
+	if (status != UCS_OK)
+		c->step_status = -EIO;
+	if (request)
+		ucp_request_free(request);
+}
+
+static ucs_status_t on_reply(void *arg, const void *header, size_t header_length, void *data,
+			     size_t length, const ucp_am_recv_param_t *param)
+{
+	struct nelssa_client *c = arg;
+	struct nelssa_reply_hdr r;
+
+	if (nelssa_reply_hdr_get(header, header_length, &r) || r.step != c->step_id ||
+	    c->step_done)
+		return UCS_OK;	/* stale (a timed-out step) or garbage */
+	c->reply = r;
+	c->step_status = r.status;
+	if (length > c->reply_cap) {
+		c->step_status = -EPROTO;
+		c->step_done = 1;
+		return UCS_OK;
+	}
+	c->reply_len = length;
+	if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+		ucp_request_param_t prm = { 0 };
+		ucs_status_ptr_t sp;
+
+		prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+		prm.cb.recv_am = reply_recvd;
+		prm.user_data = c;
+		c->reply_rndv_pending = 1;
+		sp = ucp_am_recv_data_nbx(c->worker, data, c->reply_buf, length, &prm);
+		if (sp == NULL)
+			reply_recvd(NULL, UCS_OK, length, c);
+		else if (UCS_PTR_IS_ERR(sp))
+			reply_recvd(NULL, UCS_PTR_STATUS(sp), 0, c);
+		return UCS_OK;
+	}
+	memcpy(c->reply_buf, data, length);
+	c->step_done = 1;
+	return UCS_OK;
+}
+
+/*
+ * Progresses the worker until *@done, the deadline, or the daemon's end:
+ * a failed endpoint, or -- for transports without peer-failure detection,
+ * such as shared memory -- the control connection closing.
+ */
+static int wait_for(struct nelssa_client *c, const int *done, uint64_t deadline)
+{
+	while (!*done) {
+		struct pollfd pfd[2] = { { .fd = c->efd, .events = POLLIN },
+					 { .fd = c->fd, .events = POLLIN } };
+		uint64_t now;
+		char b;
+
+		if (ucp_worker_progress(c->worker))
+			continue;
+		if (c->ep_failed)
+			return -ECONNRESET;
+		now = now_ms();
+		if (now >= deadline)
+			return fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
+		if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
+			continue;
+		poll(pfd, 2, (int)(deadline - now < 100 ? deadline - now : 100));
+		if ((pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
+		    recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+			return fail(c, -ECONNRESET, "the daemon closed the connection");
+	}
+	return 0;
+}
+
+struct send_state {
+	int done;
+	ucs_status_t status;
+};
+
+static void sent(void *request, ucs_status_t status, void *user_data)
+{
+	struct send_state *s = user_data;
+
+	s->status = status;
+	s->done = 1;
+	(void)request;
+}
+
+/* Sends one message and waits until UCX no longer needs its buffers. */
+static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t hdr_len,
+		   const void *data, size_t len, uint64_t deadline)
+{
+	struct send_state st = { 0 };
+	ucp_request_param_t prm = { 0 };
+	ucs_status_ptr_t sp;
+	int ret;
+
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+			   UCP_OP_ATTR_FIELD_FLAGS;
+	prm.flags = UCP_AM_SEND_FLAG_REPLY;
+	prm.cb.send = sent;
+	prm.user_data = &st;
+	sp = ucp_am_send_nbx(c->ep, id, hdr, hdr_len, data, len, &prm);
+	if (sp == NULL)
+		return 0;
+	if (UCS_PTR_IS_ERR(sp))
+		return fail(c, -EIO, "send failed: %s", ucs_status_string(UCS_PTR_STATUS(sp)));
+	ret = wait_for(c, &st.done, deadline);
+	if (ret) {
+		ucp_request_cancel(c->worker, sp);
+		while (!st.done)
+			ucp_worker_progress(c->worker);
+	}
+	ucp_request_free(sp);
+	if (!ret && st.status != UCS_OK)
+		ret = fail(c, -EIO, "send failed: %s", ucs_status_string(st.status));
+	return ret;
+}
+
+static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *res, *ai;
+	char ps[8];
+	int err, one = 1;
+
+	snprintf(ps, sizeof(ps), "%u", port);
+	err = getaddrinfo(host, ps, &hints, &res);
+	if (err)
+		return fail(c, -EHOSTUNREACH, "cannot resolve %s: %s", host, gai_strerror(err));
+	c->fd = -1;
+	for (ai = res; ai && c->fd < 0; ai = ai->ai_next) {
+		c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (c->fd >= 0 && connect(c->fd, ai->ai_addr, ai->ai_addrlen)) {
+			err = errno;
+			close(c->fd);
+			c->fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (c->fd < 0)
+		return fail(c, -err, "cannot connect to %s:%u: %s", host, port, strerror(err));
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+}
+
+int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_client **out)
+{
+	struct nelssa_client *c = calloc(1, sizeof(*c));
+	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO }, r;
+	ucp_params_t up = { 0 };
+	ucp_worker_params_t wp = { 0 };
+	ucp_ep_params_t ep = { 0 };
+	ucp_am_handler_param_t ap = { 0 };
+	ucs_status_t st;
+	int ret;
+
+	*out = c;
+	if (!c)
+		return -ENOMEM;
+	c->fd = -1;
+	c->efd = -1;
+	c->timeout_ms = o->timeout_ms ? o->timeout_ms : 30000;
+	ret = tcp_connect(c, o->host, o->port);
+	if (ret)
+		return ret;
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", o->name ? o->name : "client");
+	ret = ctl_call(c, &m, &r);
+	if (ret)
+		return ret;
+	if (r.type != NELSSA_MSG_HELLO_OK)
+		return fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
+	c->devices = r.u.hello_ok.devices;
+	up.field_mask = UCP_PARAM_FIELD_FEATURES;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	st = ucp_init(&up, NULL, &c->ucp);
+	if (st == UCS_OK) {
+		wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+		wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+		st = ucp_worker_create(c->ucp, &wp, &c->worker);
+	}
+	if (st == UCS_OK)
+		st = ucp_worker_get_efd(c->worker, &c->efd);
+	if (st == UCS_OK) {
+		ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+				UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+		ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+		ap.arg = c;
+		ap.id = NELSSA_AM_KV_ACK;
+		ap.cb = on_ack;
+		st = ucp_worker_set_am_recv_handler(c->worker, &ap);
+	}
+	if (st == UCS_OK) {
+		ap.id = NELSSA_AM_STEP_REPLY;
+		ap.cb = on_reply;
+		st = ucp_worker_set_am_recv_handler(c->worker, &ap);
+	}
+	if (st == UCS_OK) {
+		ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+				UCP_EP_PARAM_FIELD_ERR_HANDLER;
+		ep.address = (const ucp_address_t *)r.u.hello_ok.addr;
+		ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+		ep.err_handler.cb = ep_error;
+		ep.err_handler.arg = c;
+		st = ucp_ep_create(c->worker, &ep, &c->ep);
+		/* Shared memory cannot detect a dead peer; the control socket will. */
+		if (st == UCS_ERR_UNREACHABLE) {
+			ep.field_mask &= ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+						     UCP_EP_PARAM_FIELD_ERR_HANDLER);
+			st = ucp_ep_create(c->worker, &ep, &c->ep);
+		}
+	}
+	if (st != UCS_OK)
+		return fail(c, -EIO, "UCX setup towards the daemon failed: %s", ucs_status_string(st));
+	return 0;
+}
+
+void nelssa_client_close(struct nelssa_client *c)
+{
+	if (!c)
+		return;
+	if (c->ep) {
+		ucp_request_param_t prm = { 0 };
+		ucs_status_ptr_t sp;
+
+		prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+		sp = ucp_ep_close_nbx(c->ep, &prm);
+		if (UCS_PTR_IS_PTR(sp)) {
+			while (ucp_request_check_status(sp) == UCS_INPROGRESS)
+				ucp_worker_progress(c->worker);
+			ucp_request_free(sp);
+		}
+	}
+	if (c->worker)
+		ucp_worker_destroy(c->worker);
+	if (c->ucp)
+		ucp_cleanup(c->ucp);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->reply_buf);
+	free(c);
+}
+
+static struct csession *find(struct nelssa_client *c, uint64_t id)
+{
+	for (uint32_t i = 0; i < c->n_sess; i++)
+		if (c->sess[i].id == id)
+			return &c->sess[i];
+	return NULL;
+}
+
+int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_cfg *cfg,
+			  uint64_t *session)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_SESSION_CREATE }, r;
+	int ret;
+
+	if (c->n_sess == MAX_SESSIONS)
+		return fail(c, -EBUSY, "at most %d sessions per connection", MAX_SESSIONS);
+	m.u.create.tenant = cfg->tenant;
+	m.u.create.shape = cfg->shape;
+	m.u.create.placement = cfg->placement;
+	m.u.create.max_batch = cfg->max_batch;
+	m.u.create.max_sel = cfg->max_sel;
+	m.u.create.capacity_tokens = cfg->capacity_tokens;
+	if (nelssa_shape_check(&cfg->shape))
+		return fail(c, -EINVAL, "bad model shape");
+	ret = ctl_call(c, &m, &r);
+	if (ret)
+		return ret;
+	c->sess[c->n_sess].id = r.u.session_ok.session;
+	c->sess[c->n_sess++].cfg = *cfg;
+	*session = r.u.session_ok.session;
+	return 0;
+}
+
+int nelssa_client_session_close(struct nelssa_client *c, uint64_t session)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_CLOSE }, r;
+	struct csession *s = find(c, session);
+
+	if (!s)
+		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+	m.u.session.session = session;
+	*s = c->sess[--c->n_sess];
+	return ctl_call(c, &m, &r);
+}
+
+int nelssa_client_request(struct nelssa_client *c, uint64_t session, uint64_t request,
+			  uint32_t max_tokens, uint32_t max_clusters)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_REQ_ALLOC }, r;
+
+	m.u.req.session = session;
+	m.u.req.request = request;
+	m.u.req.max_tokens = max_tokens;
+	m.u.req.max_clusters = max_clusters;
+	return ctl_call(c, &m, &r);
+}
+
+int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64_t request)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_REQ_FREE }, r;
+
+	m.u.req.session = session;
+	m.u.req.request = request;
+	return ctl_call(c, &m, &r);
+}
+
+int nelssa_client_stats(struct nelssa_client *c, struct nelssa_msg *r)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_STATS };
+
+	return ctl_call(c, &m, r);
+}
+
+int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t request,
+			  uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+			  uint32_t from, const void *k, const void *v)
+{
+	const struct csession *s = find(c, session);
+	const uint64_t deadline = now_ms() + c->timeout_ms;
+	size_t row;
+	uint8_t *buf;
+	uint64_t cookie = 0;
+	int ret = 0;
+
+	if (!s)
+		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+	if (ix->head_dim != s->cfg.shape.head_dim || from > ix->n_clusters)
+		return fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
+			    ix->head_dim, s->cfg.shape.head_dim);
+	row = 2u * ix->head_dim;
+	buf = malloc(CHUNK_BYTES + 2 * row + 8);
+	if (!buf)
+		return fail(c, -ENOMEM, "out of memory");
+	c->acks_pending = 0;
+	c->ack_status = 0;
+	/* Chunks of whole clusters, each about CHUNK_BYTES (one big cluster alone). */
+	for (uint32_t cl = from; cl < ix->n_clusters && !ret;) {
+		struct nelssa_kv_hdr h = { .session = session, .request = request, .layer = layer,
+					   .head = head, .first_cluster = cl,
+					   .first_token = ix->table[cl].first };
+		uint8_t hdr[NELSSA_KV_HDR_BYTES];
+		uint32_t end = cl, tokens = 0;
+		uint8_t *data;
+
+		while (end < ix->n_clusters &&
+		       (end == cl || (tokens + ix->table[end].count) * 2 * row + 8 * (end - cl + 1) <=
+				     CHUNK_BYTES))
+			tokens += ix->table[end++].count;
+		h.nr_tokens = tokens;
+		h.nr_clusters = end - cl;
+		data = tokens * 2 * row + 8 * h.nr_clusters > CHUNK_BYTES + 2 * row + 8 ?
+			       malloc(tokens * 2 * row + 8 * h.nr_clusters) : buf;
+		if (!data) {
+			ret = fail(c, -ENOMEM, "out of memory");
+			break;
+		}
+		for (uint32_t i = 0; i < tokens; i++) {
+			uint32_t t = ix->perm[h.first_token + i];
+
+			memcpy(data + i * row, (const uint8_t *)k + (size_t)t * row, row);
+			memcpy(data + (tokens + i) * row, (const uint8_t *)v + (size_t)t * row, row);
+		}
+		memcpy(data + 2 * tokens * row, ix->table + cl, 8u * h.nr_clusters);
+		h.cookie = ++cookie;
+		nelssa_kv_hdr_put(hdr, &h);
+		c->acks_pending++;
+		ret = am_send(c, NELSSA_AM_KV, hdr, sizeof(hdr), data,
+			      tokens * 2 * row + 8 * h.nr_clusters, deadline);
+		if (data != buf)
+			free(data);
+		/* Bound what is unacknowledged, so errors surface near their cause. */
+		while (!ret && c->acks_pending >= ACK_WINDOW) {
+			int done = 0;
+
+			while (!ret && c->acks_pending >= ACK_WINDOW && !done) {
+				ret = wait_for(c, &done, now_ms() + 1 > deadline ? deadline : now_ms() + 1);
+				if (ret == -ETIMEDOUT && now_ms() < deadline)
+					ret = 0, done = 1;
+			}
+		}
+		cl = end;
+	}
+	while (!ret && c->acks_pending) {
+		int done = 0;
+
+		ret = wait_for(c, &done, now_ms() + 1 > deadline ? deadline : now_ms() + 1);
+		if (ret == -ETIMEDOUT && now_ms() < deadline)
+			ret = 0;
+		else if (ret == -ETIMEDOUT)
+			ret = fail(c, -ETIMEDOUT, "KV offload not acknowledged in %u ms", c->timeout_ms);
+	}
+	free(buf);
+	if (!ret && c->ack_status)
+		ret = fail(c, c->ack_status, "the daemon refused KV rows: %s",
+			   strerror(-c->ack_status));
+	return ret;
+}
+
+int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer,
+		       const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
+		       struct nelssa_step_times *t)
+{
+	const struct csession *s = find(c, session);
+	const uint64_t deadline = now_ms() + c->timeout_ms;
+	uint32_t g, d;
+	size_t len, q_bytes, out_slot;
+	struct nelssa_step_hdr h;
+	uint8_t hdr[NELSSA_STEP_HDR_BYTES], *data, *p;
+	uint64_t t0;
+	int ret;
+
+	if (!s)
+		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+	g = s->cfg.shape.q_heads / s->cfg.shape.kv_heads;
+	d = s->cfg.shape.head_dim;
+	q_bytes = 4ull * g * d;
+	out_slot = q_bytes + 4ull * g;
+	len = (size_t)n * NELSSA_STEP_ITEM_BYTES;
+	for (uint32_t i = 0; i < n; i++)
+		len += q_bytes + 4ull * in[i].nr_sel;
+	data = malloc(len + 1);
+	if (!data)
+		return fail(c, -ENOMEM, "out of memory");
+	if (c->reply_cap < n * out_slot) {
+		free(c->reply_buf);
+		c->reply_cap = n * out_slot;
+		c->reply_buf = malloc(c->reply_cap + 1);
+		if (!c->reply_buf) {
+			c->reply_cap = 0;
+			free(data);
+			return fail(c, -ENOMEM, "out of memory");
+		}
+	}
+	p = data + (size_t)n * NELSSA_STEP_ITEM_BYTES;
+	for (uint32_t i = 0; i < n; i++) {
+		struct nelssa_step_item it = { in[i].request, in[i].head, in[i].nr_sel };
+
+		nelssa_step_item_put(data + (size_t)i * NELSSA_STEP_ITEM_BYTES, &it);
+		memcpy(p, in[i].q, q_bytes);
+		memcpy(p + q_bytes, in[i].sel, 4ull * in[i].nr_sel);
+		p += q_bytes + 4ull * in[i].nr_sel;
+	}
+	h = (struct nelssa_step_hdr){ .session = session, .step = ++c->next_step, .layer = layer,
+				      .nr_items = n };
+	nelssa_step_hdr_put(hdr, &h);
+	c->step_id = h.step;
+	c->step_done = 0;
+	c->step_status = 0;
+	t0 = now_ns();
+	ret = am_send(c, NELSSA_AM_STEP, hdr, sizeof(hdr), data, len, deadline);
+	free(data);
+	if (!ret)
+		ret = wait_for(c, &c->step_done, deadline);
+	if (ret) {
+		c->step_id = 0;		/* a late reply is dropped */
+		return ret;
+	}
+	if (c->step_status)
+		return fail(c, c->step_status, "the daemon failed the step: %s",
+			    strerror(-c->step_status));
+	if (c->reply.nr_items != n || c->reply_len != n * out_slot)
+		return fail(c, -EPROTO, "step reply of %zu bytes for %u items", c->reply_len, n);
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(o + (size_t)i * g * d, c->reply_buf + i * out_slot, q_bytes);
+		memcpy(lse + (size_t)i * g, c->reply_buf + i * out_slot + q_bytes, 4ull * g);
+	}
+	if (t)
+		*t = (struct nelssa_step_times){ .rtt = now_ns() - t0, .recv = c->reply.t_recv,
+						 .dispatch = c->reply.t_dispatch,
+						 .device = c->reply.t_device,
+						 .aggregate = c->reply.t_aggregate };
+	return 0;
+}

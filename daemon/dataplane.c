@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The data path: one UCX worker owned by one poller thread.  Clients send
+ * KV rows and decode steps as active messages; small ones arrive whole in
+ * the callback (eager), large ones as rendezvous descriptors that the
+ * poller receives into a buffer first.  The poller's loop progresses the
+ * worker, reaps device completions (which finish steps), closes sessions
+ * marked by the control thread, and then sleeps in epoll on the worker's
+ * event fd, the devices' event fds and a wake-up eventfd -- or spins, in
+ * busy-poll mode, where a core can be spared for latency.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "nelssad.h"
+
+struct rndv_ctx {
+	struct nelssad *nd;
+	unsigned int id;
+	ucp_ep_h ep;
+	uint8_t hdr[64];
+	size_t hdr_len, len;
+	uint64_t t_arrive;
+	uint8_t *buf;
+};
+
+static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, size_t hdr_len)
+{
+	uint64_t id = 0;
+
+	if (hdr_len < 8)
+		return NULL;
+	for (int i = 7; i >= 0; i--)
+		id = id << 8 | hdr[i];
+	for (struct nd_session *s = nd->sessions; s; s = s->next)
+		if (s->id == id && !s->closing)
+			return s;
+	return NULL;
+}
+
+static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size_t hdr_len,
+		       const uint8_t *data, size_t len)
+{
+	struct nelssa_kv_hdr h = { 0 };
+	struct nelssa_ack_hdr a;
+	uint8_t out[NELSSA_ACK_HDR_BYTES];
+	struct nd_session *s;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&nd->lock);
+	s = find_session(nd, hdr, hdr_len);
+	if (s) {
+		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
+		if (!ret)
+			ret = nd_kv_ingest(nd, s, &h, data);
+		if (!ret)
+			nd->stats.kv_bytes += len;
+	} else if (hdr_len == NELSSA_KV_HDR_BYTES) {
+		nelssa_kv_hdr_get(hdr, hdr_len, len, 1, &h);	/* for the cookie */
+	}
+	pthread_mutex_unlock(&nd->lock);
+	if (ret && nd->cfg.verbose)
+		nd_log(nd, "KV message refused: %s", strerror(-ret));
+	a = (struct nelssa_ack_hdr){ .cookie = h.cookie, .status = ret };
+	nelssa_ack_hdr_put(out, &a);
+	nd_send(nd, ep, NELSSA_AM_KV_ACK, out, sizeof(out), NULL, 0, 0);
+}
+
+static void process_step(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size_t hdr_len,
+			 const uint8_t *data, size_t len, uint64_t t_arrive)
+{
+	struct nd_session *s;
+
+	pthread_mutex_lock(&nd->lock);
+	s = find_session(nd, hdr, hdr_len);
+	if (s) {
+		nd_step_start(nd, s, ep, hdr, hdr_len, data, len, t_arrive);
+	} else {
+		uint64_t step = 0;
+
+		for (int i = 15; i >= 8 && hdr_len >= 16; i--)
+			step = step << 8 | hdr[i];
+		nd_step_reply_error(nd, ep, step, -ENOENT);
+	}
+	pthread_mutex_unlock(&nd->lock);
+}
+
+static void dispatch_msg(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
+			 size_t hdr_len, const uint8_t *data, size_t len, uint64_t t_arrive)
+{
+	if (id == NELSSA_AM_KV)
+		process_kv(nd, ep, hdr, hdr_len, data, len);
+	else
+		process_step(nd, ep, hdr, hdr_len, data, len, t_arrive);
+}
+
+static void rndv_done(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+	struct rndv_ctx *c = user_data;
+
+	(void)length;
+	if (status == UCS_OK)
+		dispatch_msg(c->nd, c->id, c->ep, c->hdr, c->hdr_len, c->buf, c->len, c->t_arrive);
+	else
+		nd_log(c->nd, "receiving a message failed: %s", ucs_status_string(status));
+	if (request)
+		ucp_request_free(request);
+	free(c->buf);
+	free(c);
+}
+
+static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *header,
+			  size_t header_length, void *data, size_t length,
+			  const ucp_am_recv_param_t *param)
+{
+	const uint64_t t = nd_now_ns();
+	ucp_request_param_t prm = { 0 };
+	struct rndv_ctx *c;
+	ucs_status_ptr_t sp;
+
+	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+		nd_log(nd, "message %u without a reply endpoint dropped", id);
+		return UCS_OK;
+	}
+	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+		dispatch_msg(nd, id, param->reply_ep, header, header_length, data, length, t);
+		return UCS_OK;
+	}
+	/* Rendezvous: bounded header, then pull the data into a buffer. */
+	c = calloc(1, sizeof(*c));
+	if (!c || header_length > sizeof(c->hdr) || !(c->buf = malloc(length ? length : 1))) {
+		if (c)
+			free(c);
+		nd_log(nd, "message %u of %zu bytes dropped (header %zu bytes, or no memory)", id,
+		       length, header_length);
+		return UCS_OK;
+	}
+	c->nd = nd;
+	c->id = id;
+	c->ep = param->reply_ep;
+	memcpy(c->hdr, header, header_length);
+	c->hdr_len = header_length;
+	c->len = length;
+	c->t_arrive = t;
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	prm.cb.recv_am = rndv_done;
+	prm.user_data = c;
+	sp = ucp_am_recv_data_nbx(nd->worker, data, c->buf, length, &prm);
+	if (sp == NULL)
+		rndv_done(NULL, UCS_OK, length, c);
+	else if (UCS_PTR_IS_ERR(sp))
+		rndv_done(NULL, UCS_PTR_STATUS(sp), 0, c);
+	return UCS_OK;
+}
+
+static ucs_status_t am_kv(void *arg, const void *header, size_t header_length, void *data,
+			  size_t length, const ucp_am_recv_param_t *param)
+{
+	return on_am(arg, NELSSA_AM_KV, header, header_length, data, length, param);
+}
+
+static ucs_status_t am_step(void *arg, const void *header, size_t header_length, void *data,
+			    size_t length, const ucp_am_recv_param_t *param)
+{
+	return on_am(arg, NELSSA_AM_STEP, header, header_length, data, length, param);
+}
+
+/* Closes sessions the control thread marked, once no step of theirs runs. */
+static void reap_sessions(struct nelssad *nd)
+{
+	pthread_mutex_lock(&nd->lock);
+	for (struct nd_session **pp = &nd->sessions; *pp;) {
+		struct nd_session *s = *pp;
+
+		if (s->closing && !s->step) {
+			*pp = s->next;
+			nd->n_sessions--;
+			nd_log(nd, "session %llu closed", (unsigned long long)s->id);
+			nd_session_free(nd, s);
+		} else {
+			pp = &s->next;
+		}
+	}
+	pthread_mutex_unlock(&nd->lock);
+}
+
+static void reap_devices(struct nelssad *nd)
+{
+	struct npnm_completion comps[64];
+
+	for (uint32_t d = 0; d < nd->n_dev; d++) {
+		int n;
+
+		while ((n = nelssa_pnm_poll(nd->dev[d].pnm, comps, 64)) > 0) {
+			pthread_mutex_lock(&nd->lock);
+			for (int i = 0; i < n; i++)
+				nd_step_complete(nd, &comps[i]);
+			pthread_mutex_unlock(&nd->lock);
+		}
+	}
+}
+
+static void *poller(void *arg)
+{
+	struct nelssad *nd = arg;
+	struct epoll_event ev = { .events = EPOLLIN }, evs[16];
+	int epfd = epoll_create1(EPOLL_CLOEXEC), efd = -1;
+
+	if (epfd < 0 || ucp_worker_get_efd(nd->worker, &efd) != UCS_OK) {
+		nd_log(nd, "poller: cannot set up epoll or the worker's event fd");
+		nd->stop = 1;
+		return NULL;
+	}
+	epoll_ctl(epfd, EPOLL_CTL_ADD, efd, &ev);
+	epoll_ctl(epfd, EPOLL_CTL_ADD, nd->wake_fd, &ev);
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		epoll_ctl(epfd, EPOLL_CTL_ADD, nelssa_pnm_event_fd(nd->dev[d].pnm), &ev);
+	while (!nd->stop) {
+		while (ucp_worker_progress(nd->worker))
+			;
+		reap_devices(nd);
+		reap_sessions(nd);
+		if (nd->cfg.busy_poll)
+			continue;
+		if (ucp_worker_arm(nd->worker) == UCS_ERR_BUSY)
+			continue;
+		/* Device completions do not wake the worker's fd: they have their own. */
+		if (epoll_wait(epfd, evs, 16, 100) > 0) {
+			uint64_t v;
+
+			if (read(nd->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				break;
+		}
+	}
+	close(epfd);
+	return NULL;
+}
+
+void nd_dataplane_wake(struct nelssad *nd)
+{
+	uint64_t one = 1;
+
+	if (write(nd->wake_fd, &one, sizeof(one)) < 0)
+		nd_log(nd, "cannot wake the poller: %s", strerror(errno));
+}
+
+/* The transports UCX can use here, as "tcp posix cma ..." (for logs and --require-rdma). */
+static void list_transports(struct nelssad *nd)
+{
+	static const char *const tls[] = { "rc_verbs", "rc_mlx5", "dc_mlx5", "ud_verbs", "ud_mlx5",
+					   "tcp", "posix", "sysv", "cma", "xpmem", "knem" };
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	nd->transports[0] = 0;
+	if (!f)
+		return;
+	ucp_context_print_info(nd->ucp, f);
+	fclose(f);
+	for (size_t i = 0; i < sizeof(tls) / sizeof(tls[0]); i++) {
+		char pat[32];
+
+		snprintf(pat, sizeof(pat), "%s/", tls[i]);
+		if (text && strstr(text, pat) &&
+		    strlen(nd->transports) + strlen(tls[i]) + 2 < sizeof(nd->transports)) {
+			if (nd->transports[0])
+				strcat(nd->transports, " ");
+			strcat(nd->transports, tls[i]);
+		}
+	}
+	free(text);
+}
+
+int nd_dataplane_start(struct nelssad *nd)
+{
+	ucp_params_t up = { 0 };
+	ucp_worker_params_t wp = { 0 };
+	ucp_am_handler_param_t ap = { 0 };
+	ucs_status_t st;
+
+	up.field_mask = UCP_PARAM_FIELD_FEATURES;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	st = ucp_init(&up, NULL, &nd->ucp);
+	if (st != UCS_OK) {
+		nd_log(nd, "UCX init failed: %s", ucs_status_string(st));
+		return -EIO;
+	}
+	list_transports(nd);
+	nd_log(nd, "UCX transports available: %s", nd->transports[0] ? nd->transports : "none");
+	if (nd->cfg.require_rdma && !strstr(nd->transports, "rc_") &&
+	    !strstr(nd->transports, "dc_") && !strstr(nd->transports, "ud_")) {
+		nd_log(nd, "--require-rdma: UCX found no RDMA transport (only '%s'); refusing to run "
+		       "on a TCP or shared-memory fallback", nd->transports);
+		ucp_cleanup(nd->ucp);
+		nd->ucp = NULL;
+		return -ENODEV;
+	}
+	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+	st = ucp_worker_create(nd->ucp, &wp, &nd->worker);
+	if (st == UCS_OK)
+		st = ucp_worker_get_address(nd->worker, &nd->addr, &nd->addr_len);
+	if (st != UCS_OK || nd->addr_len > NELSSA_PROTO_MAX_ADDR) {
+		nd_log(nd, "UCX worker setup failed: %s", ucs_status_string(st));
+		return -EIO;
+	}
+	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+			UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+	ap.arg = nd;
+	ap.id = NELSSA_AM_KV;
+	ap.cb = am_kv;
+	st = ucp_worker_set_am_recv_handler(nd->worker, &ap);
+	ap.id = NELSSA_AM_STEP;
+	ap.cb = am_step;
+	if (st == UCS_OK)
+		st = ucp_worker_set_am_recv_handler(nd->worker, &ap);
+	if (st != UCS_OK)
+		return -EIO;
+	nd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (nd->wake_fd < 0 || pthread_create(&nd->poller, NULL, poller, nd))
+		return -errno;
+	return 0;
+}
+
+void nd_dataplane_stop(struct nelssad *nd)
+{
+	if (!nd->worker)
+		goto out;
+	nd->stop = 1;
+	nd_dataplane_wake(nd);
+	pthread_join(nd->poller, NULL);
+	/* Steps still on devices: wait them out so their memory can go. */
+	for (uint32_t d = 0; d < nd->n_dev; d++) {
+		struct npnm_completion c[64];
+
+		while (nelssa_pnm_inflight(nd->dev[d].pnm) &&
+		       nelssa_pnm_wait(nd->dev[d].pnm, c, 1, 64, 5000000000ll) > 0)
+			;
+	}
+	for (struct nd_session *s = nd->sessions, *n; s; s = n) {
+		n = s->next;
+		free(s->step ? s->step->item_dev : NULL);
+		free(s->step ? s->step->item_slot : NULL);
+		free(s->step);
+		nd_session_free(nd, s);
+	}
+	nd->sessions = NULL;
+	ucp_worker_release_address(nd->worker, nd->addr);
+	ucp_worker_destroy(nd->worker);
+	close(nd->wake_fd);
+out:
+	if (nd->ucp)
+		ucp_cleanup(nd->ucp);
+}

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The Job Dispatcher and the Output Aggregator of a decode step.  A step
+ * message carries one layer's work items (request, KV head, queries,
+ * selected clusters) for a batch of requests.  Each item goes to the
+ * device holding its head; every device gets one SPARSE_ATTN command with
+ * all of its items, submitted at once through the Command API, and the
+ * poller thread goes back to its event loop -- no thread waits for a
+ * device.  As completions arrive the step's pending count drops; the last
+ * one assembles the reply from the devices' output buffers in item order.
+ * With head-wise placement every head's state is complete on its device,
+ * so aggregation is a gather whose cost does not depend on the KV size.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nelssad.h"
+
+struct send_ctx {
+	void *buf;
+};
+
+static void send_done(void *request, ucs_status_t status, void *user_data)
+{
+	(void)status;
+	free(user_data);
+	ucp_request_free(request);
+}
+
+void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len,
+	     void *data, size_t len, int free_data)
+{
+	ucp_request_param_t prm = { 0 };
+	ucs_status_ptr_t sp;
+	uint8_t *copy;
+
+	/* Header and data stay alive until UCX is done with them. */
+	copy = malloc(hdr_len + (free_data ? 0 : len));
+	if (!copy) {
+		if (free_data)
+			free(data);
+		return;
+	}
+	memcpy(copy, hdr, hdr_len);
+	if (!free_data) {
+		if (len)
+			memcpy(copy + hdr_len, data, len);
+		data = copy + hdr_len;
+	}
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	prm.cb.send = send_done;
+	/* One allocation to free: the data buffer owns the header copy too. */
+	if (free_data) {
+		uint8_t *joined = realloc(data, len + hdr_len);
+
+		if (!joined) {
+			free(data);
+			free(copy);
+			return;
+		}
+		memcpy(joined + len, copy, hdr_len);
+		free(copy);
+		data = joined;
+		copy = joined + len;
+		prm.user_data = joined;
+	} else {
+		prm.user_data = copy;
+	}
+	sp = ucp_am_send_nbx(ep, id, copy, hdr_len, data, len, &prm);
+	if (!UCS_PTR_IS_PTR(sp)) {
+		if (UCS_PTR_IS_ERR(sp))
+			nd_log(nd, "send of message %u failed: %s", id,
+			       ucs_status_string(UCS_PTR_STATUS(sp)));
+		free(prm.user_data);
+	}
+}
+
+void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int status)
+{
+	struct nelssa_reply_hdr r = { .step = step, .status = status };
+	uint8_t hdr[NELSSA_REPLY_HDR_BYTES];
+
+	nelssa_reply_hdr_put(hdr, &r);
+	nd_send(nd, ep, NELSSA_AM_STEP_REPLY, hdr, sizeof(hdr), NULL, 0, 0);
+}
+
+static void step_free(struct nd_step *st)
+{
+	free(st->item_dev);
+	free(st->item_slot);
+	free(st);
+}
+
+/* Called with nd->lock held, as everything here. */
+static void step_finish(struct nelssad *nd, struct nd_step *st)
+{
+	struct nd_session *s = st->s;
+	const uint64_t o_bytes = 4ull * s->group * s->shape.head_dim, l_bytes = 4ull * s->group;
+	const uint64_t out_slot = o_bytes + l_bytes;
+	struct nelssa_reply_hdr r = { .step = st->id, .status = st->status,
+				      .nr_items = st->nr_items };
+	uint8_t hdr[NELSSA_REPLY_HDR_BYTES], *buf = NULL;
+	uint64_t t_ready;
+
+	if (!r.status) {
+		buf = malloc(st->nr_items * out_slot + 1);
+		if (!buf)
+			r.status = -ENOMEM;
+	}
+	if (r.status) {
+		r.nr_items = 0;
+	} else {
+		for (uint32_t i = 0; i < st->nr_items; i++) {
+			const struct nd_sdev *sd = &s->dev[st->item_dev[i]];
+
+			memcpy(buf + i * out_slot,
+			       sd->stage_map + sd->out_off + st->item_slot[i] * out_slot, out_slot);
+		}
+	}
+	t_ready = nd_now_ns();
+	r.t_recv = st->t_start - st->t_arrive;
+	r.t_dispatch = st->t_submitted - st->t_start;
+	r.t_device = st->t_done - st->t_submitted;
+	r.t_aggregate = t_ready - st->t_done;
+	nelssa_reply_hdr_put(hdr, &r);
+	nd_send(nd, st->reply_ep, NELSSA_AM_STEP_REPLY, hdr, sizeof(hdr), buf,
+		r.status ? 0 : st->nr_items * out_slot, buf != NULL);
+	nd->stats.steps++;
+	nd->stats.items += st->nr_items;
+	nd->stats.t_recv += r.t_recv;
+	nd->stats.t_dispatch += r.t_dispatch;
+	nd->stats.t_device += r.t_device;
+	nd->stats.t_aggregate += r.t_aggregate;
+	nd->stats.t_send += nd_now_ns() - t_ready;
+	s->step = NULL;
+	step_free(st);
+}
+
+void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c)
+{
+	struct nd_step *st = (struct nd_step *)(uintptr_t)c->user_tag;
+
+	if (c->result && !st->status) {
+		st->status = c->result < 0 ? c->result : -EIO;
+		nd_log(nd, "session %llu step %llu: device status %s",
+		       (unsigned long long)st->s->id, (unsigned long long)st->id,
+		       nelssa_pnm_status_str(c->status));
+	}
+	if (--st->pending)
+		return;
+	st->t_done = nd_now_ns();
+	step_finish(nd, st);
+}
+
+/* Checks an item and fills its descriptor and inputs in the device's staging. */
+static int stage_item(struct nelssad *nd, struct nd_session *s, const struct nelssa_step_hdr *h,
+		      const struct nelssa_step_item *it, const uint8_t *q, const uint8_t *sel,
+		      uint32_t dev, uint32_t slot)
+{
+	const uint64_t q_bytes = 4ull * s->group * s->shape.head_dim;
+	const uint64_t in_slot = q_bytes + 4ull * s->max_sel;
+	const uint64_t out_slot = q_bytes + 4ull * s->group;
+	struct nd_sdev *sd = &s->dev[dev];
+	struct nd_request *r = nd_request_find(s, it->request);
+	struct npnm_attn_item *ai = (struct npnm_attn_item *)sd->stage_map + slot;
+	uint64_t k, v, t;
+	uint32_t cell;
+
+	if (!r || it->head >= s->shape.kv_heads)
+		return -ENOENT;
+	if (slot >= s->max_batch * s->local_heads)
+		return -E2BIG;
+	cell = (uint32_t)h->layer * s->shape.kv_heads + it->head;
+	for (uint32_t i = 0; i < it->nr_sel; i++) {
+		uint32_t id;
+
+		memcpy(&id, sel + 4ull * i, 4);
+		if (id >= r->nr_clusters[cell])
+			return -ERANGE;
+	}
+	nd_store_offsets(s, r, h->layer, it->head / nd->n_dev, &k, &v, &t);
+	memcpy(sd->stage_map + sd->in_off + slot * in_slot, q, q_bytes);
+	memcpy(sd->stage_map + sd->in_off + slot * in_slot + q_bytes, sel, 4ull * it->nr_sel);
+	*ai = (struct npnm_attn_item){
+		.k_off = r->off[dev] + k,
+		.v_off = r->off[dev] + v,
+		.table_off = r->off[dev] + t,
+		.q_off = slot * in_slot,
+		.sel_off = slot * in_slot + q_bytes,
+		.o_off = slot * out_slot,
+		.lse_off = slot * out_slot + q_bytes,
+		.nr_tokens = r->nr_tokens[cell],
+		.nr_clusters = r->nr_clusters[cell],
+		.nr_sel = it->nr_sel,
+	};
+	return 0;
+}
+
+int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
+		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive)
+{
+	const uint32_t max_items = s->max_batch * s->shape.kv_heads;
+	struct nelssa_step_item *items = NULL;
+	size_t *q_off = NULL, *sel_off = NULL;
+	struct nelssa_step_hdr h = { 0 };
+	struct nd_step *st = NULL;
+	uint32_t submitted = 0;
+	int ret = -ENOMEM;
+
+	items = malloc(sizeof(*items) * max_items);
+	q_off = malloc(sizeof(*q_off) * max_items);
+	sel_off = malloc(sizeof(*sel_off) * max_items);
+	st = calloc(1, sizeof(*st));
+	if (!items || !q_off || !sel_off || !st)
+		goto fail;
+	ret = nelssa_step_parse(hdr, hdr_len, data, data_len, s->group, s->shape.head_dim,
+				max_items, s->max_sel, &h, items, q_off, sel_off);
+	if (ret)
+		goto fail;
+	ret = -EINVAL;
+	if (h.layer >= s->shape.layers)
+		goto fail;
+	ret = -EBUSY;		/* one step per session at a time */
+	if (s->step)
+		goto fail;
+	st->s = s;
+	st->reply_ep = reply_ep;
+	st->id = h.step;
+	st->nr_items = h.nr_items;
+	st->t_arrive = t_arrive;
+	st->t_start = nd_now_ns();
+	st->item_dev = calloc(h.nr_items + 1, sizeof(uint32_t));
+	st->item_slot = calloc(h.nr_items + 1, sizeof(uint32_t));
+	ret = -ENOMEM;
+	if (!st->item_dev || !st->item_slot)
+		goto fail;
+	for (uint32_t i = 0; i < h.nr_items; i++) {
+		uint32_t d = nd_head_device(nd, items[i].head % s->shape.kv_heads);
+
+		ret = stage_item(nd, s, &h, &items[i], data + q_off[i], data + sel_off[i], d,
+				 st->dev_items[d]);
+		if (ret)
+			goto fail;
+		st->item_dev[i] = d;
+		st->item_slot[i] = st->dev_items[d]++;
+	}
+	s->step = st;
+	for (uint32_t d = 0; d < nd->n_dev; d++) {
+		struct nd_sdev *sd = &s->dev[d];
+		struct npnm_cmd cmd;
+		int n;
+
+		if (!st->dev_items[d])
+			continue;
+		memset(&cmd, 0, sizeof(cmd));
+		cmd.opcode = NPNM_OP_SPARSE_ATTN;
+		cmd.user_tag = (uint64_t)(uintptr_t)st;
+		cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ sd->stage, 0, 0,
+			st->dev_items[d] * sizeof(struct npnm_attn_item) };
+		cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ sd->arena, 0, 0, sd->arena_bytes };
+		cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ sd->stage, 0, sd->in_off,
+			sd->out_off - sd->in_off };
+		cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ sd->stage, 0, sd->out_off,
+			sd->stage_bytes - sd->out_off };
+		cmd.p.attn = (struct npnm_sparse_attn_params){
+			.nr_items = st->dev_items[d],
+			.head_dim = s->shape.head_dim,
+			.group = (uint8_t)s->group,
+			.kv_dtype = s->shape.kv_dtype,
+		};
+		n = nelssa_pnm_submit(nd->dev[d].pnm, &cmd, 1, NULL);
+		if (n != 1) {
+			st->status = n < 0 ? n : -EIO;
+			nd_log(nd, "%s: submit failed: %s", nd->dev[d].name, nelssa_pnm_strerror());
+			break;
+		}
+		submitted++;
+	}
+	st->t_submitted = nd_now_ns();
+	st->pending = submitted;
+	free(items);
+	free(q_off);
+	free(sel_off);
+	if (!submitted) {	/* nothing to wait for: no items, or the first submit failed */
+		st->t_done = st->t_submitted;
+		step_finish(nd, st);
+	}
+	return 0;
+fail:
+	free(items);
+	free(q_off);
+	free(sel_off);
+	if (st)
+		step_free(st);
+	nd_step_reply_error(nd, reply_ep, h.step, ret);
+	return ret;
+}

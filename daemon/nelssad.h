@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nelssad (NelssaHost): serves decode-time sparse attention to GPU nodes
+ * from PNM devices.  Documentation/daemon.rst describes it; this header is
+ * shared by its parts:
+ *
+ *   main.c      options, config file, devices, signals, start and stop
+ *   control.c   the TCP control path: hello, sessions, KV allocation, stats
+ *   dataplane.c the UCX worker and its poller thread: KV ingest, steps
+ *   partition.c the KV Partitioner: device arenas, request stores, ingest
+ *   dispatch.c  the Job Dispatcher and Output Aggregator of a decode step
+ *
+ * Threads: the control thread (main) owns the sessions table's structure;
+ * the poller thread owns the UCX worker and runs every step.  Both take
+ * nd->lock around the sessions table; a session closes on the poller thread
+ * (nd_dataplane_reap()), never while a step of it is in flight.
+ */
+#ifndef NELSSAD_H
+#define NELSSAD_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include <nelssa/pnm.h>
+#include <nelssa/proto.h>
+
+#include "pnm_internal.h"	/* struct pnm_alloc: device-memory extents */
+
+#define ND_MAX_DEVICES 64
+#define ND_NAME "nelssad"
+
+struct nd_config {
+	char devices[1024];	/* "sim:4", or a comma list of device names */
+	char sim_opts[128];	/* appended to each sim device: mem=..,cores=.. */
+	char listen_host[128];
+	uint16_t port;
+	uint32_t max_sessions;
+	uint32_t max_conns;
+	int busy_poll;		/* poller spins instead of sleeping on the efd */
+	int require_rdma;
+	int verbose;
+};
+
+struct nd_device {
+	struct nelssa_pnm *pnm;
+	char name[128];
+	struct npnm_info info;
+	uint64_t reserved;	/* bytes promised to sessions */
+};
+
+/* One request's KV store: the same offset range in every device's arena. */
+struct nd_request {
+	uint64_t id;
+	int used;
+	uint32_t max_tokens, max_clusters;
+	uint64_t off[ND_MAX_DEVICES];	/* of its block in each arena */
+	uint64_t bytes;			/* per device */
+	uint32_t *nr_tokens;		/* [layers][kv_heads] stored so far */
+	uint32_t *nr_clusters;
+};
+
+struct nd_step;
+
+struct nd_sdev {
+	uint32_t arena;		/* region handle */
+	uint64_t arena_bytes;
+	struct pnm_alloc alloc;
+	uint32_t stage;		/* items | in | out */
+	uint8_t *stage_map;
+	uint64_t stage_bytes, in_off, out_off;
+};
+
+struct nd_session {
+	uint64_t id;
+	uint32_t tenant;
+	struct nelssa_shape shape;
+	uint32_t group, max_batch, max_sel, local_heads;
+	uint8_t placement;
+	uint64_t capacity_tokens;
+	int ctl_fd;			/* the connection that owns it */
+	int closing;			/* set by control, acted on by the poller */
+	struct nd_step *step;		/* in flight, at most one */
+	struct nd_request *req;
+	uint32_t n_req, cap_req;
+	struct nd_sdev dev[ND_MAX_DEVICES];
+	struct nd_session *next;
+};
+
+struct nd_stats {
+	uint64_t steps, items, kv_bytes;
+	uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
+};
+
+struct nelssad {
+	struct nd_config cfg;
+	struct nd_device dev[ND_MAX_DEVICES];
+	uint32_t n_dev;
+	pthread_mutex_t lock;		/* sessions, stats */
+	struct nd_session *sessions;
+	uint32_t n_sessions;
+	uint64_t next_session;
+	struct nd_stats stats;
+	/* UCX */
+	ucp_context_h ucp;
+	ucp_worker_h worker;
+	ucp_address_t *addr;
+	size_t addr_len;
+	char transports[256];
+	pthread_t poller;
+	int wake_fd;			/* eventfd: wakes the poller */
+	volatile int stop;
+};
+
+/* main.c */
+void nd_log(struct nelssad *nd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+uint64_t nd_now_ns(void);
+
+/* partition.c */
+int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len);
+void nd_session_free(struct nelssad *nd, struct nd_session *s);
+int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint32_t max_tokens,
+		     uint32_t max_clusters, char *why, size_t why_len);
+int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id);
+struct nd_request *nd_request_find(struct nd_session *s, uint64_t id);
+int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
+		 const uint8_t *data);
+/* Device of (head, cluster) and where the head's store lies in a request block. */
+uint32_t nd_head_device(const struct nelssad *nd, uint32_t head);
+uint64_t nd_store_bytes(const struct nd_session *s, uint32_t max_tokens, uint32_t max_clusters);
+void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, uint32_t layer,
+		      uint32_t local_head, uint64_t *k, uint64_t *v, uint64_t *table);
+
+/* dispatch.c */
+struct nd_step {
+	struct nd_session *s;
+	ucp_ep_h reply_ep;
+	uint64_t id;
+	uint32_t nr_items, pending;
+	int32_t status;
+	uint64_t t_arrive, t_start, t_submitted, t_done;
+	uint32_t *item_dev, *item_slot;		/* per item: device, index there */
+	uint32_t dev_items[ND_MAX_DEVICES];
+};
+int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
+		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive);
+void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c);
+void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int status);
+void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len,
+	     void *data, size_t len, int free_data);
+
+/* dataplane.c */
+int nd_dataplane_start(struct nelssad *nd);
+void nd_dataplane_stop(struct nelssad *nd);
+void nd_dataplane_wake(struct nelssad *nd);
+
+/* control.c */
+int nd_control_run(struct nelssad *nd, int listen_fd);
+int nd_control_listen(struct nelssad *nd);
+
+#endif /* NELSSAD_H */

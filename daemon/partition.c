@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The KV Partitioner.  Head-wise placement (DESIGN §3.5): KV head h of
+ * every layer lives on device h mod N, so each device serves the same
+ * cluster lists for its own heads and the load splits evenly whatever the
+ * sparsity.  Each session owns one arena per device, sized from its
+ * capacity when it is created, so running out of device memory is an
+ * error at session creation, not in the middle of a decode; requests take
+ * blocks of the same size at the same offset in every arena.  Inside a
+ * block, the store of (layer, local head) holds K rows, V rows and the
+ * cluster table, each request's cluster-contiguous layout as the client
+ * sent it.  Ingest goes through the Memory API, never the compute queues.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nelssad.h"
+
+#define ALIGN 64u
+#define ARENA_SLACK (1u << 20)
+
+static uint64_t align_up(uint64_t v)
+{
+	return (v + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+}
+
+uint32_t nd_head_device(const struct nelssad *nd, uint32_t head)
+{
+	return head % nd->n_dev;
+}
+
+static uint64_t store_bytes(const struct nd_session *s, uint32_t t, uint32_t c)
+{
+	return align_up(4ull * s->shape.head_dim * t + 8ull * c);
+}
+
+uint64_t nd_store_bytes(const struct nd_session *s, uint32_t max_tokens, uint32_t max_clusters)
+{
+	return (uint64_t)s->shape.layers * s->local_heads * store_bytes(s, max_tokens, max_clusters);
+}
+
+void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, uint32_t layer,
+		      uint32_t local_head, uint64_t *k, uint64_t *v, uint64_t *table)
+{
+	const uint64_t one = store_bytes(s, r->max_tokens, r->max_clusters);
+	const uint64_t base = ((uint64_t)layer * s->local_heads + local_head) * one;
+
+	*k = base;
+	*v = base + 2ull * s->shape.head_dim * r->max_tokens;
+	*table = base + 4ull * s->shape.head_dim * r->max_tokens;
+}
+
+static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
+{
+	struct nd_sdev *sd = &s->dev[d];
+	struct nd_device *dev = &nd->dev[d];
+
+	if (sd->stage_map)
+		nelssa_pnm_mem_unmap(dev->pnm, sd->stage_map);
+	if (sd->stage)
+		nelssa_pnm_mem_free(dev->pnm, sd->stage);
+	if (sd->arena)
+		nelssa_pnm_mem_free(dev->pnm, sd->arena);
+	if (sd->alloc.free)
+		pnm_alloc_fini(&sd->alloc);
+	if (sd->arena || sd->stage)
+		dev->reserved -= sd->arena_bytes + sd->stage_bytes;
+	memset(sd, 0, sizeof(*sd));
+}
+
+int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len)
+{
+	const uint32_t g = s->group, d = s->shape.head_dim;
+	uint64_t items, arena, stage, in_slot, out_slot;
+	int ret;
+
+	if (s->placement != NELSSA_PLACE_HEADS) {
+		snprintf(why, why_len, "cluster-wise placement is not supported by this daemon yet");
+		return -EOPNOTSUPP;
+	}
+	if (s->capacity_tokens > UINT32_MAX / 2) {
+		snprintf(why, why_len, "capacity of %llu tokens is beyond what a device can hold",
+			 (unsigned long long)s->capacity_tokens);
+		return -ENOSPC;
+	}
+	s->local_heads = (s->shape.kv_heads + nd->n_dev - 1) / nd->n_dev;
+	items = (uint64_t)s->max_batch * s->local_heads;
+	in_slot = 4ull * g * d + 4ull * s->max_sel;
+	out_slot = 4ull * g * d + 4ull * g;
+	/* Tables: room for a cluster per 4 tokens, far more than k-means makes. */
+	arena = nd_store_bytes(s, (uint32_t)s->capacity_tokens, (uint32_t)(s->capacity_tokens / 4 + 64)) +
+		ARENA_SLACK;
+	stage = align_up(items * sizeof(struct npnm_attn_item)) + align_up(items * in_slot) +
+		align_up(items * out_slot);
+	for (uint32_t i = 0; i < nd->n_dev; i++) {
+		struct nd_device *dev = &nd->dev[i];
+		uint64_t free_bytes = dev->info.mem_size - dev->reserved;
+
+		if (d > dev->info.max_head_dim || g > dev->info.max_group) {
+			snprintf(why, why_len, "%s supports head_dim <= %u and group <= %u",
+				 dev->name, dev->info.max_head_dim, dev->info.max_group);
+			return -EINVAL;
+		}
+		if (arena + stage > free_bytes) {
+			snprintf(why, why_len,
+				 "%s lacks room: the session needs %.1f MiB per device, %.1f MiB are free",
+				 dev->name, (double)(arena + stage) / (1 << 20),
+				 (double)free_bytes / (1 << 20));
+			return -ENOSPC;
+		}
+	}
+	for (uint32_t i = 0; i < nd->n_dev; i++) {
+		struct nd_device *dev = &nd->dev[i];
+		struct nd_sdev *sd = &s->dev[i];
+
+		ret = nelssa_pnm_mem_alloc(dev->pnm, arena, &sd->arena, NULL);
+		if (!ret)
+			ret = pnm_alloc_init(&sd->alloc, arena, ALIGN);
+		if (!ret)
+			ret = nelssa_pnm_mem_alloc(dev->pnm, stage, &sd->stage, NULL);
+		if (!ret) {
+			sd->stage_map = nelssa_pnm_mem_map(dev->pnm, sd->stage, NULL);
+			if (!sd->stage_map)
+				ret = -ENOMEM;
+		}
+		sd->arena_bytes = arena;
+		sd->stage_bytes = stage;
+		sd->in_off = align_up(items * sizeof(struct npnm_attn_item));
+		sd->out_off = sd->in_off + align_up(items * in_slot);
+		dev->reserved += arena + stage;
+		if (ret) {
+			snprintf(why, why_len, "%s: cannot allocate %.1f MiB: %s", dev->name,
+				 (double)(arena + stage) / (1 << 20), nelssa_pnm_strerror());
+			for (uint32_t j = 0; j <= i; j++)
+				release_dev(nd, s, j);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+void nd_session_free(struct nelssad *nd, struct nd_session *s)
+{
+	for (uint32_t i = 0; i < nd->n_dev; i++)
+		release_dev(nd, s, i);
+	for (uint32_t i = 0; i < s->n_req; i++) {
+		free(s->req[i].nr_tokens);
+		free(s->req[i].nr_clusters);
+	}
+	free(s->req);
+	free(s);
+}
+
+struct nd_request *nd_request_find(struct nd_session *s, uint64_t id)
+{
+	for (uint32_t i = 0; i < s->n_req; i++)
+		if (s->req[i].used && s->req[i].id == id)
+			return &s->req[i];
+	return NULL;
+}
+
+int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint32_t max_tokens,
+		     uint32_t max_clusters, char *why, size_t why_len)
+{
+	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
+	struct nd_request *r = NULL;
+	uint32_t d;
+
+	if (nd_request_find(s, id)) {
+		snprintf(why, why_len, "request %llu already exists", (unsigned long long)id);
+		return -EEXIST;
+	}
+	for (uint32_t i = 0; i < s->n_req && !r; i++)
+		if (!s->req[i].used)
+			r = &s->req[i];
+	if (!r) {
+		if (s->n_req == s->cap_req) {
+			uint32_t cap = s->cap_req ? 2 * s->cap_req : 8;
+			struct nd_request *n = realloc(s->req, sizeof(*n) * cap);
+
+			if (!n)
+				return -ENOMEM;
+			s->req = n;
+			s->cap_req = cap;
+		}
+		r = &s->req[s->n_req++];
+	}
+	memset(r, 0, sizeof(*r));
+	r->id = id;
+	r->max_tokens = max_tokens;
+	r->max_clusters = max_clusters;
+	r->bytes = nd_store_bytes(s, max_tokens, max_clusters);
+	r->nr_tokens = calloc(cells, sizeof(uint32_t));
+	r->nr_clusters = calloc(cells, sizeof(uint32_t));
+	if (!r->nr_tokens || !r->nr_clusters) {
+		free(r->nr_tokens);
+		free(r->nr_clusters);
+		return -ENOMEM;
+	}
+	for (d = 0; d < nd->n_dev; d++)
+		if (pnm_alloc_get(&s->dev[d].alloc, r->bytes, &r->off[d]))
+			break;
+	if (d < nd->n_dev) {
+		for (uint32_t j = 0; j < d; j++)
+			pnm_alloc_put(&s->dev[j].alloc, r->off[j], r->bytes);
+		free(r->nr_tokens);
+		free(r->nr_clusters);
+		snprintf(why, why_len,
+			 "session capacity exhausted: request %llu needs %.1f MiB per device",
+			 (unsigned long long)id, (double)r->bytes / (1 << 20));
+		return -ENOSPC;
+	}
+	r->used = 1;
+	return 0;
+}
+
+int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
+{
+	struct nd_request *r = nd_request_find(s, id);
+
+	if (!r)
+		return -ENOENT;
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		pnm_alloc_put(&s->dev[d].alloc, r->off[d], r->bytes);
+	free(r->nr_tokens);
+	free(r->nr_clusters);
+	memset(r, 0, sizeof(*r));
+	return 0;
+}
+
+int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
+		 const uint8_t *data)
+{
+	struct nd_request *r = nd_request_find(s, h->request);
+	const uint64_t row = 2ull * s->shape.head_dim;
+	uint64_t k, v, t;
+	uint32_t d, cell;
+	struct nd_device *dev;
+	int ret;
+
+	if (!r)
+		return -ENOENT;
+	if (h->layer >= s->shape.layers || h->head >= s->shape.kv_heads ||
+	    (uint64_t)h->first_token + h->nr_tokens > r->max_tokens ||
+	    (uint64_t)h->first_cluster + h->nr_clusters > r->max_clusters)
+		return -ERANGE;
+	d = nd_head_device(nd, h->head);
+	dev = &nd->dev[d];
+	nd_store_offsets(s, r, h->layer, h->head / nd->n_dev, &k, &v, &t);
+	k += r->off[d];
+	v += r->off[d];
+	t += r->off[d];
+	ret = nelssa_pnm_mem_write(dev->pnm, s->dev[d].arena, k + h->first_token * row, data,
+				   h->nr_tokens * row);
+	if (!ret)
+		ret = nelssa_pnm_mem_write(dev->pnm, s->dev[d].arena, v + h->first_token * row,
+					   data + h->nr_tokens * row, h->nr_tokens * row);
+	/* Table entries are struct npnm_cluster, little-endian like the wire. */
+	if (!ret && h->nr_clusters)
+		ret = nelssa_pnm_mem_write(dev->pnm, s->dev[d].arena, t + 8ull * h->first_cluster,
+					   data + 2 * h->nr_tokens * row, 8ull * h->nr_clusters);
+	if (ret)
+		return ret;
+	cell = (uint32_t)h->layer * s->shape.kv_heads + h->head;
+	if (h->first_token + h->nr_tokens > r->nr_tokens[cell])
+		r->nr_tokens[cell] = h->first_token + h->nr_tokens;
+	if (h->first_cluster + h->nr_clusters > r->nr_clusters[cell])
+		r->nr_clusters[cell] = h->first_cluster + h->nr_clusters;
+	return 0;
+}

@@ -1,0 +1,103 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Tier T1: nelssad with four sim devices and GPU-node clients over UCX on
+# loopback, once over TCP and once over shared memory, in TAP.  Outputs
+# are checked against float64 attention inside e2e_client; here: the
+# scenarios' exit codes, concurrency, a client killed mid-step, malformed
+# control frames, clean shutdown, and the daemon's own refusals.
+#
+#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY
+set -u
+
+nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY}
+cli=${2:?}
+bad=${3:?}
+out=$(mktemp -d)
+pid=
+n=0
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+
+# shellcheck source=../tools/tap-lib.sh
+. "$(dirname "$0")/../tools/tap-lib.sh"
+
+# Clients never wait long; the kill scenario's leak report would be noise.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
+export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
+
+start() {
+	rm -f "$out/port"
+	UCX_TLS=$1 "$nd" --listen 127.0.0.1:0 --port-file "$out/port" \
+		--sim-opts mem=256M,cores=1 >"$out/daemon.log" 2>&1 &
+	pid=$!
+	i=0
+	while [ ! -s "$out/port" ] && [ $i -lt 200 ] && kill -0 $pid 2>/dev/null; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	port=$(cat "$out/port" 2>/dev/null)
+}
+
+echo "1..25"
+t "--help exits 0" 0 "$nd" --help
+t "an unknown option is a usage error" 2 "$nd" --no-such-option
+t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
+UCX_TLS=tcp t "--require-rdma refuses a TCP-only UCX" 1 "$nd" --require-rdma \
+	--listen 127.0.0.1:0 --sim-opts mem=1M
+if grep -q "refusing to run on a TCP or shared-memory fallback" "$out/stderr"; then
+	echo "ok $((n += 1)) - --require-rdma says why"
+else
+	sed 's/^/# /' "$out/stderr"
+	echo "not ok $((n += 1)) - --require-rdma says why"
+fi
+
+for tls in tcp shm; do
+	start $tls
+	if [ -n "$port" ]; then
+		echo "ok $((n += 1)) - $tls: daemon listening on port $port"
+	else
+		sed 's/^/# /' "$out/daemon.log"
+		echo "not ok $((n += 1)) - $tls: daemon listening"
+		continue
+	fi
+	export UCX_TLS=$tls
+	t "$tls: outputs equal float64 attention over the selected clusters" 0 \
+		"$cli" 127.0.0.1 "$port" check
+	# Three clients at once, each with its own session.
+	for i in 1 2 3; do
+		"$cli" 127.0.0.1 "$port" check >"$out/conc$i" 2>&1 &
+		eval "c$i=\$!"
+	done
+	# shellcheck disable=SC2154 # c1..c3 set by eval
+	if wait "$c1" && wait "$c2" && wait "$c3"; then
+		echo "ok $((n += 1)) - $tls: three concurrent clients all correct"
+	else
+		sed 's/^/# /' "$out"/conc*
+		echo "not ok $((n += 1)) - $tls: three concurrent clients all correct"
+	fi
+	t "$tls: capacity exhaustion refused with a clear error, then served" 0 \
+		"$cli" 127.0.0.1 "$port" capacity
+	t "$tls: unknown request, cluster id and layer refused, then served" 0 \
+		"$cli" 127.0.0.1 "$port" bad-step
+	ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" t "$tls: a client killed mid-step" 137 \
+		"$cli" 127.0.0.1 "$port" die
+	i=0
+	while ! grep -q "reclaiming" "$out/daemon.log" && [ $i -lt 100 ]; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	t "$tls: ... its session reclaimed, others still served" 0 \
+		"$cli" 127.0.0.1 "$port" check
+	t "$tls: malformed, oversized, truncated frames and wrong versions refused" 0 \
+		python3 "$bad" "$port"
+	t "$tls: ... and the daemon still correct" 0 "$cli" 127.0.0.1 "$port" check
+	unset UCX_TLS
+	kill -TERM $pid
+	if wait $pid && ! grep -q "Sanitizer" "$out/daemon.log"; then
+		echo "ok $((n += 1)) - $tls: SIGTERM: clean shutdown, exit 0, no sanitizer report"
+	else
+		sed 's/^/# /' "$out/daemon.log" | tail -30
+		echo "not ok $((n += 1)) - $tls: SIGTERM: clean shutdown"
+	fi
+	pid=
+done

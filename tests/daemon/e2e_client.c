@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A GPU node for the daemon's end-to-end tests (tier T1).  Each scenario
+ * prints "# ..." comments and exits 0 when every check held:
+ *
+ *   check     R requests with random cluster-contiguous KV (random cluster
+ *             sizes, a random token permutation) offloaded to every layer
+ *             and head, decode-time clusters appended, then steps of random
+ *             selections; every output and LSE must equal float64
+ *             attention over the selected clusters' tokens
+ *   capacity  a session larger than the devices is refused with -ENOSPC
+ *             and a message; a request beyond a session's capacity too;
+ *             then a small session still serves a step
+ *   bad-step  a step naming an unknown request, and one with a cluster id
+ *             beyond the stored ones, are refused; the session still works
+ *   die       sends a step and kills itself before the reply (the daemon
+ *             must reclaim the session and keep serving others)
+ *
+ * usage: e2e_client HOST PORT SCENARIO [SEED]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <nelssa/client.h>
+#include <nelssa/sparse.h>
+
+#include "testutil.h"
+
+#define LAYERS 2
+#define KV_HEADS 4
+#define GROUP 4
+#define DIM 64
+
+struct req {
+	uint64_t id;
+	uint32_t n;			/* tokens */
+	uint16_t *k, *v;		/* [LAYERS][KV_HEADS][n][DIM], token order */
+	struct nelssa_cluster_index ix[LAYERS][KV_HEADS];
+};
+
+static struct nelssa_client *cli;
+static int failures;
+
+#define CHECK(cond, ...)                                         \
+	do {                                                     \
+		if (!(cond)) {                                   \
+			printf("# FAILED: " __VA_ARGS__);        \
+			printf(" (%s)\n", nelssa_client_error(cli)); \
+			failures++;                              \
+		}                                                \
+	} while (0)
+
+/* A random index over @n tokens: clusters of 1..31 tokens, permuted tokens. */
+static void make_index(struct tu_rng *rng, struct nelssa_cluster_index *ix, uint32_t n,
+		       uint32_t first_token)
+{
+	uint32_t pos = 0;
+
+	memset(ix, 0, sizeof(*ix));
+	ix->head_dim = DIM;
+	ix->perm = tu_alloc(sizeof(uint32_t) * n);
+	ix->table = tu_alloc(sizeof(struct nelssa_cluster) * n);
+	ix->centroids = tu_alloc(4);
+	ix->key_mean = tu_alloc(4 * DIM);
+	for (uint32_t i = 0; i < n; i++)
+		ix->perm[i] = i;
+	for (uint32_t i = n; i > 1; i--) {
+		uint32_t j = tu_below(rng, i), t = ix->perm[i - 1];
+
+		ix->perm[i - 1] = ix->perm[j];
+		ix->perm[j] = t;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		ix->perm[i] += first_token;
+	while (pos < n) {
+		uint32_t c = 1 + tu_below(rng, 31);
+
+		if (c > n - pos)
+			c = n - pos;
+		ix->table[ix->n_clusters++] = (struct nelssa_cluster){ first_token + pos, c };
+		pos += c;
+	}
+	ix->n_tokens = n;
+}
+
+/* Appends @extra more tokens' clusters to @ix (tokens n..n+extra-1). */
+static void grow_index(struct tu_rng *rng, struct nelssa_cluster_index *ix, uint32_t extra)
+{
+	struct nelssa_cluster_index add;
+	uint32_t n = ix->n_tokens;
+
+	make_index(rng, &add, extra, n);
+	ix->perm = realloc(ix->perm, sizeof(uint32_t) * (n + extra));
+	ix->table = realloc(ix->table, sizeof(struct nelssa_cluster) * (ix->n_clusters + add.n_clusters));
+	memcpy(ix->perm + n, add.perm, sizeof(uint32_t) * extra);
+	memcpy(ix->table + ix->n_clusters, add.table, sizeof(struct nelssa_cluster) * add.n_clusters);
+	ix->n_clusters += add.n_clusters;
+	ix->n_tokens += extra;
+	nelssa_kmeans_free(&add);
+}
+
+static uint16_t *rows(struct req *r, uint16_t *base, uint32_t l, uint32_t h)
+{
+	return base + ((size_t)(l * KV_HEADS + h) * r->n) * DIM;
+}
+
+static struct nelssa_session_cfg session_cfg(uint64_t capacity)
+{
+	return (struct nelssa_session_cfg){
+		.shape = { LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, NELSSA_KV_BF16 },
+		.max_batch = 8, .max_sel = 4096, .capacity_tokens = capacity,
+	};
+}
+
+/* Creates request @id of @n tokens (+@extra appended later) and offloads it. */
+static int make_request(struct tu_rng *rng, uint64_t session, struct req *r, uint64_t id,
+			uint32_t n, uint32_t extra)
+{
+	const uint32_t total = n + extra;
+	int ret;
+
+	r->id = id;
+	r->n = total;
+	r->k = tu_alloc(2ull * LAYERS * KV_HEADS * total * DIM);
+	r->v = tu_alloc(2ull * LAYERS * KV_HEADS * total * DIM);
+	tu_fill_kv(rng, r->k, (size_t)LAYERS * KV_HEADS * total * DIM, 1.0, NELSSA_KV_BF16);
+	tu_fill_kv(rng, r->v, (size_t)LAYERS * KV_HEADS * total * DIM, 1.0, NELSSA_KV_BF16);
+	ret = nelssa_client_request(cli, session, id, total, total);
+	if (ret)
+		return ret;
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KV_HEADS; h++) {
+			make_index(rng, &r->ix[l][h], n, 0);
+			ret = nelssa_client_offload(cli, session, id, (uint16_t)l, (uint16_t)h,
+						    &r->ix[l][h], 0, rows(r, r->k, l, h),
+						    rows(r, r->v, l, h));
+			if (ret)
+				return ret;
+		}
+	return 0;
+}
+
+static int append_request(struct tu_rng *rng, uint64_t session, struct req *r, uint32_t extra)
+{
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KV_HEADS; h++) {
+			uint32_t from = r->ix[l][h].n_clusters;
+			int ret;
+
+			grow_index(rng, &r->ix[l][h], extra);
+			ret = nelssa_client_offload(cli, session, r->id, (uint16_t)l, (uint16_t)h,
+						    &r->ix[l][h], from, rows(r, r->k, l, h),
+						    rows(r, r->v, l, h));
+			if (ret)
+				return ret;
+		}
+	return 0;
+}
+
+/* Steps over every (request, head) with random selections; checks each. */
+static void run_steps(struct tu_rng *rng, uint64_t session, struct req *reqs, uint32_t nr,
+		      uint32_t steps)
+{
+	const uint32_t n = nr * KV_HEADS;
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	struct nelssa_step_in *in = tu_alloc(sizeof(*in) * n);
+	float *q = tu_alloc(sizeof(float) * n * GROUP * DIM), *o = tu_alloc(sizeof(float) * n * GROUP * DIM);
+	float *lse = tu_alloc(sizeof(float) * n * GROUP);
+	uint32_t **sel = tu_alloc(sizeof(*sel) * n);
+
+	for (uint32_t s = 0; s < steps; s++) {
+		uint32_t layer = s % LAYERS;
+		struct nelssa_step_times t;
+		int ret;
+
+		tu_fill_f32(rng, q, (size_t)n * GROUP * DIM, 1.0);
+		for (uint32_t i = 0; i < n; i++) {
+			struct req *r = &reqs[i / KV_HEADS];
+			const struct nelssa_cluster_index *ix = &r->ix[layer][i % KV_HEADS];
+			uint32_t want = s == 0 && i == 0 ? 0 : 1 + tu_below(rng, ix->n_clusters);
+
+			/* A random subset of distinct clusters (one item selects none). */
+			free(sel[i]);
+			sel[i] = tu_alloc(sizeof(uint32_t) * (ix->n_clusters + 1));
+			for (uint32_t c = 0; c < ix->n_clusters; c++)
+				sel[i][c] = c;
+			for (uint32_t c = 0; c < want; c++) {
+				uint32_t j = c + tu_below(rng, ix->n_clusters - c), x = sel[i][c];
+
+				sel[i][c] = sel[i][j];
+				sel[i][j] = x;
+			}
+			in[i] = (struct nelssa_step_in){ r->id, (uint16_t)(i % KV_HEADS),
+							 q + (size_t)i * GROUP * DIM, sel[i], want };
+		}
+		ret = nelssa_client_step(cli, session, (uint16_t)layer, in, n, o, lse, &t);
+		CHECK(ret == 0, "step %u returned %d", s, ret);
+		if (ret)
+			break;
+		for (uint32_t i = 0; i < n; i++) {
+			struct req *r = &reqs[i / KV_HEADS];
+			const struct nelssa_cluster_index *ix = &r->ix[layer][i % KV_HEADS];
+			uint32_t *tok = tu_alloc(sizeof(uint32_t) * (r->n + 1)), nt = 0;
+			char what[64];
+
+			/* Token ids (token order) of the selected clusters. */
+			for (uint32_t c = 0; c < in[i].nr_sel; c++) {
+				const struct nelssa_cluster *e = &ix->table[sel[i][c]];
+
+				for (uint32_t j = 0; j < e->count; j++)
+					tok[nt++] = ix->perm[e->first + j];
+			}
+			snprintf(what, sizeof(what), "step %u item %u", s, i);
+			if (tu_check_attn(&g, in[i].q, rows(r, r->k, layer, i % KV_HEADS),
+					  rows(r, r->v, layer, i % KV_HEADS), tok, nt,
+					  o + (size_t)i * GROUP * DIM, lse + (size_t)i * GROUP, what))
+				failures++;
+			free(tok);
+		}
+		if (s == 0)
+			printf("# step of %u items: rtt %.1f us (device %.1f us, dispatch %.1f us)\n",
+			       n, t.rtt / 1e3, t.device / 1e3, t.dispatch / 1e3);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		free(sel[i]);
+	free(sel);
+	free(in);
+	free(q);
+	free(o);
+	free(lse);
+}
+
+static void free_request(struct req *r)
+{
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KV_HEADS; h++)
+			nelssa_kmeans_free(&r->ix[l][h]);
+	free(r->k);
+	free(r->v);
+}
+
+static int scenario_check(struct tu_rng *rng)
+{
+	struct req reqs[3];
+	uint64_t session;
+	struct nelssa_session_cfg cfg = session_cfg(1u << 16);
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	CHECK(ret == 0, "session create: %d", ret);
+	if (ret)
+		return 1;
+	for (uint32_t i = 0; i < 3; i++) {
+		ret = make_request(rng, session, &reqs[i], 100 + i, 700 + 900 * i, 200);
+		CHECK(ret == 0, "request %u offload: %d", i, ret);
+		if (ret)
+			return 1;
+	}
+	run_steps(rng, session, reqs, 3, 4);
+	/* Decode-time chunks: new clusters appended, old ones untouched. */
+	for (uint32_t i = 0; i < 3; i++) {
+		ret = append_request(rng, session, &reqs[i], 200);
+		CHECK(ret == 0, "request %u append: %d", i, ret);
+	}
+	run_steps(rng, session, reqs, 3, 4);
+	for (uint32_t i = 0; i < 3; i++)
+		free_request(&reqs[i]);
+	CHECK(nelssa_client_session_close(cli, session) == 0, "session close");
+	return failures ? 1 : 0;
+}
+
+static int scenario_capacity(struct tu_rng *rng)
+{
+	struct nelssa_session_cfg cfg = session_cfg(1ull << 28);
+	struct req r;
+	uint64_t session;
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	CHECK(ret == -ENOSPC, "an oversized session gave %d, not -ENOSPC", ret);
+	CHECK(strstr(nelssa_client_error(cli), "lacks room") != NULL, "no clear message");
+	printf("# refused as expected: %s\n", nelssa_client_error(cli));
+	cfg = session_cfg(4096);
+	ret = nelssa_client_session(cli, &cfg, &session);
+	CHECK(ret == 0, "a small session: %d", ret);
+	ret = nelssa_client_request(cli, session, 1, 1u << 20, 1000);
+	CHECK(ret == -ENOSPC, "a request beyond capacity gave %d", ret);
+	printf("# refused as expected: %s\n", nelssa_client_error(cli));
+	ret = make_request(rng, session, &r, 7, 500, 0);
+	CHECK(ret == 0, "a request that fits: %d", ret);
+	if (!ret)
+		run_steps(rng, session, &r, 1, 2);
+	free_request(&r);
+	return failures ? 1 : 0;
+}
+
+static int scenario_bad_step(struct tu_rng *rng)
+{
+	struct req r;
+	uint64_t session;
+	float q[GROUP * DIM] = { 0 }, o[GROUP * DIM], lse[GROUP];
+	uint32_t sel[1] = { 0 };
+	struct nelssa_step_in in = { 999, 0, q, sel, 1 };
+	struct nelssa_session_cfg cfg = session_cfg(8192);
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	CHECK(ret == 0, "session: %d", ret);
+	ret = make_request(rng, session, &r, 5, 300, 0);
+	CHECK(ret == 0, "request: %d", ret);
+	ret = nelssa_client_step(cli, session, 0, &in, 1, o, lse, NULL);
+	CHECK(ret == -ENOENT, "unknown request gave %d", ret);
+	in.request = 5;
+	sel[0] = r.ix[0][0].n_clusters;
+	ret = nelssa_client_step(cli, session, 0, &in, 1, o, lse, NULL);
+	CHECK(ret == -ERANGE, "cluster id beyond the stored ones gave %d", ret);
+	ret = nelssa_client_step(cli, session, LAYERS, &in, 1, o, lse, NULL);
+	CHECK(ret == -EINVAL, "a layer beyond the shape gave %d", ret);
+	run_steps(rng, session, &r, 1, 2);
+	free_request(&r);
+	return failures ? 1 : 0;
+}
+
+static int scenario_die(struct tu_rng *rng)
+{
+	struct req r;
+	uint64_t session;
+	float q[GROUP * DIM] = { 0 };
+	uint32_t sel[4] = { 0, 1, 2, 3 };
+	struct nelssa_step_in in[KV_HEADS];
+	struct nelssa_session_cfg cfg = session_cfg(1u << 15);
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	if (!ret)
+		ret = make_request(rng, session, &r, 9, 20000, 0);
+	if (ret) {
+		printf("# setup failed: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	for (uint32_t h = 0; h < KV_HEADS; h++)
+		in[h] = (struct nelssa_step_in){ 9, (uint16_t)h, q, sel, 4 };
+	/* Ask for a step with a 1 ms budget, then die with it in flight. */
+	printf("# sending a step and dying\n");
+	nelssa_client_set_timeout(cli, 1);
+	fflush(stdout);
+	{
+		float o[KV_HEADS * GROUP * DIM], lse[KV_HEADS * GROUP];
+
+		nelssa_client_step(cli, session, 0, in, KV_HEADS, o, lse, NULL);
+	}
+	raise(SIGKILL);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct nelssa_client_opts o = { 0 };
+	struct tu_rng rng;
+	const char *sc;
+	int ret;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: e2e_client HOST PORT check|capacity|bad-step|die\n");
+		return 2;
+	}
+	o.host = argv[1];
+	o.port = (uint16_t)atoi(argv[2]);
+	o.timeout_ms = 60000;
+	o.name = "e2e";
+	sc = argv[3];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	tu_init("e2e");
+	tu_rng_for(&rng, sc, 0);
+	ret = nelssa_client_connect(&o, &cli);
+	if (ret) {
+		printf("# connect: %s\n", nelssa_client_error(cli));
+		nelssa_client_close(cli);
+		return 1;
+	}
+	if (!strcmp(sc, "check"))
+		ret = scenario_check(&rng);
+	else if (!strcmp(sc, "capacity"))
+		ret = scenario_capacity(&rng);
+	else if (!strcmp(sc, "bad-step"))
+		ret = scenario_bad_step(&rng);
+	else if (!strcmp(sc, "die"))
+		ret = scenario_die(&rng);
+	else
+		ret = 2;
+	nelssa_client_close(cli);
+	return ret;
+}
