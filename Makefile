@@ -48,18 +48,10 @@ test:
 	@scripts/deps.sh build test
 	@scripts/run-tests.sh $(SANBUILD)
 
-# The main job -- nelssad serving a long-context workload to the client --
-# arrives with issue 7 (the daemon and client).  Until then the demo shows
-# what exists: the embedded PNM device's self-test and a sparse-attention
-# run checked against the reference, and says plainly what is missing.
+# The main job: nelssad with four embedded PNM devices serving a GPU node's
+# long-context decode over UCX on loopback (scripts/demo.sh).
 demo: userspace
-	@echo "== NELSSA demo (partial): the daemon and client land with issue 7 =="
-	@echo "== firmware self-test on the embedded sim device =="
-	@$(BUILD)/tools/nelssactl/nelssactl selftest sim:0
-	@echo "== SPARSE_ATTN, Llama-3-8B-like layer, 32K context, 4% of clusters =="
-	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 32768 \
-		--items 8 --iters 5
-	@echo "make demo: the end-to-end serving demo is not yet available (issue 7)."
+	@scripts/demo.sh $(BUILD)
 
 # The driver's kselftests in a QEMU guest (also part of make test).
 kselftest:

@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nelssa-demo: a GPU node's decode loop against nelssad, end to end.
+ *
+ * Prefill: for every request, layer and KV head, a synthetic context
+ * (tools/accuracy/synth.c: sinks, topics on RoPE channels, needles) is
+ * clustered with the segmented k-means over its middle tokens and the
+ * clusters are offloaded.  Decode: every step and layer, centroid Top-K
+ * picks the clusters per (request, head) on the "GPU" (this process), one
+ * step message asks the PNM devices for attention over them, and the
+ * reply is merged with the local window (4 sinks + 64 recent tokens)
+ * computed here.  Each merged output is compared with dense attention over
+ * the whole context.  Printed: the per-step latency breakdown, decode
+ * tokens/s, and the accuracy.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nelssa/client.h>
+#include <nelssa/sparse.h>
+
+#include "../accuracy/synth.h"
+
+#define D SYNTH_D
+#define G SYNTH_G
+#define MAX_REQ 16
+
+struct head {
+	struct synth s;
+	struct nelssa_cluster_index ix;
+	uint32_t *sizes;
+};
+
+struct opts {
+	const char *host;
+	uint16_t port;
+	uint32_t ctx[MAX_REQ], n_req, layers, kv_heads, steps;
+	double ratio;
+	int json;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *xcalloc(size_t n, size_t sz)
+{
+	void *p = calloc(n ? n : 1, sz);
+
+	if (!p) {
+		fprintf(stderr, "nelssa-demo: out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+struct prefill_job {
+	const struct opts *o;
+	struct head *heads;
+	atomic_uint next;
+	atomic_int failed;
+};
+
+static void *prefill_worker(void *arg)
+{
+	struct prefill_job *j = arg;
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
+	const uint32_t per_req = j->o->layers * j->o->kv_heads;
+	uint32_t i;
+
+	while ((i = atomic_fetch_add(&j->next, 1)) < j->o->n_req * per_req) {
+		struct head *hd = &j->heads[i];
+		const uint32_t r = i / per_req, n = j->o->ctx[r], mid = n - win.sink - win.recent;
+
+		if (synth_make(&hd->s, n, 7919ull * (r + 1) + i) ||
+		    nelssa_kmeans_build(&hd->ix, &kcfg, NELSSA_KV_BF16,
+					(const char *)hd->s.k + win.sink * D * sizeof(uint16_t), mid, D)) {
+			atomic_store(&j->failed, 1);
+			break;
+		}
+		hd->sizes = calloc(hd->ix.n_clusters, sizeof(uint32_t));
+		if (!hd->sizes) {
+			atomic_store(&j->failed, 1);
+			break;
+		}
+		for (uint32_t c = 0; c < hd->ix.n_clusters; c++)
+			hd->sizes[c] = hd->ix.table[c].count;
+	}
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: nelssa-demo [--host H] [--port P] [--contexts N,N..] [--layers N]\n"
+		"                   [--kv-heads N] [--steps N] [--ratio R] [--json]\n"
+		"  --host, --port  nelssad's control address (default 127.0.0.1:18515)\n"
+		"  --contexts      one request per context length (default 32768,49152)\n"
+		"  --layers        decoder layers (default 2)\n"
+		"  --kv-heads      KV heads per layer, 4 query heads each (default 4)\n"
+		"  --steps         decode steps (default 4)\n"
+		"  --ratio         selection ratio of clusters (default 0.04)\n"
+		"  --json          one JSON object instead of the report\n");
+}
+
+static int parse(struct opts *o, int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "host", required_argument, NULL, 'H' }, { "port", required_argument, NULL, 'p' },
+		{ "contexts", required_argument, NULL, 'c' }, { "layers", required_argument, NULL, 'l' },
+		{ "kv-heads", required_argument, NULL, 'k' }, { "steps", required_argument, NULL, 's' },
+		{ "ratio", required_argument, NULL, 'r' }, { "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+	};
+	char *end, *tok, *save = NULL;
+	unsigned long v;
+	int c;
+
+	*o = (struct opts){ "127.0.0.1", 18515, { 32768, 49152 }, 2, 2, 4, 4, 0.04, 0 };
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'H':
+			o->host = optarg;
+			break;
+		case 'c':
+			o->n_req = 0;
+			for (tok = strtok_r(optarg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+				v = strtoul(tok, &end, 10);
+				if (*end || v < 1024 || v > (1u << 20) || o->n_req == MAX_REQ) {
+					fprintf(stderr, "nelssa-demo: --contexts: up to %d lengths in "
+						"1024..1048576\n", MAX_REQ);
+					return -1;
+				}
+				o->ctx[o->n_req++] = (uint32_t)v;
+			}
+			if (!o->n_req)
+				return -1;
+			break;
+		case 'r':
+			o->ratio = strtod(optarg, &end);
+			if (*end || !(o->ratio > 0 && o->ratio <= 1)) {
+				fprintf(stderr, "nelssa-demo: --ratio: need (0, 1]\n");
+				return -1;
+			}
+			break;
+		case 'j':
+			o->json = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'p': case 'l': case 'k': case 's':
+			v = strtoul(optarg, &end, 10);
+			if (*end || !*optarg || v < (c == 'p' ? 1u : 1u) ||
+			    v > (c == 'p' ? 65535u : c == 's' ? 10000u : 256u)) {
+				fprintf(stderr, "nelssa-demo: bad value '%s'\n", optarg);
+				return -1;
+			}
+			if (c == 'p')
+				o->port = (uint16_t)v;
+			else
+				*(c == 'l' ? &o->layers : c == 'k' ? &o->kv_heads : &o->steps) = (uint32_t)v;
+			break;
+		default:
+			return -1;
+		}
+	}
+	return optind < argc ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
+	const size_t row = D * sizeof(uint16_t);
+	struct nelssa_client_opts co = { 0 };
+	struct nelssa_session_cfg sc = { 0 };
+	struct nelssa_client *cli;
+	struct opts o;
+	struct head *heads;
+	uint64_t session, cap = 0;
+	double t0, t_prefill, t_select = 0, t_window = 0, t_rtt = 0, t_decode = 0;
+	double t_dev = 0, t_disp = 0, t_agg = 0, t_recv = 0, *errs;
+	uint32_t n_items, n_err = 0, hits = 0, needles = 0, n_steps = 0;
+	double sel_tokens = 0, all_tokens = 0;
+	int ret;
+
+	if (parse(&o, argc, argv)) {
+		usage(stderr);
+		return 2;
+	}
+	n_items = o.n_req * o.kv_heads;
+	co = (struct nelssa_client_opts){ o.host, o.port, 120000, "nelssa-demo" };
+	if (nelssa_client_connect(&co, &cli)) {
+		fprintf(stderr, "nelssa-demo: %s\n", nelssa_client_error(cli));
+		nelssa_client_close(cli);
+		return 1;
+	}
+	for (uint32_t r = 0; r < o.n_req; r++)
+		cap += o.ctx[r];
+	sc.shape = (struct nelssa_shape){ (uint16_t)o.layers, (uint16_t)(o.kv_heads * G),
+					  (uint16_t)o.kv_heads, D, NELSSA_KV_BF16 };
+	sc.max_batch = o.n_req;
+	sc.max_sel = 1u << 16;
+	sc.capacity_tokens = cap + cap / 8;
+	ret = nelssa_client_session(cli, &sc, &session);
+	if (ret) {
+		fprintf(stderr, "nelssa-demo: session: %s\n", nelssa_client_error(cli));
+		return 1;
+	}
+	if (!o.json)
+		printf("nelssa-demo: %u requests (%s%u", o.n_req, "", o.ctx[0]);
+	for (uint32_t r = 1; r < o.n_req && !o.json; r++)
+		printf(", %u", o.ctx[r]);
+	if (!o.json)
+		printf(" tokens), %u layers x %u KV heads x %u query heads each, %u PNM devices\n",
+		       o.layers, o.kv_heads, G, nelssa_client_devices(cli));
+
+	/* Prefill: generate, cluster, offload. */
+	heads = xcalloc((size_t)o.n_req * o.layers * o.kv_heads, sizeof(*heads));
+	t0 = now_s();
+	/* The GPU's prefill work (synthesis, k-means) on every core, then offload. */
+	{
+		struct prefill_job job = { &o, heads, 0, 0 };
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		uint32_t nt = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (uint32_t)ncpu;
+		pthread_t th[64];
+
+		if (!o.json)
+			fprintf(stderr, "  prefill: clustering %u KV heads on %u threads...\n",
+				o.n_req * o.layers * o.kv_heads, nt);
+		for (uint32_t i = 0; i < nt; i++)
+			pthread_create(&th[i], NULL, prefill_worker, &job);
+		for (uint32_t i = 0; i < nt; i++)
+			pthread_join(th[i], NULL);
+		if (job.failed) {
+			fprintf(stderr, "nelssa-demo: prefill failed (out of memory?)\n");
+			return 1;
+		}
+	}
+	if (!o.json)
+		fprintf(stderr, "  prefill: offloading to the PNM node...\n");
+	for (uint32_t r = 0; r < o.n_req; r++) {
+		const uint32_t mid = o.ctx[r] - win.sink - win.recent;
+
+		ret = nelssa_client_request(cli, session, r + 1, mid, mid);
+		if (ret) {
+			fprintf(stderr, "nelssa-demo: request: %s\n", nelssa_client_error(cli));
+			return 1;
+		}
+		for (uint32_t l = 0; l < o.layers; l++) {
+			for (uint32_t h = 0; h < o.kv_heads; h++) {
+				struct head *hd = &heads[((size_t)r * o.layers + l) * o.kv_heads + h];
+
+				ret = nelssa_client_offload(cli, session, r + 1, (uint16_t)l, (uint16_t)h,
+							    &hd->ix, 0,
+							    (const char *)hd->s.k + win.sink * row,
+							    (const char *)hd->s.v + win.sink * row);
+				if (ret) {
+					fprintf(stderr, "nelssa-demo: offload: %s\n",
+						nelssa_client_error(cli));
+					return 1;
+				}
+			}
+		}
+	}
+	t_prefill = now_s() - t0;
+
+	/* Decode. */
+	errs = xcalloc((size_t)o.steps * o.layers * n_items * G, sizeof(double));
+	{
+		struct nelssa_step_in *in = xcalloc(n_items, sizeof(*in));
+		float *q = xcalloc((size_t)n_items * G * D, sizeof(float));
+		float *po = xcalloc((size_t)n_items * G * D, sizeof(float));
+		float *pl = xcalloc((size_t)n_items * G, sizeof(float));
+		uint32_t **sel = xcalloc(n_items, sizeof(*sel));
+		uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+		for (uint32_t s = 0; s < o.steps; s++) {
+			for (uint32_t l = 0; l < o.layers; l++) {
+				struct nelssa_step_times t;
+				double a = now_s(), b;
+
+				for (uint32_t i = 0; i < n_items; i++) {
+					struct head *hd = &heads[((size_t)(i / o.kv_heads) * o.layers + l) *
+								 o.kv_heads + i % o.kv_heads];
+					float *qi = q + (size_t)i * G * D, *score;
+					uint32_t k;
+					int nsel;
+
+					/* The step's queries: the synthetic one, slightly moved. */
+					for (uint32_t j = 0; j < G * D; j++) {
+						rng ^= rng << 13;
+						rng ^= rng >> 7;
+						rng ^= rng << 17;
+						qi[j] = hd->s.q[j] + 0.05f * ((float)(rng >> 40) / 8388608.0f - 1.0f);
+					}
+					score = xcalloc(hd->ix.n_clusters, sizeof(float));
+					k = nelssa_topk_ratio_count(hd->ix.n_clusters, o.ratio);
+					free(sel[i]);
+					sel[i] = xcalloc(k, sizeof(uint32_t));
+					if (nelssa_centroid_scores(qi, G, D, g.scale, hd->ix.centroids,
+								   hd->sizes, hd->ix.n_clusters, score) ||
+					    (nsel = nelssa_topk(score, hd->ix.n_clusters, k, sel[i])) < 0) {
+						fprintf(stderr, "nelssa-demo: Top-K failed\n");
+						return 1;
+					}
+					free(score);
+					in[i] = (struct nelssa_step_in){ i / o.kv_heads + 1,
+									 (uint16_t)(i % o.kv_heads), qi,
+									 sel[i], (uint32_t)nsel };
+				}
+				b = now_s();
+				t_select += b - a;
+				ret = nelssa_client_step(cli, session, (uint16_t)l, in, n_items, po, pl, &t);
+				if (ret) {
+					fprintf(stderr, "nelssa-demo: step: %s\n", nelssa_client_error(cli));
+					return 1;
+				}
+				a = now_s();
+				t_rtt += t.rtt * 1e-9;
+				t_dev += t.device * 1e-9;
+				t_disp += t.dispatch * 1e-9;
+				t_agg += t.aggregate * 1e-9;
+				t_recv += t.recv * 1e-9;
+				/* Local window, then the final merge with the PNM state. */
+				for (uint32_t i = 0; i < n_items; i++) {
+					struct head *hd = &heads[((size_t)(i / o.kv_heads) * o.layers + l) *
+								 o.kv_heads + i % o.kv_heads];
+					float wo[G * D], wl[G], so[G * D], sl[G];
+					const float *pop = so, *plp = sl;
+
+					/* The PNM state moves aside: the merge writes over its output. */
+					memcpy(so, po + (size_t)i * G * D, sizeof(so));
+					memcpy(sl, pl + (size_t)i * G, sizeof(sl));
+					nelssa_window_attn(&g, in[i].q, hd->s.k, hd->s.v, hd->s.n, &win, wo, wl);
+					nelssa_final_merge(po + (size_t)i * G * D, pl + (size_t)i * G, wo, wl,
+							   &pop, &plp, 1, G, D);
+				}
+				b = now_s();
+				t_window += b - a;
+				t_decode += b - a + t.rtt * 1e-9;
+				/* Accuracy against dense attention (not timed). */
+				for (uint32_t i = 0; i < n_items; i++) {
+					struct head *hd = &heads[((size_t)(i / o.kv_heads) * o.layers + l) *
+								 o.kv_heads + i % o.kv_heads];
+					float dense[G * D], dl[G];
+
+					nelssa_attn_dense(&g, in[i].q, hd->s.k, hd->s.v, hd->s.n, dense, dl);
+					for (uint32_t r = 0; r < G; r++) {
+						double num = 0, den = 0;
+
+						for (uint32_t j = 0; j < D; j++) {
+							double e = po[((size_t)i * G + r) * D + j] - dense[r * D + j];
+
+							num += e * e;
+							den += (double)dense[r * D + j] * dense[r * D + j];
+						}
+						errs[n_err++] = sqrt(num / (den > 0 ? den : 1));
+					}
+					for (uint32_t c = 0; c < in[i].nr_sel; c++)
+						sel_tokens += hd->ix.table[in[i].sel[c]].count;
+					all_tokens += hd->ix.n_tokens;
+					for (uint32_t nd = 0; nd < SYNTH_NEEDLES; nd++) {
+						uint32_t pos = hd->s.needle[nd] - win.sink;
+
+						needles++;
+						for (uint32_t c = 0; c < in[i].nr_sel; c++) {
+							const struct nelssa_cluster *e = &hd->ix.table[in[i].sel[c]];
+
+							for (uint32_t j = 0; j < e->count; j++)
+								hits += hd->ix.perm[e->first + j] == pos;
+						}
+					}
+				}
+				n_steps++;
+			}
+		}
+		t_decode += t_select;
+		free(in);
+		free(q);
+		free(po);
+		free(pl);
+		for (uint32_t i = 0; i < n_items; i++)
+			free(sel[i]);
+		free(sel);
+	}
+	qsort(errs, n_err, sizeof(double), cmp_double);
+	{
+		const double per = 1e6 / n_steps;
+		const double tps = (double)o.steps * o.n_req / t_decode;
+		struct nelssa_msg st;
+
+		nelssa_client_stats(cli, &st);
+		if (o.json) {
+			printf("{\"requests\":%u,\"layers\":%u,\"kv_heads\":%u,\"steps\":%u,"
+			       "\"devices\":%u,\"prefill_s\":%.3f,\"layer_step_us\":{\"select\":%.1f,"
+			       "\"rtt\":%.1f,\"daemon_recv\":%.1f,\"dispatch\":%.1f,\"device\":%.1f,"
+			       "\"aggregate\":%.1f,\"window_merge\":%.1f},\"tokens_per_s\":%.2f,"
+			       "\"median_rel_err\":%.6g,\"max_rel_err\":%.6g,\"needle_hit_rate\":%.4f,"
+			       "\"selected_token_fraction\":%.4f}\n",
+			       o.n_req, o.layers, o.kv_heads, o.steps, nelssa_client_devices(cli),
+			       t_prefill, t_select * per, t_rtt * per, t_recv * per, t_disp * per,
+			       t_dev * per, t_agg * per, t_window * per, tps, errs[n_err / 2],
+			       errs[n_err - 1], (double)hits / needles,
+			       sel_tokens / all_tokens);
+		} else {
+			printf("prefill (synthesis, k-means, offload): %.1f s\n", t_prefill);
+			printf("decode: %u steps x %u layers, %u (request, KV head) items per layer-step\n",
+			       o.steps, o.layers, n_items);
+			printf("per layer-step, mean:\n");
+			printf("  GPU node: centroid Top-K      %9.1f us\n", t_select * per);
+			printf("  round trip to the PNM node    %9.1f us\n", t_rtt * per);
+			printf("    daemon: receive             %9.1f us\n", t_recv * per);
+			printf("    daemon: dispatch            %9.1f us\n", t_disp * per);
+			printf("    devices: sparse attention   %9.1f us\n", t_dev * per);
+			printf("    daemon: aggregate           %9.1f us\n", t_agg * per);
+			printf("    network + client            %9.1f us\n",
+			       (t_rtt - t_recv - t_disp - t_dev - t_agg) * per);
+			printf("  GPU node: window + merge      %9.1f us\n", t_window * per);
+			printf("decode throughput: %.2f tokens/s (%u requests; CPU stands in for the GPU)\n",
+			       tps, o.n_req);
+			printf("accuracy vs dense attention over the full context (%.0f%% of clusters + "
+			       "window):\n", o.ratio * 100);
+			printf("  relative L2 error: median %.4f%%, max %.4f%% over %u query rows\n",
+			       100 * errs[n_err / 2], 100 * errs[n_err - 1], n_err);
+			printf("  needle tokens selected: %u of %u (%.1f%%); %.2f%% of the clustered tokens "
+			       "read per step\n", hits, needles, 100.0 * hits / needles,
+			       100 * sel_tokens / all_tokens);
+			printf("daemon: %llu steps served, %.1f MiB of KV ingested\n",
+			       (unsigned long long)st.u.stats.steps,
+			       (double)st.u.stats.kv_bytes / (1 << 20));
+		}
+	}
+	for (size_t i = 0; i < (size_t)o.n_req * o.layers * o.kv_heads; i++) {
+		synth_free(&heads[i].s);
+		nelssa_kmeans_free(&heads[i].ix);
+		free(heads[i].sizes);
+	}
+	free(heads);
+	free(errs);
+	nelssa_client_close(cli);
+	return 0;
+}
