@@ -23,7 +23,7 @@ pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3
 # The QEMU rig: the guest kernel is extracted from linux-image, never installed.
 pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
 case "$arch" in
-amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
+amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang libclang-rt-14-dev lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
 esac
 
 want=""
