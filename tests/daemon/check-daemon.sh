@@ -7,13 +7,14 @@
 # scenarios' exit codes, concurrency, a client killed mid-step, malformed
 # control frames, clean shutdown, and the daemon's own refusals.
 #
-#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO
+#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL
 set -u
 
-nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO}
+nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL}
 cli=${2:?}
 bad=${3:?}
 demo=${4:?}
+ctl=${5:?}
 out=$(mktemp -d)
 pid=
 n=0
@@ -39,7 +40,7 @@ start() {
 	port=$(cat "$out/port" 2>/dev/null)
 }
 
-echo "1..27"
+echo "1..30"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -100,6 +101,11 @@ for tls in tcp shm; do
 		json_check "demo: 3-5 % of tokens read, median error below 10 %, needles found" \
 			"j['needle_hit_rate'] >= 0.5 and 0.03 <= j['selected_token_fraction'] <= 0.05 \
 			 and j['median_rel_err'] < 0.1 and j['layer_step_us']['device'] > 0"
+		t "nelssactl stats shows the daemon's counters" 0 "$ctl" stats "127.0.0.1:$port" --json
+		json_check "stats: steps and items served, KV ingested, device time" \
+			"j['devices'] == 4 and j['steps'] >= 40 and j['items'] >= j['steps'] \
+			 and j['kv_bytes'] > 0 and j['device_ns'] > 0"
+		t "nelssactl stats on a closed port fails with exit 3" 3 "$ctl" stats 127.0.0.1:1
 	fi
 	unset UCX_TLS
 	kill -TERM $pid

@@ -21,6 +21,7 @@ static void usage(FILE *f, const char *prog)
 		"  info DEV                    ABI, firmware, memory, cores and limits of DEV\n"
 		"  selftest DEV [--mask M]     run the firmware's built-in checks on DEV\n"
 		"  bench DEV bw|attn|latency   benchmarks; see '%s bench --help'\n"
+		"  stats [HOST[:PORT]]         a running nelssad's counters (default 127.0.0.1:18515)\n"
 		"\n"
 		"DEV is /dev/nelssa_pnmN (kernel driver) or sim:N[,mem=SIZE,cores=N,isa=NAME]\n"
 		"(a device emulated in this process).\n"
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
 		{ "info", cmd_info },
 		{ "selftest", cmd_selftest },
 		{ "bench", cmd_bench },
+		{ "stats", cmd_stats },
 	};
 	struct ctl ctl = { .prog = "nelssactl" };
 	int i = 1;

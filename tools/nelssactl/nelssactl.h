@@ -27,6 +27,7 @@ int cmd_list(struct ctl *ctl, int argc, char **argv);
 int cmd_info(struct ctl *ctl, int argc, char **argv);
 int cmd_selftest(struct ctl *ctl, int argc, char **argv);
 int cmd_bench(struct ctl *ctl, int argc, char **argv);
+int cmd_stats(struct ctl *ctl, int argc, char **argv);
 
 int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv);
 int bench_bw(struct ctl *ctl, const char *dev, int argc, char **argv);
