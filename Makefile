@@ -65,6 +65,8 @@ bench: userspace
 	@$(BUILD)/tools/client-bench/nelssa-client-bench
 	@echo "== sparse attention accuracy vs dense, 32K and 128K (takes a few minutes) =="
 	@$(BUILD)/tools/accuracy/nelssa-accuracy
+	@echo "== decode-step round trip through nelssad vs a bare UCX ping-pong (128K, 4%, 4 devices) =="
+	@scripts/bench-daemon.sh $(BUILD)
 	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
 	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
 		--items 8 --iters 5

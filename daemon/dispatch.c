@@ -254,8 +254,13 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 		if (!st->dev_items[d])
 			continue;
 		memset(&cmd, 0, sizeof(cmd));
-		cmd.opcode = NPNM_OP_SPARSE_ATTN;
 		cmd.user_tag = (uint64_t)(uintptr_t)st;
+		if (nd->cfg.nop_kernel) {
+			/* The serving path alone: everything but the attention itself. */
+			cmd.opcode = NPNM_OP_NOP;
+			goto submit;
+		}
+		cmd.opcode = NPNM_OP_SPARSE_ATTN;
 		cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ sd->stage, 0, 0,
 			st->dev_items[d] * sizeof(struct npnm_attn_item) };
 		cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ sd->arena, 0, 0, sd->arena_bytes };
@@ -269,6 +274,7 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 			.group = (uint8_t)s->group,
 			.kv_dtype = s->shape.kv_dtype,
 		};
+submit:
 		n = nelssa_pnm_submit(nd->dev[d].pnm, &cmd, 1, NULL);
 		if (n != 1) {
 			st->status = n < 0 ? n : -EIO;

@@ -67,6 +67,8 @@ static void usage(FILE *f)
 		"  --config FILE      read options from FILE: one 'name = value' per line, names as\n"
 		"                     the long options without dashes, '#' comments\n"
 		"  --verbose          log every refused message\n"
+		"  --nop-kernel       benchmarks only: devices run NOP instead of SPARSE_ATTN, so a\n"
+		"                     step measures the serving path alone (outputs are garbage)\n"
 		"  --help, --version\n"
 		"UCX is configured as usual through UCX_* variables (UCX_TLS, UCX_NET_DEVICES).\n"
 		"Exit status: 0 after a clean shutdown (SIGINT/SIGTERM), 1 on an error, 2 usage.\n");
@@ -112,14 +114,15 @@ static int set_option(struct nd_config *c, const char *name, const char *val, co
 		}
 		*(name[4] == 's' ? &c->max_sessions : &c->max_conns) = v;
 	} else if (!strcmp(name, "busy-poll") || !strcmp(name, "require-rdma") ||
-		   !strcmp(name, "verbose")) {
+		   !strcmp(name, "verbose") || !strcmp(name, "nop-kernel")) {
 		int on = !val || !strcmp(val, "1") || !strcmp(val, "yes") || !strcmp(val, "true");
 
 		if (val && !on && strcmp(val, "0") && strcmp(val, "no") && strcmp(val, "false")) {
 			fprintf(stderr, "nelssad: %s = %s: need yes or no\n", name, val);
 			return -1;
 		}
-		*(name[0] == 'b' ? &c->busy_poll : name[0] == 'r' ? &c->require_rdma : &c->verbose) = on;
+		*(name[0] == 'b' ? &c->busy_poll : name[0] == 'r' ? &c->require_rdma :
+		  name[0] == 'n' ? &c->nop_kernel : &c->verbose) = on;
 	} else if (!strcmp(name, "port-file") && cfgf) {
 		*cfgf = strdup(val);
 	} else {
@@ -238,6 +241,7 @@ int main(int argc, char **argv)
 		{ "max-sessions", required_argument, NULL, 0 },
 		{ "max-conns", required_argument, NULL, 0 }, { "busy-poll", no_argument, NULL, 0 },
 		{ "require-rdma", no_argument, NULL, 0 }, { "verbose", no_argument, NULL, 0 },
+		{ "nop-kernel", no_argument, NULL, 0 },
 		{ "config", required_argument, NULL, 'c' }, { "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 },
 	};
@@ -298,8 +302,9 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
-	nd_log(nd, "listening on %s:%u with %u device(s)%s", nd->cfg.listen_host, nd->cfg.port,
-	       nd->n_dev, nd->cfg.busy_poll ? ", busy-polling" : "");
+	nd_log(nd, "listening on %s:%u with %u device(s)%s%s", nd->cfg.listen_host, nd->cfg.port,
+	       nd->n_dev, nd->cfg.busy_poll ? ", busy-polling" : "",
+	       nd->cfg.nop_kernel ? ", NOP kernel (benchmark mode)" : "");
 	ret = nd_control_run(nd, lfd) ? 1 : 0;
 	close(lfd);
 	nd_log(nd, "shutting down");

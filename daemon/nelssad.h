@@ -40,6 +40,7 @@ struct nd_config {
 	uint32_t max_conns;
 	int busy_poll;		/* poller spins instead of sleeping on the efd */
 	int require_rdma;
+	int nop_kernel;		/* benchmarks: NOP instead of SPARSE_ATTN */
 	int verbose;
 };
 

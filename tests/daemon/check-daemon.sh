@@ -7,14 +7,15 @@
 # scenarios' exit codes, concurrency, a client killed mid-step, malformed
 # control frames, clean shutdown, and the daemon's own refusals.
 #
-#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL
+#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH
 set -u
 
-nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL}
+nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH}
 cli=${2:?}
 bad=${3:?}
 demo=${4:?}
 ctl=${5:?}
+sbench=${6:?}
 out=$(mktemp -d)
 pid=
 n=0
@@ -40,7 +41,7 @@ start() {
 	port=$(cat "$out/port" 2>/dev/null)
 }
 
-echo "1..30"
+echo "1..32"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -106,6 +107,13 @@ for tls in tcp shm; do
 			"j['devices'] == 4 and j['steps'] >= 40 and j['items'] >= j['steps'] \
 			 and j['kv_bytes'] > 0 and j['device_ns'] > 0"
 		t "nelssactl stats on a closed port fails with exit 3" 3 "$ctl" stats 127.0.0.1:1
+		t "nelssa-step-bench at a small size, JSON" 0 "$sbench" --port "$port" \
+			--context 4096 --kv-heads 4 --batches 1,2 --iters 5 --json
+		json_check "step bench: one run per batch, sizes and ratios consistent" \
+			"[r['batch'] for r in j['runs']] == [1, 2] and all(r['items'] == 4 * r['batch'] \
+			 and r['rtt_median_us'] > 0 and r['pingpong_median_us'] > 0 and \
+			 abs(r['rtt_over_pingpong'] - r['rtt_median_us'] / r['pingpong_median_us']) < 0.01 \
+			 for r in j['runs'])"
 	fi
 	unset UCX_TLS
 	kill -TERM $pid
