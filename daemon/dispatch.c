@@ -9,11 +9,16 @@
  * device.  As completions arrive the step's pending count drops; the last
  * one assembles the reply from the devices' output buffers in item order.
  * With head-wise placement every head's state is complete on its device,
- * so aggregation is a gather whose cost does not depend on the KV size.
+ * so aggregation is a gather; with cluster-wise placement each device holds
+ * part of every head, and the aggregator merges the N partial states by
+ * their LSEs (numeric core).  Either way its cost depends on the batch,
+ * not on the KV size.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <nelssa/lse.h>
 
 #include "nelssad.h"
 
@@ -110,12 +115,27 @@ static void step_finish(struct nelssad *nd, struct nd_step *st)
 	}
 	if (r.status) {
 		r.nr_items = 0;
-	} else {
+	} else if (s->placement == NELSSA_PLACE_HEADS) {
 		for (uint32_t i = 0; i < st->nr_items; i++) {
 			const struct nd_sdev *sd = &s->dev[st->item_dev[i]];
 
 			memcpy(buf + i * out_slot,
 			       sd->stage_map + sd->out_off + st->item_slot[i] * out_slot, out_slot);
+		}
+	} else {
+		/* A head's clusters were split over the devices: merge their states. */
+		const float *o_in[ND_MAX_DEVICES], *l_in[ND_MAX_DEVICES];
+
+		for (uint32_t i = 0; i < st->nr_items; i++) {
+			for (uint32_t d = 0; d < nd->n_dev; d++) {
+				const uint8_t *p = s->dev[d].stage_map + s->dev[d].out_off + i * out_slot;
+
+				o_in[d] = (const float *)p;
+				l_in[d] = (const float *)(p + o_bytes);
+			}
+			nelssa_lse_merge_n((float *)(buf + i * out_slot),
+					   (float *)(buf + i * out_slot + o_bytes), o_in, l_in,
+					   nd->n_dev, s->group, s->shape.head_dim);
 		}
 	}
 	t_ready = nd_now_ns();
@@ -153,35 +173,23 @@ void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c)
 	step_finish(nd, st);
 }
 
-/* Checks an item and fills its descriptor and inputs in the device's staging. */
-static int stage_item(struct nelssad *nd, struct nd_session *s, const struct nelssa_step_hdr *h,
-		      const struct nelssa_step_item *it, const uint8_t *q, const uint8_t *sel,
-		      uint32_t dev, uint32_t slot)
+/* Fills one item's descriptor and inputs in device @dev's staging, @slot. */
+static void stage(struct nelssad *nd, struct nd_session *s, struct nd_request *r, uint32_t layer,
+		  uint32_t head, const uint8_t *q, const uint32_t *sel, uint32_t nr_sel, uint32_t dev,
+		  uint32_t slot)
 {
 	const uint64_t q_bytes = 4ull * s->group * s->shape.head_dim;
 	const uint64_t in_slot = q_bytes + 4ull * s->max_sel;
 	const uint64_t out_slot = q_bytes + 4ull * s->group;
+	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
+	const uint32_t cell = layer * s->shape.kv_heads + head;
 	struct nd_sdev *sd = &s->dev[dev];
-	struct nd_request *r = nd_request_find(s, it->request);
 	struct npnm_attn_item *ai = (struct npnm_attn_item *)sd->stage_map + slot;
 	uint64_t k, v, t;
-	uint32_t cell;
 
-	if (!r || it->head >= s->shape.kv_heads)
-		return -ENOENT;
-	if (slot >= s->max_batch * s->local_heads)
-		return -E2BIG;
-	cell = (uint32_t)h->layer * s->shape.kv_heads + it->head;
-	for (uint32_t i = 0; i < it->nr_sel; i++) {
-		uint32_t id;
-
-		memcpy(&id, sel + 4ull * i, 4);
-		if (id >= r->nr_clusters[cell])
-			return -ERANGE;
-	}
-	nd_store_offsets(s, r, h->layer, it->head / nd->n_dev, &k, &v, &t);
+	nd_store_offsets(s, r, layer, nd_local_head(nd, s, head), &k, &v, &t);
 	memcpy(sd->stage_map + sd->in_off + slot * in_slot, q, q_bytes);
-	memcpy(sd->stage_map + sd->in_off + slot * in_slot + q_bytes, sel, 4ull * it->nr_sel);
+	memcpy(sd->stage_map + sd->in_off + slot * in_slot + q_bytes, sel, 4ull * nr_sel);
 	*ai = (struct npnm_attn_item){
 		.k_off = r->off[dev] + k,
 		.v_off = r->off[dev] + v,
@@ -190,10 +198,50 @@ static int stage_item(struct nelssad *nd, struct nd_session *s, const struct nel
 		.sel_off = slot * in_slot + q_bytes,
 		.o_off = slot * out_slot,
 		.lse_off = slot * out_slot + q_bytes,
-		.nr_tokens = r->nr_tokens[cell],
-		.nr_clusters = r->nr_clusters[cell],
-		.nr_sel = it->nr_sel,
+		.nr_tokens = r->nr_tokens[dev * cells + cell],
+		.nr_clusters = r->nr_clusters[dev * cells + cell],
+		.nr_sel = nr_sel,
 	};
+}
+
+/*
+ * Checks item @i and stages it: on its head's device (head-wise), or split
+ * by cluster over every device at slot @i (cluster-wise).
+ */
+static int stage_item(struct nelssad *nd, struct nd_session *s, struct nd_step *st,
+		      const struct nelssa_step_hdr *h, uint32_t i, const struct nelssa_step_item *it,
+		      const uint8_t *q, const uint8_t *sel_bytes, uint32_t *scratch)
+{
+	struct nd_request *r = nd_request_find(s, it->request);
+	uint32_t cell, d;
+
+	if (!r || it->head >= s->shape.kv_heads)
+		return -ENOENT;
+	cell = (uint32_t)h->layer * s->shape.kv_heads + it->head;
+	memcpy(scratch, sel_bytes, 4ull * it->nr_sel);
+	for (uint32_t j = 0; j < it->nr_sel; j++)
+		if (scratch[j] >= r->g_clusters[cell])
+			return -ERANGE;
+	if (s->placement == NELSSA_PLACE_HEADS) {
+		d = nd_head_device(nd, it->head);
+		if (st->dev_items[d] >= s->max_batch * s->local_heads)
+			return -E2BIG;
+		stage(nd, s, r, h->layer, it->head, q, scratch, it->nr_sel, d, st->dev_items[d]);
+		st->item_dev[i] = d;
+		st->item_slot[i] = st->dev_items[d]++;
+		return 0;
+	}
+	/* Cluster c is local cluster c / N of device c mod N. */
+	for (d = 0; d < nd->n_dev; d++) {
+		uint32_t *mine = scratch + it->nr_sel, n = 0;
+
+		for (uint32_t j = 0; j < it->nr_sel; j++)
+			if (scratch[j] % nd->n_dev == d)
+				mine[n++] = scratch[j] / nd->n_dev;
+		stage(nd, s, r, h->layer, it->head, q, mine, n, d, i);
+		st->dev_items[d]++;
+	}
+	st->item_slot[i] = i;
 	return 0;
 }
 
@@ -205,14 +253,15 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 	size_t *q_off = NULL, *sel_off = NULL;
 	struct nelssa_step_hdr h = { 0 };
 	struct nd_step *st = NULL;
-	uint32_t submitted = 0;
+	uint32_t submitted = 0, *scratch = NULL;
 	int ret = -ENOMEM;
 
 	items = malloc(sizeof(*items) * max_items);
 	q_off = malloc(sizeof(*q_off) * max_items);
 	sel_off = malloc(sizeof(*sel_off) * max_items);
+	scratch = malloc(8ull * s->max_sel + 4);
 	st = calloc(1, sizeof(*st));
-	if (!items || !q_off || !sel_off || !st)
+	if (!items || !q_off || !sel_off || !scratch || !st)
 		goto fail;
 	ret = nelssa_step_parse(hdr, hdr_len, data, data_len, s->group, s->shape.head_dim,
 				max_items, s->max_sel, &h, items, q_off, sel_off);
@@ -236,14 +285,10 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 	if (!st->item_dev || !st->item_slot)
 		goto fail;
 	for (uint32_t i = 0; i < h.nr_items; i++) {
-		uint32_t d = nd_head_device(nd, items[i].head % s->shape.kv_heads);
-
-		ret = stage_item(nd, s, &h, &items[i], data + q_off[i], data + sel_off[i], d,
-				 st->dev_items[d]);
+		ret = stage_item(nd, s, st, &h, i, &items[i], data + q_off[i], data + sel_off[i],
+				 scratch);
 		if (ret)
 			goto fail;
-		st->item_dev[i] = d;
-		st->item_slot[i] = st->dev_items[d]++;
 	}
 	s->step = st;
 	for (uint32_t d = 0; d < nd->n_dev; d++) {
@@ -288,6 +333,7 @@ submit:
 	free(items);
 	free(q_off);
 	free(sel_off);
+	free(scratch);
 	if (!submitted) {	/* nothing to wait for: no items, or the first submit failed */
 		st->t_done = st->t_submitted;
 		step_finish(nd, st);
@@ -297,6 +343,7 @@ fail:
 	free(items);
 	free(q_off);
 	free(sel_off);
+	free(scratch);
 	if (st)
 		step_free(st);
 	nd_step_reply_error(nd, reply_ep, h.step, ret);

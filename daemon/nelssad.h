@@ -51,15 +51,21 @@ struct nd_device {
 	uint64_t reserved;	/* bytes promised to sessions */
 };
 
-/* One request's KV store: the same offset range in every device's arena. */
+/*
+ * One request's KV: a block at the same offset in every device's arena,
+ * holding a store per (layer, head the device serves) of @store_tokens
+ * rows and @store_clusters table entries.
+ */
 struct nd_request {
 	uint64_t id;
 	int used;
 	uint32_t max_tokens, max_clusters;
+	uint32_t store_tokens, store_clusters;
 	uint64_t off[ND_MAX_DEVICES];	/* of its block in each arena */
 	uint64_t bytes;			/* per device */
-	uint32_t *nr_tokens;		/* [layers][kv_heads] stored so far */
-	uint32_t *nr_clusters;
+	uint32_t *nr_tokens;		/* [device][layer][kv_head] stored there */
+	uint32_t *nr_clusters;		/* likewise, the device's (local) clusters */
+	uint32_t *g_clusters;		/* [layer][kv_head]: clusters in all */
 };
 
 struct nd_step;
@@ -127,9 +133,10 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id);
 struct nd_request *nd_request_find(struct nd_session *s, uint64_t id);
 int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
 		 const uint8_t *data);
-/* Device of (head, cluster) and where the head's store lies in a request block. */
+/* Device of a head (head-wise placement); the store index of a head on a device. */
 uint32_t nd_head_device(const struct nelssad *nd, uint32_t head);
-uint64_t nd_store_bytes(const struct nd_session *s, uint32_t max_tokens, uint32_t max_clusters);
+uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uint32_t head);
+/* Where a (layer, local head)'s store lies in a request's block. */
 void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, uint32_t layer,
 		      uint32_t local_head, uint64_t *k, uint64_t *v, uint64_t *table);
 

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * The KV Partitioner.  Head-wise placement (DESIGN §3.5): KV head h of
- * every layer lives on device h mod N, so each device serves the same
- * cluster lists for its own heads and the load splits evenly whatever the
- * sparsity.  Each session owns one arena per device, sized from its
+ * The KV Partitioner.  Head-wise placement (DESIGN §3.5, the default): KV
+ * head h of every layer lives on device h mod N, so each device serves the
+ * same cluster lists for its own heads and the load splits evenly whatever
+ * the sparsity.  Cluster-wise placement: cluster c of every head lives on
+ * device c mod N (as local cluster c / N), so every device serves every
+ * head, a head's selection splits across the devices, and the aggregator
+ * merges the partial states -- the choice when there are fewer heads than
+ * devices.  Each session owns one arena per device, sized from its
  * capacity when it is created, so running out of device memory is an
  * error at session creation, not in the middle of a decode; requests take
  * blocks of the same size at the same offset in every arena.  Inside a
@@ -31,25 +35,46 @@ uint32_t nd_head_device(const struct nelssad *nd, uint32_t head)
 	return head % nd->n_dev;
 }
 
+uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uint32_t head)
+{
+	return s->placement == NELSSA_PLACE_HEADS ? head / nd->n_dev : head;
+}
+
 static uint64_t store_bytes(const struct nd_session *s, uint32_t t, uint32_t c)
 {
 	return align_up(4ull * s->shape.head_dim * t + 8ull * c);
 }
 
-uint64_t nd_store_bytes(const struct nd_session *s, uint32_t max_tokens, uint32_t max_clusters)
+/*
+ * A device's share of a head holding @t tokens in @c clusters: all of it
+ * head-wise; cluster-wise exactly ceil(c / N) clusters, and their tokens,
+ * which round-robin spreads to about t / N -- room for a quarter more, and
+ * a store that overflows anyway refuses the rows (-ENOSPC).
+ */
+static void store_dims(const struct nelssad *nd, const struct nd_session *s, uint32_t t, uint32_t c,
+		       uint32_t *st, uint32_t *sc)
 {
-	return (uint64_t)s->shape.layers * s->local_heads * store_bytes(s, max_tokens, max_clusters);
+	uint64_t share;
+
+	if (s->placement == NELSSA_PLACE_HEADS) {
+		*st = t;
+		*sc = c;
+		return;
+	}
+	share = (uint64_t)t / nd->n_dev + t / 4 + 256;
+	*st = share < t ? (uint32_t)share : t;
+	*sc = (c + nd->n_dev - 1) / nd->n_dev;
 }
 
 void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, uint32_t layer,
 		      uint32_t local_head, uint64_t *k, uint64_t *v, uint64_t *table)
 {
-	const uint64_t one = store_bytes(s, r->max_tokens, r->max_clusters);
+	const uint64_t one = store_bytes(s, r->store_tokens, r->store_clusters);
 	const uint64_t base = ((uint64_t)layer * s->local_heads + local_head) * one;
 
 	*k = base;
-	*v = base + 2ull * s->shape.head_dim * r->max_tokens;
-	*table = base + 4ull * s->shape.head_dim * r->max_tokens;
+	*v = base + 2ull * s->shape.head_dim * r->store_tokens;
+	*table = base + 4ull * s->shape.head_dim * r->store_tokens;
 }
 
 static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
@@ -76,22 +101,22 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t 
 	uint64_t items, arena, stage, in_slot, out_slot;
 	int ret;
 
-	if (s->placement != NELSSA_PLACE_HEADS) {
-		snprintf(why, why_len, "cluster-wise placement is not supported by this daemon yet");
-		return -EOPNOTSUPP;
-	}
+	uint32_t st, sc;
+
 	if (s->capacity_tokens > UINT32_MAX / 2) {
 		snprintf(why, why_len, "capacity of %llu tokens is beyond what a device can hold",
 			 (unsigned long long)s->capacity_tokens);
 		return -ENOSPC;
 	}
-	s->local_heads = (s->shape.kv_heads + nd->n_dev - 1) / nd->n_dev;
+	s->local_heads = s->placement == NELSSA_PLACE_HEADS ?
+		(s->shape.kv_heads + nd->n_dev - 1) / nd->n_dev : s->shape.kv_heads;
 	items = (uint64_t)s->max_batch * s->local_heads;
 	in_slot = 4ull * g * d + 4ull * s->max_sel;
 	out_slot = 4ull * g * d + 4ull * g;
 	/* Tables: room for a cluster per 4 tokens, far more than k-means makes. */
-	arena = nd_store_bytes(s, (uint32_t)s->capacity_tokens, (uint32_t)(s->capacity_tokens / 4 + 64)) +
-		ARENA_SLACK;
+	store_dims(nd, s, (uint32_t)s->capacity_tokens, (uint32_t)(s->capacity_tokens / 4 + 64), &st,
+		   &sc);
+	arena = (uint64_t)s->shape.layers * s->local_heads * store_bytes(s, st, sc) + ARENA_SLACK;
 	stage = align_up(items * sizeof(struct npnm_attn_item)) + align_up(items * in_slot) +
 		align_up(items * out_slot);
 	for (uint32_t i = 0; i < nd->n_dev; i++) {
@@ -148,6 +173,7 @@ void nd_session_free(struct nelssad *nd, struct nd_session *s)
 	for (uint32_t i = 0; i < s->n_req; i++) {
 		free(s->req[i].nr_tokens);
 		free(s->req[i].nr_clusters);
+		free(s->req[i].g_clusters);
 	}
 	free(s->req);
 	free(s);
@@ -191,12 +217,16 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 	r->id = id;
 	r->max_tokens = max_tokens;
 	r->max_clusters = max_clusters;
-	r->bytes = nd_store_bytes(s, max_tokens, max_clusters);
-	r->nr_tokens = calloc(cells, sizeof(uint32_t));
-	r->nr_clusters = calloc(cells, sizeof(uint32_t));
-	if (!r->nr_tokens || !r->nr_clusters) {
+	store_dims(nd, s, max_tokens, max_clusters, &r->store_tokens, &r->store_clusters);
+	r->bytes = (uint64_t)s->shape.layers * s->local_heads *
+		   store_bytes(s, r->store_tokens, r->store_clusters);
+	r->nr_tokens = calloc(cells * nd->n_dev, sizeof(uint32_t));
+	r->nr_clusters = calloc(cells * nd->n_dev, sizeof(uint32_t));
+	r->g_clusters = calloc(cells, sizeof(uint32_t));
+	if (!r->nr_tokens || !r->nr_clusters || !r->g_clusters) {
 		free(r->nr_tokens);
 		free(r->nr_clusters);
+		free(r->g_clusters);
 		return -ENOMEM;
 	}
 	for (d = 0; d < nd->n_dev; d++)
@@ -207,6 +237,7 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 			pnm_alloc_put(&s->dev[j].alloc, r->off[j], r->bytes);
 		free(r->nr_tokens);
 		free(r->nr_clusters);
+		free(r->g_clusters);
 		snprintf(why, why_len,
 			 "session capacity exhausted: request %llu needs %.1f MiB per device",
 			 (unsigned long long)id, (double)r->bytes / (1 << 20));
@@ -226,7 +257,56 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
 		pnm_alloc_put(&s->dev[d].alloc, r->off[d], r->bytes);
 	free(r->nr_tokens);
 	free(r->nr_clusters);
+	free(r->g_clusters);
 	memset(r, 0, sizeof(*r));
+	return 0;
+}
+
+/*
+ * Cluster-wise ingest: each cluster of the message goes to device c mod N,
+ * appended to that device's store as local cluster c / N.  Clusters must
+ * come in order, each once (prefill from 0, then decode-time appends).
+ */
+static int ingest_clusters(struct nelssad *nd, struct nd_session *s, struct nd_request *r,
+			   const struct nelssa_kv_hdr *h, const uint8_t *data, uint32_t cell)
+{
+	const uint64_t row = 2ull * s->shape.head_dim;
+	const uint8_t *table = data + 2 * h->nr_tokens * row;
+	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
+
+	if (h->first_cluster != r->g_clusters[cell])
+		return -EINVAL;
+	for (uint32_t j = 0; j < h->nr_clusters; j++) {
+		const uint32_t c = h->first_cluster + j, d = c % nd->n_dev;
+		uint32_t *nt = &r->nr_tokens[d * cells + cell], *nc = &r->nr_clusters[d * cells + cell];
+		struct npnm_cluster e;
+		uint64_t k, v, t, from;
+		int ret;
+
+		memcpy(&e, table + 8ull * j, sizeof(e));
+		if (e.first < h->first_token || (uint64_t)e.first + e.count >
+		    (uint64_t)h->first_token + h->nr_tokens)
+			return -ERANGE;
+		if ((uint64_t)*nt + e.count > r->store_tokens || *nc >= r->store_clusters)
+			return -ENOSPC;
+		nd_store_offsets(s, r, h->layer, h->head, &k, &v, &t);
+		from = e.first - h->first_token;
+		ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
+					   r->off[d] + k + *nt * row, data + from * row, e.count * row);
+		if (!ret)
+			ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
+						   r->off[d] + v + *nt * row,
+						   data + (h->nr_tokens + from) * row, e.count * row);
+		e.first = *nt;
+		if (!ret)
+			ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
+						   r->off[d] + t + 8ull * *nc, &e, sizeof(e));
+		if (ret)
+			return ret;
+		*nt += e.count;
+		(*nc)++;
+		r->g_clusters[cell]++;
+	}
 	return 0;
 }
 
@@ -235,8 +315,9 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 {
 	struct nd_request *r = nd_request_find(s, h->request);
 	const uint64_t row = 2ull * s->shape.head_dim;
+	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
 	uint64_t k, v, t;
-	uint32_t d, cell;
+	uint32_t d, cell, *nt, *nc;
 	struct nd_device *dev;
 	int ret;
 
@@ -246,9 +327,12 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 	    (uint64_t)h->first_token + h->nr_tokens > r->max_tokens ||
 	    (uint64_t)h->first_cluster + h->nr_clusters > r->max_clusters)
 		return -ERANGE;
+	cell = (uint32_t)h->layer * s->shape.kv_heads + h->head;
+	if (s->placement == NELSSA_PLACE_CLUSTERS)
+		return ingest_clusters(nd, s, r, h, data, cell);
 	d = nd_head_device(nd, h->head);
 	dev = &nd->dev[d];
-	nd_store_offsets(s, r, h->layer, h->head / nd->n_dev, &k, &v, &t);
+	nd_store_offsets(s, r, h->layer, nd_local_head(nd, s, h->head), &k, &v, &t);
 	k += r->off[d];
 	v += r->off[d];
 	t += r->off[d];
@@ -263,10 +347,12 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 					   data + 2 * h->nr_tokens * row, 8ull * h->nr_clusters);
 	if (ret)
 		return ret;
-	cell = (uint32_t)h->layer * s->shape.kv_heads + h->head;
-	if (h->first_token + h->nr_tokens > r->nr_tokens[cell])
-		r->nr_tokens[cell] = h->first_token + h->nr_tokens;
-	if (h->first_cluster + h->nr_clusters > r->nr_clusters[cell])
-		r->nr_clusters[cell] = h->first_cluster + h->nr_clusters;
+	nt = &r->nr_tokens[d * cells + cell];
+	nc = &r->nr_clusters[d * cells + cell];
+	if (h->first_token + h->nr_tokens > *nt)
+		*nt = h->first_token + h->nr_tokens;
+	if (h->first_cluster + h->nr_clusters > *nc)
+		*nc = h->first_cluster + h->nr_clusters;
+	r->g_clusters[cell] = *nc;
 	return 0;
 }

@@ -41,7 +41,7 @@ start() {
 	port=$(cat "$out/port" 2>/dev/null)
 }
 
-echo "1..32"
+echo "1..34"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -66,6 +66,8 @@ for tls in tcp shm; do
 	export UCX_TLS=$tls
 	t "$tls: outputs equal float64 attention over the selected clusters" 0 \
 		"$cli" 127.0.0.1 "$port" check
+	t "$tls: ... with cluster-wise placement (partial states merged)" 0 \
+		"$cli" 127.0.0.1 "$port" check-clusters
 	# Three clients at once, each with its own session.
 	for i in 1 2 3; do
 		"$cli" 127.0.0.1 "$port" check >"$out/conc$i" 2>&1 &

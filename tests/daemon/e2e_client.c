@@ -8,6 +8,8 @@
  *             and head, decode-time clusters appended, then steps of random
  *             selections; every output and LSE must equal float64
  *             attention over the selected clusters' tokens
+ *   check-clusters  the same with cluster-wise placement (every head split
+ *             over the devices, partial states merged by the daemon)
  *   capacity  a session larger than the devices is refused with -ENOSPC
  *             and a message; a request beyond a session's capacity too;
  *             then a small session still serves a step
@@ -46,6 +48,7 @@ struct req {
 
 static struct nelssa_client *cli;
 static int failures;
+static uint8_t placement = NELSSA_PLACE_HEADS;
 
 #define CHECK(cond, ...)                                         \
 	do {                                                     \
@@ -114,7 +117,8 @@ static struct nelssa_session_cfg session_cfg(uint64_t capacity)
 {
 	return (struct nelssa_session_cfg){
 		.shape = { LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, NELSSA_KV_BF16 },
-		.max_batch = 8, .max_sel = 4096, .capacity_tokens = capacity,
+		.placement = placement, .max_batch = 8, .max_sel = 4096,
+		.capacity_tokens = capacity,
 	};
 }
 
@@ -363,7 +367,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: e2e_client HOST PORT check|capacity|bad-step|die\n");
+		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|bad-step|die\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -380,7 +384,9 @@ int main(int argc, char **argv)
 		nelssa_client_close(cli);
 		return 1;
 	}
-	if (!strcmp(sc, "check"))
+	if (!strcmp(sc, "check-clusters"))
+		placement = NELSSA_PLACE_CLUSTERS;
+	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters"))
 		ret = scenario_check(&rng);
 	else if (!strcmp(sc, "capacity"))
 		ret = scenario_capacity(&rng);
