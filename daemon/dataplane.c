@@ -3,7 +3,10 @@
  * The data path: one UCX worker owned by one poller thread.  Clients send
  * KV rows and decode steps as active messages; small ones arrive whole in
  * the callback (eager), large ones as rendezvous descriptors that the
- * poller receives into a buffer first.  The poller's loop progresses the
+ * poller receives into a buffer first: one of a few staging slots
+ * registered with UCX once at start (no registration per message; with
+ * RDMA the client's rendezvous writes land there directly), or a plain
+ * allocation when all are busy or the message is larger.  The poller's loop progresses the
  * worker, reaps device completions (which finish steps), closes sessions
  * marked by the control thread, and then sleeps in epoll on the worker's
  * event fd, the devices' event fds and a wake-up eventfd -- or spins, in
@@ -28,6 +31,7 @@ struct rndv_ctx {
 	size_t hdr_len, len;
 	uint64_t t_arrive;
 	uint8_t *buf;
+	int slot;		/* staging slot, or -1 for a malloc'd buffer */
 };
 
 static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, size_t hdr_len)
@@ -111,8 +115,24 @@ static void rndv_done(void *request, ucs_status_t status, size_t length, void *u
 		nd_log(c->nd, "receiving a message failed: %s", ucs_status_string(status));
 	if (request)
 		ucp_request_free(request);
-	free(c->buf);
+	if (c->slot >= 0)
+		c->nd->stage_free |= 1u << c->slot;
+	else
+		free(c->buf);
 	free(c);
+}
+
+/* A free registered staging slot for @len bytes, or -1. */
+static int stage_get(struct nelssad *nd, size_t len)
+{
+	if (!nd->stage || len > ND_STAGE_BYTES || !nd->stage_free)
+		return -1;
+	for (int i = 0; i < ND_STAGE_SLOTS; i++)
+		if (nd->stage_free & (1u << i)) {
+			nd->stage_free &= ~(1u << i);
+			return i;
+		}
+	return -1;
 }
 
 static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *header,
@@ -134,9 +154,13 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	}
 	/* Rendezvous: bounded header, then pull the data into a buffer. */
 	c = calloc(1, sizeof(*c));
-	if (!c || header_length > sizeof(c->hdr) || !(c->buf = malloc(length ? length : 1))) {
-		if (c)
-			free(c);
+	if (c && header_length <= sizeof(c->hdr)) {
+		c->slot = stage_get(nd, length);
+		c->buf = c->slot >= 0 ? nd->stage + (size_t)c->slot * ND_STAGE_BYTES
+				      : malloc(length ? length : 1);
+	}
+	if (!c || header_length > sizeof(c->hdr) || !c->buf) {
+		free(c);
 		nd_log(nd, "message %u of %zu bytes dropped (header %zu bytes, or no memory)", id,
 		       length, header_length);
 		return UCS_OK;
@@ -148,9 +172,16 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	c->hdr_len = header_length;
 	c->len = length;
 	c->t_arrive = t;
+	if (nd->cfg.verbose)
+		nd_log(nd, "rendezvous message %u, %zu bytes, into %s", id, length,
+		       c->slot >= 0 ? "a registered staging slot" : "a plain buffer");
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	prm.cb.recv_am = rndv_done;
 	prm.user_data = c;
+	if (c->slot >= 0) {
+		prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+		prm.memh = nd->stage_memh;
+	}
 	sp = ucp_am_recv_data_nbx(nd->worker, data, c->buf, length, &prm);
 	if (sp == NULL)
 		rndv_done(NULL, UCS_OK, length, c);
@@ -324,6 +355,26 @@ int nd_dataplane_start(struct nelssad *nd)
 		st = ucp_worker_set_am_recv_handler(nd->worker, &ap);
 	if (st != UCS_OK)
 		return -EIO;
+	{
+		ucp_mem_map_params_t mp = { 0 };
+
+		mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+				UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+		mp.length = (size_t)ND_STAGE_SLOTS * ND_STAGE_BYTES;
+		mp.flags = UCP_MEM_MAP_ALLOCATE;
+		/* Optional: without it, rendezvous buffers are plain allocations. */
+		if (ucp_mem_map(nd->ucp, &mp, &nd->stage_memh) == UCS_OK) {
+			ucp_mem_attr_t ma = { .field_mask = UCP_MEM_ATTR_FIELD_ADDRESS };
+
+			if (ucp_mem_query(nd->stage_memh, &ma) == UCS_OK) {
+				nd->stage = ma.address;
+				nd->stage_free = (1u << ND_STAGE_SLOTS) - 1;
+			}
+		} else {
+			nd->stage_memh = NULL;
+			nd_log(nd, "no registered staging: rendezvous data goes to plain buffers");
+		}
+	}
 	nd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (nd->wake_fd < 0 || pthread_create(&nd->poller, NULL, poller, nd))
 		return -errno;
@@ -353,6 +404,8 @@ void nd_dataplane_stop(struct nelssad *nd)
 		nd_session_free(nd, s);
 	}
 	nd->sessions = NULL;
+	if (nd->stage_memh)
+		ucp_mem_unmap(nd->ucp, nd->stage_memh);
 	ucp_worker_release_address(nd->worker, nd->addr);
 	ucp_worker_destroy(nd->worker);
 	close(nd->wake_fd);

@@ -30,6 +30,8 @@
 
 #define ND_MAX_DEVICES 64
 #define ND_NAME "nelssad"
+#define ND_STAGE_SLOTS 8
+#define ND_STAGE_BYTES (1u << 20)	/* more than a client's 256 KiB KV chunk */
 
 struct nd_config {
 	char devices[1024];	/* "sim:4", or a comma list of device names */
@@ -115,6 +117,10 @@ struct nelssad {
 	ucp_address_t *addr;
 	size_t addr_len;
 	char transports[256];
+	/* Registered staging for rendezvous KV messages (poller thread only). */
+	uint8_t *stage;
+	ucp_mem_h stage_memh;
+	uint32_t stage_free;		/* bitmap of free slots */
 	pthread_t poller;
 	int wake_fd;			/* eventfd: wakes the poller */
 	volatile int stop;
