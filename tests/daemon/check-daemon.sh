@@ -41,7 +41,7 @@ start() {
 	port=$(cat "$out/port" 2>/dev/null)
 }
 
-echo "1..34"
+echo "1..37"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -53,6 +53,48 @@ else
 	sed 's/^/# /' "$out/stderr"
 	echo "not ok $((n += 1)) - --require-rdma says why"
 fi
+
+# A config file sets what flags set; a bad line is a usage error.
+cat >"$out/good.conf" <<CONF
+# two small devices
+devices = sim:2
+sim-opts = mem=64M
+listen = 127.0.0.1:0
+port-file = $out/cport
+CONF
+printf 'devices = sim:2\nno-such-option = 1\n' >"$out/bad.conf"
+t "a config file with an unknown option is a usage error" 2 "$nd" --config "$out/bad.conf"
+UCX_TLS=tcp "$nd" --config "$out/good.conf" >"$out/conf.log" 2>&1 &
+cpid=$!
+i=0
+while [ ! -s "$out/cport" ] && [ $i -lt 200 ] && kill -0 $cpid 2>/dev/null; do
+	sleep 0.05
+	i=$((i + 1))
+done
+kill -TERM $cpid 2>/dev/null
+wait $cpid
+if grep -q "with 2 device(s)" "$out/conf.log" && [ -s "$out/cport" ]; then
+	echo "ok $((n += 1)) - the config file's devices, listen address and port file are used"
+else
+	sed 's/^/# /' "$out/conf.log"
+	echo "not ok $((n += 1)) - the config file's settings are used"
+fi
+
+# Busy-poll mode serves as correctly as the event-fd mode.
+rm -f "$out/port"
+UCX_TLS=tcp "$nd" --busy-poll --listen 127.0.0.1:0 --port-file "$out/port" \
+	--sim-opts mem=256M,cores=1 >"$out/busy.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -s "$out/port" ] && [ $i -lt 200 ] && kill -0 $pid 2>/dev/null; do
+	sleep 0.05
+	i=$((i + 1))
+done
+UCX_TLS=tcp t "busy-poll mode: outputs equal float64 attention" 0 \
+	"$cli" 127.0.0.1 "$(cat "$out/port" 2>/dev/null)" check
+kill -TERM $pid
+wait $pid
+pid=
 
 for tls in tcp shm; do
 	start $tls
