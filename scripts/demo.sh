@@ -11,25 +11,21 @@ set -u
 build=${1:-build}
 shift
 dir=$(mktemp -d)
-trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
+
+# shellcheck source=nelssad-lib.sh
+. "$(dirname "$0")/nelssad-lib.sh"
 
 # Loopback TCP unless the user chose otherwise (shm works too: UCX_TLS=shm).
 export UCX_TLS="${UCX_TLS:-tcp}"
-"$build/daemon/nelssad" --devices sim:4 --listen 127.0.0.1:0 --port-file "$dir/port" \
-	>"$dir/daemon.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$dir/port" ] && kill -0 $pid 2>/dev/null && [ $i -lt 200 ]; do
-	sleep 0.05
-	i=$((i + 1))
-done
-if [ ! -s "$dir/port" ]; then
+if ! nelssad_start "$build/daemon/nelssad" "$dir/daemon.log" "$dir/port" --devices sim:4; then
 	echo "make demo: nelssad did not start:" >&2
 	cat "$dir/daemon.log" >&2
 	exit 1
 fi
-echo "== nelssad: 4 sim devices, UCX over $UCX_TLS, control port $(cat "$dir/port") =="
-"$build/tools/demo/nelssa-demo" --port "$(cat "$dir/port")" "$@"
+echo "== nelssad: 4 sim devices, UCX over $UCX_TLS, control port $port =="
+"$build/tools/demo/nelssa-demo" --port "$port" "$@"
 rc=$?
 kill -TERM $pid
 wait $pid

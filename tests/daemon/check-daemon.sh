@@ -23,22 +23,15 @@ trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
 
 # shellcheck source=../tools/tap-lib.sh
 . "$(dirname "$0")/../tools/tap-lib.sh"
+# shellcheck source=../../scripts/nelssad-lib.sh
+. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
 
 # Clients never wait long; the kill scenario's leak report would be noise.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
 export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
 
 start() {
-	rm -f "$out/port"
-	UCX_TLS=$1 "$nd" --listen 127.0.0.1:0 --port-file "$out/port" \
-		--sim-opts mem=256M,cores=1 >"$out/daemon.log" 2>&1 &
-	pid=$!
-	i=0
-	while [ ! -s "$out/port" ] && [ $i -lt 200 ] && kill -0 $pid 2>/dev/null; do
-		sleep 0.05
-		i=$((i + 1))
-	done
-	port=$(cat "$out/port" 2>/dev/null)
+	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
 echo "1..37"
@@ -62,6 +55,7 @@ sim-opts = mem=64M
 listen = 127.0.0.1:0
 port-file = $out/cport
 CONF
+# (started by hand: the config file, not nelssad_start, names the port file)
 printf 'devices = sim:2\nno-such-option = 1\n' >"$out/bad.conf"
 t "a config file with an unknown option is a usage error" 2 "$nd" --config "$out/bad.conf"
 UCX_TLS=tcp "$nd" --config "$out/good.conf" >"$out/conf.log" 2>&1 &
@@ -81,24 +75,15 @@ else
 fi
 
 # Busy-poll mode serves as correctly as the event-fd mode.
-rm -f "$out/port"
-UCX_TLS=tcp "$nd" --busy-poll --listen 127.0.0.1:0 --port-file "$out/port" \
-	--sim-opts mem=256M,cores=1 >"$out/busy.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -s "$out/port" ] && [ $i -lt 200 ] && kill -0 $pid 2>/dev/null; do
-	sleep 0.05
-	i=$((i + 1))
-done
+UCX_TLS=tcp nelssad_start "$nd" "$out/busy.log" "$out/port" --busy-poll --sim-opts mem=256M,cores=1
 UCX_TLS=tcp t "busy-poll mode: outputs equal float64 attention" 0 \
-	"$cli" 127.0.0.1 "$(cat "$out/port" 2>/dev/null)" check
+	"$cli" 127.0.0.1 "${port:-0}" check
 kill -TERM $pid
 wait $pid
 pid=
 
 for tls in tcp shm; do
-	start $tls
-	if [ -n "$port" ]; then
+	if start $tls; then
 		echo "ok $((n += 1)) - $tls: daemon listening on port $port"
 	else
 		sed 's/^/# /' "$out/daemon.log"

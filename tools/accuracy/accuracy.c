@@ -19,6 +19,7 @@
 #include <nelssa/sparse.h>
 
 #include "synth.h"
+#include "tool_util.h"
 
 #define D SYNTH_D
 #define G SYNTH_G
@@ -49,25 +50,12 @@ struct opts {
 
 static void *xcalloc(size_t n, size_t sz)
 {
-	void *p = calloc(n ? n : 1, sz);
-
-	if (!p) {
-		fprintf(stderr, "nelssa-accuracy: out of memory\n");
-		exit(1);
-	}
-	return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
+	return tl_calloc("nelssa-accuracy", n, sz);
 }
 
 static double median(double *x, uint32_t n)
 {
-	qsort(x, n, sizeof(*x), cmp_double);
+	qsort(x, n, sizeof(*x), tl_cmp_double);
 	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 

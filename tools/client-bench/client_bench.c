@@ -24,40 +24,22 @@
 #include <nelssa/half.h>
 #include <nelssa/sparse.h>
 
+#include "tool_util.h"
+
 struct opts {
 	uint32_t context, heads, group, head_dim, iters;
 	double ratio;
 	int json;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static float frand(void)
+/* Exits with a message when out of memory. */
+static void *xalloc(size_t n)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (float)((rng_state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+	return tl_calloc("nelssa-client-bench", 1, n);
 }
 
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n);
-
-	if (!p) {
-		fprintf(stderr, "nelssa-client-bench: out of memory (%zu bytes)\n", n);
-		exit(1);
-	}
-	return p;
-}
 
 /* Plain pass: every query row against every centroid, results summed. */
 static float dot_pass(const float *q, uint32_t rows, const float *c, uint32_t n, uint32_t d)
@@ -74,27 +56,27 @@ static int bench_kmeans(const struct opts *o, double *ms_per_k, double *base_ms_
 {
 	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
 	uint32_t n = 16384, d = o->head_dim, k = n / cfg.cluster_tokens;
-	uint16_t *keys = xmalloc(sizeof(*keys) * n * d);
-	float *kf = xmalloc(sizeof(*kf) * n * d), sink = 0.0f;
+	uint16_t *keys = xalloc(sizeof(*keys) * n * d);
+	float *kf = xalloc(sizeof(*kf) * n * d), sink = 0.0f;
 	struct nelssa_cluster_index ix;
 	double t0, best = INFINITY, base = INFINITY;
 	int ret = 0;
 
 	for (size_t i = 0; i < (size_t)n * d; i++) {
-		kf[i] = frand();
+		kf[i] = tl_frand(&rng_state);
 		keys[i] = nelssa_f32_to_bf16(kf[i]);
 	}
 	for (uint32_t it = 0; it < o->iters && !ret; it++) {
-		t0 = now_s();
+		t0 = tl_now();
 		ret = nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, keys, n, d);
-		best = fmin(best, now_s() - t0);
+		best = fmin(best, tl_now() - t0);
 		if (!ret)
 			nelssa_kmeans_free(&ix);
 		/* Baseline: each segment's keys against its centroids, once. */
-		t0 = now_s();
+		t0 = tl_now();
 		sink += dot_pass(kf, n / 2, kf, k / 2, d);
 		sink += dot_pass(kf + (size_t)(n / 2) * d, n / 2, kf, k / 2, d);
-		base = fmin(base, now_s() - t0);
+		base = fmin(base, tl_now() - t0);
 	}
 	*ms_per_k = best * 1e3 / (n / 1024.0);
 	*base_ms_per_k = base * 1e3 / (n / 1024.0) + 0.0f * sink;
@@ -106,32 +88,32 @@ static int bench_kmeans(const struct opts *o, double *ms_per_k, double *base_ms_
 static int bench_topk(const struct opts *o, double *step_ms, double *base_ms, uint32_t *sel)
 {
 	uint32_t n = o->context / 16, d = o->head_dim, k = nelssa_topk_ratio_count(n, o->ratio);
-	float *cen = xmalloc(sizeof(*cen) * o->heads * n * d);
-	float *q = xmalloc(sizeof(*q) * o->group * d), *score = xmalloc(sizeof(*score) * n);
-	uint32_t *sizes = xmalloc(sizeof(*sizes) * n), *ids = xmalloc(sizeof(*ids) * (k ? k : 1));
+	float *cen = xalloc(sizeof(*cen) * o->heads * n * d);
+	float *q = xalloc(sizeof(*q) * o->group * d), *score = xalloc(sizeof(*score) * n);
+	uint32_t *sizes = xalloc(sizeof(*sizes) * n), *ids = xalloc(sizeof(*ids) * (k ? k : 1));
 	double best = INFINITY, base = INFINITY, t0;
 	float sink = 0.0f;
 	int ret = 0;
 
 	for (size_t i = 0; i < (size_t)o->heads * n * d; i++)
-		cen[i] = frand();
+		cen[i] = tl_frand(&rng_state);
 	for (uint32_t i = 0; i < o->group * d; i++)
-		q[i] = frand();
+		q[i] = tl_frand(&rng_state);
 	for (uint32_t i = 0; i < n; i++)
 		sizes[i] = 16;
 	for (uint32_t it = 0; it < o->iters && ret >= 0; it++) {
-		t0 = now_s();
+		t0 = tl_now();
 		for (uint32_t h = 0; h < o->heads && ret >= 0; h++) {
 			ret = nelssa_centroid_scores(q, o->group, d, 1.0f / sqrtf((float)d),
 						     cen + (size_t)h * n * d, sizes, n, score);
 			if (!ret)
 				ret = nelssa_topk(score, n, k, ids);
 		}
-		best = fmin(best, now_s() - t0);
-		t0 = now_s();
+		best = fmin(best, tl_now() - t0);
+		t0 = tl_now();
 		for (uint32_t h = 0; h < o->heads; h++)
 			sink += dot_pass(q, o->group, cen + (size_t)h * n * d, n, d);
-		base = fmin(base, now_s() - t0);
+		base = fmin(base, tl_now() - t0);
 	}
 	*step_ms = best * 1e3;
 	*base_ms = base * 1e3 + 0.0f * sink;
@@ -158,22 +140,6 @@ static void usage(FILE *f)
 		"  --json        one JSON object instead of text\n");
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, const char *what)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 0);
-	if (errno || *end || !*s || v < lo || v > hi) {
-		fprintf(stderr, "nelssa-client-bench: %s %s: need an integer in [%u, %u]\n", what, s,
-			lo, hi);
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -191,12 +157,12 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'c': bad |= parse_u32(optarg, 16, 1u << 24, &o.context, "--context"); break;
-		case 'H': bad |= parse_u32(optarg, 1, 256, &o.heads, "--heads"); break;
-		case 'g': bad |= parse_u32(optarg, 1, NELSSA_ATTN_MAX_GROUP, &o.group, "--group"); break;
-		case 'd': bad |= parse_u32(optarg, 1, NELSSA_ATTN_MAX_HEAD_DIM, &o.head_dim,
+		case 'c': bad |= tl_parse_u32("nelssa-client-bench", optarg, 16, 1u << 24, &o.context, "--context"); break;
+		case 'H': bad |= tl_parse_u32("nelssa-client-bench", optarg, 1, 256, &o.heads, "--heads"); break;
+		case 'g': bad |= tl_parse_u32("nelssa-client-bench", optarg, 1, NELSSA_ATTN_MAX_GROUP, &o.group, "--group"); break;
+		case 'd': bad |= tl_parse_u32("nelssa-client-bench", optarg, 1, NELSSA_ATTN_MAX_HEAD_DIM, &o.head_dim,
 					   "--head-dim"); break;
-		case 'i': bad |= parse_u32(optarg, 1, 1000, &o.iters, "--iters"); break;
+		case 'i': bad |= tl_parse_u32("nelssa-client-bench", optarg, 1, 1000, &o.iters, "--iters"); break;
 		case 'r':
 			o.ratio = strtod(optarg, &end);
 			if (*end || !(o.ratio > 0.0 && o.ratio <= 1.0)) {

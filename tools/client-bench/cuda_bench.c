@@ -32,6 +32,8 @@
 #include <nelssa/sparse.h>
 #include <nelssa/sparse_cuda.h>
 
+#include "tool_util.h"
+
 #define PROG "nelssa-cuda-bench"
 
 struct opts {
@@ -40,23 +42,7 @@ struct opts {
 	int json;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static float frand(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (float)((rng_state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
 
 static void die(const char *what, cudaError_t e)
 {
@@ -66,13 +52,7 @@ static void die(const char *what, cudaError_t e)
 
 static void *xmalloc(size_t n)
 {
-	void *p = malloc(n);
-
-	if (!p) {
-		fprintf(stderr, PROG ": out of memory (%zu bytes)\n", n);
-		exit(1);
-	}
-	return p;
+	return tl_calloc(PROG, 1, n);
 }
 
 static void *dmalloc(size_t n)
@@ -108,7 +88,7 @@ static float *frand_n(size_t n)
 	float *x = xmalloc(sizeof(*x) * n);
 
 	for (size_t i = 0; i < n; i++)
-		x[i] = frand();
+		x[i] = tl_frand(&rng_state);
 	return x;
 }
 
@@ -117,7 +97,7 @@ static uint16_t *bf16_n(size_t n)
 	uint16_t *x = xmalloc(sizeof(*x) * n);
 
 	for (size_t i = 0; i < n; i++)
-		x[i] = nelssa_f32_to_bf16(frand());
+		x[i] = nelssa_f32_to_bf16(tl_frand(&rng_state));
 	return x;
 }
 
@@ -213,21 +193,6 @@ static void usage(FILE *f)
 		"Exit status: 0 ok, 1 failure, 2 usage, 3 no CUDA device.\n");
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out, const char *what)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 0);
-	if (errno || *end || !*s || v < lo || v > hi) {
-		fprintf(stderr, PROG ": %s %s: need an integer in [%u, %u]\n", what, s, lo, hi);
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -254,13 +219,13 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'c': bad |= parse_u32(optarg, 256, 1u << 24, &o.context, "--context"); break;
-		case 'H': bad |= parse_u32(optarg, 1, 256, &o.heads, "--heads"); break;
-		case 'b': bad |= parse_u32(optarg, 1, 256, &o.batch, "--batch"); break;
-		case 'g': bad |= parse_u32(optarg, 1, 64, &o.group, "--group"); break;
-		case 'd': bad |= parse_u32(optarg, 1, 128, &o.head_dim, "--head-dim"); break;
-		case 'p': bad |= parse_u32(optarg, 16, 1u << 22, &o.prefill, "--prefill"); break;
-		case 'i': bad |= parse_u32(optarg, 1, 1000, &o.iters, "--iters"); break;
+		case 'c': bad |= tl_parse_u32(PROG, optarg, 256, 1u << 24, &o.context, "--context"); break;
+		case 'H': bad |= tl_parse_u32(PROG, optarg, 1, 256, &o.heads, "--heads"); break;
+		case 'b': bad |= tl_parse_u32(PROG, optarg, 1, 256, &o.batch, "--batch"); break;
+		case 'g': bad |= tl_parse_u32(PROG, optarg, 1, 64, &o.group, "--group"); break;
+		case 'd': bad |= tl_parse_u32(PROG, optarg, 1, 128, &o.head_dim, "--head-dim"); break;
+		case 'p': bad |= tl_parse_u32(PROG, optarg, 16, 1u << 22, &o.prefill, "--prefill"); break;
+		case 'i': bad |= tl_parse_u32(PROG, optarg, 1, 1000, &o.iters, "--iters"); break;
 		case 'r':
 			errno = 0;
 			o.ratio = strtod(optarg, &end);
@@ -310,12 +275,12 @@ int main(int argc, char **argv)
 		copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
 		cpu_score = xmalloc(sizeof(float) * tc.clusters);
 		cpu_ids = xmalloc(sizeof(uint32_t) * tc.k);
-		t0 = now_s();
+		t0 = tl_now();
 		check(nelssa_centroid_scores(q, o.group, o.head_dim, 0.088f, cen, sizes, tc.clusters,
 					     cpu_score), "CPU scores");
 		bad = nelssa_topk(cpu_score, tc.clusters, tc.k, cpu_ids);
 		check(bad < 0 ? bad : 0, "CPU top-k");
-		cpu_topk_ms = (now_s() - t0) * 1e3 * tc.heads;
+		cpu_topk_ms = (tl_now() - t0) * 1e3 * tc.heads;
 		free(q);
 		free(cen);
 		free(sizes);
@@ -342,9 +307,9 @@ int main(int argc, char **argv)
 		wc.o = dmalloc(sizeof(float) * wc.items * o.group * o.head_dim);
 		wc.lse = dmalloc(sizeof(float) * wc.items * o.group);
 		win_ms = gpu_best_ms((struct gpu_job){ window_run, &wc }, o.iters);
-		t0 = now_s();
+		t0 = tl_now();
 		check(nelssa_window_attn(&wc.g, q, k, v, n[0], &win, cpu_o, cpu_l), "CPU window");
-		cpu_win_ms = (now_s() - t0) * 1e3 * wc.items;
+		cpu_win_ms = (tl_now() - t0) * 1e3 * wc.items;
 		free(q);
 		free(k);
 		free(v);
@@ -357,15 +322,15 @@ int main(int argc, char **argv)
 	check(nelssa_cuda_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, dkeys, o.prefill, o.head_dim,
 				       NULL), "GPU k-means");	/* warm-up */
 	nelssa_kmeans_free(&ix);
-	t0 = now_s();
+	t0 = tl_now();
 	check(nelssa_cuda_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, dkeys, o.prefill, o.head_dim,
 				       NULL), "GPU k-means");
-	km_ms = (now_s() - t0) * 1e3;
+	km_ms = (tl_now() - t0) * 1e3;
 	nelssa_kmeans_free(&ix);
-	t0 = now_s();
+	t0 = tl_now();
 	check(nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, keys, o.prefill, o.head_dim),
 	      "CPU k-means");
-	cpu_km_ms = (now_s() - t0) * 1e3;
+	cpu_km_ms = (tl_now() - t0) * 1e3;
 	nelssa_kmeans_free(&ix);
 	free(keys);
 

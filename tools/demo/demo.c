@@ -29,6 +29,7 @@
 #include <nelssa/sparse.h>
 
 #include "../accuracy/synth.h"
+#include "tool_util.h"
 
 #define D SYNTH_D
 #define G SYNTH_G
@@ -48,23 +49,9 @@ struct opts {
 	int json;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void *xcalloc(size_t n, size_t sz)
 {
-	void *p = calloc(n ? n : 1, sz);
-
-	if (!p) {
-		fprintf(stderr, "nelssa-demo: out of memory\n");
-		exit(1);
-	}
-	return p;
+	return tl_calloc("nelssa-demo", n, sz);
 }
 
 struct prefill_job {
@@ -101,13 +88,6 @@ static void *prefill_worker(void *arg)
 			hd->sizes[c] = hd->ix.table[c].count;
 	}
 	return NULL;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static void usage(FILE *f)
@@ -239,7 +219,7 @@ int main(int argc, char **argv)
 
 	/* Prefill: generate, cluster, offload. */
 	heads = xcalloc((size_t)o.n_req * o.layers * o.kv_heads, sizeof(*heads));
-	t0 = now_s();
+	t0 = tl_now();
 	/* The GPU's prefill work (synthesis, k-means) on every core, then offload. */
 	{
 		struct prefill_job job = { &o, heads, 0, 0 };
@@ -285,7 +265,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	t_prefill = now_s() - t0;
+	t_prefill = tl_now() - t0;
 
 	/* Decode. */
 	errs = xcalloc((size_t)o.steps * o.layers * n_items * G, sizeof(double));
@@ -300,7 +280,7 @@ int main(int argc, char **argv)
 		for (uint32_t s = 0; s < o.steps; s++) {
 			for (uint32_t l = 0; l < o.layers; l++) {
 				struct nelssa_step_times t;
-				double a = now_s(), b;
+				double a = tl_now(), b;
 
 				for (uint32_t i = 0; i < n_items; i++) {
 					struct head *hd = &heads[((size_t)(i / o.kv_heads) * o.layers + l) *
@@ -310,12 +290,8 @@ int main(int argc, char **argv)
 					int nsel;
 
 					/* The step's queries: the synthetic one, slightly moved. */
-					for (uint32_t j = 0; j < G * D; j++) {
-						rng ^= rng << 13;
-						rng ^= rng >> 7;
-						rng ^= rng << 17;
-						qi[j] = hd->s.q[j] + 0.05f * ((float)(rng >> 40) / 8388608.0f - 1.0f);
-					}
+					for (uint32_t j = 0; j < G * D; j++)
+						qi[j] = hd->s.q[j] + 0.05f * tl_frand(&rng);
 					score = xcalloc(hd->ix.n_clusters, sizeof(float));
 					k = nelssa_topk_ratio_count(hd->ix.n_clusters, o.ratio);
 					free(sel[i]);
@@ -331,14 +307,14 @@ int main(int argc, char **argv)
 									 (uint16_t)(i % o.kv_heads), qi,
 									 sel[i], (uint32_t)nsel };
 				}
-				b = now_s();
+				b = tl_now();
 				t_select += b - a;
 				ret = nelssa_client_step(cli, session, (uint16_t)l, in, n_items, po, pl, &t);
 				if (ret) {
 					fprintf(stderr, "nelssa-demo: step: %s\n", nelssa_client_error(cli));
 					return 1;
 				}
-				a = now_s();
+				a = tl_now();
 				t_rtt += t.rtt * 1e-9;
 				t_dev += t.device * 1e-9;
 				t_disp += t.dispatch * 1e-9;
@@ -358,7 +334,7 @@ int main(int argc, char **argv)
 					nelssa_final_merge(po + (size_t)i * G * D, pl + (size_t)i * G, wo, wl,
 							   &pop, &plp, 1, G, D);
 				}
-				b = now_s();
+				b = tl_now();
 				t_window += b - a;
 				t_decode += b - a + t.rtt * 1e-9;
 				/* Accuracy against dense attention (not timed). */
@@ -406,7 +382,7 @@ int main(int argc, char **argv)
 			free(sel[i]);
 		free(sel);
 	}
-	qsort(errs, n_err, sizeof(double), cmp_double);
+	qsort(errs, n_err, sizeof(double), tl_cmp_double);
 	{
 		const double per = 1e6 / n_steps;
 		const double tps = (double)o.steps * o.n_req / t_decode;

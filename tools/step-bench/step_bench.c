@@ -31,6 +31,8 @@
 #include <nelssa/client.h>
 #include <nelssa/half.h>
 
+#include "tool_util.h"
+
 #define PROG "nelssa-step-bench"
 #define CLUSTER 16u
 #define MAX_BATCHES 8
@@ -45,44 +47,9 @@ struct opts {
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
-static uint64_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void *xcalloc(size_t n, size_t sz)
 {
-	void *p = calloc(n ? n : 1, sz);
-
-	if (!p) {
-		fprintf(stderr, PROG ": out of memory\n");
-		exit(1);
-	}
-	return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, uint32_t n, double p)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return v[(uint32_t)(p * (n - 1))];
+	return tl_calloc(PROG, n, sz);
 }
 
 /* The echo process: answer every AM 1 with an AM 2 of *reply_len bytes. */
@@ -281,15 +248,15 @@ static double pingpong(struct pp *p, size_t req_len, size_t reply_len, uint32_t 
 	pp_send(p, &rl, 8, NULL, 0);
 	pp_wait(p);
 	for (uint32_t i = 0; i < iters + 20; i++) {
-		double a = now_s();
+		double a = tl_now();
 
 		p->got = 0;
 		pp_send(p, NULL, 0, buf, req_len);
 		pp_wait(p);
 		if (i >= 20)
-			t[i - 20] = (now_s() - a) * 1e6;
+			t[i - 20] = (tl_now() - a) * 1e6;
 	}
-	med = pct(t, iters, 0.5);
+	med = tl_percentile(t, iters, 0.5);
 	free(t);
 	free(buf);
 	return med;
@@ -430,8 +397,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "offloading %u KV heads of %u tokens...\n", o.kv_heads, o.context);
 	for (uint32_t h = 0; h < o.kv_heads; h++) {
 		for (size_t i = 0; i < (size_t)o.context * o.head_dim; i++) {
-			k[i] = nelssa_f32_to_bf16((float)((next() >> 40) & 0xffff) / 32768.0f - 1.0f);
-			v[i] = nelssa_f32_to_bf16((float)((next() >> 40) & 0xffff) / 32768.0f - 1.0f);
+			k[i] = nelssa_f32_to_bf16((float)((tl_next(&rng) >> 40) & 0xffff) / 32768.0f - 1.0f);
+			v[i] = nelssa_f32_to_bf16((float)((tl_next(&rng) >> 40) & 0xffff) / 32768.0f - 1.0f);
 		}
 		if (nelssa_client_offload(cli, session, 1, 0, (uint16_t)h, &ix, 0, k, v)) {
 			fprintf(stderr, PROG ": %s\n", nelssa_client_error(cli));
@@ -493,12 +460,12 @@ int main(int argc, char **argv)
 		double med, p99, base;
 
 		for (size_t i = 0; i < (size_t)n * o.group * o.head_dim; i++)
-			q[i] = (float)((next() >> 40) & 0xffff) / 32768.0f - 1.0f;
+			q[i] = (float)((tl_next(&rng) >> 40) & 0xffff) / 32768.0f - 1.0f;
 		for (uint32_t i = 0; i < n; i++) {
 			for (uint32_t c = 0; c < nclu; c++)
 				perm[c] = c;
 			for (uint32_t c = 0; c < nsel; c++) {
-				uint32_t j = c + (uint32_t)(next() % (nclu - c)), x = perm[c];
+				uint32_t j = c + (uint32_t)(tl_next(&rng) % (nclu - c)), x = perm[c];
 
 				perm[c] = perm[j];
 				perm[j] = x;
@@ -524,8 +491,8 @@ int main(int argc, char **argv)
 			agg += t.aggregate / 1e3;
 			recv += t.recv / 1e3;
 		}
-		p99 = pct(rtt, o.iters, 0.99);
-		med = pct(rtt, o.iters, 0.5);
+		p99 = tl_percentile(rtt, o.iters, 0.99);
+		med = tl_percentile(rtt, o.iters, 0.5);
 		base = pingpong(&p, req_len, reply_len, o.iters);
 		disp /= o.iters;
 		dev /= o.iters;

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+/* Helpers shared by the benchmark and demo programs (tool_util.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "tool_util.h"
+
+double tl_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void *tl_calloc(const char *prog, size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+
+	if (!p) {
+		fprintf(stderr, "%s: out of memory (%zu x %zu bytes)\n", prog, n, size);
+		exit(1);
+	}
+	return p;
+}
+
+uint64_t tl_next(uint64_t *state)
+{
+	*state ^= *state << 13;
+	*state ^= *state >> 7;
+	*state ^= *state << 17;
+	return *state;
+}
+
+float tl_frand(uint64_t *state)
+{
+	return (float)((tl_next(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+int tl_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double tl_percentile(double *v, size_t n, double p)
+{
+	if (!n)
+		return 0.0;
+	qsort(v, n, sizeof(*v), tl_cmp_double);
+	return v[(size_t)(p * (double)(n - 1))];
+}
+
+int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint32_t *out,
+		 const char *what)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 0);
+	if (errno || *end || !*s || *s == '-' || v < lo || v > hi) {
+		fprintf(stderr, "%s: %s %s: need an integer in [%u, %u]\n", prog, what, s, lo, hi);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Small helpers the benchmark and demo programs share: a monotonic clock,
+ * allocation that exits with the program's name on failure, a seeded
+ * xorshift generator, and percentiles.
+ */
+#ifndef NELSSA_TOOL_UTIL_H
+#define NELSSA_TOOL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Seconds on the monotonic clock. */
+double tl_now(void);
+
+/* calloc() of at least one byte; on failure "PROG: out of memory" and exit(1). */
+void *tl_calloc(const char *prog, size_t n, size_t size);
+
+/* xorshift64 step of *@state (never seed it with 0). */
+uint64_t tl_next(uint64_t *state);
+
+/* Uniform in [-1, 1) from the next 53 bits of *@state. */
+float tl_frand(uint64_t *state);
+
+/* qsort() comparator for doubles, ascending. */
+int tl_cmp_double(const void *a, const void *b);
+
+/* Sorts @v and returns the value at fraction @p (0 = min, 0.5 = median, 1 = max). */
+double tl_percentile(double *v, size_t n, double p);
+
+/*
+ * An integer option in [@lo, @hi] into *@out; otherwise "PROG: WHAT S: need
+ * an integer in [lo, hi]" on stderr and -1.
+ */
+int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint32_t *out,
+		 const char *what);
+
+#endif /* NELSSA_TOOL_UTIL_H */
