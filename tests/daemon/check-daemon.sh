@@ -34,7 +34,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..37"
+echo "1..39"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -111,8 +111,17 @@ for tls in tcp shm; do
 		"$cli" 127.0.0.1 "$port" capacity
 	t "$tls: unknown request, cluster id and layer refused, then served" 0 \
 		"$cli" 127.0.0.1 "$port" bad-step
+	# Another client works throughout, unaffected.
+	"$cli" 127.0.0.1 "$port" check >"$out/bystander" 2>&1 &
+	by=$!
 	ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" t "$tls: a client killed mid-step" 137 \
 		"$cli" 127.0.0.1 "$port" die
+	if wait $by; then
+		echo "ok $((n += 1)) - $tls: ... a client running meanwhile unaffected"
+	else
+		sed 's/^/# /' "$out/bystander"
+		echo "not ok $((n += 1)) - $tls: ... a client running meanwhile unaffected"
+	fi
 	i=0
 	while ! grep -q "reclaiming" "$out/daemon.log" && [ $i -lt 100 ]; do
 		sleep 0.05
@@ -145,6 +154,27 @@ for tls in tcp shm; do
 			 for r in j['runs'])"
 	fi
 	unset UCX_TLS
+	if [ $tls = tcp ]; then
+		# The daemon dies under a client: its calls fail, none hangs.
+		UCX_TLS=$tls "$cli" 127.0.0.1 "$port" outlive >"$out/outlive" 2>&1 &
+		ol=$!
+		i=0
+		while ! grep -q ready "$out/outlive" && [ $i -lt 200 ]; do
+			sleep 0.05
+			i=$((i + 1))
+		done
+		kill -9 $pid
+		wait $pid 2>/dev/null
+		if timeout 30 sh -c "while kill -0 $ol 2>/dev/null; do sleep 0.1; done" && wait $ol; then
+			echo "ok $((n += 1)) - $tls: daemon killed under a client: its calls fail, none hangs"
+		else
+			sed 's/^/# /' "$out/outlive"
+			kill -9 $ol 2>/dev/null
+			echo "not ok $((n += 1)) - $tls: daemon killed under a client: calls fail promptly"
+		fi
+		pid=
+		continue
+	fi
 	kill -TERM $pid
 	if wait $pid && ! grep -q "Sanitizer" "$out/daemon.log"; then
 		echo "ok $((n += 1)) - $tls: SIGTERM: clean shutdown, exit 0, no sanitizer report"

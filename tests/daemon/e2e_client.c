@@ -17,6 +17,8 @@
  *             beyond the stored ones, are refused; the session still works
  *   die       sends a step and kills itself before the reply (the daemon
  *             must reclaim the session and keep serving others)
+ *   outlive   runs steps until the daemon goes away (the test kills it):
+ *             every call must then fail with an error, none may hang
  *
  * usage: e2e_client HOST PORT SCENARIO [SEED]
  */
@@ -359,6 +361,41 @@ static int scenario_die(struct tu_rng *rng)
 	return 1;
 }
 
+static int scenario_outlive(struct tu_rng *rng)
+{
+	struct req r;
+	uint64_t session;
+	struct nelssa_session_cfg cfg = session_cfg(4096);
+	float q[KV_HEADS * GROUP * DIM] = { 0 }, o[KV_HEADS * GROUP * DIM], lse[KV_HEADS * GROUP];
+	uint32_t sel[2] = { 0, 1 };
+	struct nelssa_step_in in[KV_HEADS];
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	if (!ret)
+		ret = make_request(rng, session, &r, 3, 500, 0);
+	if (ret) {
+		printf("# setup failed: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	for (uint32_t h = 0; h < KV_HEADS; h++)
+		in[h] = (struct nelssa_step_in){ 3, (uint16_t)h, q + h * GROUP * DIM, sel, 2 };
+	printf("# ready\n");
+	nelssa_client_set_timeout(cli, 5000);
+	for (uint32_t i = 0; i < 100000; i++) {
+		ret = nelssa_client_step(cli, session, 0, in, KV_HEADS, o, lse, NULL);
+		if (ret) {
+			printf("# after %u steps: %d (%s)\n", i, ret, nelssa_client_error(cli));
+			break;
+		}
+		usleep(20000);
+	}
+	free_request(&r);
+	/* Control calls fail too, promptly. */
+	ret = ret ? nelssa_client_request(cli, session, 4, 10, 10) : 0;
+	printf("# a control call afterwards: %d (%s)\n", ret, nelssa_client_error(cli));
+	return ret < 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct nelssa_client_opts o = { 0 };
@@ -367,7 +404,8 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|bad-step|die\n");
+		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|bad-step|die|"
+			"outlive\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -394,6 +432,8 @@ int main(int argc, char **argv)
 		ret = scenario_bad_step(&rng);
 	else if (!strcmp(sc, "die"))
 		ret = scenario_die(&rng);
+	else if (!strcmp(sc, "outlive"))
+		ret = scenario_outlive(&rng);
 	else
 		ret = 2;
 	nelssa_client_close(cli);
