@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Placement policy for the GPU node (DESIGN §3.7): the decode-attention
+ * latency model, the crossover context length T_input above which the PNM
+ * tier is faster, the router with admission control for the PNM tier, and
+ * the choice of a migration victim.  One implementation serves the live
+ * client and the simulator.  Documentation/policy.rst has the model, its
+ * units and the profiles.
+ */
+#ifndef NELSSA_POLICY_H
+#define NELSSA_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * struct nelssa_hw_profile - the hardware the model runs on.
+ * @name: profile name.
+ * @gpu_bw: GPU memory bandwidth, bytes/s.
+ * @gpu_mem: GPU memory, bytes.
+ * @pnm_bw: one PNM device's effective sparse-attention bandwidth, bytes/s
+ *	of KV read (measured: nelssactl bench attn, or calibrate).
+ * @pnm_mem: one PNM device's memory, bytes.
+ * @t_base: per-layer communication cost independent of N, seconds.
+ * @t_dev: per-layer cost added by each device, seconds.
+ * @t_host: per-layer host cost of merging when N > 1, seconds.
+ */
+struct nelssa_hw_profile {
+	char name[64];
+	double gpu_bw, gpu_mem;
+	double pnm_bw, pnm_mem;
+	double t_base, t_dev, t_host;
+};
+
+/**
+ * struct nelssa_model_profile - the model and the sparse-attention setting.
+ * @layers: decoder layers.
+ * @kv_heads: KV heads per layer.
+ * @head_dim: elements per head.
+ * @elem_bytes: bytes per KV element (2 for bf16).
+ * @weights: model weight bytes on the GPU.
+ * @compression: C, tokens per cluster (the GPU reads one centroid per C tokens).
+ * @select: S, fraction of the KV the PNM devices read per step.
+ */
+struct nelssa_model_profile {
+	uint32_t layers, kv_heads, head_dim, elem_bytes;
+	double weights;
+	double compression, select;
+};
+
+/* M_kv: KV bytes per token over all layers (K and V). */
+double nelssa_kv_bytes_per_token(const struct nelssa_model_profile *m);
+
+/* T_comm(N) for a whole decode step (all layers), seconds. */
+double nelssa_t_comm(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
+		     uint32_t n_dev);
+
+/* T_gpu(L): dense decode attention of one request of @len tokens on the GPU, s. */
+double nelssa_t_gpu(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
+		    double len);
+
+/* T_pnm(L, N): centroids on the GPU + sparse attention on N devices + T_comm, s. */
+double nelssa_t_pnm(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
+		    double len, uint32_t n_dev);
+
+/**
+ * nelssa_crossover() - T_input: the context length from which PNM wins.
+ * @hw: hardware.
+ * @m: model.
+ * @n_dev: PNM devices, at least 1.
+ *
+ * L*(N) = T_comm(N) / (M_kv ((C - 1) / (C BW_gpu) - S / (N BW_pnm))), the
+ * length where T_gpu(L) = T_pnm(L, N).
+ *
+ * Return: L* in tokens, or INFINITY when the bracket is not positive (the
+ * PNM tier never wins: its per-token cost is not below the GPU's).
+ */
+double nelssa_crossover(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
+			uint32_t n_dev);
+
+/**
+ * nelssa_hw_profile_builtin() - a built-in profile by name.
+ * @name: "h100-nvl" or "h200" (GPU figures from the datasheets; PNM and
+ *	communication figures are defaults until measured).
+ * @hw: receives it.
+ *
+ * Return: 0 or -ENOENT.
+ */
+int nelssa_hw_profile_builtin(const char *name, struct nelssa_hw_profile *hw);
+
+/**
+ * nelssa_hw_profile_load() - read a profile file.
+ * @path: "key = value" lines (keys as the struct fields; sizes in bytes,
+ *	bandwidths in bytes/s, times in seconds; '#' comments); a "base = NAME"
+ *	line starts from a built-in profile.
+ * @hw: receives the profile.
+ * @err: receives a message on failure (may be NULL).
+ * @err_len: its size.
+ *
+ * Return: 0, -ENOENT (no file, unknown base), -EINVAL (bad line or value).
+ */
+int nelssa_hw_profile_load(const char *path, struct nelssa_hw_profile *hw, char *err,
+			   size_t err_len);
+
+/* Where a request runs, or why it waits. */
+enum nelssa_route {
+	NELSSA_ROUTE_GPU = 0,
+	NELSSA_ROUTE_PNM = 1,
+	NELSSA_ROUTE_QUEUE = 2,	/* long, but the PNM tier is at a cap */
+};
+
+/**
+ * struct nelssa_router - routing state with the PNM tier's caps.
+ * @hw: hardware.
+ * @m: model.
+ * @n_dev: PNM devices.
+ * @t_input: the threshold in use (starts at nelssa_crossover()).
+ * @cap_pnm_mem: PNM memory the tier may fill, fraction of all devices' (0..1].
+ * @cap_step: most seconds per decode step the PNM tier may take.
+ * @cap_gpu_meta: GPU bytes PNM requests' centroids and windows may take.
+ * @window: tokens each PNM request keeps on the GPU (sinks + recent).
+ * @pnm_tokens: tokens admitted to the PNM tier (state).
+ * @pnm_requests: requests admitted to the PNM tier (state).
+ * @why: the reason of the last QUEUE answer.
+ */
+struct nelssa_router {
+	struct nelssa_hw_profile hw;
+	struct nelssa_model_profile m;
+	uint32_t n_dev;
+	double t_input;
+	double cap_pnm_mem, cap_step, cap_gpu_meta;
+	uint32_t window;
+	double pnm_tokens;
+	uint32_t pnm_requests;
+	char why[128];
+};
+
+/**
+ * nelssa_router_init() - a router at the crossover threshold.
+ * @r: the router.
+ * @hw: hardware.
+ * @m: model.
+ * @n_dev: PNM devices, at least 1.
+ *
+ * Caps default to 90 % of PNM memory, a step budget of T_gpu at twice the
+ * threshold (the tier may not make a step slower than the GPU would at
+ * that length) and 10 % of GPU memory for centroids and windows; change
+ * the fields to set others.
+ *
+ * Return: 0 or -EINVAL.
+ */
+int nelssa_router_init(struct nelssa_router *r, const struct nelssa_hw_profile *hw,
+		       const struct nelssa_model_profile *m, uint32_t n_dev);
+
+/* Seconds per decode step the PNM tier takes for @tokens admitted tokens in @reqs requests. */
+double nelssa_pnm_step_time(const struct nelssa_router *r, double tokens, uint32_t reqs);
+
+/**
+ * nelssa_route_request() - route a request and admit it when it goes to PNM.
+ * @r: the router.
+ * @len: its context length in tokens (input, or current for a migration).
+ *
+ * Short requests (len < t_input) go to the GPU.  Long ones go to PNM when
+ * every cap still holds with them admitted (the router then counts them
+ * until nelssa_router_release()); otherwise QUEUE, with r->why saying
+ * which cap.
+ *
+ * Return: enum nelssa_route.
+ */
+enum nelssa_route nelssa_route_request(struct nelssa_router *r, double len);
+
+/* A PNM request of @len tokens finished (or grew: release, then route the new length). */
+void nelssa_router_release(struct nelssa_router *r, double len);
+
+/**
+ * nelssa_pick_migration() - the GPU request to move to the PNM tier.
+ * @r: the router.
+ * @ctx: current context lengths of the GPU's requests.
+ * @n: how many.
+ * @gpu_kv_used: fraction of the GPU's KV memory in use.
+ * @high_water: migrate only at or above this fraction.
+ *
+ * Candidates are requests whose context passed t_input; the largest that
+ * the PNM tier can admit is chosen (ties: the lower index).
+ *
+ * Return: its index, or -1 (below the watermark, no candidate, or none
+ * admissible).  The caller then routes it with nelssa_route_request().
+ */
+int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size_t n,
+			  double gpu_kv_used, double high_water);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_POLICY_H */
