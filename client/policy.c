@@ -240,3 +240,35 @@ int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size
 			best = (int)i;
 	return best;
 }
+
+void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base)
+{
+	*c = (struct nelssa_threshold_ctl){ .base = base, .alpha = 0.5, .gain = 0.1,
+					    .deadband = 0.05, .max_step = 0.25, .x_min = -2.0,
+					    .x_max = 2.0 };
+}
+
+double nelssa_threshold_update(struct nelssa_threshold_ctl *c, double u_gpu, double u_pnm,
+			       double dt)
+{
+	double e, step;
+
+	if (!(u_gpu >= 0) || !(u_pnm >= 0) || !(dt > 0))
+		return c->base * exp2(c->x);	/* a bad sample changes nothing */
+	if (!c->primed) {
+		c->u_gpu = u_gpu;
+		c->u_pnm = u_pnm;
+		c->primed = 1;
+	} else {
+		c->u_gpu += c->alpha * (u_gpu - c->u_gpu);
+		c->u_pnm += c->alpha * (u_pnm - c->u_pnm);
+	}
+	e = c->u_gpu - c->u_pnm;
+	if (fabs(e) > c->deadband) {
+		step = c->gain * e * dt;
+		step = step > c->max_step ? c->max_step : step < -c->max_step ? -c->max_step : step;
+		c->x -= step;
+		c->x = c->x < c->x_min ? c->x_min : c->x > c->x_max ? c->x_max : c->x;
+	}
+	return c->base * exp2(c->x);
+}

@@ -164,6 +164,84 @@ static void profiles_builtin_and_files(void **state)
 	assert_int_equal(-ENOENT, nelssa_hw_profile_load(path, &p, err, sizeof(err)));
 }
 
+/*
+ * A toy plant for the threshold: long contexts exponential with mean
+ * @base, so a threshold T sends f = exp(-T / base) of the load to the PNM
+ * tier; the tiers' utilisations are a f and b (1 - f) times the load.
+ * Equilibrium: f = b / (a + b).
+ */
+struct plant {
+	double a, b, load;
+};
+
+static void plant_sample(const struct plant *p, double t, double base, double *ug, double *up)
+{
+	double f = exp(-t / base);
+
+	*up = p->a * p->load * f;
+	*ug = p->b * p->load * (1.0 - f);
+}
+
+/*
+ * Runs @steps updates of one second; x must move in one direction only
+ * (no overshoot and back, no oscillation), then hold still for the last
+ * 30 updates with the tiers balanced to within the deadband plus the
+ * smoothing's residue.
+ */
+static void settles_monotonically(struct nelssa_threshold_ctl *c, const struct plant *p, int steps)
+{
+	double t = c->base * exp2(c->x), ug, up, last = c->x, dir = 0.0, held = c->x;
+
+	for (int k = 0; k < steps; k++) {
+		double dx;
+
+		plant_sample(p, t, c->base, &ug, &up);
+		t = nelssa_threshold_update(c, ug, up, 1.0);
+		dx = c->x - last;
+		last = c->x;
+		if (dx != 0.0 && dir != 0.0 && (dx > 0) != (dir > 0))
+			fail_msg("x reversed at update %d (%.4f after moving %s)", k, c->x,
+				 dir > 0 ? "up" : "down");
+		if (dx != 0.0)
+			dir = dx;
+		if (k == steps - 30)
+			held = c->x;
+	}
+	assert_true(c->x == held);
+	plant_sample(p, t, c->base, &ug, &up);
+	assert_true(fabs(ug - up) <= c->deadband + 0.05);
+}
+
+static void threshold_follows_load_steps_without_oscillating(void **state)
+{
+	struct nelssa_threshold_ctl c;
+	struct plant p = { 1.0, 1.0, 1.0 };
+
+	(void)state;
+	nelssa_threshold_init(&c, 1000.0);
+	settles_monotonically(&c, &p, 300);
+	/* Balanced: f = 1/2, T = base ln 2, x = log2(ln 2) = -0.53. */
+	assert_true(fabs(c.x - log2(log(2.0))) < 0.15);
+	/* The PNM tier gets three times slower (fewer devices): raise T. */
+	p.a = 3.0;
+	settles_monotonically(&c, &p, 300);
+	assert_true(fabs(c.x - log2(log(4.0))) < 0.15);
+	/* Back, with less load: lower T again. */
+	p.a = 1.0;
+	p.load = 0.8;
+	settles_monotonically(&c, &p, 300);
+	assert_true(c.x < 0.0);
+	/* An overloaded PNM tier pins T at its ceiling, no further. */
+	p.a = 1000.0;
+	for (int k = 0; k < 100; k++)
+		nelssa_threshold_update(&c, 0.1, 5.0, 1.0);
+	assert_true(c.x == c.x_max);
+	/* Bad samples change nothing. */
+	assert_true(nelssa_threshold_update(&c, NAN, 1.0, 1.0) == c.base * exp2(c.x_max));
+	assert_true(nelssa_threshold_update(&c, 1.0, 1.0, 0.0) == c.base * exp2(c.x_max));
+	assert_true(c.x == c.x_max);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -172,6 +250,7 @@ int main(void)
 		cmocka_unit_test(router_caps_one_at_a_time),
 		cmocka_unit_test(migration_picks_the_largest_admissible),
 		cmocka_unit_test(profiles_builtin_and_files),
+		cmocka_unit_test(threshold_follows_load_steps_without_oscillating),
 	};
 
 	tu_init("policy");

@@ -193,6 +193,54 @@ void nelssa_router_release(struct nelssa_router *r, double len);
 int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size_t n,
 			  double gpu_kv_used, double high_water);
 
+/**
+ * struct nelssa_threshold_ctl - the load-adaptive threshold's state.
+ * @base: T_input from the model (nelssa_crossover()).
+ * @x: log2 of the current multiplier: T_input = base * 2^x.
+ * @u_gpu: smoothed GPU-tier utilisation.
+ * @u_pnm: smoothed PNM-tier utilisation.
+ * @alpha: weight of a new sample in the smoothing (0..1].
+ * @gain: change of x per second per unit of imbalance.
+ * @deadband: imbalance below which x holds still.
+ * @max_step: largest change of x in one update.
+ * @x_min: lowest x (the threshold never drops below base * 2^x_min).
+ * @x_max: highest x.
+ * @primed: a first sample was taken (internal).
+ *
+ * The control law, integral with a deadband and a rate limit:
+ *
+ *	u <- u + alpha (sample - u)                 (both tiers)
+ *	e  = u_gpu - u_pnm
+ *	x <- clamp(x - clamp(gain e dt, +-max_step), x_min, x_max)  if |e| > deadband
+ *
+ * A busier GPU tier (e > 0) lowers the threshold and sends more requests
+ * to the PNM tier, a busier PNM tier raises it.  Utilisations are the
+ * caller's: for the GPU the larger of its KV memory use and its queueing
+ * delay over a target, for the PNM tier the larger of its step time over
+ * the budget and its memory use.  Documentation/policy.rst says why this
+ * is stable.
+ */
+struct nelssa_threshold_ctl {
+	double base, x, u_gpu, u_pnm;
+	double alpha, gain, deadband, max_step, x_min, x_max;
+	int primed;
+};
+
+/* Defaults: alpha 0.5, gain 0.1, deadband 0.05, max_step 0.25, x in [-2, 2]. */
+void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base);
+
+/**
+ * nelssa_threshold_update() - feed one measurement, get the threshold.
+ * @c: the controller.
+ * @u_gpu: GPU-tier utilisation sample (>= 0).
+ * @u_pnm: PNM-tier utilisation sample (>= 0).
+ * @dt: seconds since the last update (> 0).
+ *
+ * Return: the threshold to use now, base * 2^x.
+ */
+double nelssa_threshold_update(struct nelssa_threshold_ctl *c, double u_gpu, double u_pnm,
+			       double dt);
+
 #ifdef __cplusplus
 }
 #endif
