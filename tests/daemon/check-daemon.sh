@@ -34,7 +34,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..39"
+echo "1..41"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -145,6 +145,11 @@ for tls in tcp shm; do
 			"j['devices'] == 4 and j['steps'] >= 40 and j['items'] >= j['steps'] \
 			 and j['kv_bytes'] > 0 and j['device_ns'] > 0"
 		t "nelssactl stats on a closed port fails with exit 3" 3 "$ctl" stats 127.0.0.1:1
+		t "nelssactl calibrate measures T_comm against the daemon" 0 "$ctl" calibrate \
+			--daemon "127.0.0.1:$port" --context 4096 --iters 1 --json
+		json_check "calibrate: 4 devices measured, a non-negative fit" \
+			"j['comm_measured'] and j['daemon_devices'] == 4 and j['t_base'] > 0 and \
+			 j['t_dev'] >= 0 and j['t_host'] >= 0"
 		t "nelssa-step-bench at a small size, JSON" 0 "$sbench" --port "$port" \
 			--context 4096 --kv-heads 4 --batches 1,2 --iters 5 --json
 		json_check "step bench: one run per batch, sizes and ratios consistent" \

@@ -17,7 +17,7 @@ n=0
 # shellcheck source=tap-lib.sh
 . "$(dirname "$0")/tap-lib.sh"
 
-echo "1..23"
+echo "1..28"
 t "--help exits 0" 0 "$ctl" --help
 t "no command is a usage error" 2 "$ctl"
 t "unknown command is a usage error" 2 "$ctl" frobnicate
@@ -46,3 +46,13 @@ json_check "bench latency JSON percentiles ordered" \
 t "bench bw (small)" 0 "$ctl" bench sim:0 bw --size 4194304 --iters 2 --json
 json_check "bench bw JSON" \
 	"all(j[k] > 0 for k in ('fill_gbps','copy_gbps','write_gbps','read_gbps','memcpy_gbps')) and abs(j['copy_ratio'] - j['copy_gbps'] / j['memcpy_gbps']) < 1e-9"
+t "calibrate with an unknown profile is a usage error" 2 "$ctl" calibrate --profile a100
+t "calibrate bad option is a usage error" 2 "$ctl" calibrate --select 2
+t "calibrate (small, no daemon)" 0 "$ctl" calibrate --json --context 4096 --iters 1 \
+	--output "$out/profile"
+json_check "calibrate: T_comm grows with N, thresholds follow the model" \
+	"not j['comm_measured'] and j['pnm_bw'] > 0 and len(j['thresholds']) == 8 and \
+	 all(a['t_comm'] < b['t_comm'] for a, b in zip(j['thresholds'], j['thresholds'][1:])) and \
+	 all(t['t_input'] is None or t['t_input'] > 0 for t in j['thresholds'])"
+t "calibrate's profile file loads back" 0 "$ctl" calibrate --json --context 4096 --iters 1 \
+	--profile "$out/profile"

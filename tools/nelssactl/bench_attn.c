@@ -19,11 +19,6 @@
 
 #include "nelssactl.h"
 
-struct attn_opts {
-	uint64_t threads, context, items, head_dim, group, cluster, iters;
-	double select;
-};
-
 static const char help[] =
 	"usage: nelssactl bench DEV attn [OPTIONS] [--json]\n"
 	"  --threads N     executor cores of a sim device, and baseline threads (default 1)\n"
@@ -49,7 +44,7 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 	};
 	int c, bad = 0;
 
-	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04 };
+	attn_defaults(o);
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -187,38 +182,42 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 	return err;
 }
 
-int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
+void attn_defaults(struct attn_opts *o)
 {
-	struct attn_opts o;
+	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04 };
+}
+
+int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct attn_result *res)
+{
+	const struct attn_opts o = *op;
 	struct layout l;
 	struct npnm_info info;
 	struct nelssa_pnm *p;
 	uint32_t h_kv = 0, h_in = 0, h_items = 0, h_out = 0, *perm = NULL;
 	uint8_t *kv = NULL, *in = NULL, *items = NULL, *out = NULL;
-	double total = 0.0, best = 0.0, err = -1.0, baseline, gbps;
-	char name[256], opts[96];
-	int ret = parse(&o, argc, argv), rc = EXIT_DEVICE;
+	double total = 0.0, best = 0.0, err = -1.0;
+	char opts[96];
+	int ret, rc = EXIT_DEVICE;
 	uint64_t bytes_per_cmd;
 
-	if (ret)
-		return ret > 0 ? EXIT_OK : EXIT_USAGE;
+	memset(res, 0, sizeof(*res));
 	plan(&o, &l);
 	snprintf(opts, sizeof(opts), "cores=%llu,mem=%lluM", (unsigned long long)o.threads,
 		 (unsigned long long)((l.kv_bytes + l.in_bytes + l.items_bytes + l.out_bytes) / (1 << 20) + 64));
-	ctl_sim_name(name, sizeof(name), dev, opts);
-	p = ctl_open(name);
+	ctl_sim_name(res->name, sizeof(res->name), dev, opts);
+	p = ctl_open(res->name);
 	if (!p)
 		return EXIT_DEVICE;
 	nelssa_pnm_info(p, &info);
-	if (!ctl->json)
+	if (!quiet)
 		fprintf(stderr, "preparing %llu KV stores of %llu tokens (%.2f GiB) on %s...\n",
 			(unsigned long long)o.items, (unsigned long long)o.context,
-			(double)l.kv_bytes / (1 << 30), name);
+			(double)l.kv_bytes / (1 << 30), res->name);
 	if (nelssa_pnm_mem_alloc(p, l.kv_bytes, &h_kv, NULL) ||
 	    nelssa_pnm_mem_alloc(p, l.in_bytes, &h_in, NULL) ||
 	    nelssa_pnm_mem_alloc(p, l.items_bytes, &h_items, NULL) ||
 	    nelssa_pnm_mem_alloc(p, l.out_bytes, &h_out, NULL)) {
-		fprintf(stderr, "nelssactl: %s: %s\n", name, nelssa_pnm_strerror());
+		fprintf(stderr, "nelssactl: %s: %s\n", res->name, nelssa_pnm_strerror());
 		goto out;
 	}
 	kv = nelssa_pnm_mem_map(p, h_kv, NULL);
@@ -269,51 +268,74 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		if ((double)bytes_per_cmd / dt / 1e9 > best)
 			best = (double)bytes_per_cmd / dt / 1e9;
 	}
-	gbps = (double)bytes_per_cmd * (double)o.iters / total / 1e9;
-	/* A buffer as large as the stores (at most 2 GiB): DRAM, not cache. */
-	baseline = ctl_read_baseline(l.kv_bytes < (2ull << 30) ? l.kv_bytes : (2ull << 30),
-				     (unsigned int)info.nr_cores, 3);
-	if (ctl->json) {
-		json_object *j = json_object_new_object();
-
-		json_object_object_add(j, "device", json_object_new_string(name));
-		json_object_object_add(j, "kv_bytes", json_object_new_uint64(bytes_per_cmd * o.iters));
-		json_object_object_add(j, "seconds", json_object_new_double(total));
-		json_object_object_add(j, "effective_gbps", json_object_new_double(gbps));
-		json_object_object_add(j, "best_gbps", json_object_new_double(best));
-		json_object_object_add(j, "read_baseline_gbps", json_object_new_double(baseline));
-		json_object_object_add(j, "ratio", json_object_new_double(gbps / baseline));
-		json_object_object_add(j, "threads", json_object_new_int64(info.nr_cores));
-		json_object_object_add(j, "context", json_object_new_uint64(o.context));
-		json_object_object_add(j, "items", json_object_new_uint64(o.items));
-		json_object_object_add(j, "head_dim", json_object_new_uint64(o.head_dim));
-		json_object_object_add(j, "group", json_object_new_uint64(o.group));
-		json_object_object_add(j, "cluster_tokens", json_object_new_uint64(o.cluster));
-		json_object_object_add(j, "selected_clusters", json_object_new_uint64(l.nsel));
-		json_object_object_add(j, "iters", json_object_new_uint64(o.iters));
-		json_object_object_add(j, "store_bytes", json_object_new_uint64(l.kv_bytes));
-		json_object_object_add(j, "max_abs_err_vs_reference", json_object_new_double(err));
-		ctl_print_json(j);
-	} else {
-		printf("SPARSE_ATTN  %llu items x %llu tokens, d=%llu, group %llu, %llu of %llu clusters "
-		       "of %llu tokens, %u threads\n",
-		       (unsigned long long)o.items, (unsigned long long)o.context,
-		       (unsigned long long)o.head_dim, (unsigned long long)o.group,
-		       (unsigned long long)l.nsel, (unsigned long long)l.nclusters,
-		       (unsigned long long)o.cluster, info.nr_cores);
-		printf("  KV read         %.1f MiB per command, %llu commands in %.3f s\n",
-		       (double)bytes_per_cmd / (1 << 20), (unsigned long long)o.iters, total);
-		printf("  effective       %.2f GB/s (best command %.2f GB/s)\n", gbps, best);
-		printf("  read baseline   %.2f GB/s (streaming read, %u threads, same run)\n", baseline,
-		       info.nr_cores);
-		printf("  ratio           %.3f\n", gbps / baseline);
-		printf("  check           max |o - reference| = %.3g on the warm-up command\n", err);
-	}
+	res->gbps = (double)bytes_per_cmd * (double)o.iters / total / 1e9;
+	res->best_gbps = best;
+	res->seconds = total;
+	res->err = err;
+	res->bytes_per_cmd = bytes_per_cmd;
+	res->nsel = l.nsel;
+	res->nclusters = l.nclusters;
+	res->kv_bytes = l.kv_bytes;
+	res->threads = info.nr_cores;
 	rc = err >= 0.0 && err < 1e-3 ? EXIT_OK : EXIT_FAIL;
 	if (rc)
 		fprintf(stderr, "nelssactl: SPARSE_ATTN output differs from the reference (%.3g)\n", err);
 out:
 	free(perm);
 	nelssa_pnm_close(p);
+	return rc;
+}
+
+int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
+{
+	struct attn_opts o;
+	struct attn_result r;
+	double baseline;
+	int ret = parse(&o, argc, argv), rc;
+
+	if (ret)
+		return ret > 0 ? EXIT_OK : EXIT_USAGE;
+	rc = attn_measure(dev, &o, ctl->json, &r);
+	if (r.seconds <= 0.0)
+		return rc;
+	/* A buffer as large as the stores (at most 2 GiB): DRAM, not cache. */
+	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
+				     r.threads, 3);
+	if (ctl->json) {
+		json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "device", json_object_new_string(r.name));
+		json_object_object_add(j, "kv_bytes", json_object_new_uint64(r.bytes_per_cmd * o.iters));
+		json_object_object_add(j, "seconds", json_object_new_double(r.seconds));
+		json_object_object_add(j, "effective_gbps", json_object_new_double(r.gbps));
+		json_object_object_add(j, "best_gbps", json_object_new_double(r.best_gbps));
+		json_object_object_add(j, "read_baseline_gbps", json_object_new_double(baseline));
+		json_object_object_add(j, "ratio", json_object_new_double(r.gbps / baseline));
+		json_object_object_add(j, "threads", json_object_new_int64(r.threads));
+		json_object_object_add(j, "context", json_object_new_uint64(o.context));
+		json_object_object_add(j, "items", json_object_new_uint64(o.items));
+		json_object_object_add(j, "head_dim", json_object_new_uint64(o.head_dim));
+		json_object_object_add(j, "group", json_object_new_uint64(o.group));
+		json_object_object_add(j, "cluster_tokens", json_object_new_uint64(o.cluster));
+		json_object_object_add(j, "selected_clusters", json_object_new_uint64(r.nsel));
+		json_object_object_add(j, "iters", json_object_new_uint64(o.iters));
+		json_object_object_add(j, "store_bytes", json_object_new_uint64(r.kv_bytes));
+		json_object_object_add(j, "max_abs_err_vs_reference", json_object_new_double(r.err));
+		ctl_print_json(j);
+	} else {
+		printf("SPARSE_ATTN  %llu items x %llu tokens, d=%llu, group %llu, %llu of %llu clusters "
+		       "of %llu tokens, %u threads\n",
+		       (unsigned long long)o.items, (unsigned long long)o.context,
+		       (unsigned long long)o.head_dim, (unsigned long long)o.group,
+		       (unsigned long long)r.nsel, (unsigned long long)r.nclusters,
+		       (unsigned long long)o.cluster, r.threads);
+		printf("  KV read         %.1f MiB per command, %llu commands in %.3f s\n",
+		       (double)r.bytes_per_cmd / (1 << 20), (unsigned long long)o.iters, r.seconds);
+		printf("  effective       %.2f GB/s (best command %.2f GB/s)\n", r.gbps, r.best_gbps);
+		printf("  read baseline   %.2f GB/s (streaming read, %u threads, same run)\n", baseline,
+		       r.threads);
+		printf("  ratio           %.3f\n", r.gbps / baseline);
+		printf("  check           max |o - reference| = %.3g on the warm-up command\n", r.err);
+	}
 	return rc;
 }

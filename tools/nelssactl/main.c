@@ -22,6 +22,7 @@ static void usage(FILE *f, const char *prog)
 		"  selftest DEV [--mask M]     run the firmware's built-in checks on DEV\n"
 		"  bench DEV bw|attn|latency   benchmarks; see '%s bench --help'\n"
 		"  stats [HOST[:PORT]]         a running nelssad's counters (default 127.0.0.1:18515)\n"
+		"  calibrate [OPTIONS]         measure PNM bandwidth and T_comm, print T_input for N=1..8\n"
 		"\n"
 		"DEV is /dev/nelssa_pnmN (kernel driver) or sim:N[,mem=SIZE,cores=N,isa=NAME]\n"
 		"(a device emulated in this process).\n"
@@ -46,6 +47,7 @@ int main(int argc, char **argv)
 		{ "selftest", cmd_selftest },
 		{ "bench", cmd_bench },
 		{ "stats", cmd_stats },
+		{ "calibrate", cmd_calibrate },
 	};
 	struct ctl ctl = { .prog = "nelssactl" };
 	int i = 1;

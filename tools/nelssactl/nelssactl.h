@@ -28,8 +28,26 @@ int cmd_info(struct ctl *ctl, int argc, char **argv);
 int cmd_selftest(struct ctl *ctl, int argc, char **argv);
 int cmd_bench(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);
+int cmd_calibrate(struct ctl *ctl, int argc, char **argv);
 
 int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv);
+
+/* The SPARSE_ATTN measurement behind 'bench attn' (also used by 'calibrate'). */
+struct attn_opts {
+	uint64_t threads, context, items, head_dim, group, cluster, iters;
+	double select;
+};
+
+struct attn_result {
+	char name[256];			/* the device as opened */
+	double gbps, best_gbps, seconds, err;
+	uint64_t bytes_per_cmd, nsel, nclusters, kv_bytes;
+	unsigned int threads;
+};
+
+void attn_defaults(struct attn_opts *o);
+/* Runs the measurement; an EXIT_* code, with *res filled when it ran. */
+int attn_measure(const char *dev, const struct attn_opts *o, bool quiet, struct attn_result *res);
 int bench_bw(struct ctl *ctl, const char *dev, int argc, char **argv);
 int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv);
 
