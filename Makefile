@@ -67,6 +67,15 @@ bench: userspace
 	@$(BUILD)/tools/accuracy/nelssa-accuracy
 	@echo "== decode-step round trip through nelssad vs a bare UCX ping-pong (128K, 4%, 4 devices) =="
 	@scripts/bench-daemon.sh $(BUILD)
+	@echo "== nelssa-sim: Mooncake conversation trace at 10 req/s, GPU-only vs NELSSA =="
+	@if [ -f ../shared/data/mooncake/conversation_trace.jsonl ]; then \
+		$(BUILD)/tools/sim/nelssa-sim --trace ../shared/data/mooncake/conversation_trace.jsonl \
+			--rps 10 --svg $(BUILD)/sim-conversation; \
+	else \
+		echo "(no ../shared/data/mooncake here: synthetic mix instead)"; \
+		$(BUILD)/tools/sim/nelssa-sim --synthetic 2000 --long-frac 0.1 --rps 10 \
+			--svg $(BUILD)/sim-synthetic; \
+	fi
 	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
 	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
 		--items 8 --iters 5

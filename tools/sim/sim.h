@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nelssa-sim: a trace-driven simulator of one decode GPU node, GPU-only
+ * (vLLM-like paged KV, continuous batching, preemption) or NELSSA (the
+ * placement policy with N PNM devices).  Documentation/simulator.rst.
+ */
+#ifndef NELSSA_SIM_H
+#define NELSSA_SIM_H
+
+#include <stdint.h>
+
+#include <nelssa/policy.h>
+
+struct sim_req {
+	double arrival;			/* s */
+	uint32_t input, output;		/* tokens */
+	/* state */
+	uint32_t generated;
+	int state;			/* enum sim_state */
+	int on_pnm;
+	uint32_t blocks;		/* GPU KV blocks held */
+	double start, finish, pnm_ready;
+	uint32_t preemptions;
+	int recompute;			/* its prefill is redone on readmission */
+};
+
+enum sim_state { SIM_WAITING, SIM_RUNNING, SIM_DONE };
+
+struct sim_trace {
+	struct sim_req *req;
+	uint32_t n;
+};
+
+/* Reads a Mooncake JSONL trace: input/output lengths, in file order. */
+int sim_trace_load(const char *path, double scale, uint32_t max, struct sim_trace *t);
+/* A synthetic mix: @n requests, @long_frac of them @long_len tokens, the rest 1K-8K. */
+int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_len, uint32_t out_len,
+			uint64_t seed, struct sim_trace *t);
+/* Poisson arrivals at @rps from @seed; an optional burst multiplies the rate. */
+void sim_retime(struct sim_trace *t, double rps, uint64_t seed);
+void sim_trace_free(struct sim_trace *t);
+
+struct sim_config {
+	struct nelssa_hw_profile hw;
+	struct nelssa_model_profile model;
+	int nelssa;			/* 0: GPU-only */
+	uint32_t n_dev;
+	uint32_t max_batch;
+	uint32_t block;			/* tokens per KV block (16) */
+	int swap;			/* preempt by swap instead of recompute */
+	double gpu_flops;		/* FLOP/s for the compute term */
+	double params;			/* model parameters */
+	double pcie_bw;			/* swap bandwidth, bytes/s */
+	double net_bw;			/* migration transfer bandwidth, bytes/s */
+	int migrate, adaptive;
+	double high_water;		/* GPU KV fraction that triggers migration */
+	double window_s;		/* time-series bucket */
+};
+
+struct sim_point {
+	double t, tokens_per_s, kv_util, batch, queue, pnm_batch, t_input;
+};
+
+struct sim_result {
+	uint64_t tokens, preemptions, migrations;
+	uint32_t done, lost;
+	double makespan, tput, tpot_p50, tpot_p95, tpot_p99, max_kv_util;
+	struct sim_point *series;
+	uint32_t n_series;
+};
+
+void sim_config_default(struct sim_config *c);
+/* Runs the trace; 0, or -EINVAL when the configuration cannot run. */
+int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *r,
+	    int progress);
+void sim_result_free(struct sim_result *r);
+
+/* Writes a line chart of one series per result (SVG). */
+int sim_plot_svg(const char *path, const char *title, const char *ylabel,
+		 const struct sim_result *const *res, const char *const *names, int n,
+		 int field);
+
+#endif /* NELSSA_SIM_H */
