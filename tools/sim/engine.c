@@ -62,7 +62,7 @@ struct state {
 	uint32_t cap_series;
 	double bucket_start;
 	uint64_t bucket_tokens;
-	double last_t_pnm;
+	double last_t_pnm, last_t_gpu;
 };
 
 static uint32_t len_of(const struct sim_req *q)
@@ -266,6 +266,13 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 				s.wait[s.n_wait++] = s.next;
 			s.next++;
 		}
+		/*
+		 * The PNM tier's attention must be back within the GPU's step, or
+		 * its requests skip a step per token: the budget follows the
+		 * last GPU step, with a margin for the step changing.
+		 */
+		if (s.last_t_gpu > 0)
+			s.router.cap_step = 0.9 * s.last_t_gpu;
 		admit(&s);
 		if (c->nelssa && c->migrate)
 			migrate(&s);
@@ -292,6 +299,7 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		if (n_pnm)
 			t_pnm = nelssa_pnm_step_time(&s.router, pnm_tokens, n_pnm);
 		s.last_t_pnm = t_pnm;
+		s.last_t_gpu = t_gpu;
 		s.now += t_gpu;
 		for (uint32_t i = 0; i < s.n_run;) {
 			uint32_t id = s.run[i];
