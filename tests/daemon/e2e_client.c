@@ -19,6 +19,12 @@
  *             must reclaim the session and keep serving others)
  *   outlive   runs steps until the daemon goes away (the test kills it):
  *             every call must then fail with an error, none may hang
+ *   migrate   a request grows on the "GPU" (dense attention here) until the
+ *             router sends it to the PNM tier: its keys are clustered with
+ *             the segmented k-means and offloaded, and it goes on growing
+ *             there, decode-time chunks clustered and appended; every output
+ *             before and after the handoff must equal float64 attention
+ *             over exactly the tokens it covered
  *
  * usage: e2e_client HOST PORT SCENARIO [SEED]
  */
@@ -32,6 +38,7 @@
 #include <unistd.h>
 
 #include <nelssa/client.h>
+#include <nelssa/policy.h>
 #include <nelssa/sparse.h>
 
 #include "testutil.h"
@@ -396,6 +403,135 @@ static int scenario_outlive(struct tu_rng *rng)
 	return ret < 0 ? 0 : 1;
 }
 
+static int scenario_migrate(struct tu_rng *rng)
+{
+	enum { MAXT = 4200, SINK = 4, CHUNK = 512 };
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_hw_profile hw;
+	struct nelssa_model_profile m = { LAYERS, KV_HEADS, DIM, 2, 0.0, 16.0, 0.04 };
+	struct nelssa_router router;
+	struct nelssa_cluster_index ix[KV_HEADS];
+	uint16_t *k = tu_alloc(2ull * KV_HEADS * MAXT * DIM), *v = tu_alloc(2ull * KV_HEADS * MAXT * DIM);
+	float q[KV_HEADS * GROUP * DIM], o[KV_HEADS * GROUP * DIM], lse[KV_HEADS * GROUP];
+	uint32_t *tok = tu_alloc(sizeof(uint32_t) * MAXT), *sel[KV_HEADS], clustered = 0;
+	struct nelssa_session_cfg cfg = session_cfg(8192);
+	uint64_t session = 0;
+	int on_pnm = 0, steps_gpu = 0, steps_pnm = 0, appends = 0;
+
+	nelssa_hw_profile_builtin("h200", &hw);
+	nelssa_router_init(&router, &hw, &m, 4);
+	router.t_input = 1500;		/* a short threshold, so the test grows past it soon */
+	router.cap_step = router.cap_gpu_meta = 1e30;
+	tu_fill_kv(rng, k, (size_t)KV_HEADS * MAXT * DIM, 1.0, NELSSA_KV_BF16);
+	tu_fill_kv(rng, v, (size_t)KV_HEADS * MAXT * DIM, 1.0, NELSSA_KV_BF16);
+	memset(ix, 0, sizeof(ix));
+	for (uint32_t h = 0; h < KV_HEADS; h++)
+		sel[h] = tu_alloc(sizeof(uint32_t) * MAXT);
+	for (uint32_t n = 1000; n <= MAXT - 100; n += 100) {
+		tu_fill_f32(rng, q, sizeof(q) / sizeof(q[0]), 1.0);
+		if (!on_pnm && nelssa_route_request(&router, n) == NELSSA_ROUTE_PNM) {
+			/* The handoff: cluster what leaves the window, offload it. */
+			clustered = n - 64;
+			if (nelssa_client_session(cli, &cfg, &session) ||
+			    nelssa_client_request(cli, session, 77, MAXT, MAXT)) {
+				printf("# handoff setup: %s\n", nelssa_client_error(cli));
+				return 1;
+			}
+			for (uint32_t h = 0; h < KV_HEADS; h++) {
+				const uint16_t *kh = k + (size_t)h * MAXT * DIM, *vh = v + (size_t)h * MAXT * DIM;
+
+				if (nelssa_kmeans_build(&ix[h], &kcfg, NELSSA_KV_BF16, kh + SINK * DIM,
+							clustered - SINK, DIM) ||
+				    nelssa_client_offload(cli, session, 77, 0, (uint16_t)h, &ix[h], 0,
+							  kh + SINK * DIM, vh + SINK * DIM)) {
+					printf("# handoff offload: %s\n", nelssa_client_error(cli));
+					return 1;
+				}
+			}
+			on_pnm = 1;
+			printf("# handed off at %u tokens (%u clustered)\n", n, clustered);
+		}
+		if (on_pnm && n - clustered >= 64 + CHUNK) {
+			/* A decode-time chunk leaves the window: cluster it, append. */
+			for (uint32_t h = 0; h < KV_HEADS; h++) {
+				const uint16_t *kh = k + (size_t)h * MAXT * DIM, *vh = v + (size_t)h * MAXT * DIM;
+				uint32_t old = ix[h].n_clusters;
+
+				if (nelssa_kmeans_append(&ix[h], &kcfg, NELSSA_KV_BF16,
+							 kh + (size_t)clustered * DIM, CHUNK) ||
+				    nelssa_client_offload(cli, session, 77, 0, (uint16_t)h, &ix[h], old,
+							  kh + SINK * DIM, vh + SINK * DIM)) {
+					printf("# append: %s\n", nelssa_client_error(cli));
+					return 1;
+				}
+			}
+			clustered += CHUNK;
+			appends++;
+		}
+		for (uint32_t h = 0; h < KV_HEADS; h++) {
+			const uint16_t *kh = k + (size_t)h * MAXT * DIM, *vh = v + (size_t)h * MAXT * DIM;
+			float *qh = q + (size_t)h * GROUP * DIM, *oh = o + (size_t)h * GROUP * DIM;
+			uint32_t nt = 0;
+			char what[64];
+
+			if (!on_pnm) {
+				/* On the GPU: dense attention over all n tokens. */
+				nelssa_attn_dense(&g, qh, kh, vh, n, oh, lse + h * GROUP);
+				snprintf(what, sizeof(what), "GPU at %u, head %u", n, h);
+				failures += tu_check_attn(&g, qh, kh, vh, NULL, n, oh, lse + h * GROUP, what);
+				continue;
+			}
+			/* On PNM: a random half of the clusters, plus the window here. */
+			for (uint32_t c = 0; c < ix[h].n_clusters; c++)
+				if (tu_below(rng, 2))
+					sel[h][nt++] = c;
+			{
+				struct nelssa_step_in in = { 77, (uint16_t)h, qh, sel[h], nt };
+				struct nelssa_window win = { SINK, n - clustered };
+				float wo[GROUP * DIM], wl[GROUP], po[GROUP * DIM], pl[GROUP];
+				const float *pop = po, *plp = pl;
+				uint32_t count = 0;
+
+				if (nelssa_client_step(cli, session, 0, &in, 1, po, pl, NULL)) {
+					printf("# PNM step: %s\n", nelssa_client_error(cli));
+					return 1;
+				}
+				nelssa_window_attn(&g, qh, kh, vh, n, &win, wo, wl);
+				nelssa_final_merge(oh, lse + h * GROUP, wo, wl, &pop, &plp, 1, GROUP, DIM);
+				for (uint32_t t = 0; t < SINK; t++)
+					tok[count++] = t;
+				for (uint32_t c = 0; c < nt; c++) {
+					const struct nelssa_cluster *e = &ix[h].table[sel[h][c]];
+
+					for (uint32_t j = 0; j < e->count; j++)
+						tok[count++] = SINK + ix[h].perm[e->first + j];
+				}
+				for (uint32_t t = clustered; t < n; t++)
+					tok[count++] = t;
+				snprintf(what, sizeof(what), "PNM at %u, head %u", n, h);
+				failures += tu_check_attn(&g, qh, kh, vh, tok, count, oh, lse + h * GROUP,
+							  what);
+			}
+		}
+		if (on_pnm)
+			steps_pnm++;
+		else
+			steps_gpu++;
+	}
+	printf("# %d steps on the GPU, %d on PNM, %d chunks appended\n", steps_gpu, steps_pnm,
+	       appends);
+	CHECK(steps_gpu > 0 && steps_pnm > 0 && appends > 0, "the request did not cross over");
+	for (uint32_t h = 0; h < KV_HEADS; h++) {
+		nelssa_kmeans_free(&ix[h]);
+		free(sel[h]);
+	}
+	free(k);
+	free(v);
+	free(tok);
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct nelssa_client_opts o = { 0 };
@@ -405,7 +541,7 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|bad-step|die|"
-			"outlive\n");
+			"outlive|migrate\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -434,6 +570,8 @@ int main(int argc, char **argv)
 		ret = scenario_die(&rng);
 	else if (!strcmp(sc, "outlive"))
 		ret = scenario_outlive(&rng);
+	else if (!strcmp(sc, "migrate"))
+		ret = scenario_migrate(&rng);
 	else
 		ret = 2;
 	nelssa_client_close(cli);
