@@ -42,6 +42,7 @@ static void usage(FILE *f)
 		"output:\n"
 		"  --json            one JSON object\n"
 		"  --csv FILE        the time series of every run\n"
+		"  --requests FILE   one CSV line per request and run (times, TPOT, tier, preemptions)\n"
 		"  --svg PREFIX      plots: PREFIX-throughput.svg, -kv.svg, -batch.svg, -queue.svg\n"
 		"  --quiet           no progress bar\n");
 }
@@ -79,10 +80,13 @@ int main(int argc, char **argv)
 		{ "swap", no_argument, NULL, 'w' }, { "no-migrate", no_argument, NULL, 'g' },
 		{ "no-adaptive", no_argument, NULL, 'a' }, { "json", no_argument, NULL, 'j' },
 		{ "csv", required_argument, NULL, 'c' }, { "svg", required_argument, NULL, 'v' },
+		{ "requests", required_argument, NULL, 'R' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *trace = NULL, *profile = "h200", *mode = "both", *csv = NULL, *svg = NULL;
+	const char *reqs = NULL;
+	FILE *rf = NULL;
 	uint32_t max = 0, synth = 0, long_len = 131072, out_len = 256, seed = 1, n_dev = 4;
 	uint32_t max_batch = 256;
 	double scale = 1.0, long_frac = 0.1, rps = 10.0, pnm_bw = 0.0;
@@ -102,6 +106,7 @@ int main(int argc, char **argv)
 		case 'M': mode = optarg; break;
 		case 'c': csv = optarg; break;
 		case 'v': svg = optarg; break;
+		case 'R': reqs = optarg; break;
 		case 'w': swap = 1; break;
 		case 'g': migrate = 0; break;
 		case 'a': adaptive = 0; break;
@@ -158,6 +163,14 @@ int main(int argc, char **argv)
 	sim_retime(&tr, rps, seed);
 	for (uint32_t i = 0; i < tr.n; i++)
 		want += tr.req[i].output;
+	if (reqs) {
+		rf = fopen(reqs, "w");
+		if (!rf) {
+			fprintf(stderr, PROG ": cannot write %s\n", reqs);
+			return 1;
+		}
+		fprintf(rf, "run,id,arrival,input,output,start,finish,tpot,pnm,preemptions\n");
+	}
 	for (int m = 0; m < 2; m++) {
 		if ((m == 0 && !strcmp(mode, "nelssa")) || (m == 1 && !strcmp(mode, "gpu")))
 			continue;
@@ -168,6 +181,14 @@ int main(int argc, char **argv)
 		if (sim_run(&cfg, &tr, &res[runs], !quiet && !json)) {
 			fprintf(stderr, PROG ": the node cannot run this configuration (no KV room)\n");
 			return 1;
+		}
+		for (uint32_t i = 0; rf && i < tr.n; i++) {
+			const struct sim_req *q = &tr.req[i];
+
+			fprintf(rf, "%s,%u,%.4f,%u,%u,%.4f,%.4f,%.6f,%d,%u\n", names[runs], i, q->arrival,
+				q->input, q->output, q->start, q->finish,
+				q->state == SIM_DONE ? (q->finish - q->start) / q->output : -1.0,
+				q->on_pnm, q->preemptions);
 		}
 		runs++;
 	}
@@ -232,6 +253,10 @@ int main(int argc, char **argv)
 				return 1;
 			}
 		}
+	}
+	if (rf && fclose(rf)) {
+		fprintf(stderr, PROG ": cannot write %s\n", reqs);
+		return 1;
 	}
 	for (int k = 0; k < runs; k++)
 		sim_result_free(&res[k]);
