@@ -63,6 +63,8 @@ struct state {
 	double bucket_start;
 	uint64_t bucket_tokens;
 	double last_t_pnm, last_t_gpu;
+	double win_min[8];		/* shortest GPU step per recent second */
+	uint32_t win_pos;
 };
 
 static uint32_t len_of(const struct sim_req *q)
@@ -271,8 +273,14 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		 * its requests skip a step per token: the budget follows the
 		 * last GPU step, with a margin for the step changing.
 		 */
-		if (s.last_t_gpu > 0)
-			s.router.cap_step = 0.9 * s.last_t_gpu;
+		if (s.last_t_gpu > 0) {
+			double lo = s.last_t_gpu;
+
+			for (int w = 0; w < 8; w++)
+				if (s.win_min[w] > 0 && s.win_min[w] < lo)
+					lo = s.win_min[w];
+			s.router.cap_step = 0.9 * lo;
+		}
 		admit(&s);
 		if (c->nelssa && c->migrate)
 			migrate(&s);
@@ -300,6 +308,8 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 			t_pnm = nelssa_pnm_step_time(&s.router, pnm_tokens, n_pnm);
 		s.last_t_pnm = t_pnm;
 		s.last_t_gpu = t_gpu;
+		if (s.win_min[s.win_pos] == 0 || t_gpu < s.win_min[s.win_pos])
+			s.win_min[s.win_pos] = t_gpu;
 		s.now += t_gpu;
 		for (uint32_t i = 0; i < s.n_run;) {
 			uint32_t id = s.run[i];
@@ -370,6 +380,8 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 									   s.now - s.bucket_start);
 			}
 			series_point(&s, n_pnm);
+			s.win_pos = (s.win_pos + 1) % 8;
+			s.win_min[s.win_pos] = 0.0;
 			s.bucket_start = s.now;
 			s.bucket_tokens = 0;
 		}

@@ -123,7 +123,7 @@ int main(int argc, char **argv)
 		case 'S': case 'f': case 'r': case 'B': {
 			double v = strtod(optarg, &end);
 
-			if (*end || !*optarg || !(v > 0) || !isfinite(v) || (c == 'f' && v > 1)) {
+			if (*end || !*optarg || !isfinite(v) || (c == 'f' ? !(v >= 0 && v <= 1) : !(v > 0))) {
 				fprintf(stderr, PROG ": bad value '%s'\n", optarg);
 				bad = 1;
 			}
@@ -193,9 +193,14 @@ int main(int argc, char **argv)
 		runs++;
 	}
 	if (json) {
+		const double tin = nelssa_crossover(&cfg.hw, &cfg.model, n_dev);
+
 		printf("{\"requests\":%u,\"rps\":%.3f,\"scale\":%.3f,\"devices\":%u,\"profile\":\"%s\","
-		       "\"pnm_bw\":%.4g,\"t_input\":%.1f,\"runs\":{", tr.n, rps, scale, n_dev,
-		       cfg.hw.name, cfg.hw.pnm_bw, nelssa_crossover(&cfg.hw, &cfg.model, n_dev));
+		       "\"pnm_bw\":%.4g,", tr.n, rps, scale, n_dev, cfg.hw.name, cfg.hw.pnm_bw);
+		if (isinf(tin))
+			printf("\"t_input\":null,\"runs\":{");	/* the PNM tier never wins */
+		else
+			printf("\"t_input\":%.1f,\"runs\":{", tin);
 		for (int k = 0; k < runs; k++)
 			print_run(names[k], &res[k], want, 1, k == 0);
 		printf("}");
