@@ -76,6 +76,8 @@ bench: userspace
 		$(BUILD)/tools/sim/nelssa-sim --synthetic 2000 --long-frac 0.1 --rps 10 \
 			--svg $(BUILD)/sim-synthetic; \
 	fi
+	@echo "== nelssa-sim experiments: burst, long fraction, growth, sensitivity =="
+	@scripts/sim-experiments.sh $(BUILD) $(BUILD)/sim-experiments
 	@echo "== nelssa-sim sweep: NELSSA never more than 5% behind GPU-only? =="
 	@scripts/sim-sweep.sh $(BUILD) | tail -5
 	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="

@@ -19,7 +19,7 @@ n=0
 JSON_PRELUDE="g=j['runs']['gpu-only']; s=j['runs']['nelssa']"
 
 small="--synthetic 400 --long-frac 0.15 --long-len 65536 --out-len 64 --rps 20 --quiet"
-echo "1..13"
+echo "1..16"
 t "--help exits 0" 0 "$sim" --help
 t "no workload is a usage error" 2 "$sim" --rps 5
 t "a trace and a synthetic workload together are a usage error" 2 "$sim" --trace x \
@@ -52,3 +52,9 @@ fi
 t "swap preemption, a tight batch limit" 0 "$sim" $small --swap --max-batch 16 --json
 json_check "swap: nothing lost, every token once" \
 	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
+# shellcheck disable=SC2086
+t "a burst of long requests and growing contexts" 0 "$sim" $small --burst 5,5,0.5 --grow 0.5 \
+	--comm-scale 2 --json
+json_check "burst and growth: nothing lost, every token once" \
+	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
+t "a malformed burst is a usage error" 2 "$sim" --synthetic 5 --burst 5,5

@@ -30,10 +30,14 @@ static void usage(FILE *f)
 		"  --long-len N      inputs this long (default 131072)\n"
 		"  --out-len N       output tokens of synthetic requests (default 256)\n"
 		"  --rps R           Poisson arrivals at R requests/s (default 10)\n"
+		"  --burst T,D,F     from T s for D s, arrivals become --long-len long with\n"
+		"                    probability F (a burst of long requests)\n"
+		"  --grow R          outputs R times the inputs (growing contexts, e.g. 2 for 1:2)\n"
 		"  --seed S          arrival and workload seed (default 1)\n"
 		"node:\n"
 		"  --profile P       h200 (default), h100-nvl or a profile file (nelssactl calibrate)\n"
 		"  --pnm-bw B        override the profile's PNM bandwidth, bytes/s\n"
+		"  --comm-scale X    multiply the profile's communication costs by X\n"
 		"  --devices N       PNM devices (default 4)\n"
 		"  --max-batch N     running requests at most (default 256)\n"
 		"  --mode M          gpu, nelssa or both (default both)\n"
@@ -80,7 +84,8 @@ int main(int argc, char **argv)
 		{ "swap", no_argument, NULL, 'w' }, { "no-migrate", no_argument, NULL, 'g' },
 		{ "no-adaptive", no_argument, NULL, 'a' }, { "json", no_argument, NULL, 'j' },
 		{ "csv", required_argument, NULL, 'c' }, { "svg", required_argument, NULL, 'v' },
-		{ "requests", required_argument, NULL, 'R' },
+		{ "requests", required_argument, NULL, 'R' }, { "burst", required_argument, NULL, 'u' },
+		{ "grow", required_argument, NULL, 'G' }, { "comm-scale", required_argument, NULL, 'C' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -89,7 +94,8 @@ int main(int argc, char **argv)
 	FILE *rf = NULL;
 	uint32_t max = 0, synth = 0, long_len = 131072, out_len = 256, seed = 1, n_dev = 4;
 	uint32_t max_batch = 256;
-	double scale = 1.0, long_frac = 0.1, rps = 10.0, pnm_bw = 0.0;
+	double scale = 1.0, long_frac = 0.1, rps = 10.0, pnm_bw = 0.0, grow = 0.0, comm = 1.0;
+	double burst[3] = { 0, 0, 0 };
 	int swap = 0, migrate = 1, adaptive = 1, json = 0, quiet = 0, c, bad = 0;
 	struct sim_config cfg;
 	struct sim_trace tr;
@@ -107,6 +113,23 @@ int main(int argc, char **argv)
 		case 'c': csv = optarg; break;
 		case 'v': svg = optarg; break;
 		case 'R': reqs = optarg; break;
+		case 'u':
+			if (sscanf(optarg, "%lf,%lf,%lf", &burst[0], &burst[1], &burst[2]) != 3 ||
+			    burst[0] < 0 || !(burst[1] > 0) || !(burst[2] >= 0 && burst[2] <= 1)) {
+				fprintf(stderr, PROG ": --burst %s: need T,D,F (s, s, 0..1)\n", optarg);
+				bad = 1;
+			}
+			break;
+		case 'G': {
+			double v = strtod(optarg, &end);
+
+			if (*end || !(v > 0 && v <= 100)) {
+				fprintf(stderr, PROG ": --grow %s: need (0, 100]\n", optarg);
+				bad = 1;
+			}
+			grow = v;
+			break;
+		}
 		case 'w': swap = 1; break;
 		case 'g': migrate = 0; break;
 		case 'a': adaptive = 0; break;
@@ -120,14 +143,15 @@ int main(int argc, char **argv)
 		case 's': bad |= tl_parse_u32(PROG, optarg, 0, UINT32_MAX, &seed, "--seed"); break;
 		case 'd': bad |= tl_parse_u32(PROG, optarg, 1, 64, &n_dev, "--devices"); break;
 		case 'b': bad |= tl_parse_u32(PROG, optarg, 1, 65536, &max_batch, "--max-batch"); break;
-		case 'S': case 'f': case 'r': case 'B': {
+		case 'S': case 'f': case 'r': case 'B': case 'C': {
 			double v = strtod(optarg, &end);
 
 			if (*end || !*optarg || !isfinite(v) || (c == 'f' ? !(v >= 0 && v <= 1) : !(v > 0))) {
 				fprintf(stderr, PROG ": bad value '%s'\n", optarg);
 				bad = 1;
 			}
-			*(c == 'S' ? &scale : c == 'f' ? &long_frac : c == 'r' ? &rps : &pnm_bw) = v;
+			*(c == 'S' ? &scale : c == 'f' ? &long_frac : c == 'r' ? &rps :
+			  c == 'C' ? &comm : &pnm_bw) = v;
 			break;
 		}
 		default: usage(stderr); return 2;
@@ -148,6 +172,9 @@ int main(int argc, char **argv)
 	}
 	if (pnm_bw > 0)
 		cfg.hw.pnm_bw = pnm_bw;
+	cfg.hw.t_base *= comm;
+	cfg.hw.t_dev *= comm;
+	cfg.hw.t_host *= comm;
 	cfg.n_dev = n_dev;
 	cfg.max_batch = max_batch;
 	cfg.swap = swap;
@@ -161,6 +188,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sim_retime(&tr, rps, seed);
+	if (burst[1] > 0)
+		sim_burst(&tr, burst[0], burst[1], burst[2], long_len, seed);
+	if (grow > 0)
+		sim_grow(&tr, grow);
 	for (uint32_t i = 0; i < tr.n; i++)
 		want += tr.req[i].output;
 	if (reqs) {

@@ -36,8 +36,16 @@ int sim_trace_load(const char *path, double scale, uint32_t max, struct sim_trac
 /* A synthetic mix: @n requests, @long_frac of them @long_len tokens, the rest 1K-8K. */
 int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_len, uint32_t out_len,
 			uint64_t seed, struct sim_trace *t);
-/* Poisson arrivals at @rps from @seed; an optional burst multiplies the rate. */
+/* Poisson arrivals at @rps from @seed. */
 void sim_retime(struct sim_trace *t, double rps, uint64_t seed);
+/*
+ * A burst of long requests: arrivals in [@from, @from + @len) seconds get
+ * an input of @long_len tokens with probability @frac (after re-timing).
+ */
+void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_len,
+	       uint64_t seed);
+/* Growing contexts: every request's output becomes @ratio times its input. */
+void sim_grow(struct sim_trace *t, double ratio);
 void sim_trace_free(struct sim_trace *t);
 
 struct sim_config {

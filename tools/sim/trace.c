@@ -96,6 +96,23 @@ void sim_retime(struct sim_trace *t, double rps, uint64_t seed)
 	}
 }
 
+void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_len,
+	       uint64_t seed)
+{
+	uint64_t s = (seed * 0x9e3779b97f4a7c15ull) | 1;
+
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->req[i].arrival >= from && t->req[i].arrival < from + len &&
+		    (tl_next(&s) >> 11) * 0x1.0p-53 < frac)
+			t->req[i].input = long_len;
+}
+
+void sim_grow(struct sim_trace *t, double ratio)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		t->req[i].output = (uint32_t)fmax(1.0, round(t->req[i].input * ratio));
+}
+
 void sim_trace_free(struct sim_trace *t)
 {
 	free(t->req);

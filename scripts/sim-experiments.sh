@@ -1,0 +1,100 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# The serving experiments of issue 8 with nelssa-sim, each GPU-only against
+# NELSSA in the same run, written as tables (stdout) and plots (OUTDIR):
+#   1. mixed traffic at 10 req/s with a burst of long requests;
+#   2. the long-request fraction swept 0-24 %;
+#   3. growing contexts (input:output 1:2) with and without migration;
+#   4. sensitivity: PNM bandwidth, communication cost, devices, request
+#      rate, long-request length.
+# Every row also checks the property: NELSSA no more than 5 % behind.
+#
+#   scripts/sim-experiments.sh BUILDDIR OUTDIR [TRACE]
+set -u
+
+sim=${1:-build}/tools/sim/nelssa-sim
+outdir=${2:-sim-experiments}
+trace=${3:-../shared/data/mooncake/conversation_trace.jsonl}
+mkdir -p "$outdir"
+viol=0
+rows=0
+
+# run LABEL ARGS...: one table row, "ratio" columns NELSSA / GPU-only.
+run() {
+	label=$1
+	shift
+	"$sim" --quiet --json "$@" >"$outdir/last.json" || { echo "$label: failed"; return; }
+	python3 - "$label" "$outdir/last.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[2]))
+g, s = j["runs"]["gpu-only"], j["runs"]["nelssa"]
+bad = j["throughput_ratio"] < 0.95 or j["p99_tpot_ratio"] < 0.95
+print("%-34s %9.0f %9.0f %6.2fx %8.1f %8.1f %6.2fx %5d  %s" % (sys.argv[1], g["throughput"],
+      s["throughput"], j["throughput_ratio"], g["tpot_p99_ms"], s["tpot_p99_ms"],
+      j["p99_tpot_ratio"], s["migrations"], "VIOLATES" if bad else ""))
+sys.exit(3 if bad else 0)
+PY
+	[ $? -eq 3 ] && viol=$((viol + 1))
+	rows=$((rows + 1))
+}
+
+header() {
+	echo
+	echo "== $1 =="
+	printf '%-34s %9s %9s %7s %8s %8s %7s %5s\n' "configuration" "GPU tok/s" "NELSSA" \
+		"ratio" "GPU p99" "N p99" "ratio" "migr"
+}
+
+if [ -f "$trace" ]; then
+	work="--trace $trace --max 4000"
+else
+	echo "(no $trace: synthetic mixes stand in for the Mooncake trace)"
+	work="--synthetic 4000 --long-frac 0.02"
+fi
+syn="--synthetic 1000 --long-len 131072"
+
+header "1. 10 req/s mixed traffic, a 60 s burst of 50 % long (128K) requests at 60 s"
+# shellcheck disable=SC2086 # the options are words
+run "no burst" $work --rps 10
+# shellcheck disable=SC2086
+run "burst" $work --rps 10 --burst 60,60,0.5 --svg "$outdir/burst"
+
+header "2. long-request (128K) fraction, 10 req/s"
+for f in 0 0.04 0.08 0.12 0.16 0.20 0.24; do
+	# shellcheck disable=SC2086
+	run "long fraction $f" $syn --long-frac $f --rps 10
+done
+
+header "3. growing contexts, output = 2 x input, 5 % at 64K, 5 req/s"
+# shellcheck disable=SC2086
+run "1:2, migration" --synthetic 600 --long-frac 0.05 --long-len 65536 --grow 2 --rps 5 \
+	--svg "$outdir/growth"
+# shellcheck disable=SC2086
+run "1:2, no migration" --synthetic 600 --long-frac 0.05 --long-len 65536 --grow 2 --rps 5 \
+	--no-migrate
+
+header "4. sensitivity, 10 % long at 128K, 10 req/s, 4 devices unless said"
+for bw in 46.08e9 76.8e9 107.52e9; do
+	# shellcheck disable=SC2086
+	run "PNM bandwidth $bw B/s" $syn --long-frac 0.1 --rps 10 --pnm-bw $bw
+done
+for c in 0.5 1 2 4; do
+	# shellcheck disable=SC2086
+	run "communication x$c" $syn --long-frac 0.1 --rps 10 --comm-scale $c
+done
+for d in 1 2 4 8; do
+	# shellcheck disable=SC2086
+	run "$d devices" $syn --long-frac 0.1 --rps 10 --devices $d
+done
+for r in 5 10 15 20; do
+	# shellcheck disable=SC2086
+	run "$r req/s" $syn --long-frac 0.1 --rps $r
+done
+for l in 65536 131072 262144; do
+	# shellcheck disable=SC2086
+	run "long requests of $l tokens" --synthetic 1000 --long-frac 0.1 --long-len $l --rps 10
+done
+rm -f "$outdir/last.json"
+echo
+echo "$rows configurations, $viol violate the property (NELSSA more than 5 % behind)"
