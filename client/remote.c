@@ -30,6 +30,22 @@
 #define CHUNK_BYTES (256u << 10)
 #define ACK_WINDOW 8
 
+#define MAX_PENDING 16
+
+/* One step in flight: where its reply goes. */
+struct nelssa_step_pending {
+	struct nelssa_client *c;
+	uint64_t id;			/* 0: the slot is free */
+	uint32_t n, g, d;
+	float *o, *lse;
+	int done;
+	int32_t status;
+	struct nelssa_reply_hdr reply;
+	uint8_t *buf;
+	size_t cap, len;
+	uint64_t t0;
+};
+
 struct csession {
 	uint64_t id;
 	struct nelssa_session_cfg cfg;
@@ -47,14 +63,9 @@ struct nelssa_client {
 	/* KV acks */
 	uint32_t acks_pending;
 	int32_t ack_status;
-	/* the step being waited for */
-	uint64_t step_id, next_step;
-	int step_done;
-	int32_t step_status;
-	struct nelssa_reply_hdr reply;
-	uint8_t *reply_buf;
-	size_t reply_cap, reply_len;
-	int reply_rndv_pending;
+	/* steps sent and not yet collected */
+	uint64_t next_step;
+	struct nelssa_step_pending pend[MAX_PENDING];
 	struct csession sess[MAX_SESSIONS];
 	uint32_t n_sess;
 };
@@ -208,13 +219,12 @@ static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, 
 
 static void reply_recvd(void *request, ucs_status_t status, size_t length, void *user_data)
 {
-	struct nelssa_client *c = user_data;
+	struct nelssa_step_pending *p = user_data;
 
 	(void)length;
-	c->reply_rndv_pending = 0;
-	c->step_done = 1;
+	p->done = 1;
 	if (status != UCS_OK)
-		c->step_status = -EIO;
+		p->status = -EIO;
 	if (request)
 		ucp_request_free(request);
 }
@@ -223,36 +233,40 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
 			     size_t length, const ucp_am_recv_param_t *param)
 {
 	struct nelssa_client *c = arg;
+	struct nelssa_step_pending *p = NULL;
 	struct nelssa_reply_hdr r;
 
-	if (nelssa_reply_hdr_get(header, header_length, &r) || r.step != c->step_id ||
-	    c->step_done)
+	if (nelssa_reply_hdr_get(header, header_length, &r) || !r.step)
+		return UCS_OK;
+	for (int i = 0; i < MAX_PENDING && !p; i++)
+		if (c->pend[i].id == r.step && !c->pend[i].done)
+			p = &c->pend[i];
+	if (!p)
 		return UCS_OK;	/* stale (a timed-out step) or garbage */
-	c->reply = r;
-	c->step_status = r.status;
-	if (length > c->reply_cap) {
-		c->step_status = -EPROTO;
-		c->step_done = 1;
+	p->reply = r;
+	p->status = r.status;
+	if (length > p->cap) {
+		p->status = -EPROTO;
+		p->done = 1;
 		return UCS_OK;
 	}
-	c->reply_len = length;
+	p->len = length;
 	if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
 		ucp_request_param_t prm = { 0 };
 		ucs_status_ptr_t sp;
 
 		prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 		prm.cb.recv_am = reply_recvd;
-		prm.user_data = c;
-		c->reply_rndv_pending = 1;
-		sp = ucp_am_recv_data_nbx(c->worker, data, c->reply_buf, length, &prm);
+		prm.user_data = p;
+		sp = ucp_am_recv_data_nbx(c->worker, data, p->buf, length, &prm);
 		if (sp == NULL)
-			reply_recvd(NULL, UCS_OK, length, c);
+			reply_recvd(NULL, UCS_OK, length, p);
 		else if (UCS_PTR_IS_ERR(sp))
-			reply_recvd(NULL, UCS_PTR_STATUS(sp), 0, c);
+			reply_recvd(NULL, UCS_PTR_STATUS(sp), 0, p);
 		return UCS_OK;
 	}
-	memcpy(c->reply_buf, data, length);
-	c->step_done = 1;
+	memcpy(p->buf, data, length);
+	p->done = 1;
 	return UCS_OK;
 }
 
@@ -454,7 +468,8 @@ void nelssa_client_close(struct nelssa_client *c)
 		ucp_cleanup(c->ucp);
 	if (c->fd >= 0)
 		close(c->fd);
-	free(c->reply_buf);
+	for (int i = 0; i < MAX_PENDING; i++)
+		free(c->pend[i].buf);
 	free(c);
 }
 
@@ -616,78 +631,135 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	return ret;
 }
 
-int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer,
-		       const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
-		       struct nelssa_step_times *t)
+int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t layer,
+			    const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
+			    struct nelssa_step_pending **out)
 {
 	const struct csession *s = find(c, session);
 	const uint64_t deadline = now_ms() + c->timeout_ms;
-	uint32_t g, d;
+	struct nelssa_step_pending *p = NULL;
 	size_t len, q_bytes, out_slot;
 	struct nelssa_step_hdr h;
-	uint8_t hdr[NELSSA_STEP_HDR_BYTES], *data, *p;
-	uint64_t t0;
+	uint8_t hdr[NELSSA_STEP_HDR_BYTES], *data, *q;
 	int ret;
 
+	*out = NULL;
 	if (!s)
 		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
-	g = s->cfg.shape.q_heads / s->cfg.shape.kv_heads;
-	d = s->cfg.shape.head_dim;
-	q_bytes = 4ull * g * d;
-	out_slot = q_bytes + 4ull * g;
+	for (int i = 0; i < MAX_PENDING && !p; i++)
+		if (!c->pend[i].id)
+			p = &c->pend[i];
+	if (!p)
+		return fail(c, -EBUSY, "%d steps already in flight", MAX_PENDING);
+	p->c = c;
+	p->n = n;
+	p->g = s->cfg.shape.q_heads / s->cfg.shape.kv_heads;
+	p->d = s->cfg.shape.head_dim;
+	p->o = o;
+	p->lse = lse;
+	q_bytes = 4ull * p->g * p->d;
+	out_slot = q_bytes + 4ull * p->g;
 	len = (size_t)n * NELSSA_STEP_ITEM_BYTES;
 	for (uint32_t i = 0; i < n; i++)
 		len += q_bytes + 4ull * in[i].nr_sel;
-	data = malloc(len + 1);
-	if (!data)
-		return fail(c, -ENOMEM, "out of memory");
-	if (c->reply_cap < n * out_slot) {
-		free(c->reply_buf);
-		c->reply_cap = n * out_slot;
-		c->reply_buf = malloc(c->reply_cap + 1);
-		if (!c->reply_buf) {
-			c->reply_cap = 0;
-			free(data);
+	if (p->cap < n * out_slot) {
+		free(p->buf);
+		p->cap = n * out_slot;
+		p->buf = malloc(p->cap + 1);
+		if (!p->buf) {
+			p->cap = 0;
 			return fail(c, -ENOMEM, "out of memory");
 		}
 	}
-	p = data + (size_t)n * NELSSA_STEP_ITEM_BYTES;
+	data = malloc(len + 1);
+	if (!data)
+		return fail(c, -ENOMEM, "out of memory");
+	q = data + (size_t)n * NELSSA_STEP_ITEM_BYTES;
 	for (uint32_t i = 0; i < n; i++) {
 		struct nelssa_step_item it = { in[i].request, in[i].head, in[i].nr_sel };
 
 		nelssa_step_item_put(data + (size_t)i * NELSSA_STEP_ITEM_BYTES, &it);
-		memcpy(p, in[i].q, q_bytes);
-		memcpy(p + q_bytes, in[i].sel, 4ull * in[i].nr_sel);
-		p += q_bytes + 4ull * in[i].nr_sel;
+		memcpy(q, in[i].q, q_bytes);
+		memcpy(q + q_bytes, in[i].sel, 4ull * in[i].nr_sel);
+		q += q_bytes + 4ull * in[i].nr_sel;
 	}
 	h = (struct nelssa_step_hdr){ .session = session, .step = ++c->next_step, .layer = layer,
 				      .nr_items = n };
 	nelssa_step_hdr_put(hdr, &h);
-	c->step_id = h.step;
-	c->step_done = 0;
-	c->step_status = 0;
-	t0 = now_ns();
+	p->id = h.step;
+	p->done = 0;
+	p->status = 0;
+	p->len = 0;
+	p->t0 = now_ns();
 	ret = am_send(c, NELSSA_AM_STEP, hdr, sizeof(hdr), data, len, deadline);
 	free(data);
-	if (!ret)
-		ret = wait_for(c, &c->step_done, deadline);
 	if (ret) {
-		c->step_id = 0;		/* a late reply is dropped */
+		p->id = 0;
 		return ret;
 	}
-	if (c->step_status)
-		return fail(c, c->step_status, "the daemon failed the step: %s",
-			    strerror(-c->step_status));
-	if (c->reply.nr_items != n || c->reply_len != n * out_slot)
-		return fail(c, -EPROTO, "step reply of %zu bytes for %u items", c->reply_len, n);
-	for (uint32_t i = 0; i < n; i++) {
-		memcpy(o + (size_t)i * g * d, c->reply_buf + i * out_slot, q_bytes);
-		memcpy(lse + (size_t)i * g, c->reply_buf + i * out_slot + q_bytes, 4ull * g);
+	*out = p;
+	return 0;
+}
+
+int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending *p,
+			    uint32_t timeout_ms, struct nelssa_step_times *t)
+{
+	size_t q_bytes, out_slot;
+	int ret;
+
+	if (!p || p->c != c || !p->id)
+		return fail(c, -EINVAL, "not a step in flight");
+	q_bytes = 4ull * p->g * p->d;
+	out_slot = q_bytes + 4ull * p->g;
+	if (!p->done) {
+		while (ucp_worker_progress(c->worker))
+			;
+		if (!p->done && !timeout_ms)
+			return -EAGAIN;
+		ret = p->done ? 0 : wait_for(c, &p->done, now_ms() + timeout_ms);
+		if (ret) {
+			if (ret == -ETIMEDOUT)
+				return -EAGAIN;	/* still in flight: poll again */
+			p->id = 0;	/* the connection is gone: a late reply is dropped */
+			return ret;
+		}
+	}
+	p->id = 0;
+	if (p->status)
+		return fail(c, p->status, "the daemon failed the step: %s", strerror(-p->status));
+	if (p->reply.nr_items != p->n || p->len != p->n * out_slot)
+		return fail(c, -EPROTO, "step reply of %zu bytes for %u items", p->len, p->n);
+	for (uint32_t i = 0; i < p->n; i++) {
+		memcpy(p->o + (size_t)i * p->g * p->d, p->buf + i * out_slot, q_bytes);
+		memcpy(p->lse + (size_t)i * p->g, p->buf + i * out_slot + q_bytes, 4ull * p->g);
 	}
 	if (t)
-		*t = (struct nelssa_step_times){ .rtt = now_ns() - t0, .recv = c->reply.t_recv,
-						 .dispatch = c->reply.t_dispatch,
-						 .device = c->reply.t_device,
-						 .aggregate = c->reply.t_aggregate };
+		*t = (struct nelssa_step_times){ .rtt = now_ns() - p->t0, .recv = p->reply.t_recv,
+						 .dispatch = p->reply.t_dispatch,
+						 .device = p->reply.t_device,
+						 .aggregate = p->reply.t_aggregate };
 	return 0;
+}
+
+void nelssa_client_step_cancel(struct nelssa_client *c, struct nelssa_step_pending *p)
+{
+	if (p && p->c == c)
+		p->id = 0;	/* its reply, if it comes, is dropped */
+}
+
+int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer,
+		       const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
+		       struct nelssa_step_times *t)
+{
+	struct nelssa_step_pending *p;
+	int ret = nelssa_client_step_send(c, session, layer, in, n, o, lse, &p);
+
+	if (ret)
+		return ret;
+	ret = nelssa_client_step_poll(c, p, c->timeout_ms, t);
+	if (ret == -EAGAIN) {
+		nelssa_client_step_cancel(c, p);
+		return fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
+	}
+	return ret;
 }

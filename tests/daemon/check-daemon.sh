@@ -34,7 +34,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..43"
+echo "1..45"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -107,6 +107,8 @@ for tls in tcp shm; do
 		sed 's/^/# /' "$out"/conc*
 		echo "not ok $((n += 1)) - $tls: three concurrent clients all correct"
 	fi
+	t "$tls: split batch: two sessions' steps in flight at once, collected later, exact" 0 \
+		"$cli" 127.0.0.1 "$port" split
 	t "$tls: a request migrates from the GPU to PNM mid-decode, exact before and after" 0 \
 		"$cli" 127.0.0.1 "$port" migrate
 	t "$tls: capacity exhaustion refused with a clear error, then served" 0 \

@@ -19,6 +19,8 @@
  *             must reclaim the session and keep serving others)
  *   outlive   runs steps until the daemon goes away (the test kills it):
  *             every call must then fail with an error, none may hang
+ *   split     split batch: steps of two sessions sent at once, collected
+ *             later (a poll that finds nothing yet says so), both exact
  *   migrate   a request grows on the "GPU" (dense attention here) until the
  *             router sends it to the PNM tier: its keys are clustered with
  *             the segmented k-means and offloaded, and it goes on growing
@@ -403,6 +405,90 @@ static int scenario_outlive(struct tu_rng *rng)
 	return ret < 0 ? 0 : 1;
 }
 
+/* Random selections for every head of @r at @layer; checks @o/@lse against float64. */
+static void make_items(struct tu_rng *rng, struct req *r, uint32_t layer, float *q,
+		       uint32_t **sel, struct nelssa_step_in *in)
+{
+	tu_fill_f32(rng, q, (size_t)KV_HEADS * GROUP * DIM, 1.0);
+	for (uint32_t h = 0; h < KV_HEADS; h++) {
+		const struct nelssa_cluster_index *ix = &r->ix[layer][h];
+		uint32_t n = 0;
+
+		sel[h] = tu_alloc(sizeof(uint32_t) * (ix->n_clusters + 1));
+		for (uint32_t c = 0; c < ix->n_clusters; c++)
+			if (tu_below(rng, 3) == 0)
+				sel[h][n++] = c;
+		in[h] = (struct nelssa_step_in){ r->id, (uint16_t)h, q + (size_t)h * GROUP * DIM,
+						 sel[h], n };
+	}
+}
+
+static void check_items(struct req *r, uint32_t layer, const struct nelssa_step_in *in,
+			const float *o, const float *lse, const char *tag)
+{
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+
+	for (uint32_t h = 0; h < KV_HEADS; h++) {
+		const struct nelssa_cluster_index *ix = &r->ix[layer][h];
+		uint32_t *tok = tu_alloc(sizeof(uint32_t) * (r->n + 1)), nt = 0;
+
+		for (uint32_t c = 0; c < in[h].nr_sel; c++)
+			for (uint32_t j = 0; j < ix->table[in[h].sel[c]].count; j++)
+				tok[nt++] = ix->perm[ix->table[in[h].sel[c]].first + j];
+		failures += tu_check_attn(&g, in[h].q, rows(r, r->k, layer, h), rows(r, r->v, layer, h),
+					  tok, nt, o + (size_t)h * GROUP * DIM, lse + h * GROUP, tag);
+		free(tok);
+	}
+}
+
+static int scenario_split(struct tu_rng *rng)
+{
+	struct nelssa_session_cfg cfg = session_cfg(8192);
+	struct req ra, rb;
+	uint64_t sa, sb;
+	float qa[KV_HEADS * GROUP * DIM], qb[KV_HEADS * GROUP * DIM];
+	float oa[KV_HEADS * GROUP * DIM], ob[KV_HEADS * GROUP * DIM];
+	float la[KV_HEADS * GROUP], lb[KV_HEADS * GROUP];
+	uint32_t *sel_a[KV_HEADS], *sel_b[KV_HEADS];
+	struct nelssa_step_in ia[KV_HEADS], ib[KV_HEADS];
+	struct nelssa_step_pending *pa, *pb;
+	int ret;
+
+	if (nelssa_client_session(cli, &cfg, &sa) || nelssa_client_session(cli, &cfg, &sb) ||
+	    make_request(rng, sa, &ra, 1, 600, 0) || make_request(rng, sb, &rb, 2, 900, 0)) {
+		printf("# setup: %s\n", nelssa_client_error(cli));
+		return 1;
+	}
+	for (int round = 0; round < 5; round++) {
+		make_items(rng, &ra, 0, qa, sel_a, ia);
+		make_items(rng, &rb, 1, qb, sel_b, ib);
+		ret = nelssa_client_step_send(cli, sa, 0, ia, KV_HEADS, oa, la, &pa);
+		CHECK(ret == 0, "send A: %d", ret);
+		ret = nelssa_client_step_send(cli, sb, 1, ib, KV_HEADS, ob, lb, &pb);
+		CHECK(ret == 0, "send B: %d", ret);
+		if (failures)
+			return 1;
+		/* The GPU part of the batch would run here; a look finds the step or not. */
+		ret = nelssa_client_step_poll(cli, pa, 0, NULL);
+		CHECK(ret == 0 || ret == -EAGAIN, "a look at A gave %d", ret);
+		if (ret == -EAGAIN)
+			ret = nelssa_client_step_poll(cli, pa, 10000, NULL);
+		CHECK(ret == 0, "collect A: %d", ret);
+		ret = nelssa_client_step_poll(cli, pb, 10000, NULL);
+		CHECK(ret == 0, "collect B: %d", ret);
+		check_items(&ra, 0, ia, oa, la, "split A");
+		check_items(&rb, 1, ib, ob, lb, "split B");
+		for (uint32_t h = 0; h < KV_HEADS; h++) {
+			free(sel_a[h]);
+			free(sel_b[h]);
+		}
+	}
+	CHECK(nelssa_client_step_poll(cli, pa, 0, NULL) == -EINVAL, "a spent handle polled again");
+	free_request(&ra);
+	free_request(&rb);
+	return failures ? 1 : 0;
+}
+
 static int scenario_migrate(struct tu_rng *rng)
 {
 	enum { MAXT = 4200, SINK = 4, CHUNK = 512 };
@@ -541,7 +627,7 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|bad-step|die|"
-			"outlive|migrate\n");
+			"outlive|migrate|split\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -572,6 +658,8 @@ int main(int argc, char **argv)
 		ret = scenario_outlive(&rng);
 	else if (!strcmp(sc, "migrate"))
 		ret = scenario_migrate(&rng);
+	else if (!strcmp(sc, "split"))
+		ret = scenario_split(&rng);
 	else
 		ret = 2;
 	nelssa_client_close(cli);

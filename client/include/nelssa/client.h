@@ -183,6 +183,49 @@ int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer
 		       const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
 		       struct nelssa_step_times *t);
 
+/*
+ * Split batch (DESIGN §3.7): the GPU node sends the PNM requests'
+ * attention, runs everything else, and collects the PNM results when it
+ * needs them; a request whose result is not back yet rejoins the next
+ * batch.  At most 16 steps in flight per connection (one per session:
+ * the daemon runs one step of a session at a time).
+ */
+struct nelssa_step_pending;
+
+/**
+ * nelssa_client_step_send() - send one layer's step and return at once.
+ * @c: connection.
+ * @session: session.
+ * @layer: layer.
+ * @in: the work items (copied: may be reused at once).
+ * @n: how many.
+ * @o: where nelssa_client_step_poll() puts the outputs, fp32 [@n][group][head_dim].
+ * @lse: where it puts the LSEs, fp32 [@n][group].
+ * @out: receives the handle to poll.
+ *
+ * Return: 0, -ENOENT, -EBUSY (too many in flight), -ENOMEM, or a send error.
+ */
+int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t layer,
+			    const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
+			    struct nelssa_step_pending **out);
+
+/**
+ * nelssa_client_step_poll() - collect a step sent with nelssa_client_step_send().
+ * @c: connection.
+ * @p: the handle.
+ * @timeout_ms: how long to wait (0: just look).
+ * @t: receives the time breakdown on success; may be NULL.
+ *
+ * Return: 0 (the outputs are in place and the handle is spent), -EAGAIN
+ * (not back yet: poll again), or an error as nelssa_client_step() (the
+ * handle is spent).
+ */
+int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending *p,
+			    uint32_t timeout_ms, struct nelssa_step_times *t);
+
+/* Gives up on a step in flight; its reply, if it comes, is dropped. */
+void nelssa_client_step_cancel(struct nelssa_client *c, struct nelssa_step_pending *p);
+
 /**
  * nelssa_client_stats() - the daemon's counters.
  * @c: connection.
