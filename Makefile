@@ -80,6 +80,8 @@ bench: userspace
 	@scripts/sim-experiments.sh $(BUILD) $(BUILD)/sim-experiments
 	@echo "== nelssa-sim sweep: NELSSA never more than 5% behind GPU-only? =="
 	@scripts/sim-sweep.sh $(BUILD) | tail -5
+	@echo "== ... and with the adaptive threshold off =="
+	@scripts/sim-sweep.sh $(BUILD) 1000 --no-adaptive | tail -2
 	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
 	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
 		--items 8 --iters 5

@@ -10,12 +10,14 @@
 #      rate, long-request length.
 # Every row also checks the property: NELSSA no more than 5 % behind.
 #
-#   scripts/sim-experiments.sh BUILDDIR OUTDIR [TRACE]
+#   scripts/sim-experiments.sh BUILDDIR OUTDIR [TRACE [nelssa-sim options...]]
 set -u
 
 sim=${1:-build}/tools/sim/nelssa-sim
 outdir=${2:-sim-experiments}
 trace=${3:-../shared/data/mooncake/conversation_trace.jsonl}
+if [ $# -ge 3 ]; then shift 3; else shift $#; fi
+extra="$*"
 mkdir -p "$outdir"
 viol=0
 rows=0
@@ -24,7 +26,8 @@ rows=0
 run() {
 	label=$1
 	shift
-	"$sim" --quiet --json "$@" >"$outdir/last.json" || { echo "$label: failed"; return; }
+	# shellcheck disable=SC2086 # $extra holds words
+	"$sim" --quiet --json "$@" $extra >"$outdir/last.json" || { echo "$label: failed"; return; }
 	python3 - "$label" "$outdir/last.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[2]))

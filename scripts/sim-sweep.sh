@@ -7,11 +7,12 @@
 # NELSSA never more than 5 % behind GPU-only in throughput or P99 TPOT.
 # Prints one line per configuration and the count of violations.
 #
-#   scripts/sim-sweep.sh BUILDDIR [requests]
+#   scripts/sim-sweep.sh BUILDDIR [REQUESTS [nelssa-sim options...]]
 set -u
 
 sim=${1:-build}/tools/sim/nelssa-sim
 n=${2:-1000}
+if [ $# -ge 2 ]; then shift 2; else shift $#; fi
 echo "long_frac rps devices pnm_bw throughput_ratio p99_tpot_ratio"
 for f in 0 0.05 0.1 0.15 0.24; do
 	for rps in 5 10 20; do
@@ -19,7 +20,7 @@ for f in 0 0.05 0.1 0.15 0.24; do
 			for bw in 46.08e9 76.8e9 107.52e9; do
 				printf '%s %s %s %s ' "$f" "$rps" "$d" "$bw"
 				"$sim" --synthetic "$n" --long-frac "$f" --long-len 131072 --rps "$rps" \
-					--devices "$d" --pnm-bw "$bw" --quiet --json |
+					--devices "$d" --pnm-bw "$bw" --quiet --json "$@" |
 					python3 -c 'import json, sys; j = json.load(sys.stdin);
 print("%.3f %.3f" % (j["throughput_ratio"], j["p99_tpot_ratio"]))'
 			done
