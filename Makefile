@@ -9,6 +9,8 @@
 #   make kselftest  driver kselftests in a QEMU guest (Debian's kernel, TCG)
 #   make bench      benchmarks
 #   make check      kernel style checks (checkpatch, sparse, kernel-doc)
+#   make install    programs, libraries, headers, module, udev rule, unit (PREFIX, DESTDIR)
+#   make uninstall  removes what make install put there
 #   make clean
 
 # When kbuild includes this directory's Kbuild it does not read this file,
@@ -23,7 +25,7 @@ MESON    ?= meson
 NINJA    ?= ninja
 KDIR     ?= $(shell KDIR= scripts/kdir.sh 2>/dev/null)
 
-.PHONY: all deps userspace module test demo kselftest bench check clean help
+.PHONY: all deps userspace module test demo kselftest bench check clean help install uninstall
 
 all: userspace module
 
@@ -85,6 +87,45 @@ bench: userspace
 	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
 	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
 		--items 8 --iters 5
+
+# Installation: meson installs the userspace (PREFIX, default /usr/local),
+# the module goes to /lib/modules/KVER/updates (DKMS: dkms.conf).  depmod
+# runs only for a real install; a staged one (DESTDIR) leaves it to the
+# package's scripts.
+PREFIX ?= /usr/local
+DESTDIR ?=
+# The release the module is built for (its vermagic), not the tree's version.
+KVER = $(shell sed -n 's/.*UTS_RELEASE "\(.*\)"/\1/p' $(KDIR)/include/generated/utsrelease.h 2>/dev/null)
+
+install: userspace module
+	$(MESON) configure $(BUILD) --prefix=$(PREFIX) >/dev/null
+	$(NINJA) -C $(BUILD)
+	DESTDIR=$(DESTDIR) $(MESON) install -C $(BUILD) --no-rebuild --quiet
+	@if [ -f driver/nelssa_pnm.ko ] && [ -n "$(KVER)" ]; then \
+		install -D -m 0644 driver/nelssa_pnm.ko \
+			$(DESTDIR)/lib/modules/$(KVER)/updates/nelssa_pnm.ko && \
+		echo "installed nelssa_pnm.ko for $(KVER)" && \
+		if [ -z "$(DESTDIR)" ] && command -v depmod >/dev/null; then depmod $(KVER); fi; \
+	else \
+		echo "make install: no kernel module built (no kernel headers): userspace only"; \
+	fi
+
+uninstall:
+	@if [ -f $(BUILD)/meson-logs/install-log.txt ]; then \
+		grep -v '^#' $(BUILD)/meson-logs/install-log.txt | while read -r f; do \
+			if [ -f "$$f" ] || [ -L "$$f" ]; then rm -f "$$f" && echo "removed $$f"; fi; \
+		done; \
+		grep -v '^#' $(BUILD)/meson-logs/install-log.txt | sort -r | while read -r f; do \
+			if [ -d "$$f" ]; then rmdir "$$f" 2>/dev/null || true; fi; \
+		done; \
+	else \
+		echo "make uninstall: no install log in $(BUILD); nothing to remove"; \
+	fi
+	@if [ -n "$(KVER)" ] && [ -f $(DESTDIR)/lib/modules/$(KVER)/updates/nelssa_pnm.ko ]; then \
+		rm -f $(DESTDIR)/lib/modules/$(KVER)/updates/nelssa_pnm.ko && \
+		echo "removed nelssa_pnm.ko for $(KVER)" && \
+		if [ -z "$(DESTDIR)" ] && command -v depmod >/dev/null; then depmod $(KVER); fi; \
+	fi
 
 check:
 	@scripts/deps.sh build test

@@ -19,7 +19,7 @@ pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c
 # documentation check and the man page; on x86-64 clang/lld with the arm64
 # cross libc and qemu-user to test the NEON kernel (gcc-aarch64-linux-gnu
 # would conflict with gcc-multilib).
-pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils"
+pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils kmod dkms"
 # The QEMU rig: the guest kernel is extracted from linux-image, never installed.
 pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
 case "$arch" in
