@@ -277,6 +277,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	res->nclusters = l.nclusters;
 	res->kv_bytes = l.kv_bytes;
 	res->threads = info.nr_cores;
+	res->mem_size = info.mem_size;
 	rc = err >= 0.0 && err < 1e-3 ? EXIT_OK : EXIT_FAIL;
 	if (rc)
 		fprintf(stderr, "nelssactl: SPARSE_ATTN output differs from the reference (%.3g)\n", err);

@@ -10,7 +10,8 @@
  *     k = 1..N of its devices, each selecting one cluster, so the round trip
  *     minus the device time is communication and host work; fitted by least
  *     squares over k;
- *   - the GPU's bandwidth and memory from a profile (built in or a file).
+ *   - the GPU's bandwidth and memory from a profile (built in or a file),
+ *     and the PNM memory from the device when it is a card (/dev/...).
  *
  * --output writes the result as a profile file users can edit and load.
  */
@@ -234,6 +235,9 @@ int cmd_calibrate(struct ctl *ctl, int argc, char **argv)
 	if (rc)
 		return rc;
 	hw.pnm_bw = ar.gbps * 1e9;
+	/* A card's memory is its own; a sim device's is whatever it was given. */
+	if (!strncmp(ar.name, "/dev/", 5))
+		hw.pnm_mem = (double)ar.mem_size;
 	if (o.daemon) {
 		n = measure_comm(o.daemon, y, 64);
 		if (!n)

@@ -42,6 +42,7 @@ struct attn_result {
 	char name[256];			/* the device as opened */
 	double gbps, best_gbps, seconds, err;
 	uint64_t bytes_per_cmd, nsel, nclusters, kv_bytes;
+	uint64_t mem_size;		/* the device's memory */
 	unsigned int threads;
 };
 
