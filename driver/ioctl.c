@@ -35,6 +35,7 @@ static int ioc_get_info(struct npnm_context *ctx, void __user *arg)
 		.max_inflight = NPNM_MAX_INFLIGHT,
 		.kv_dtypes = ndev->kv_dtypes,
 		.max_head_dim = ndev->max_head_dim,
+		.max_group = ndev->max_group,
 	};
 
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;

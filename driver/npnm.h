@@ -87,6 +87,7 @@ struct npnm_backend_ops {
  * @caps: NPNM_CAP_* bits.
  * @kv_dtypes: KV element types the backend handles (bit per type).
  * @max_head_dim: largest head dimension of KV_WRITE/SPARSE_ATTN.
+ * @max_group: largest GQA group of SPARSE_ATTN (0: the backend runs no attention).
  * @lock: protects @inflight and @state.
  * @inflight: commands handed to the backend, oldest first.
  * @ctx_lock: protects @contexts; held across a reset.
@@ -117,6 +118,7 @@ struct npnm_device {
 	u64 caps;
 	u32 kv_dtypes;
 	u16 max_head_dim;
+	u16 max_group;
 	spinlock_t lock;		/* inflight, state */
 	struct list_head inflight;
 	struct mutex ctx_lock;		/* contexts */

@@ -388,6 +388,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->opcodes = le64_to_cpu(pp->hdr->opcodes);
 	ndev->kv_dtypes = le32_to_cpu(pp->hdr->kv_dtypes);
 	ndev->max_head_dim = le16_to_cpu(pp->hdr->max_head_dim);
+	ndev->max_group = le16_to_cpu(pp->hdr->max_group);
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
 		     NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
 	ndev->pool = devm_gen_pool_create(&pdev->dev, PAGE_SHIFT, NUMA_NO_NODE, NULL);

@@ -41,6 +41,18 @@ TEST_F(dev, get_info)
 	EXPECT_EQ(0, info.reserved[0] | info.reserved[1] | info.reserved[2] | info.reserved[3]);
 }
 
+/* A device that runs SPARSE_ATTN says for which shapes (nelssad sizes sessions by them). */
+TEST_F(dev, get_info_attention_limits)
+{
+	struct npnm_info info;
+
+	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_GET_INFO, &info));
+	if (!(info.opcodes & (1ULL << NPNM_OP_SPARSE_ATTN)))
+		SKIP(return, "the device runs no SPARSE_ATTN");
+	EXPECT_NE(0, info.max_head_dim);
+	EXPECT_NE(0, info.max_group);
+}
+
 TEST_F(dev, get_info_bad_pointer)
 {
 	EXPECT_EQ(-EFAULT, npnm_ioctl(self->fd, NPNM_IOC_GET_INFO, (void *)8));
