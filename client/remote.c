@@ -453,6 +453,23 @@ void nelssa_client_close(struct nelssa_client *c)
 		ucp_request_param_t prm = { 0 };
 		ucs_status_ptr_t sp;
 
+		/*
+		 * A forced close purges what is still pending, and UCX 1.13
+		 * asserts when that includes the wire-up of a UD endpoint
+		 * (seen over Soft-RoCE when a session fails right after
+		 * connect).  Flush a live endpoint first, for a bounded time.
+		 */
+		if (!c->ep_failed) {
+			uint64_t end = now_ns() + 2000000000ull;
+
+			sp = ucp_ep_flush_nbx(c->ep, &prm);
+			if (UCS_PTR_IS_PTR(sp)) {
+				while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+				       now_ns() < end)
+					ucp_worker_progress(c->worker);
+				ucp_request_free(sp);
+			}
+		}
 		prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
 		sp = ucp_ep_close_nbx(c->ep, &prm);
