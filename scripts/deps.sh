@@ -22,6 +22,10 @@ pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c
 pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils kmod dkms"
 # The QEMU rig: the guest kernel is extracted from linux-image, never installed.
 pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
+# Tier T3 and the install tests in that guest: Soft-RoCE tools, perftest,
+# and the users a package's sysusers.d entry makes.
+pkgs_test="$pkgs_test iproute2 ibverbs-providers perftest"
+command -v systemd-sysusers >/dev/null 2>&1 || pkgs_test="$pkgs_test systemd-standalone-sysusers"
 case "$arch" in
 amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang libclang-rt-14-dev lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
 esac

@@ -264,7 +264,7 @@ static int scenario_check(struct tu_rng *rng)
 {
 	struct req reqs[3];
 	uint64_t session;
-	struct nelssa_session_cfg cfg = session_cfg(1u << 16);
+	struct nelssa_session_cfg cfg = session_cfg(1u << 14);
 	int ret = nelssa_client_session(cli, &cfg, &session);
 
 	CHECK(ret == 0, "session create: %d", ret);

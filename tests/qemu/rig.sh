@@ -1,11 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# The QEMU test rig (tier T2): builds nelssa_pnm.ko against Debian's
-# headers, extracts the matching Debian kernel image (never installs it),
-# builds a busybox initramfs with the module and the kselftests, boots it
-# under QEMU TCG, and turns what the guest printed into TAP.  Pass needs
-# QEMU's isa-debug-exit code 1 *and* "RESULT: fails=0" on the console.
+# The QEMU test rig (tiers T2 and T3): builds nelssa_pnm.ko against
+# Debian's headers, extracts the matching Debian kernel image (never
+# installs it), builds a busybox initramfs with the module and the
+# kselftests, "make install"s the tree into it with what Soft-RoCE, UCX and
+# udev need (stage-t3.sh), boots it under QEMU TCG, and turns what the
+# guest printed into TAP.  Pass needs QEMU's isa-debug-exit code 1 *and*
+# "RESULT: fails=0" on the console.
 #
 #   rig.sh SRCDIR OUTDIR
 set -u
@@ -78,7 +80,7 @@ done
 # 4. The runtime's own PNM tests and nelssactl, to run on the kernel backend:
 #    a release build of the tree (no sanitizers), with their shared libraries.
 if [ ! -f "$out/guest-build/build.ninja" ]; then
-	meson setup "$out/guest-build" "$src" --buildtype=release >>"$log" 2>&1 ||
+	meson setup "$out/guest-build" "$src" --buildtype=release -Dcuda=disabled >>"$log" 2>&1 ||
 		die "meson setup of the guest build"
 fi
 ninja -C "$out/guest-build" tests/unit/test_pnm_sim tools/nelssactl/nelssactl \
@@ -98,12 +100,17 @@ done
 # 5. Initramfs: busybox, the module, the tests, /init.
 cp /bin/busybox "$out/root/bin/busybox"
 for a in sh mount umount insmod rmmod lsmod cat cut sed grep awk dmesg stat dd printf sleep \
-	basename poweroff echo ls; do
+	basename poweroff echo ls ip netstat su taskset timeout kill pidof tr head tail wc id ps \
+	seq sort uname; do
 	ln -sf busybox "$out/root/bin/$a"
 done
 ln -sf ../bin/busybox "$out/root/sbin/modprobe"
 cp "$out/ktree/driver/nelssa_pnm.ko" "$out/root/lib/modules/"
 cp "$src/tests/qemu/init" "$out/root/init"
+# Tier T3 and the install tests: make install into this root, Soft-RoCE,
+# UCX, udev, perftest (stage-t3.sh says what and why).
+sh "$src/tests/qemu/stage-t3.sh" "$src" "$out" "$kdir" "$kroot" >>"$log" 2>&1 ||
+	die "staging tier T3 and the install tests (stage-t3.sh)"
 chmod +x "$out/root/init"
 (cd "$out/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$out/initramfs.gz") ||
 	die "initramfs"
@@ -137,7 +144,7 @@ for s in $(seq 0 $((i - 1))); do
 done
 
 # 7. Boot.  Exit code 1 = isa-debug-exit with 0 failures; 0 = panic; 124 = hang.
-timeout 600 qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 1G -smp 2 -nographic \
+timeout 600 qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 2G -smp 2 -nographic \
 	-no-reboot -nic none -kernel "$kroot/boot/vmlinuz-$kv" -initrd "$out/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 quiet" \
 	$qemu_devs \
@@ -166,4 +173,6 @@ tr -d '\r' <"$out/serial.log" | awk -v rc="$rc" '
 		printf "%sok %d - guest exit code %d, %s\n", verdict ? "" : "not ", n + 1, rc,
 		       result == "" ? "no RESULT line" : result;
 	}'
+# Tier T3's latency line, kept for the record (Documentation/testing.rst).
+tr -d '\r' <"$out/serial.log" | sed -n 's/^RIG: # RDMA latency/RDMA latency/p' >"$out/rdma-latency.txt"
 [ "$rc" = 1 ] && grep -q "RESULT: fails=0" "$out/serial.log"
