@@ -27,9 +27,10 @@ static void usage(FILE *f)
 		"  --scale S         multiply input lengths by S (reported; default 1)\n"
 		"  --synthetic N     N synthetic requests instead: 1K-8K inputs, and\n"
 		"  --long-frac F     this fraction (default 0.1) of\n"
-		"  --long-len N      inputs this long (default 131072)\n"
+		"  --long-len N[-M]  inputs this long, or uniform in [N, M] (default 131072)\n"
 		"  --out-len N       output tokens of synthetic requests (default 256)\n"
 		"  --rps R           Poisson arrivals at R requests/s (default 10)\n"
+		"  --rps-step T,R    from T s on, R requests/s (a step of load; up to 8)\n"
 		"  --burst T,D,F     from T s for D s, arrivals become --long-len long with\n"
 		"                    probability F (a burst of long requests)\n"
 		"  --grow R          outputs R times the inputs (growing contexts, e.g. 2 for 1:2)\n"
@@ -85,6 +86,7 @@ int main(int argc, char **argv)
 		{ "no-adaptive", no_argument, NULL, 'a' }, { "json", no_argument, NULL, 'j' },
 		{ "csv", required_argument, NULL, 'c' }, { "svg", required_argument, NULL, 'v' },
 		{ "requests", required_argument, NULL, 'R' }, { "burst", required_argument, NULL, 'u' },
+		{ "rps-step", required_argument, NULL, 'T' },
 		{ "grow", required_argument, NULL, 'G' }, { "comm-scale", required_argument, NULL, 'C' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -92,7 +94,9 @@ int main(int argc, char **argv)
 	const char *trace = NULL, *profile = "h200", *mode = "both", *csv = NULL, *svg = NULL;
 	const char *reqs = NULL;
 	FILE *rf = NULL;
-	uint32_t max = 0, synth = 0, long_len = 131072, out_len = 256, seed = 1, n_dev = 4;
+	uint32_t max = 0, synth = 0, long_len = 131072, long_hi = 0, out_len = 256, seed = 1, n_dev = 4;
+	struct sim_rate_step steps[SIM_MAX_RATE_STEPS];
+	uint32_t n_steps = 0;
 	uint32_t max_batch = 256;
 	double scale = 1.0, long_frac = 0.1, rps = 10.0, pnm_bw = 0.0, grow = 0.0, comm = 1.0;
 	double burst[3] = { 0, 0, 0 };
@@ -138,7 +142,40 @@ int main(int argc, char **argv)
 		case 'h': usage(stdout); return 0;
 		case 'm': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 24, &max, "--max"); break;
 		case 'n': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 24, &synth, "--synthetic"); break;
-		case 'L': bad |= tl_parse_u32(PROG, optarg, 16, 1u << 24, &long_len, "--long-len"); break;
+		case 'L': {
+			char first[32];
+			const char *dash = strchr(optarg, '-');
+
+			if (dash && (size_t)(dash - optarg) < sizeof(first)) {
+				memcpy(first, optarg, (size_t)(dash - optarg));
+				first[dash - optarg] = 0;
+				bad |= tl_parse_u32(PROG, first, 16, 1u << 24, &long_len, "--long-len");
+				bad |= tl_parse_u32(PROG, dash + 1, 16, 1u << 24, &long_hi, "--long-len");
+				if (!bad && long_hi < long_len) {
+					fprintf(stderr, PROG ": --long-len %s: need N <= M\n", optarg);
+					bad = 1;
+				}
+			} else {
+				bad |= tl_parse_u32(PROG, optarg, 16, 1u << 24, &long_len, "--long-len");
+				long_hi = 0;
+			}
+			break;
+		}
+		case 'T': {
+			double at, r;
+			char extra;
+
+			if (sscanf(optarg, "%lf,%lf%c", &at, &r, &extra) != 2 || !(at > 0) || !(r > 0) ||
+			    !isfinite(at) || !isfinite(r) || n_steps == SIM_MAX_RATE_STEPS ||
+			    (n_steps && !(at > steps[n_steps - 1].at))) {
+				fprintf(stderr, PROG ": --rps-step %s: need T,R (s > the last step's, "
+					"req/s > 0), at most %d steps\n", optarg, SIM_MAX_RATE_STEPS);
+				bad = 1;
+				break;
+			}
+			steps[n_steps++] = (struct sim_rate_step){ at, r };
+			break;
+		}
 		case 'o': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 20, &out_len, "--out-len"); break;
 		case 's': bad |= tl_parse_u32(PROG, optarg, 0, UINT32_MAX, &seed, "--seed"); break;
 		case 'd': bad |= tl_parse_u32(PROG, optarg, 1, 64, &n_dev, "--devices"); break;
@@ -181,15 +218,17 @@ int main(int argc, char **argv)
 	cfg.migrate = migrate;
 	cfg.adaptive = adaptive;
 	ret = trace ? sim_trace_load(trace, scale, max, &tr)
-		    : sim_trace_synthetic(synth, long_frac, long_len, out_len, seed, &tr);
+		    : sim_trace_synthetic(synth, long_frac, long_len, long_hi ? long_hi : long_len,
+					  out_len, seed, &tr);
 	if (ret) {
 		fprintf(stderr, PROG ": %s: %s\n", trace ? trace : "synthetic",
 			ret == -ENOENT ? "cannot open" : "no request records");
 		return 1;
 	}
-	sim_retime(&tr, rps, seed);
+	sim_retime(&tr, rps, steps, n_steps, seed);
 	if (burst[1] > 0)
-		sim_burst(&tr, burst[0], burst[1], burst[2], long_len, seed);
+		sim_burst(&tr, burst[0], burst[1], burst[2], long_len, long_hi ? long_hi : long_len,
+			  seed);
 	if (grow > 0)
 		sim_grow(&tr, grow);
 	for (uint32_t i = 0; i < tr.n; i++)

@@ -33,17 +33,30 @@ struct sim_trace {
 
 /* Reads a Mooncake JSONL trace: input/output lengths, in file order. */
 int sim_trace_load(const char *path, double scale, uint32_t max, struct sim_trace *t);
-/* A synthetic mix: @n requests, @long_frac of them @long_len tokens, the rest 1K-8K. */
-int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_len, uint32_t out_len,
-			uint64_t seed, struct sim_trace *t);
-/* Poisson arrivals at @rps from @seed. */
-void sim_retime(struct sim_trace *t, double rps, uint64_t seed);
+/*
+ * A synthetic mix: @n requests, @long_frac of them long -- uniform in
+ * [@long_lo, @long_hi] tokens -- the rest 1K-8K.
+ */
+int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_lo, uint32_t long_hi,
+			uint32_t out_len, uint64_t seed, struct sim_trace *t);
+
+/* A change of the arrival rate: from @at seconds on, @rps requests/s. */
+struct sim_rate_step {
+	double at, rps;
+};
+
+#define SIM_MAX_RATE_STEPS 8
+
+/* Poisson arrivals at @rps, then at each of the @n @steps' rates (in time order), from @seed. */
+void sim_retime(struct sim_trace *t, double rps, const struct sim_rate_step *steps, uint32_t n,
+		uint64_t seed);
 /*
  * A burst of long requests: arrivals in [@from, @from + @len) seconds get
- * an input of @long_len tokens with probability @frac (after re-timing).
+ * an input uniform in [@long_lo, @long_hi] tokens with probability @frac
+ * (after re-timing).
  */
-void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_len,
-	       uint64_t seed);
+void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_lo,
+	       uint32_t long_hi, uint64_t seed);
 /* Growing contexts: every request's output becomes @ratio times its input. */
 void sim_grow(struct sim_trace *t, double ratio);
 void sim_trace_free(struct sim_trace *t);

@@ -64,8 +64,14 @@ int sim_trace_load(const char *path, double scale, uint32_t max, struct sim_trac
 	return t->n ? 0 : -EINVAL;
 }
 
-int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_len, uint32_t out_len,
-			uint64_t seed, struct sim_trace *t)
+/* A long request's input: uniform in [@lo, @hi]. */
+static uint32_t long_input(uint64_t *s, uint32_t lo, uint32_t hi)
+{
+	return lo + (uint32_t)((tl_next(s) >> 11) % ((uint64_t)hi - lo + 1));
+}
+
+int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_lo, uint32_t long_hi,
+			uint32_t out_len, uint64_t seed, struct sim_trace *t)
 {
 	uint64_t s = seed | 1;
 
@@ -76,35 +82,42 @@ int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_len, uint32_
 	for (uint32_t i = 0; i < n; i++) {
 		double u = (tl_next(&s) >> 11) * 0x1.0p-53;
 
-		t->req[i].input = u < long_frac ? long_len
+		t->req[i].input = u < long_frac ? long_input(&s, long_lo, long_hi)
 						: 1024 + (uint32_t)((tl_next(&s) >> 11) % 7168);
 		t->req[i].output = out_len;
 	}
 	return 0;
 }
 
-void sim_retime(struct sim_trace *t, double rps, uint64_t seed)
+void sim_retime(struct sim_trace *t, double rps, const struct sim_rate_step *steps, uint32_t n,
+		uint64_t seed)
 {
 	uint64_t s = seed | 1;
 	double now = 0.0;
+	uint32_t k = 0;
 
 	for (uint32_t i = 0; i < t->n; i++) {
 		double u = ((tl_next(&s) >> 11) + 1) * 0x1.0p-53;	/* (0, 1] */
 
 		t->req[i].arrival = now;
 		now += -log(u) / rps;
+		/* Memoryless: a gap that crosses a step restarts at the new rate. */
+		while (k < n && now >= steps[k].at) {
+			now = steps[k].at + (now - steps[k].at) * rps / steps[k].rps;
+			rps = steps[k++].rps;
+		}
 	}
 }
 
-void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_len,
-	       uint64_t seed)
+void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_lo,
+	       uint32_t long_hi, uint64_t seed)
 {
 	uint64_t s = (seed * 0x9e3779b97f4a7c15ull) | 1;
 
 	for (uint32_t i = 0; i < t->n; i++)
 		if (t->req[i].arrival >= from && t->req[i].arrival < from + len &&
 		    (tl_next(&s) >> 11) * 0x1.0p-53 < frac)
-			t->req[i].input = long_len;
+			t->req[i].input = long_input(&s, long_lo, long_hi);
 }
 
 void sim_grow(struct sim_trace *t, double ratio)
