@@ -243,32 +243,46 @@ int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size
 
 void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base)
 {
-	*c = (struct nelssa_threshold_ctl){ .base = base, .alpha = 0.5, .gain = 0.1,
-					    .deadband = 0.05, .max_step = 0.25, .x_min = -2.0,
-					    .x_max = 2.0 };
+	*c = (struct nelssa_threshold_ctl){ .base = base, .period = 60.0, .gain = 0.2,
+					    .deadband = 0.15, .max_step = 0.25, .hold = 120.0,
+					    .x_min = -2.0, .x_max = 0.0 };
+}
+
+/* One decision over the period's means. */
+static void threshold_decide(struct nelssa_threshold_ctl *c)
+{
+	double e = c->u_gpu - c->u_pnm, step, x;
+
+	if (fabs(e) <= c->deadband)
+		return;
+	step = c->gain * e;
+	step = step > c->max_step ? c->max_step : step < -c->max_step ? -c->max_step : step;
+	if (c->dir != 0.0 && (step > 0) == (c->dir > 0) && c->still < c->hold)
+		return;		/* a reversal waits until x held still long enough */
+	x = c->x - step;
+	x = x < c->x_min ? c->x_min : x > c->x_max ? c->x_max : x;
+	if (x == c->x)
+		return;
+	c->x = x;
+	c->dir = step > 0 ? -1.0 : 1.0;
+	c->still = 0.0;
 }
 
 double nelssa_threshold_update(struct nelssa_threshold_ctl *c, double u_gpu, double u_pnm,
 			       double dt)
 {
-	double e, step;
-
-	if (!(u_gpu >= 0) || !(u_pnm >= 0) || !(dt > 0))
+	if (!(u_gpu >= 0) || !(u_pnm >= 0) || !(dt > 0) || !isfinite(u_gpu) || !isfinite(u_pnm) ||
+	    !isfinite(dt))
 		return c->base * exp2(c->x);	/* a bad sample changes nothing */
-	if (!c->primed) {
-		c->u_gpu = u_gpu;
-		c->u_pnm = u_pnm;
-		c->primed = 1;
-	} else {
-		c->u_gpu += c->alpha * (u_gpu - c->u_gpu);
-		c->u_pnm += c->alpha * (u_pnm - c->u_pnm);
-	}
-	e = c->u_gpu - c->u_pnm;
-	if (fabs(e) > c->deadband) {
-		step = c->gain * e * dt;
-		step = step > c->max_step ? c->max_step : step < -c->max_step ? -c->max_step : step;
-		c->x -= step;
-		c->x = c->x < c->x_min ? c->x_min : c->x > c->x_max ? c->x_max : c->x;
+	c->acc += dt;
+	c->sum_gpu += u_gpu * dt;
+	c->sum_pnm += u_pnm * dt;
+	c->still += dt;
+	if (c->acc >= c->period) {
+		c->u_gpu = c->sum_gpu / c->acc;
+		c->u_pnm = c->sum_pnm / c->acc;
+		c->acc = c->sum_gpu = c->sum_pnm = 0.0;
+		threshold_decide(c);
 	}
 	return c->base * exp2(c->x);
 }

@@ -19,7 +19,7 @@ n=0
 JSON_PRELUDE="g=j['runs']['gpu-only']; s=j['runs']['nelssa']"
 
 small="--synthetic 400 --long-frac 0.15 --long-len 65536 --out-len 64 --rps 20 --quiet"
-echo "1..16"
+echo "1..21"
 t "--help exits 0" 0 "$sim" --help
 t "no workload is a usage error" 2 "$sim" --rps 5
 t "a trace and a synthetic workload together are a usage error" 2 "$sim" --trace x \
@@ -58,3 +58,33 @@ t "a burst of long requests and growing contexts" 0 "$sim" $small --burst 5,5,0.
 json_check "burst and growth: nothing lost, every token once" \
 	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
 t "a malformed burst is a usage error" 2 "$sim" --synthetic 5 --burst 5,5
+t "a malformed --rps-step is a usage error" 2 "$sim" --synthetic 5 --rps-step 5
+t "a --long-len range upside down is a usage error" 2 "$sim" --synthetic 5 --long-len 9000-3000
+
+# Steps of load, 4 -> 12 -> 4 req/s, long requests 16K-64K (so the threshold
+# has something to choose): arrivals follow the steps; the adaptive
+# threshold comes down under the load and never reverses direction while
+# the load holds (Documentation/policy.rst).
+t "load steps 4 -> 12 -> 4 req/s" 0 "$sim" --synthetic 12000 --long-frac 0.3 \
+	--long-len 16384-65536 --rps 4 --rps-step 300,12 --rps-step 900,4 --mode nelssa --quiet \
+	--csv "$out/steps.csv" --requests "$out/steps-req.csv"
+if awk -F, 'NR > 1 { if ($3 < 300) a++; else if ($3 < 900) b++ }
+	END { exit !(a / 300 > 3.6 && a / 300 < 4.4 && b / 600 > 11 && b / 600 < 13) }' \
+	"$out/steps-req.csv"; then
+	echo "ok $((n += 1)) - arrivals follow the rate steps"
+else
+	echo "not ok $((n += 1)) - arrivals follow the rate steps"
+fi
+if awk -F, '$1 == "nelssa" {
+		seg = ($2 < 300) ? 0 : ($2 < 900) ? 1 : 2
+		if (seg != last_seg) { dir = 0; last_seg = seg }
+		if (prev != "" && $8 != prev) { d = ($8 > prev) ? 1 : -1; if (dir && d != dir) rev++; dir = d }
+		if (first == "") first = $8
+		prev = $8; if (seg == 1) low = $8
+		printf "# t %.0f T_input %.0f\n", $2, $8 > "/dev/stderr" }
+	END { exit !(rev == 0 && low < 0.9 * first) }' "$out/steps.csv" 2>"$out/steps.log"; then
+	echo "ok $((n += 1)) - the threshold comes down under load, no reversal within a step"
+else
+	awk 'NR % 30 == 0' "$out/steps.log"
+	echo "not ok $((n += 1)) - the threshold comes down under load, no reversal within a step"
+fi

@@ -167,36 +167,53 @@ static void profiles_builtin_and_files(void **state)
 /*
  * A toy plant for the threshold: long contexts exponential with mean
  * @base, so a threshold T sends f = exp(-T / base) of the load to the PNM
- * tier; the tiers' utilisations are a f and b (1 - f) times the load.
- * Equilibrium: f = b / (a + b).
+ * tier; the tiers' pressures are a f and b (1 - f) times the load, seen
+ * @delay seconds late (a request routed now shows its weight later), with
+ * uniform noise of +-@noise on every sample.  Balance: f = b / (a + b).
  */
 struct plant {
-	double a, b, load;
+	double a, b, load, noise;
+	int delay;
 };
 
-static void plant_sample(const struct plant *p, double t, double base, double *ug, double *up)
+#define PLANT_MAX_DELAY 64
+
+static void plant_sample(const struct plant *p, double t, double base, struct tu_rng *rng,
+			 double *ug, double *up)
 {
 	double f = exp(-t / base);
 
-	*up = p->a * p->load * f;
-	*ug = p->b * p->load * (1.0 - f);
+	*up = fmax(0.0, p->a * p->load * f + p->noise * (2.0 * tu_uniform(rng) - 1.0));
+	*ug = fmax(0.0, p->b * p->load * (1.0 - f) + p->noise * (2.0 * tu_uniform(rng) - 1.0));
+}
+
+/* x where the plant's tiers balance. */
+static double plant_balance(const struct plant *p)
+{
+	return log2(log((p->a + p->b) / p->b));
 }
 
 /*
- * Runs @steps updates of one second; x must move in one direction only
- * (no overshoot and back, no oscillation), then hold still for the last
- * 30 updates with the tiers balanced to within the deadband plus the
- * smoothing's residue.
+ * Runs @steps one-second updates: x must move in one direction only,
+ * never past the balance (no overshoot, no oscillation), then hold still
+ * for the last 600 updates with the tiers within the deadband of balance.
+ * Returns the final x.
  */
-static void settles_monotonically(struct nelssa_threshold_ctl *c, const struct plant *p, int steps)
+static double settles_monotonically(struct nelssa_threshold_ctl *c, const struct plant *p,
+				    struct tu_rng *rng, int steps)
 {
-	double t = c->base * exp2(c->x), ug, up, last = c->x, dir = 0.0, held = c->x;
+	double hist[PLANT_MAX_DELAY] = { 0 }, x0 = c->x, bal = plant_balance(p);
+	double ug, up, last = c->x, dir = 0.0, held = c->x;
 
+	for (int k = 0; k < PLANT_MAX_DELAY; k++)
+		hist[k] = c->base * exp2(c->x);
 	for (int k = 0; k < steps; k++) {
-		double dx;
+		double dx, t;
 
-		plant_sample(p, t, c->base, &ug, &up);
+		/* What the tiers show now is what the threshold was @delay s ago. */
+		plant_sample(p, hist[k % PLANT_MAX_DELAY], c->base, rng, &ug, &up);
 		t = nelssa_threshold_update(c, ug, up, 1.0);
+		hist[(k + p->delay) % PLANT_MAX_DELAY] = t;
 		dx = c->x - last;
 		last = c->x;
 		if (dx != 0.0 && dir != 0.0 && (dx > 0) != (dir > 0))
@@ -204,42 +221,73 @@ static void settles_monotonically(struct nelssa_threshold_ctl *c, const struct p
 				 dir > 0 ? "up" : "down");
 		if (dx != 0.0)
 			dir = dx;
-		if (k == steps - 30)
+		if (k == steps - 600)
 			held = c->x;
 	}
 	assert_true(c->x == held);
-	plant_sample(p, t, c->base, &ug, &up);
-	assert_true(fabs(ug - up) <= c->deadband + 0.05);
+	/* Between where it started and the balance (or the bound it hit). */
+	bal = fmin(fmax(bal, c->x_min), c->x_max);
+	assert_true(c->x >= fmin(x0, bal) - 1e-12 && c->x <= fmax(x0, bal) + 1e-12);
+	plant_sample(&(struct plant){ p->a, p->b, p->load, 0.0, 0 }, c->base * exp2(c->x), c->base,
+		     rng, &ug, &up);
+	if (bal > c->x_min && bal < c->x_max)
+		assert_true(fabs(ug - up) <= c->deadband + 0.02);
+	return c->x;
 }
 
 static void threshold_follows_load_steps_without_oscillating(void **state)
 {
 	struct nelssa_threshold_ctl c;
-	struct plant p = { 1.0, 1.0, 1.0 };
+	struct plant p = { 1.0, 1.0, 1.0, 0.1, 30 };
+	struct tu_rng rng;
 
 	(void)state;
+	tu_rng_for(&rng, "threshold", 0);
 	nelssa_threshold_init(&c, 1000.0);
-	settles_monotonically(&c, &p, 300);
-	/* Balanced: f = 1/2, T = base ln 2, x = log2(ln 2) = -0.53. */
-	assert_true(fabs(c.x - log2(log(2.0))) < 0.15);
-	/* The PNM tier gets three times slower (fewer devices): raise T. */
+	/* Balanced tiers: the threshold comes down toward x = log2(ln 2). */
+	assert_true(settles_monotonically(&c, &p, &rng, 3600) < -0.1);
+	/* The GPU tier three times busier: further down, toward log2(ln 4/3). */
+	p.b = 3.0;
+	assert_true(settles_monotonically(&c, &p, &rng, 3600) < -1.0);
+	/* The PNM tier three times slower instead: up, to the model's value, no further. */
 	p.a = 3.0;
-	settles_monotonically(&c, &p, 300);
-	assert_true(fabs(c.x - log2(log(4.0))) < 0.15);
-	/* Back, with less load: lower T again. */
-	p.a = 1.0;
-	p.load = 0.8;
-	settles_monotonically(&c, &p, 300);
-	assert_true(c.x < 0.0);
+	p.b = 1.0;
+	assert_true(settles_monotonically(&c, &p, &rng, 3600) == c.x_max);
 	/* An overloaded PNM tier pins T at its ceiling, no further. */
-	p.a = 1000.0;
-	for (int k = 0; k < 100; k++)
+	for (int k = 0; k < 600; k++)
 		nelssa_threshold_update(&c, 0.1, 5.0, 1.0);
 	assert_true(c.x == c.x_max);
+	/* An overloaded GPU tier: down to the floor, no further. */
+	for (int k = 0; k < 6000; k++)
+		nelssa_threshold_update(&c, 5.0, 0.1, 1.0);
+	assert_true(c.x == c.x_min);
 	/* Bad samples change nothing. */
-	assert_true(nelssa_threshold_update(&c, NAN, 1.0, 1.0) == c.base * exp2(c.x_max));
-	assert_true(nelssa_threshold_update(&c, 1.0, 1.0, 0.0) == c.base * exp2(c.x_max));
-	assert_true(c.x == c.x_max);
+	assert_true(nelssa_threshold_update(&c, NAN, 1.0, 1.0) == c.base * exp2(c.x_min));
+	assert_true(nelssa_threshold_update(&c, 1.0, INFINITY, 1.0) == c.base * exp2(c.x_min));
+	assert_true(nelssa_threshold_update(&c, 1.0, 1.0, 0.0) == c.base * exp2(c.x_min));
+	assert_true(c.x == c.x_min);
+}
+
+/* Noise alone, at balance: the threshold never moves (the deadband holds). */
+static void threshold_ignores_noise_at_balance(void **state)
+{
+	struct nelssa_threshold_ctl c;
+	struct plant p = { 1.0, 1.0, 1.0, 0.3, 30 };
+	struct tu_rng rng;
+	double x;
+
+	(void)state;
+	tu_rng_for(&rng, "noise", 0);
+	nelssa_threshold_init(&c, 1000.0);
+	c.x = plant_balance(&p);
+	x = c.x;
+	for (int k = 0; k < 4 * 3600; k++) {
+		double ug, up;
+
+		plant_sample(&p, c.base * exp2(c.x), c.base, &rng, &ug, &up);
+		nelssa_threshold_update(&c, ug, up, 1.0);
+	}
+	assert_true(c.x == x);
 }
 
 int main(void)
@@ -251,6 +299,7 @@ int main(void)
 		cmocka_unit_test(migration_picks_the_largest_admissible),
 		cmocka_unit_test(profiles_builtin_and_files),
 		cmocka_unit_test(threshold_follows_load_steps_without_oscillating),
+		cmocka_unit_test(threshold_ignores_noise_at_balance),
 	};
 
 	tu_init("policy");

@@ -215,6 +215,44 @@ static void migrate(struct state *s)
 	free(ctx);
 }
 
+/*
+ * Each tier's pressure for the adaptive threshold, from what is its own:
+ * its memory use -- 0 up to half full, 1 at 90 %, more beyond -- and at
+ * least its longest wait of a request bound for it, over a 2 s target.
+ * The PNM tier's step time is left out on purpose: its budget follows the
+ * GPU's step, so it measures how fast the GPU is, not how busy the PNM tier
+ * is, and feeding it back made the threshold chase the GPU's own swings.
+ * When the step budget is what limits the PNM tier, the router queues its
+ * requests and their wait says so.  Both tiers at most half full and
+ * nobody waiting: no pressure either way, the threshold stays put.
+ */
+#define PRESSURE_FROM 0.5
+#define PRESSURE_FULL 0.9
+#define PRESSURE_WAIT_S 2.0
+
+static double over_knee(double u)
+{
+	return u > PRESSURE_FROM ? (u - PRESSURE_FROM) / (PRESSURE_FULL - PRESSURE_FROM) : 0.0;
+}
+
+static void pressures(const struct state *s, double *p_gpu, double *p_pnm)
+{
+	double wait_gpu = 0.0, wait_pnm = 0.0;
+
+	for (uint32_t i = 0; i < s->n_wait; i++) {
+		const struct sim_req *q = &s->t->req[s->wait[i]];
+		double w = s->now - q->arrival;
+
+		if (len_of(q) >= s->router.t_input)
+			wait_pnm = fmax(wait_pnm, w);
+		else
+			wait_gpu = fmax(wait_gpu, w);
+	}
+	*p_gpu = fmax(over_knee((double)s->used_blocks / s->cap_blocks), wait_gpu / PRESSURE_WAIT_S);
+	*p_pnm = fmax(over_knee(s->router.pnm_tokens * s->mkv / (s->c->n_dev * s->c->hw.pnm_mem)),
+		      wait_pnm / PRESSURE_WAIT_S);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	return tl_cmp_double(a, b);
@@ -371,12 +409,10 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 			r->max_kv_util = (double)s.used_blocks / s.cap_blocks;
 		if (s.now - s.bucket_start >= c->window_s) {
 			if (c->nelssa && c->adaptive) {
-				double u_gpu = (double)s.used_blocks / s.cap_blocks;
-				double u_pnm = fmax(s.router.pnm_tokens * s.mkv /
-						    (c->n_dev * c->hw.pnm_mem),
-						    s.last_t_pnm / s.router.cap_step);
+				double p_gpu, p_pnm;
 
-				s.router.t_input = nelssa_threshold_update(&s.ctl, u_gpu, u_pnm,
+				pressures(&s, &p_gpu, &p_pnm);
+				s.router.t_input = nelssa_threshold_update(&s.ctl, p_gpu, p_pnm,
 									   s.now - s.bucket_start);
 			}
 			series_point(&s, n_pnm);

@@ -197,43 +197,58 @@ int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size
  * struct nelssa_threshold_ctl - the load-adaptive threshold's state.
  * @base: T_input from the model (nelssa_crossover()).
  * @x: log2 of the current multiplier: T_input = base * 2^x.
- * @u_gpu: smoothed GPU-tier utilisation.
- * @u_pnm: smoothed PNM-tier utilisation.
- * @alpha: weight of a new sample in the smoothing (0..1].
- * @gain: change of x per second per unit of imbalance.
+ * @u_gpu: the GPU tier's mean pressure over the last period.
+ * @u_pnm: the PNM tier's mean pressure over the last period.
+ * @period: seconds of samples behind each decision.
+ * @gain: change of x per unit of imbalance in one decision.
  * @deadband: imbalance below which x holds still.
- * @max_step: largest change of x in one update.
+ * @max_step: largest change of x in one decision.
+ * @hold: seconds x must have held still before it may move the other way.
  * @x_min: lowest x (the threshold never drops below base * 2^x_min).
  * @x_max: highest x.
- * @primed: a first sample was taken (internal).
+ * @acc: seconds of samples in the current period (internal).
+ * @sum_gpu: time-weighted sum of the GPU samples in it (internal).
+ * @sum_pnm: the same for the PNM tier (internal).
+ * @still: seconds since x last moved (internal).
+ * @dir: direction of the last move, -1, 0 or +1 (internal).
  *
- * The control law, integral with a deadband and a rate limit:
+ * The control law, a sampled integral with a deadband, a rate limit and a
+ * hold before any reversal.  Every @period seconds, over the means of the
+ * samples of that period:
  *
- *	u <- u + alpha (sample - u)                 (both tiers)
- *	e  = u_gpu - u_pnm
- *	x <- clamp(x - clamp(gain e dt, +-max_step), x_min, x_max)  if |e| > deadband
+ *	e  = mean(u_gpu) - mean(u_pnm)
+ *	x <- clamp(x - clamp(gain e, +-max_step), x_min, x_max)   when |e| > deadband
+ *	   unless that reverses the last move and x has not held still for @hold
  *
  * A busier GPU tier (e > 0) lowers the threshold and sends more requests
- * to the PNM tier, a busier PNM tier raises it.  Utilisations are the
- * caller's: for the GPU the larger of its KV memory use and its queueing
- * delay over a target, for the PNM tier the larger of its step time over
- * the budget and its memory use.  Documentation/policy.rst says why this
- * is stable.
+ * to the PNM tier, a busier PNM tier raises it.  The samples are the
+ * caller's measure of each tier's pressure: how far its own memory use and
+ * queueing delay are past what it serves comfortably, 0 when it keeps up.
+ * A period longer than the time a move takes to show in the samples, and
+ * gain times the imbalance's slope below 1, make each decision see the
+ * last one's full effect: x approaches its balance without overshoot.
+ * Documentation/policy.rst says more.
  */
 struct nelssa_threshold_ctl {
 	double base, x, u_gpu, u_pnm;
-	double alpha, gain, deadband, max_step, x_min, x_max;
-	int primed;
+	double period, gain, deadband, max_step, hold, x_min, x_max;
+	double acc, sum_gpu, sum_pnm, still, dir;
 };
 
-/* Defaults: alpha 0.5, gain 0.1, deadband 0.05, max_step 0.25, x in [-2, 2]. */
+/*
+ * Defaults: period 60 s, gain 0.2, deadband 0.15, max_step 0.25, hold
+ * 120 s, x in [-2, 0]: the threshold moves between a quarter of the
+ * model's crossover and the crossover itself, never above it (above it
+ * the PNM tier is the faster one for a request alone, and long requests
+ * moved to the GPU fill its memory).
+ */
 void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base);
 
 /**
  * nelssa_threshold_update() - feed one measurement, get the threshold.
  * @c: the controller.
- * @u_gpu: GPU-tier utilisation sample (>= 0).
- * @u_pnm: PNM-tier utilisation sample (>= 0).
+ * @u_gpu: GPU-tier pressure sample (>= 0), for the last @dt seconds.
+ * @u_pnm: PNM-tier pressure sample (>= 0), for the last @dt seconds.
  * @dt: seconds since the last update (> 0).
  *
  * Return: the threshold to use now, base * 2^x.
