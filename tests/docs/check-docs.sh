@@ -73,7 +73,7 @@ else
 fi
 for f in $files; do
 	case "$f" in
-	LICENSES/*|Documentation/ABI/*|*.md|*.rst|*.txt|.gitignore|*.json|*.jsonl) continue ;;
+	LICENSES/*|*/LICENSE-*|Documentation/ABI/*|*.md|*.rst|*.txt|.gitignore|*.json|*.jsonl) continue ;;
 	esac
 	[ -f "$f" ] || continue
 	head -n 3 "$f" | grep -q 'SPDX-License-Identifier:' || echo "$f" >>"$tmp"

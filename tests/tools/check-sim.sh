@@ -19,7 +19,7 @@ n=0
 JSON_PRELUDE="g=j['runs']['gpu-only']; s=j['runs']['nelssa']"
 
 small="--synthetic 400 --long-frac 0.15 --long-len 65536 --out-len 64 --rps 20 --quiet"
-echo "1..21"
+echo "1..23"
 t "--help exits 0" 0 "$sim" --help
 t "no workload is a usage error" 2 "$sim" --rps 5
 t "a trace and a synthetic workload together are a usage error" 2 "$sim" --trace x \
@@ -58,6 +58,12 @@ t "a burst of long requests and growing contexts" 0 "$sim" $small --burst 5,5,0.
 json_check "burst and growth: nothing lost, every token once" \
 	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
 t "a malformed burst is a usage error" 2 "$sim" --synthetic 5 --burst 5,5
+# A small trace replay: the first 400 Mooncake conversation requests.
+t "a Mooncake trace excerpt replayed at 10 req/s" 0 "$sim" \
+	--trace "$(dirname "$0")/data/mooncake-conversation-400.jsonl" --rps 10 --quiet --json
+json_check "trace replay: 400 requests, nothing lost, every token once, KV within capacity" \
+	"j['requests'] == 400 and all(r['lost'] == 0 and r['done'] == 400 and \
+	 r['tokens'] == r['tokens_expected'] and r['max_kv_util'] <= 1.0 for r in (g, s))"
 t "a malformed --rps-step is a usage error" 2 "$sim" --synthetic 5 --rps-step 5
 t "a --long-len range upside down is a usage error" 2 "$sim" --synthetic 5 --long-len 9000-3000
 
