@@ -190,6 +190,15 @@ static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa
 
 /* Data path */
 
+/* What a daemon's status means, in words. */
+static const char *refusal(int status)
+{
+	if (status == -EPROTONOSUPPORT)
+		return "the daemon requires RDMA (--require-rdma) and this client reaches it "
+		       "over another transport (check UCX_TLS and UCX_NET_DEVICES here)";
+	return strerror(-status);
+}
+
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
 	struct nelssa_client *c = arg;
@@ -644,7 +653,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	free(buf);
 	if (!ret && c->ack_status)
 		ret = fail(c, c->ack_status, "the daemon refused KV rows: %s",
-			   strerror(-c->ack_status));
+			   refusal(c->ack_status));
 	return ret;
 }
 
@@ -743,7 +752,7 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 	}
 	p->id = 0;
 	if (p->status)
-		return fail(c, p->status, "the daemon failed the step: %s", strerror(-p->status));
+		return fail(c, p->status, "the daemon failed the step: %s", refusal(p->status));
 	if (p->reply.nr_items != p->n || p->len != p->n * out_slot)
 		return fail(c, -EPROTO, "step reply of %zu bytes for %u items", p->len, p->n);
 	for (uint32_t i = 0; i < p->n; i++) {

@@ -48,6 +48,73 @@ static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, s
 	return NULL;
 }
 
+/*
+ * Whether every lane that carries @ep's data -- active messages and
+ * rendezvous, as opposed to a wire-up-only lane -- is an RDMA transport,
+ * from UCX's own description of the endpoint:
+ *
+ *   lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0
+ *   lane[1]:  7:ud_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] wireup
+ *
+ * A daemon can have RDMA and still reach a client over TCP or shared
+ * memory when the client has no RDMA of its own: --require-rdma refuses
+ * that too.  The first offending transport goes to @tl.
+ */
+static int ep_on_rdma(ucp_ep_h ep, char *tl, size_t tl_len)
+{
+	char *text = NULL, *line, *save = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	int data_lanes = 0, ok = 1;
+
+	snprintf(tl, tl_len, "unknown");
+	if (!f)
+		return 0;
+	ucp_ep_print_info(ep, f);
+	fclose(f);
+	for (line = text ? strtok_r(text, "\n", &save) : NULL; line && ok;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *p = strstr(line, "lane["), *use = strstr(line, "->"), *end;
+
+		if (!p || !use || !(strstr(use, " am") || strstr(use, " rma") || strstr(use, " tag")))
+			continue;	/* not a lane, or wire-up only */
+		p = strchr(p, ']');
+		p = p ? strchr(p, ':') : NULL;		/* "]:  2:rc_verbs/..." */
+		p = p ? strchr(p + 1, ':') : NULL;
+		end = p ? strchr(p, '/') : NULL;
+		if (!end)
+			continue;
+		p++;
+		data_lanes++;
+		if (strncmp(p, "rc_", 3) && strncmp(p, "dc_", 3) && strncmp(p, "ud_", 3)) {
+			snprintf(tl, tl_len, "%.*s", (int)(end - p), p);
+			ok = 0;
+		}
+	}
+	free(text);
+	return ok && data_lanes;
+}
+
+/*
+ * --require-rdma: 0 when @ep may carry @s's data, else -EPROTONOSUPPORT
+ * (the client says "requires RDMA").  Checked once per endpoint a session
+ * uses, not per message.  Called with the lock held.
+ */
+static int check_rdma(struct nelssad *nd, struct nd_session *s, ucp_ep_h ep)
+{
+	char tl[32];
+
+	if (!nd->cfg.require_rdma || s->rdma_ep == ep)
+		return 0;
+	if (ep_on_rdma(ep, tl, sizeof(tl))) {
+		s->rdma_ep = ep;
+		return 0;
+	}
+	nd_log(nd, "--require-rdma: session %llu reaches its client over %s, not RDMA: refused",
+	       (unsigned long long)s->id, tl);
+	return -EPROTONOSUPPORT;
+}
+
 static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size_t hdr_len,
 		       const uint8_t *data, size_t len)
 {
@@ -61,6 +128,8 @@ static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size
 	s = find_session(nd, hdr, hdr_len);
 	if (s) {
 		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
+		if (!ret)
+			ret = check_rdma(nd, s, ep);
 		if (!ret)
 			ret = nd_kv_ingest(nd, s, &h, data);
 		if (!ret)
@@ -80,17 +149,19 @@ static void process_step(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, si
 			 const uint8_t *data, size_t len, uint64_t t_arrive)
 {
 	struct nd_session *s;
+	int ret;
 
 	pthread_mutex_lock(&nd->lock);
 	s = find_session(nd, hdr, hdr_len);
-	if (s) {
+	ret = s ? check_rdma(nd, s, ep) : -ENOENT;
+	if (!ret) {
 		nd_step_start(nd, s, ep, hdr, hdr_len, data, len, t_arrive);
 	} else {
 		uint64_t step = 0;
 
 		for (int i = 15; i >= 8 && hdr_len >= 16; i--)
 			step = step << 8 | hdr[i];
-		nd_step_reply_error(nd, ep, step, -ENOENT);
+		nd_step_reply_error(nd, ep, step, ret);
 	}
 	pthread_mutex_unlock(&nd->lock);
 }

@@ -94,6 +94,7 @@ struct nd_session {
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
 	struct nd_sdev dev[ND_MAX_DEVICES];
+	ucp_ep_h rdma_ep;		/* --require-rdma: the endpoint last found on RDMA */
 	struct nd_session *next;
 };
 

@@ -130,7 +130,8 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * about 256 KiB; returns once the daemon acknowledged every chunk.
  *
  * Return: 0, or the daemon's refusal (-ERANGE beyond the request's room,
- * -ENOENT no such request), -ETIMEDOUT, -ECONNRESET.
+ * -ENOENT no such request, -EPROTONOSUPPORT the daemon requires RDMA and
+ * this client reaches it over another transport), -ETIMEDOUT, -ECONNRESET.
  */
 int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t request,
 			  uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
@@ -177,7 +178,8 @@ struct nelssa_step_times {
  *
  * Return: 0, or the daemon's refusal (-ENOENT unknown request, -ERANGE a
  * cluster id beyond the stored ones, -E2BIG too many, -EBUSY a step of the
- * session still running), -EIO (a device failed), -ETIMEDOUT, -ECONNRESET.
+ * session still running, -EPROTONOSUPPORT not on RDMA to a daemon that
+ * requires it), -EIO (a device failed), -ETIMEDOUT, -ECONNRESET.
  */
 int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer,
 		       const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
