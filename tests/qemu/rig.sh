@@ -101,7 +101,7 @@ done
 cp /bin/busybox "$out/root/bin/busybox"
 for a in sh mount umount insmod rmmod lsmod cat cut sed grep awk dmesg stat dd printf sleep \
 	basename poweroff echo ls ip netstat su taskset timeout kill pidof tr head tail wc id ps \
-	seq sort uname; do
+	seq sort uname env; do
 	ln -sf busybox "$out/root/bin/$a"
 done
 ln -sf ../bin/busybox "$out/root/sbin/modprobe"

@@ -90,24 +90,48 @@ check "a client killed mid-step (exit $rc)" $?
 client /tmp/after.log check
 check "the daemon reclaimed its session and serves the next client" $?
 
-# Our decode-step round trip, with the bench's own UCX ping-pong baseline.
-taskset 2 timeout 300 /usr/local/bin/nelssa-step-bench --host $ip --port $port --context 8192 \
-	--kv-heads 2 --batches 1 --iters 200 --json >/tmp/step.json 2>/tmp/step.err
-check "nelssa-step-bench over RDMA" $?
-note /tmp/step.json
 stop_nd
 check "nelssad exits 0 on SIGTERM" $?
 
-# The same numbers in one line.  The step's serving path (round trip less
-# the device's time) against the verbs round trip of the same size.
+# Our decode-step round trip, with the bench's own UCX ping-pong baseline.
+# The devices run NOP (--nop-kernel): under TCG the emulated devices' time
+# would drown the serving path, which is what this compares with verbs.
+start_nd /tmp/nd-nop.log 18602 --devices sim:2 --sim-opts mem=64M,cores=1 --require-rdma \
+	--nop-kernel
+taskset 2 timeout 300 /usr/local/bin/nelssa-step-bench --host $ip --port 18602 --context 8192 \
+	--kv-heads 2 --batches 1 --iters 200 --label nop --json >/tmp/step.json 2>/tmp/step.err
+check "nelssa-step-bench over RDMA (NOP kernel)" $?
+note /tmp/step.json
+stop_nd
+
+# A daemon that could also speak TCP, and a client that speaks only TCP:
+# --require-rdma must refuse the client's data, and say why on both ends.
+taskset 1 env UCX_TLS=rc_verbs,ud_verbs,tcp UCX_NET_DEVICES=rxe0:1,dummy0 $sbin/nelssad \
+	--listen $ip:18601 --devices sim:1 --sim-opts mem=64M,cores=1 --require-rdma \
+	>/tmp/nd-mixed.log 2>&1 &
+nd=$!
+wait_listen 18601 60
+check "nelssad --require-rdma with TCP allowed beside RDMA starts" $?
+taskset 2 timeout 300 env UCX_TLS=tcp UCX_NET_DEVICES=dummy0 $e2e $ip 18601 check \
+	>/tmp/tcp-client.log 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "requires RDMA" /tmp/tcp-client.log &&
+	grep -q "reaches its client over tcp, not RDMA: refused" /tmp/nd-mixed.log
+check "--require-rdma refuses a client that reaches it over TCP (client exit $rc, both say why)" $?
+grep -m1 "requires RDMA" /tmp/tcp-client.log >/tmp/why
+grep -m1 "not RDMA" /tmp/nd-mixed.log >>/tmp/why
+note /tmp/why
+stop_nd
+
+# The same numbers in one line: the step's round trip (NOP kernel) as a
+# multiple of the verbs round trip of the same size.
 step=$(sed -n 's/.*"rtt_median_us":\([0-9.]*\).*/\1/p' /tmp/step.json)
-dev=$(sed -n 's/.*"device_us":\([0-9.]*\).*/\1/p' /tmp/step.json)
 pp=$(sed -n 's/.*"pingpong_median_us":\([0-9.]*\).*/\1/p' /tmp/step.json)
 echo "RIG: # RDMA latency, 4 KiB (TCG emulation: only ratios mean anything): ib_send_lat" \
-	"${send_lat:-?} us, ib_write_lat ${write_lat:-?} us, UCX ping-pong ${pp:-?} us; decode" \
-	"step ${step:-?} us of which device ${dev:-?} us; (step - device) / ib_send_lat =" \
-	"$(awk -v a="$step" -v d="$dev" -v b="$send_lat" \
-	'BEGIN { if (b > 0 && a > 0) printf "%.1f", (a - d) / b; else print "?" }')"
+	"${send_lat:-?} us, ib_write_lat ${write_lat:-?} us, UCX ping-pong ${pp:-?} us, decode" \
+	"step (NOP kernel) ${step:-?} us; step / ib_send_lat = $(awk -v a="$step" -v b="$send_lat" \
+	'BEGIN { if (b > 0 && a > 0) printf "%.1f", a / b; else print "?" }'), step / ping-pong =" \
+	"$(awk -v a="$step" -v b="$pp" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "?" }')"
 
 # 3. nelssad as its installed unit starts it: ExecStart, User, Group and
 #    LimitMEMLOCK read from the unit file; the administrator's config names
