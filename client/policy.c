@@ -212,8 +212,23 @@ enum nelssa_route nelssa_route_request(struct nelssa_router *r, double len)
 	r->why[0] = 0;
 	if (!(len >= r->t_input))
 		return NELSSA_ROUTE_GPU;
-	if (admissible(r, len, r->why, sizeof(r->why)))
+	if (admissible(r, len, r->why, sizeof(r->why))) {
+		struct nelssa_router alone = *r;
+		char why[96];
+
+		/*
+		 * Waiting only helps if the tier could take it once others
+		 * leave.  One that breaks a cap on an empty tier would wait
+		 * forever: the GPU serves it.
+		 */
+		alone.pnm_tokens = 0.0;
+		alone.pnm_requests = 0;
+		if (admissible(&alone, len, why, sizeof(why))) {
+			snprintf(r->why, sizeof(r->why), "alone over the %.96s: on the GPU", why);
+			return NELSSA_ROUTE_GPU;
+		}
 		return NELSSA_ROUTE_QUEUE;
+	}
 	r->pnm_tokens += len;
 	r->pnm_requests++;
 	return NELSSA_ROUTE_PNM;

@@ -19,7 +19,7 @@ n=0
 JSON_PRELUDE="g=j['runs']['gpu-only']; s=j['runs']['nelssa']"
 
 small="--synthetic 400 --long-frac 0.15 --long-len 65536 --out-len 64 --rps 20 --quiet"
-echo "1..23"
+echo "1..25"
 t "--help exits 0" 0 "$sim" --help
 t "no workload is a usage error" 2 "$sim" --rps 5
 t "a trace and a synthetic workload together are a usage error" 2 "$sim" --trace x \
@@ -64,6 +64,12 @@ t "a Mooncake trace excerpt replayed at 10 req/s" 0 "$sim" \
 json_check "trace replay: 400 requests, nothing lost, every token once, KV within capacity" \
 	"j['requests'] == 400 and all(r['lost'] == 0 and r['done'] == 400 and \
 	 r['tokens'] == r['tokens_expected'] and r['max_kv_util'] <= 1.0 for r in (g, s))"
+# Long requests that break the PNM step budget even alone (costly
+# communication): they must go to the GPU, not wait forever.
+t "long requests over the PNM step budget alone" 0 "$sim" --synthetic 2000 --long-frac 0.1 \
+	--rps 10 --comm-scale 2 --quiet --json
+json_check "none waits forever: nothing lost, every token once" \
+	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
 t "a malformed --rps-step is a usage error" 2 "$sim" --synthetic 5 --rps-step 5
 t "a --long-len range upside down is a usage error" 2 "$sim" --synthetic 5 --long-len 9000-3000
 

@@ -102,6 +102,12 @@ static void router_caps_one_at_a_time(void **state)
 	assert_non_null(strstr(r.why, "GPU centroid"));
 	nelssa_router_release(&r, t);
 	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route_request(&r, t));
+	/* Over a cap even on an empty tier: waiting would be forever, the GPU serves it. */
+	r.cap_gpu_meta = 1e18;
+	r.cap_step = nelssa_pnm_step_time(&r, 2 * t, 1) * 0.999;
+	assert_int_equal(NELSSA_ROUTE_GPU, nelssa_route_request(&r, 2 * t));
+	assert_non_null(strstr(r.why, "alone over the PNM step budget"));
+	assert_int_equal(2, r.pnm_requests);	/* not counted on the tier */
 	assert_int_equal(-EINVAL, nelssa_router_init(&r, &hw, &m, 0));
 }
 

@@ -167,7 +167,8 @@ double nelssa_pnm_step_time(const struct nelssa_router *r, double tokens, uint32
  * Short requests (len < t_input) go to the GPU.  Long ones go to PNM when
  * every cap still holds with them admitted (the router then counts them
  * until nelssa_router_release()); otherwise QUEUE, with r->why saying
- * which cap.
+ * which cap -- unless the request breaks a cap even on an empty tier,
+ * where waiting would be forever: then GPU, r->why saying so.
  *
  * Return: enum nelssa_route.
  */
