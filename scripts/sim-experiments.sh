@@ -7,7 +7,8 @@
 #   2. the long-request fraction swept 0-24 %;
 #   3. growing contexts (input:output 1:2) with and without migration;
 #   4. sensitivity: PNM bandwidth, communication cost, devices, request
-#      rate, long-request length.
+#      rate, long-request length;
+#   5. the adaptive threshold through steps of load and on the trace.
 # Every row also checks the property: NELSSA no more than 5 % behind.
 #
 #   scripts/sim-experiments.sh BUILDDIR OUTDIR [TRACE [nelssa-sim options...]]
@@ -100,6 +101,37 @@ for l in 65536 131072 262144; do
 	# shellcheck disable=SC2086
 	run "long requests of $l tokens" --synthetic 1000 --long-frac 0.1 --long-len $l --rps 10
 done
-rm -f "$outdir/last.json"
+# The adaptive threshold (Documentation/policy.rst): where it goes and how
+# often it turns back, through steps of load and on the trace, beside the
+# threshold held at the model's crossover.
+# thresh LABEL ARGS...: the run's T_input moves and reversals from its CSV.
+thresh() {
+	label=$1
+	shift
+	# shellcheck disable=SC2086 # $extra holds words
+	"$sim" --quiet --mode nelssa --csv "$outdir/thresh.csv" "$@" $extra >/dev/null ||
+		{ echo "$label: failed"; return; }
+	awk -F, -v label="$label" '$1 == "nelssa" {
+		if (prev != "" && $8 != prev) { d = ($8 > prev) ? 1 : -1; if (dir && d != dir) rev++
+			dir = d; moves++; path = path sprintf(" %.0fs:%.1fK", $2, $8 / 1000) }
+		if (prev == "") path = sprintf("%.1fK", $8 / 1000)
+		prev = $8 }
+		END { printf "%-34s %3d moves, %d reversals: %s\n", label, moves, rev, path }' \
+		"$outdir/thresh.csv"
+}
+echo
+echo "== 5. the adaptive threshold: moves and reversals of T_input =="
+thresh "steps 4 -> 12 -> 4 req/s at 300/900 s" --synthetic 12000 --long-frac 0.3 \
+	--long-len 16384-65536 --rps 4 --rps-step 300,12 --rps-step 900,4
+if [ -f "$trace" ]; then
+	for r in 10 20 40; do
+		thresh "Mooncake conversation, $r req/s" --trace "$trace" --rps "$r"
+		# shellcheck disable=SC2086
+		run "  ... NELSSA/GPU-only, adaptive" --trace "$trace" --rps "$r"
+		# shellcheck disable=SC2086
+		run "  ... NELSSA/GPU-only, fixed T" --trace "$trace" --rps "$r" --no-adaptive
+	done
+fi
+rm -f "$outdir/last.json" "$outdir/thresh.csv"
 echo
 echo "$rows configurations, $viol violate the property (NELSSA more than 5 % behind)"
