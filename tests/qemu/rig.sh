@@ -89,13 +89,9 @@ ninja -C "$out/guest-build" tests/unit/test_pnm_sim tools/nelssactl/nelssactl \
 mkdir -p "$out/root/opt/host" "$out/root/lib/x86_64-linux-gnu" "$out/root/lib64"
 cp "$out/guest-build/tests/unit/test_pnm_sim" "$out/root/opt/host/pnm_kdev"
 cp "$out/guest-build/tools/nelssactl/nelssactl" "$out/root/opt/host/nelssactl"
-for lib in $(ldd "$out/root/opt/host/pnm_kdev" "$out/root/opt/host/nelssactl" |
-	awk '/=> \// { print $3 } /^\t\/lib64/ { print $1 }' | sort -u); do
-	case "$lib" in
-	*/ld-linux-x86-64.so.2) cp -L "$lib" "$out/root/lib64/" ;;
-	*) cp -L "$lib" "$out/root/lib/x86_64-linux-gnu/" ;;
-	esac
-done
+# shellcheck source=guest-libs.sh
+. "$src/tests/qemu/guest-libs.sh"
+copy_libs "$out/root" "$out/root/opt/host/pnm_kdev" "$out/root/opt/host/nelssactl"
 
 # 5. Initramfs: busybox, the module, the tests, /init.
 cp /bin/busybox "$out/root/bin/busybox"

@@ -29,16 +29,8 @@ kv=$(basename "$kdir" | sed 's/^linux-headers-//')
 multi=x86_64-linux-gnu
 lib=$root/lib/$multi
 
-# copy_libs FILE...: the libraries FILEs load, where the guest's loader looks.
-copy_libs() {
-	ldd "$@" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/lib64/ { print $1 }' | sort -u |
-		while read -r l; do
-			case "$l" in
-			*/ld-linux-x86-64.so.2) cp -L "$l" "$root/lib64/" ;;
-			*) [ -e "$lib/$(basename "$l")" ] || cp -L "$l" "$lib/" ;;
-			esac
-		done
-}
+# shellcheck source=guest-libs.sh
+. "$src/tests/qemu/guest-libs.sh"
 
 # 1. make install into the guest's root, from a copy of the tree (make
 #    install builds the module in place) and the rig's own build folder.
@@ -95,7 +87,7 @@ if [ ! -x "$out/udev/bin/udevadm" ]; then
 fi
 cp -L "$out/udev/bin/udevadm" "$root/bin/udevadm"
 ln -sf /bin/udevadm "$root/lib/systemd/systemd-udevd"
-copy_libs "$root/bin/kmod" "$root/bin/udevadm"
+copy_libs "$root" "$root/bin/kmod" "$root/bin/udevadm"
 
 # 5. RDMA tools and the clients; the verbs provider and UCX's modules.
 mkdir -p "$root/opt/t3" "$root/usr/lib/$multi/libibverbs" "$root/etc/libibverbs.d" "$lib/ucx"
@@ -107,7 +99,7 @@ cp -L /usr/lib/$multi/libibverbs/librxe-rdmav34.so "$root/usr/lib/$multi/libibve
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 cp -L /usr/lib/$multi/ucx/libuct_*.so.0 "$lib/ucx/"
 cp -L /usr/lib/$multi/libgcc_s.so.1 "$lib/"
-copy_libs "$root"/bin/rdma "$root"/bin/ib_*_lat "$root"/opt/t3/e2e_client \
+copy_libs "$root" "$root"/bin/rdma "$root"/bin/ib_*_lat "$root"/opt/t3/e2e_client \
 	"$root"/usr/local/bin/nelssa-step-bench "$root"/usr/local/sbin/nelssad "$root"/usr/local/bin/nelssactl \
 	"$lib"/ucx/*.so.0 "$root"/usr/lib/$multi/libibverbs/*.so "$lib"/libucs.so.0
 for l in "$lib"/libucs_signal.so.0 "$lib"/libnuma.so.1; do
