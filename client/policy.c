@@ -182,26 +182,29 @@ static double gpu_meta(const struct nelssa_router *r, double tokens, uint32_t re
 	return tokens * mkv / r->m.compression + (double)reqs * r->window * mkv;
 }
 
-/* 0 when the tier can take @len more tokens; else the reason in r->why. */
-static int admissible(const struct nelssa_router *r, double len, char *why, size_t why_len)
+/*
+ * 0 when a tier holding @held tokens in @reqs requests can take @len more
+ * tokens (one more request); else -1 and the cap in @why.
+ */
+static int admissible(const struct nelssa_router *r, double held, uint32_t reqs, double len,
+		      char *why, size_t why_len)
 {
 	const double mkv = nelssa_kv_bytes_per_token(&r->m);
-	const double tokens = r->pnm_tokens + len;
+	const double tokens = held + len;
 
 	if (tokens * mkv > r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem) {
 		snprintf(why, why_len, "PNM memory cap: %.1f of %.1f GiB", tokens * mkv / (1 << 30),
 			 r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem / (1 << 30));
 		return -1;
 	}
-	if (nelssa_pnm_step_time(r, tokens, r->pnm_requests + 1) > r->cap_step) {
+	if (nelssa_pnm_step_time(r, tokens, reqs + 1) > r->cap_step) {
 		snprintf(why, why_len, "PNM step budget: %.2f ms over %.2f ms",
-			 1e3 * nelssa_pnm_step_time(r, tokens, r->pnm_requests + 1), 1e3 * r->cap_step);
+			 1e3 * nelssa_pnm_step_time(r, tokens, reqs + 1), 1e3 * r->cap_step);
 		return -1;
 	}
-	if (gpu_meta(r, tokens, r->pnm_requests + 1) > r->cap_gpu_meta) {
+	if (gpu_meta(r, tokens, reqs + 1) > r->cap_gpu_meta) {
 		snprintf(why, why_len, "GPU centroid memory cap: %.2f of %.2f GiB",
-			 gpu_meta(r, tokens, r->pnm_requests + 1) / (1 << 30),
-			 r->cap_gpu_meta / (1 << 30));
+			 gpu_meta(r, tokens, reqs + 1) / (1 << 30), r->cap_gpu_meta / (1 << 30));
 		return -1;
 	}
 	return 0;
@@ -209,25 +212,21 @@ static int admissible(const struct nelssa_router *r, double len, char *why, size
 
 enum nelssa_route nelssa_route_request(struct nelssa_router *r, double len)
 {
+	char why[96];
+
 	r->why[0] = 0;
 	if (!(len >= r->t_input))
 		return NELSSA_ROUTE_GPU;
-	if (admissible(r, len, r->why, sizeof(r->why))) {
-		struct nelssa_router alone = *r;
-		char why[96];
-
+	if (admissible(r, r->pnm_tokens, r->pnm_requests, len, r->why, sizeof(r->why))) {
 		/*
 		 * Waiting only helps if the tier could take it once others
 		 * leave.  One that breaks a cap on an empty tier would wait
 		 * forever: the GPU serves it.
 		 */
-		alone.pnm_tokens = 0.0;
-		alone.pnm_requests = 0;
-		if (admissible(&alone, len, why, sizeof(why))) {
-			snprintf(r->why, sizeof(r->why), "alone over the %.96s: on the GPU", why);
-			return NELSSA_ROUTE_GPU;
-		}
-		return NELSSA_ROUTE_QUEUE;
+		if (!admissible(r, 0.0, 0, len, why, sizeof(why)))
+			return NELSSA_ROUTE_QUEUE;
+		snprintf(r->why, sizeof(r->why), "alone over the %.96s: on the GPU", why);
+		return NELSSA_ROUTE_GPU;
 	}
 	r->pnm_tokens += len;
 	r->pnm_requests++;
@@ -251,7 +250,7 @@ int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size
 		return -1;
 	for (size_t i = 0; i < n; i++)
 		if (ctx[i] >= r->t_input && (best < 0 || ctx[i] > ctx[best]) &&
-		    !admissible(r, ctx[i], why, sizeof(why)))
+		    !admissible(r, r->pnm_tokens, r->pnm_requests, ctx[i], why, sizeof(why)))
 			best = (int)i;
 	return best;
 }
