@@ -62,7 +62,7 @@ struct state {
 	uint32_t cap_series;
 	double bucket_start;
 	uint64_t bucket_tokens;
-	double last_t_pnm, last_t_gpu;
+	double last_t_gpu;
 	double win_min[8];		/* shortest GPU step per recent second */
 	uint32_t win_pos;
 };
@@ -344,7 +344,6 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		s.extra = 0.0;
 		if (n_pnm)
 			t_pnm = nelssa_pnm_step_time(&s.router, pnm_tokens, n_pnm);
-		s.last_t_pnm = t_pnm;
 		s.last_t_gpu = t_gpu;
 		if (s.win_min[s.win_pos] == 0 || t_gpu < s.win_min[s.win_pos])
 			s.win_min[s.win_pos] = t_gpu;
