@@ -10,11 +10,12 @@
 #endif
 
 /* Tokens per SPARSE_ATTN tile in the vector kernels. */
-#define NFW_TILE 16u
+#define NFW_TILE 32u
 
-/* Scratch an attention kernel needs: K and V tiles, permuted q and o, logits. */
+/* Scratch an attention kernel needs: permuted q and o, logits and weights, a zero row. */
 #define NFW_ATTN_SCRATCH_BYTES \
-	((2u * NFW_TILE * NFW_MAX_HEAD_DIM + 2u * NFW_MAX_GROUP * NFW_MAX_HEAD_DIM + NFW_TILE) * sizeof(float))
+	((2u * NFW_MAX_GROUP * NFW_MAX_HEAD_DIM + 2u * NFW_MAX_GROUP * NFW_TILE) * sizeof(float) + \
+	 NFW_MAX_HEAD_DIM * sizeof(uint16_t))
 
 /* Grow @s to @bytes (contents not kept); NULL if memory is short. */
 void *nfw_scratch_get(struct nfw_scratch *s, size_t bytes);

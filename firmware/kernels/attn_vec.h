@@ -5,19 +5,21 @@
  * of fp32 per vector: 4 NEON, 8 AVX2, 16 AVX-512) and NFW_VEC_FN, and is
  * built with that ISA's flags plus -ffp-contract=fast so a*b+c becomes FMA.
  *
- * Per selected cluster, tokens go in tiles of NFW_TILE:
- *  - K and V rows are widened once per tile into fp32 scratch shared by the
- *    whole query group (see widen2_bf16() for the shuffle-free layout);
- *  - logits: VW tokens at a time, one accumulator per token (independent
- *    FMA chains), folded into one vector of logits by transpose-and-add;
- *  - online softmax: the tile maximum rescales the row's state once per
- *    tile, and the tile's weights come from one vector exp per VW tokens;
- *  - values: OBLK output vectors accumulate in registers across the tile.
- * The K and V rows of the cluster PF_DIST selections ahead are prefetched
- * into L2 while this one is computed: selected clusters sit at random
- * places in a store far larger than the caches and the hardware
- * prefetchers stop at page boundaries (Documentation/performance.rst has
- * the measurements behind the distance and cache level).
+ * The selected clusters' tokens go in tiles of NFW_TILE, taken in
+ * selection order across cluster boundaries:
+ *  - logits: VW accumulators (query rows x tokens), each K row widened once
+ *    straight from device memory for a block of query rows (see
+ *    widen2_bf16() for the shuffle-free layout), folded into VW logits by
+ *    one transpose-and-add;
+ *  - online softmax: the tile maximum rescales a row's state at most once
+ *    per tile, and the weights come from one vector exp per VW tokens;
+ *  - values: a block of rows x output vectors accumulates in registers
+ *    over the tile, each V chunk widened once for the block.
+ * Every line read issues a prefetch of one line of the tile PF_DIST tiles
+ * ahead (pf_line()): selected clusters sit at random places in a store far
+ * larger than the caches, the hardware prefetchers stop at page boundaries,
+ * and a burst of a whole cluster's prefetches overflows the core's miss
+ * buffers (Documentation/performance.rst has the measurements).
  */
 #include <math.h>
 #include <string.h>
@@ -33,8 +35,6 @@ typedef float vf_u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 typedef uint32_t vu __attribute__((vector_size(VW * 4)));
 typedef uint32_t vu_u __attribute__((vector_size(VW * 4), aligned(2), may_alias));
-
-#define TILE_VECS (NFW_TILE / VW)
 
 static inline vf load(const float *p)
 {
@@ -104,29 +104,6 @@ static inline void widen2_fp16(const uint16_t *p, vf *even, vf *odd)
 	*odd = fp16_lanes(u >> 16);
 }
 
-/* Widen @n rows of @d halves into @dst, de-interleaved (bf16). */
-static void widen_rows_bf16(float *dst, const uint16_t *src, uint32_t n, uint32_t d)
-{
-	for (size_t j = 0; j < (size_t)n * d; j += 2 * VW) {
-		vf e, o;
-
-		widen2_bf16(src + j, &e, &o);
-		store(dst + j, e);
-		store(dst + j + VW, o);
-	}
-}
-
-static void widen_rows_fp16(float *dst, const uint16_t *src, uint32_t n, uint32_t d)
-{
-	for (size_t j = 0; j < (size_t)n * d; j += 2 * VW) {
-		vf e, o;
-
-		widen2_fp16(src + j, &e, &o);
-		store(dst + j, e);
-		store(dst + j + VW, o);
-	}
-}
-
 /* The de-interleaved position of element @i of a row. */
 static inline uint32_t deint(uint32_t i)
 {
@@ -161,15 +138,6 @@ static inline vf vexp(vf x)
 	p = p * r * r + r + 1.0f;
 	e = (__builtin_convertvector(n, vi) + 127) << 23;
 	return blend(under, splat(0.0f), p * (vf)e);
-}
-
-static inline float hsum(vf v)
-{
-	float s = 0.0f;
-
-	for (int i = 0; i < VW; i++)
-		s += v[i];
-	return s;
 }
 
 /*
@@ -219,176 +187,369 @@ static inline vf fold_all(vf *acc)
 	return FOLD(acc[0], acc[1], LO1, HI1);
 }
 
-/*
- * Logits of query row @q against a tile of widened K rows @kt (NFW_TILE
- * rows, rows past the tile's tokens zeroed): VW tokens at a time, one
- * accumulator per token so the FMA chains are independent.
- */
-static void tile_logits(const float *q, const float *kt, uint32_t d, float scale, float *logit)
+
+/* Lane-tree reductions: log2(VW) shuffle + op steps instead of VW - 1 scalar ops. */
+#if VW == 16
+#define SW8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define SW4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define SW2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define SW1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#elif VW == 8
+#define SW4 4, 5, 6, 7, 0, 1, 2, 3
+#define SW2 2, 3, 0, 1, 6, 7, 4, 5
+#define SW1 1, 0, 3, 2, 5, 4, 7, 6
+#elif VW == 4
+#define SW2 2, 3, 0, 1
+#define SW1 1, 0, 3, 2
+#endif
+
+static inline vf vmax(vf a, vf b)
 {
-	for (uint32_t tb = 0; tb < NFW_TILE; tb += VW) {
+	return blend((vi)(a > b), a, b);
+}
+
+static inline float hmax(vf v)
+{
+#if VW == 16
+	v = vmax(v, __builtin_shufflevector(v, v, SW8));
+#endif
+#if VW >= 8
+	v = vmax(v, __builtin_shufflevector(v, v, SW4));
+#endif
+	v = vmax(v, __builtin_shufflevector(v, v, SW2));
+	v = vmax(v, __builtin_shufflevector(v, v, SW1));
+	return v[0];
+}
+
+static inline float hsum(vf v)
+{
+#if VW == 16
+	v += __builtin_shufflevector(v, v, SW8);
+#endif
+#if VW >= 8
+	v += __builtin_shufflevector(v, v, SW4);
+#endif
+	v += __builtin_shufflevector(v, v, SW2);
+	v += __builtin_shufflevector(v, v, SW1);
+	return v[0];
+}
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/*
+ * Rows of one tile: NFW_TILE tokens taken in selection order, across
+ * cluster boundaries, so the per-tile work (logit folds, softmax
+ * rescaling) is spread over as many tokens as possible whatever the
+ * cluster size.  K rows past the tile's tokens point at a zero row, as do
+ * both K and V rows past the tokens of a tile being prefetched.
+ */
+struct rows {
+	const uint16_t *k[NFW_TILE], *v[NFW_TILE];
+	uint32_t n;
+};
+
+/* The tile computed and the one PF_DIST tiles ahead, prefetched meanwhile. */
+struct tile {
+	const struct rows *cur, *ahead;
+};
+
+/*
+ * Prefetch, for each line read, one line of the tile ahead.  The logit
+ * phase reads K rows and passes slots 0..NFW_TILE-1, the P.V phase reads V
+ * rows and passes NFW_TILE + row, so the tile ahead arrives at a steady
+ * pace over the whole tile.  Slots map to rows so that, with 16-token
+ * clusters, the K and V pages of every cluster of that tile are in flight
+ * together -- the first half of each page in the logit phase, the second
+ * in the P.V phase: one page at a time measured 25-30 % slower.
+ */
+static ALWAYS_INLINE void pf_line(const struct tile *t, uint32_t slot, uint32_t j)
+{
+	const uint32_t spread = NFW_TILE / 16, rest = slot >> 1 & (NFW_TILE / 2 - 1);
+	uint32_t row = rest % spread * 16 + rest / spread + (slot >= NFW_TILE) * 8;
+
+	__builtin_prefetch((slot & 1 ? t->ahead->v : t->ahead->k)[row] + j, 0, 3);
+}
+
+static ALWAYS_INLINE void widen2(const uint16_t *p, int fp16, vf *even, vf *odd)
+{
+	if (fp16)
+		widen2_fp16(p, even, odd);
+	else
+		widen2_bf16(p, even, odd);
+}
+
+/*
+ * Logits of the @qb query rows from @r0 against the tile, unscaled, into
+ * @logit ([row][NFW_TILE]).  VW accumulators -- @qb rows x VW / @qb
+ * tokens -- so each K row is widened once straight from device memory for
+ * all @qb rows and the FMA chains are independent; one transpose-and-add
+ * folds them into VW logits.
+ */
+static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct tile *t, int fp16,
+				       uint32_t qb, uint32_t r0, float *logit)
+{
+	const uint32_t tb = VW / qb;
+
+	for (uint32_t t0 = 0; t0 < NFW_TILE; t0 += tb) {
 		vf acc[VW];
+		float lg[VW] __attribute__((aligned(VW * 4)));
 
 #pragma GCC unroll 16
-		for (int t = 0; t < VW; t++)
-			acc[t] = splat(0.0f);
-		for (uint32_t j = 0; j < d; j += VW) {
-			vf qj = load(q + j);
-
+		for (int i = 0; i < VW; i++)
+			acc[i] = splat(0.0f);
+		for (uint32_t j = 0; j < d; j += 2 * VW) {
 #pragma GCC unroll 16
-			for (int t = 0; t < VW; t++)
-				acc[t] += qj * load(kt + (size_t)(tb + (uint32_t)t) * d + j);
+			for (uint32_t u = 0; u < tb; u++) {
+				vf e, o;
+
+				pf_line(t, t0 + u, j);
+				widen2(t->cur->k[t0 + u] + j, fp16, &e, &o);
+#pragma GCC unroll 16
+				for (uint32_t r = 0; r < qb; r++) {
+					const float *q = qp + (size_t)(r0 + r) * d + j;
+
+					acc[r * tb + u] += load(q) * e;
+					acc[r * tb + u] += load(q + VW) * o;
+				}
+			}
 		}
-		store(logit + tb, fold_all(acc) * scale);
-	}
-}
-
-/* Output vectors accumulated at once in the P.V product. */
-#define OBLK 8
-
-/* o[0 .. OBLK*VW) += sum_t p[t] vt[t]: OBLK independent FMA chains. */
-static inline void pv_block(float *o, const float *vt, const float *p, uint32_t d)
-{
-	vf acc[OBLK];
-
-#pragma GCC unroll 8
-	for (uint32_t b = 0; b < OBLK; b++)
-		acc[b] = load(o + b * VW);
-	for (uint32_t t = 0; t < NFW_TILE; t++) {
-		vf pt = splat(p[t]);
-
-#pragma GCC unroll 8
-		for (uint32_t b = 0; b < OBLK; b++)
-			acc[b] += pt * load(vt + (size_t)t * d + b * VW);
-	}
-#pragma GCC unroll 8
-	for (uint32_t b = 0; b < OBLK; b++)
-		store(o + b * VW, acc[b]);
-}
-
-/* The same for a last block of @nb < OBLK vectors. */
-static void pv_tail(float *o, const float *vt, const float *p, uint32_t d, uint32_t nb)
-{
-	for (uint32_t b = 0; b < nb; b++) {
-		vf acc = load(o + b * VW);
-
-		for (uint32_t t = 0; t < NFW_TILE; t++)
-			acc += splat(p[t]) * load(vt + (size_t)t * d + b * VW);
-		store(o + b * VW, acc);
+		store(lg, fold_all(acc));
+#pragma GCC unroll 16
+		for (uint32_t r = 0; r < qb; r++)
+#pragma GCC unroll 16
+			for (uint32_t u = 0; u < tb; u++)
+				logit[(r0 + r) * NFW_TILE + t0 + u] = lg[r * tb + u];
 	}
 }
 
 /*
- * Fold one tile into query row @r (output accumulator @o): rescale on a
- * new maximum, then o += p V.  Padding tokens get logit -inf, weight 0.
+ * Online softmax of one row over the tile: logits past the tile's tokens
+ * are -inf, a new maximum rescales the row's state once per tile, and the
+ * weights come from one vector exp per VW tokens.
  */
-static void tile_update(float *o, float *logit, uint32_t n, const float *vt, uint32_t d,
-			float *m, float *l)
+static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *m, float *l,
+			float *o, uint32_t d)
 {
-	float p[NFW_TILE];
-	float mx = -INFINITY, sum = 0.0f;
+	vf x[NFW_TILE / VW];
+	vf mx = splat(-INFINITY), sum = splat(0.0f);
+	float top;
 
-	for (uint32_t t = 0; t < n; t++)
-		mx = logit[t] > mx ? logit[t] : mx;
-	for (uint32_t t = n; t < NFW_TILE; t++)
-		logit[t] = -INFINITY;
-	if (mx > *m) {
-		float alpha = expf(*m - mx);	/* 0 on the first tile */
+	for (uint32_t b = 0; b < NFW_TILE / VW; b++) {
+		vi idx;
+
+		for (int i = 0; i < VW; i++)
+			idx[i] = (int32_t)(b * VW) + i;
+		x[b] = blend(idx < (int32_t)n, load(logit + b * VW) * scale, splat(-INFINITY));
+		mx = vmax(mx, x[b]);
+	}
+	top = hmax(mx);
+	if (top > *m) {
+		float alpha = expf(*m - top);	/* 0 on the first tile */
+		vf va = splat(alpha);
 
 		*l *= alpha;
 		for (uint32_t j = 0; j < d; j += VW)
-			store(o + j, load(o + j) * alpha);
-		*m = mx;
+			store(o + j, load(o + j) * va);
+		*m = top;
 	}
-	for (uint32_t v = 0; v < TILE_VECS; v++) {
-		vf pv = vexp(load(logit + v * VW) - *m);
+	for (uint32_t b = 0; b < NFW_TILE / VW; b++) {
+		vf w = vexp(x[b] - *m);
 
-		store(p + v * VW, pv);
-		sum += hsum(pv);
+		store(p + b * VW, w);
+		sum += w;
 	}
-	*l += sum;
-	for (uint32_t jb = 0; jb < d; jb += OBLK * VW) {
-		uint32_t nb = (d - jb) / VW;
+	*l += hsum(sum);
+}
 
-		if (nb >= OBLK)
-			pv_block(o + jb, vt + jb, p, d);
-		else
-			pv_tail(o + jb, vt + jb, p, d, nb);
+/* P.V register blocks: rows x 64-byte chunks of the value row. */
+#if VW == 16
+#define PV_ROWS 4u
+#define PV_CHUNKS 2u
+#elif VW == 8
+#define PV_ROWS 2u
+#define PV_CHUNKS 2u
+#else
+#define PV_ROWS 4u
+#define PV_CHUNKS 2u
+#endif
+
+/*
+ * o += p V for @rb rows from @r0 and @jb chunks of 2 * VW output elements
+ * from @j0: the accumulators stay in registers over the tile's tokens and
+ * each V chunk is widened once for all @rb rows.
+ */
+static ALWAYS_INLINE void pv_block(float *op, const float *p, uint32_t d, const struct tile *t,
+				   int fp16, uint32_t r0, uint32_t rb, uint32_t j0, uint32_t jb)
+{
+	vf acc[PV_ROWS][2 * PV_CHUNKS];
+
+#pragma GCC unroll 8
+	for (uint32_t r = 0; r < rb; r++)
+#pragma GCC unroll 8
+		for (uint32_t c = 0; c < 2 * jb; c++)
+			acc[r][c] = load(op + (size_t)(r0 + r) * d + j0 + c * VW);
+	for (uint32_t u = 0; u < t->cur->n; u++) {
+#pragma GCC unroll 8
+		for (uint32_t c = 0; c < jb; c++) {
+			vf e, o;
+
+			pf_line(t, NFW_TILE + u, j0 + c * 2 * VW);
+			widen2(t->cur->v[u] + j0 + c * 2 * VW, fp16, &e, &o);
+#pragma GCC unroll 8
+			for (uint32_t r = 0; r < rb; r++) {
+				vf pr = splat(p[(r0 + r) * NFW_TILE + u]);
+
+				acc[r][2 * c] += pr * e;
+				acc[r][2 * c + 1] += pr * o;
+			}
+		}
+	}
+#pragma GCC unroll 8
+	for (uint32_t r = 0; r < rb; r++)
+#pragma GCC unroll 8
+		for (uint32_t c = 0; c < 2 * jb; c++)
+			store(op + (size_t)(r0 + r) * d + j0 + c * VW, acc[r][c]);
+}
+
+/* The rows of one P.V row block, full chunk blocks then single chunks. */
+static ALWAYS_INLINE void pv_rows(float *op, const float *p, uint32_t d, const struct tile *t,
+				  int fp16, uint32_t r0, uint32_t rb)
+{
+	uint32_t j = 0;
+
+	for (; j + PV_CHUNKS * 2 * VW <= d; j += PV_CHUNKS * 2 * VW)
+		pv_block(op, p, d, t, fp16, r0, rb, j, PV_CHUNKS);
+	for (; j < d; j += 2 * VW)
+		pv_block(op, p, d, t, fp16, r0, rb, j, 1);
+}
+
+struct kstate {
+	const float *qp;
+	float *op, *logit, *p;
+	float m[NFW_MAX_GROUP], l[NFW_MAX_GROUP];
+};
+
+/* One tile of up to NFW_TILE tokens folded into every query row's state. */
+static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *a,
+				  const struct tile *t, int fp16)
+{
+	const uint32_t d = a->head_dim, g = a->group;
+	uint32_t r = 0;
+
+	for (; r + 4 <= g; r += 4)
+		logits_block(s->qp, d, t, fp16, 4, r, s->logit);
+	if (r + 2 <= g) {
+		logits_block(s->qp, d, t, fp16, 2, r, s->logit);
+		r += 2;
+	}
+	if (r < g)
+		logits_block(s->qp, d, t, fp16, 1, r, s->logit);
+	for (r = 0; r < g; r++)
+		softmax_row(s->logit + r * NFW_TILE, s->p + r * NFW_TILE, t->cur->n, a->scale, &s->m[r],
+			    &s->l[r], s->op + (size_t)r * d, d);
+	for (r = 0; r + PV_ROWS <= g; r += PV_ROWS)
+		pv_rows(s->op, s->p, d, t, fp16, r, PV_ROWS);
+	for (; r < g; r++)
+		pv_rows(s->op, s->p, d, t, fp16, r, 1);
+}
+
+#ifndef PF_DIST
+#define PF_DIST 1u
+#endif
+
+/* Walks the selected clusters' tokens in order, skipping unusable ids. */
+struct token_iter {
+	const struct nfw_attn_args *a;
+	uint32_t sel, pos, end;
+};
+
+/* Next NFW_TILE tokens into @r (fewer at the end, n == 0 when done). */
+static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zero)
+{
+	const struct nfw_attn_args *a = it->a;
+	const uint32_t d = a->head_dim;
+
+	r->n = 0;
+	while (r->n < NFW_TILE) {
+		struct npnm_cluster c;
+
+		if (it->pos == it->end) {
+			if (it->sel == a->nr_sel)
+				break;
+			if (!nfw_attn_cluster(a, it->sel, &c)) {
+				it->pos = c.first;
+				it->end = c.first + c.count;
+			}
+			it->sel++;
+			continue;
+		}
+		r->k[r->n] = a->k + (size_t)it->pos * d;
+		r->v[r->n] = a->v + (size_t)it->pos * d;
+		r->n++;
+		it->pos++;
+	}
+	for (uint32_t u = r->n; u < NFW_TILE; u++) {
+		r->k[u] = zero;
+		r->v[u] = zero;
 	}
 }
 
-#define PF_DIST 2u
-
-static void prefetch_cluster(const struct nfw_attn_args *a, uint32_t s)
+static void prefetch_rows(const struct rows *r, uint32_t d)
 {
-	struct npnm_cluster c;
-	const char *k, *v;
+	for (uint32_t u = 0; u < r->n; u++)
+		for (uint32_t j = 0; j < d; j += 32) {
+			__builtin_prefetch(r->k[u] + j, 0, 3);
+			__builtin_prefetch(r->v[u] + j, 0, 3);
+		}
+}
 
-	if (s >= a->nr_sel || nfw_attn_cluster(a, s, &c))
-		return;
-	k = (const char *)(a->k + (size_t)c.first * a->head_dim);
-	v = (const char *)(a->v + (size_t)c.first * a->head_dim);
-	for (size_t off = 0; off < (size_t)c.count * a->head_dim * 2; off += 64) {
-		__builtin_prefetch(k + off, 0, 1);	/* locality 1: into L2 */
-		__builtin_prefetch(v + off, 0, 1);
+static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate *s,
+				   const uint16_t *zero, int fp16)
+{
+	struct token_iter it = { a, 0, 0, 0 };
+	struct rows ring[PF_DIST + 1];
+
+	/* The first tiles have nothing before them to hide their fetch. */
+	for (uint32_t i = 0; i < PF_DIST; i++) {
+		next_rows(&it, &ring[i], zero);
+		prefetch_rows(&ring[i], a->head_dim);
+	}
+	for (uint32_t i = 0; ring[i % (PF_DIST + 1)].n; i++) {
+		struct rows *ahead = &ring[(i + PF_DIST) % (PF_DIST + 1)];
+		struct tile t = { &ring[i % (PF_DIST + 1)], ahead };
+
+		next_rows(&it, ahead, zero);
+		do_tile(s, a, &t, fp16);
 	}
 }
 
 void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 {
 	const uint32_t d = a->head_dim, g = a->group;
-	const int fp16 = a->kv_dtype == NPNM_DTYPE_FP16;
-	float *kt = scratch;			/* [NFW_TILE][d] widened K */
-	float *vt = kt + NFW_TILE * d;		/* [NFW_TILE][d] widened V */
-	float *qp = vt + NFW_TILE * d;		/* [g][d] permuted queries */
-	float *op = qp + (size_t)g * d;		/* [g][d] permuted outputs */
-	float *logit = op + (size_t)g * d;	/* [NFW_TILE] */
-	float m[NFW_MAX_GROUP], l[NFW_MAX_GROUP];
+	float *qp = scratch;				/* [g][d] permuted queries */
+	float *op = qp + (size_t)g * d;			/* [g][d] permuted outputs */
+	float *logit = op + (size_t)g * d;		/* [g][NFW_TILE] */
+	float *p = logit + (size_t)g * NFW_TILE;	/* [g][NFW_TILE] softmax weights */
+	uint16_t *zero = (uint16_t *)(p + (size_t)g * NFW_TILE);	/* [d] */
+	struct kstate s = { qp, op, logit, p, { 0 }, { 0 } };
 
+	memset(zero, 0, d * sizeof(*zero));
 	for (uint32_t r = 0; r < g; r++) {
 		for (uint32_t i = 0; i < d; i++) {
 			qp[(size_t)r * d + deint(i)] = a->q[(size_t)r * d + i];
 			op[(size_t)r * d + i] = 0.0f;
 		}
-		m[r] = -INFINITY;
-		l[r] = 0.0f;
+		s.m[r] = -INFINITY;
+		s.l[r] = 0.0f;
 	}
-	for (uint32_t s = 0; s < PF_DIST; s++)
-		prefetch_cluster(a, s);
-	for (uint32_t s = 0; s < a->nr_sel; s++) {
-		struct npnm_cluster c;
-
-		prefetch_cluster(a, s + PF_DIST);
-		if (nfw_attn_cluster(a, s, &c))
-			continue;
-		for (uint32_t base = 0; base < c.count; base += NFW_TILE) {
-			uint32_t n = c.count - base < NFW_TILE ? c.count - base : NFW_TILE;
-			const uint16_t *k = a->k + (size_t)(c.first + base) * d;
-			const uint16_t *v = a->v + (size_t)(c.first + base) * d;
-
-			if (fp16) {
-				widen_rows_fp16(kt, k, n, d);
-				widen_rows_fp16(vt, v, n, d);
-			} else {
-				widen_rows_bf16(kt, k, n, d);
-				widen_rows_bf16(vt, v, n, d);
-			}
-			/* Rows past the tile's tokens: zero, so logits stay finite. */
-			for (uint32_t t = n; t < NFW_TILE; t++)
-				for (uint32_t j = 0; j < d; j += VW) {
-					store(kt + (size_t)t * d + j, splat(0.0f));
-					store(vt + (size_t)t * d + j, splat(0.0f));
-				}
-			for (uint32_t r = 0; r < g; r++) {
-				tile_logits(qp + (size_t)r * d, kt, d, a->scale, logit);
-				tile_update(op + (size_t)r * d, logit, n, vt, d, &m[r], &l[r]);
-			}
-		}
-	}
+	if (a->kv_dtype == NPNM_DTYPE_FP16)
+		run_item(a, &s, zero, 1);
+	else
+		run_item(a, &s, zero, 0);
 	for (uint32_t r = 0; r < g; r++) {
-		float inv = l[r] > 0.0f ? l[r] : 1.0f;
+		float inv = s.l[r] > 0.0f ? s.l[r] : 1.0f;
 
-		a->lse[r] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+		a->lse[r] = s.l[r] > 0.0f ? s.m[r] + logf(s.l[r]) : -INFINITY;
 		for (uint32_t i = 0; i < d; i++)
 			a->o[(size_t)r * d + i] = op[(size_t)r * d + deint(i)] / inv;
 	}
