@@ -3,10 +3,12 @@
  * The Device Runtime: one queue of commands, one CMD Executor thread per
  * core.  An executor takes a command, validates it, runs its kernel and
  * reports the completion exactly once.  A SPARSE_ATTN command carries a
- * batch of work items; the executor that picks it up splits the batch
- * into per-core parts and queues them at the front, so one command per
- * device and decode step still uses every core.  The part that finishes
- * last completes the command.
+ * batch of work items; the executor that picks it up queues helper parts
+ * at the front, one per other core, and every part then claims items one
+ * at a time until none is left, so one command per device and decode
+ * step uses every core, and a core that starts late (a sleeping thread,
+ * a busy host CPU) takes fewer items instead of holding the command up
+ * with a fixed share.  The part that finishes last completes the command.
  *
  * Idle executors poll the queue for spin_ns before sleeping on the
  * condition variable: a sleeping thread costs a futex wake-up (several
@@ -25,7 +27,6 @@ struct job;
 struct task {
 	struct task *next;
 	struct job *job;
-	uint32_t begin, end;	/* SPARSE_ATTN item range */
 	bool head;		/* first task of its job: validates, may split */
 };
 
@@ -35,6 +36,7 @@ struct job {
 	uint64_t cookie;
 	uint64_t t_start;
 	atomic_uint parts_left;
+	atomic_uint next_item;	/* SPARSE_ATTN: the next item to claim */
 	atomic_uint status;
 	uint32_t detail;
 	struct task head;
@@ -104,41 +106,38 @@ static struct task *pop(struct nfw_runtime *rt)
 	return t;
 }
 
-/* Queue parts 1..n-1 of a SPARSE_ATTN batch; returns the end of part 0. */
-static uint32_t split(struct nfw_runtime *rt, struct job *job)
+/* Queue helper parts of a SPARSE_ATTN batch; false if it runs unsplit. */
+static bool split(struct nfw_runtime *rt, struct job *job)
 {
 	uint32_t items = job->desc.p.attn.nr_items;
 	uint32_t parts = items < rt->nthreads ? items : rt->nthreads;
 	struct task *t[256];
-	uint32_t chunk, n = 0;
+	uint32_t n = 0;
 
 	if (parts < 2)
-		return items;
-	chunk = (items + parts - 1) / parts;
-	for (uint32_t b = chunk; b < items; b += chunk) {
+		return false;
+	for (n = 0; n < parts - 1; n++) {
 		t[n] = calloc(1, sizeof(*t[n]));
 		if (!t[n]) {
 			/* Short of memory: run the whole batch here instead. */
 			while (n)
 				free(t[--n]);
-			return items;
+			return false;
 		}
 		t[n]->job = job;
-		t[n]->begin = b;
-		t[n]->end = b + chunk < items ? b + chunk : items;
-		n++;
 	}
+	atomic_store(&job->next_item, 0);
 	atomic_store(&job->parts_left, n + 1);
 	pthread_mutex_lock(&rt->lock);
 	while (n)
 		push_locked(rt, t[--n], true);
 	pthread_cond_broadcast(&rt->cond);
 	pthread_mutex_unlock(&rt->lock);
-	return chunk;
+	return true;
 }
 
-static void run_part(struct nfw_runtime *rt, struct job *job, uint32_t begin, uint32_t end,
-		     struct nfw_scratch *scratch)
+static void run_range(struct nfw_runtime *rt, struct job *job, uint32_t begin, uint32_t end,
+		      struct nfw_scratch *scratch)
 {
 	uint32_t detail = 0;
 	uint32_t st = nfw_execute(&rt->cfg.mem, &job->desc, rt->isa, begin, end, scratch, &detail);
@@ -146,8 +145,22 @@ static void run_part(struct nfw_runtime *rt, struct job *job, uint32_t begin, ui
 	if (st) {
 		uint32_t ok = NPNM_ST_OK;
 
-		atomic_compare_exchange_strong(&job->status, &ok, st);
-		job->detail = detail;
+		if (atomic_compare_exchange_strong(&job->status, &ok, st))
+			job->detail = detail;
+	}
+}
+
+/* One part of a job: the whole of it, or claimed items of a split batch. */
+static void run_part(struct nfw_runtime *rt, struct job *job, bool claim,
+		     struct nfw_scratch *scratch)
+{
+	if (!claim) {
+		run_range(rt, job, 0, UINT32_MAX, scratch);
+	} else {
+		uint32_t i;
+
+		while ((i = atomic_fetch_add(&job->next_item, 1)) < job->desc.p.attn.nr_items)
+			run_range(rt, job, i, i + 1, scratch);
 	}
 	if (atomic_fetch_sub(&job->parts_left, 1) == 1)
 		complete_job(rt, job);
@@ -163,10 +176,10 @@ static void *executor(void *arg)
 	nfw_scratch_get(&scratch, NFW_ATTN_SCRATCH_BYTES);
 	while ((t = pop(rt))) {
 		struct job *job = t->job;
-		uint32_t st, end = UINT32_MAX;
+		uint32_t st;
 
 		if (!t->head) {
-			run_part(rt, job, t->begin, t->end, &scratch);
+			run_part(rt, job, true, &scratch);
 			free(t);
 			continue;
 		}
@@ -177,9 +190,8 @@ static void *executor(void *arg)
 			complete_job(rt, job);
 			continue;
 		}
-		if (job->desc.opcode == NPNM_OP_SPARSE_ATTN && rt->nthreads > 1)
-			end = split(rt, job);
-		run_part(rt, job, 0, end, &scratch);
+		run_part(rt, job, job->desc.opcode == NPNM_OP_SPARSE_ATTN && rt->nthreads > 1 &&
+			 split(rt, job), &scratch);
 	}
 	nfw_scratch_free(&scratch);
 	return NULL;
