@@ -457,6 +457,10 @@ static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *
 #define PF_DIST 1u
 #endif
 
+#ifndef PF_TABLE
+#define PF_TABLE 8u
+#endif
+
 /* Walks the selected clusters' tokens in order, skipping unusable ids. */
 struct token_iter {
 	const struct nfw_attn_args *a;
@@ -476,6 +480,14 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 		if (it->pos == it->end) {
 			if (it->sel == a->nr_sel)
 				break;
+			/* Table entries are misses of their own: fetch ahead too. */
+			if (it->sel + PF_TABLE < a->nr_sel) {
+				uint32_t id = __atomic_load_n(&a->sel[it->sel + PF_TABLE],
+							      __ATOMIC_RELAXED);
+
+				if (id < a->nr_clusters)
+					__builtin_prefetch(&a->table[id], 0, 3);
+			}
 			if (!nfw_attn_cluster(a, it->sel, &c)) {
 				it->pos = c.first;
 				it->end = c.first + c.count;
