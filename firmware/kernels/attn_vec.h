@@ -46,9 +46,10 @@ static inline void store(float *p, vf v)
 	*(vf_u *)p = v;
 }
 
+/* x - 0 is x for every x, signed zeros included, so this folds to a broadcast. */
 static inline vf splat(float x)
 {
-	return (vf){ 0 } + x;
+	return x - (vf){ 0 };
 }
 
 static inline vf blend(vi mask, vf yes, vf no)
@@ -248,26 +249,19 @@ struct rows {
 	uint32_t n;
 };
 
-/* The tile computed and the one PF_DIST tiles ahead, prefetched meanwhile. */
+/*
+ * The tile computed, and one row pointer per prefetch slot: the line at
+ * element j of slot i is prefetched as the tile's reader passes slot i at
+ * element j (see pf_slots()).
+ */
 struct tile {
-	const struct rows *cur, *ahead;
+	const struct rows *cur;
+	const uint16_t *pf[2 * NFW_TILE];
 };
 
-/*
- * Prefetch, for each line read, one line of the tile ahead.  The logit
- * phase reads K rows and passes slots 0..NFW_TILE-1, the P.V phase reads V
- * rows and passes NFW_TILE + row, so the tile ahead arrives at a steady
- * pace over the whole tile.  Slots map to rows so that, with 16-token
- * clusters, the K and V pages of every cluster of that tile are in flight
- * together -- the first half of each page in the logit phase, the second
- * in the P.V phase: one page at a time measured 25-30 % slower.
- */
 static ALWAYS_INLINE void pf_line(const struct tile *t, uint32_t slot, uint32_t j)
 {
-	const uint32_t spread = NFW_TILE / 16, rest = slot >> 1 & (NFW_TILE / 2 - 1);
-	uint32_t row = rest % spread * 16 + rest / spread + (slot >= NFW_TILE) * 8;
-
-	__builtin_prefetch((slot & 1 ? t->ahead->v : t->ahead->k)[row] + j, 0, 3);
+	__builtin_prefetch(t->pf[slot] + j, 0, 3);
 }
 
 static ALWAYS_INLINE void widen2(const uint16_t *p, int fp16, vf *even, vf *odd)
@@ -323,16 +317,24 @@ static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct
 }
 
 /*
- * Online softmax of one row over the tile: logits past the tile's tokens
- * are -inf, a new maximum rescales the row's state once per tile, and the
- * weights come from one vector exp per VW tokens.
+ * A row's reference maximum m is raised only when a logit exceeds it by
+ * more than this (log space), so weights reach e^8 at most -- far from
+ * fp32 overflow even summed over millions of tokens -- and the rescale,
+ * with its horizontal max and expf, is rare after the first tiles.
  */
-static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *m, float *l,
+#define RESCALE_SLACK 8.0f
+
+/*
+ * Online softmax of one row over the tile: logits past the tile's tokens
+ * are -inf, the weights exp(logit - m) come from one vector exp per VW
+ * tokens, and their sum is kept as a vector (*lv) so no tile pays a
+ * horizontal sum.
+ */
+static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *m, vf *lv,
 			float *o, uint32_t d)
 {
 	vf x[NFW_TILE / VW];
-	vf mx = splat(-INFINITY), sum = splat(0.0f);
-	float top;
+	vf mx = splat(-INFINITY);
 
 	for (uint32_t b = 0; b < NFW_TILE / VW; b++) {
 		vi idx;
@@ -342,12 +344,12 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 		x[b] = blend(idx < (int32_t)n, load(logit + b * VW) * scale, splat(-INFINITY));
 		mx = vmax(mx, x[b]);
 	}
-	top = hmax(mx);
-	if (top > *m) {
+	if (hmax(mx) > *m + RESCALE_SLACK) {
+		float top = hmax(mx);
 		float alpha = expf(*m - top);	/* 0 on the first tile */
 		vf va = splat(alpha);
 
-		*l *= alpha;
+		*lv *= va;
 		for (uint32_t j = 0; j < d; j += VW)
 			store(o + j, load(o + j) * va);
 		*m = top;
@@ -356,9 +358,8 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 		vf w = vexp(x[b] - *m);
 
 		store(p + b * VW, w);
-		sum += w;
+		*lv += w;
 	}
-	*l += hsum(sum);
 }
 
 /* P.V register blocks: rows x 64-byte chunks of the value row. */
@@ -426,7 +427,8 @@ static ALWAYS_INLINE void pv_rows(float *op, const float *p, uint32_t d, const s
 struct kstate {
 	const float *qp;
 	float *op, *logit, *p;
-	float m[NFW_MAX_GROUP], l[NFW_MAX_GROUP];
+	float m[NFW_MAX_GROUP];
+	vf l[NFW_MAX_GROUP];	/* per-lane partial sums of the weights */
 };
 
 /* One tile of up to NFW_TILE tokens folded into every query row's state. */
@@ -515,6 +517,27 @@ static void prefetch_rows(const struct rows *r, uint32_t d)
 		}
 }
 
+/*
+ * Prefetch slots for the tile @ahead, PF_DIST tiles on.  The logit phase
+ * reads K rows and passes slots 0..NFW_TILE-1, the P.V phase reads V rows
+ * and passes NFW_TILE + row, so the tile ahead arrives at a steady pace
+ * over the whole tile.  Slots map to rows so that, with 16-token clusters,
+ * the K and V pages of every cluster of that tile are in flight together
+ * -- the first half of each page in the logit phase, the second in the
+ * P.V phase: one page at a time measured 25-30 % slower.
+ */
+static void pf_slots(struct tile *t, const struct rows *ahead)
+{
+	const uint32_t spread = NFW_TILE / 16;
+
+	for (uint32_t slot = 0; slot < 2 * NFW_TILE; slot++) {
+		uint32_t rest = slot >> 1 & (NFW_TILE / 2 - 1);
+		uint32_t row = rest % spread * 16 + rest / spread + (slot >= NFW_TILE) * 8;
+
+		t->pf[slot] = (slot & 1 ? ahead->v : ahead->k)[row];
+	}
+}
+
 static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate *s,
 				   const uint16_t *zero, int fp16)
 {
@@ -528,9 +551,10 @@ static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate 
 	}
 	for (uint32_t i = 0; ring[i % (PF_DIST + 1)].n; i++) {
 		struct rows *ahead = &ring[(i + PF_DIST) % (PF_DIST + 1)];
-		struct tile t = { &ring[i % (PF_DIST + 1)], ahead };
+		struct tile t = { .cur = &ring[i % (PF_DIST + 1)] };
 
 		next_rows(&it, ahead, zero);
+		pf_slots(&t, ahead);
 		do_tile(s, a, &t, fp16);
 	}
 }
@@ -543,7 +567,7 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 	float *logit = op + (size_t)g * d;		/* [g][NFW_TILE] */
 	float *p = logit + (size_t)g * NFW_TILE;	/* [g][NFW_TILE] softmax weights */
 	uint16_t *zero = (uint16_t *)(p + (size_t)g * NFW_TILE);	/* [d] */
-	struct kstate s = { qp, op, logit, p, { 0 }, { 0 } };
+	struct kstate s = { .qp = qp, .op = op, .logit = logit, .p = p };
 
 	memset(zero, 0, d * sizeof(*zero));
 	for (uint32_t r = 0; r < g; r++) {
@@ -552,16 +576,16 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 			op[(size_t)r * d + i] = 0.0f;
 		}
 		s.m[r] = -INFINITY;
-		s.l[r] = 0.0f;
+		s.l[r] = splat(0.0f);
 	}
 	if (a->kv_dtype == NPNM_DTYPE_FP16)
 		run_item(a, &s, zero, 1);
 	else
 		run_item(a, &s, zero, 0);
 	for (uint32_t r = 0; r < g; r++) {
-		float inv = s.l[r] > 0.0f ? s.l[r] : 1.0f;
+		float l = hsum(s.l[r]), inv = l > 0.0f ? l : 1.0f;
 
-		a->lse[r] = s.l[r] > 0.0f ? s.m[r] + logf(s.l[r]) : -INFINITY;
+		a->lse[r] = l > 0.0f ? s.m[r] + logf(l) : -INFINITY;
 		for (uint32_t i = 0; i < d; i++)
 			a->o[(size_t)r * d + i] = op[(size_t)r * d + deint(i)] / inv;
 	}

@@ -63,6 +63,57 @@ static void attn_shape(void **state)
 	fx_free(&f);
 }
 
+/*
+ * Logits that climb over the tiles in processing order -- small steps
+ * and, every 97 tokens, a jump well past the running maximum -- so the
+ * vector kernels' online softmax rescales both rarely and often; the
+ * output must still match float64.
+ */
+static void attn_logit_ramp(void **state)
+{
+	struct tu_rng rng;
+	struct fx f;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	fx_init(&f, 16ull << 20, 64, 4, NPNM_DTYPE_BF16);
+	fx_add_item(&f, &rng, 3000, 16, 1000);
+	fx_finish(&f);
+	{
+		const struct fx_item *it = &f.it[0];
+		uint8_t *in = f.mem.base + f.cmd.op[NPNM_ATTN_IN].offset;
+		const struct npnm_cluster *table =
+			(const struct npnm_cluster *)(fx_kv(&f) + it->table);
+		const uint32_t *sel = (const uint32_t *)(in + it->sel);
+		uint16_t *k = (uint16_t *)(fx_kv(&f) + it->k);
+		float *q = (float *)(in + it->q);
+		uint32_t pos = 0;
+
+		/* q_r = (1 + r / 4) e0 / scale, so a logit is (1 + r / 4) k[0]. */
+		memset(q, 0, sizeof(float) * f.g * f.d);
+		for (uint32_t r = 0; r < f.g; r++)
+			q[r * f.d] = (1.0f + 0.25f * (float)r) / f.scale;
+		for (uint32_t s = 0; s < it->n_sel; s++)
+			for (uint32_t j = 0; j < table[sel[s]].count; j++, pos++) {
+				uint16_t *row = k + (size_t)(table[sel[s]].first + j) * f.d;
+				float x = -30.0f + 0.02f * (float)pos + (pos % 97 == 96 ? 12.0f : 0.0f);
+
+				memset(row, 0, f.d * sizeof(*row));
+				row[0] = nelssa_f32_to_bf16(x);
+			}
+	}
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		char what[32];
+
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		run_ok(&f, (enum nfw_isa)isa);
+		snprintf(what, sizeof(what), "%s ramp", nfw_isa_name((enum nfw_isa)isa));
+		assert_int_equal(fx_check(&f, 0, what), 0);
+	}
+	fx_free(&f);
+}
+
 /* Every cluster size 1..64, all selected, on every supported ISA. */
 static void attn_cluster_sizes(void **state)
 {
@@ -461,7 +512,7 @@ int main(void)
 	static char names[3 * 6][32];
 	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
 	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 4, 8 };
-	struct CMUnitTest tests[3 * 6 + 9];
+	struct CMUnitTest tests[3 * 6 + 10];
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++)
@@ -476,6 +527,7 @@ int main(void)
 				n++;
 			}
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_cluster_sizes);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_logit_ramp);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(vector_matches_scalar);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_odd_head_dim);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_fp16);
