@@ -14,8 +14,10 @@
  * condition variable: a sleeping thread costs a futex wake-up (several
  * microseconds) on every command, which is most of a NOP's latency.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -197,12 +199,50 @@ static void *executor(void *arg)
 	return NULL;
 }
 
+/* Executor @i, on its CPU when the configuration names a range. */
+static int start_executor(struct nfw_runtime *rt, unsigned int i)
+{
+	pthread_attr_t attr;
+	cpu_set_t cpus;
+	int ret;
+
+	if (!rt->cfg.cpu_count)
+		return -pthread_create(&rt->threads[i], NULL, executor, rt);
+	CPU_ZERO(&cpus);
+	CPU_SET(rt->cfg.cpu_first + i % rt->cfg.cpu_count, &cpus);
+	ret = pthread_attr_init(&attr);
+	if (ret)
+		return -ret;
+	ret = pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus);
+	if (!ret)
+		ret = pthread_create(&rt->threads[i], &attr, executor, rt);
+	pthread_attr_destroy(&attr);
+	return -ret;
+}
+
+/* 1 when every CPU of the configured range is one this process may use. */
+static int cpus_allowed(const struct nfw_runtime_config *cfg)
+{
+	cpu_set_t allowed;
+
+	if (!cfg->cpu_count)
+		return 1;
+	if (cfg->cpu_count > CPU_SETSIZE || cfg->cpu_first > CPU_SETSIZE - cfg->cpu_count ||
+	    sched_getaffinity(0, sizeof(allowed), &allowed))
+		return 0;
+	for (unsigned int c = cfg->cpu_first; c < cfg->cpu_first + cfg->cpu_count; c++)
+		if (!CPU_ISSET(c, &allowed))
+			return 0;
+	return 1;
+}
+
 int nfw_runtime_create(const struct nfw_runtime_config *cfg, struct nfw_runtime **out)
 {
 	struct nfw_runtime *rt;
 	int ret;
 
-	if (!cfg || !cfg->complete || !cfg->mem.base || cfg->cores == 0 || cfg->cores > 256)
+	if (!cfg || !cfg->complete || !cfg->mem.base || cfg->cores == 0 || cfg->cores > 256 ||
+	    !cpus_allowed(cfg))
 		return -EINVAL;
 	if (!nfw_isa_supported(cfg->isa))
 		return -EOPNOTSUPP;
@@ -219,10 +259,10 @@ int nfw_runtime_create(const struct nfw_runtime_config *cfg, struct nfw_runtime 
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
 	for (rt->nthreads = 0; rt->nthreads < cfg->cores; rt->nthreads++) {
-		ret = pthread_create(&rt->threads[rt->nthreads], NULL, executor, rt);
+		ret = start_executor(rt, rt->nthreads);
 		if (ret) {
 			nfw_runtime_destroy(rt);
-			return -ret;
+			return ret;
 		}
 	}
 	*out = rt;

@@ -23,6 +23,7 @@ struct sim_opts {
 	unsigned int cores;
 	enum nfw_isa isa;
 	uint64_t spin_ns;
+	unsigned int cpu_first, cpu_count;	/* cpus=: executors pinned; 0: not */
 	unsigned int set;	/* SIM_OPT_* given explicitly */
 };
 
@@ -30,6 +31,7 @@ struct sim_opts {
 #define SIM_OPT_CORES (1u << 1)
 #define SIM_OPT_ISA (1u << 2)
 #define SIM_OPT_SPIN (1u << 3)
+#define SIM_OPT_CPUS (1u << 4)
 
 struct sim_dev {
 	struct sim_dev *next;

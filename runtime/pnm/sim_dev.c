@@ -16,6 +16,33 @@
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_dev *registry;
 
+#define SIM_MAX_CPU 1023
+
+/* "N" or "N-M": the host CPUs the executors are pinned to. */
+static int parse_cpus(const char *val, struct sim_opts *o)
+{
+	unsigned long first, last;
+	char *end;
+
+	errno = 0;
+	first = strtoul(val, &end, 10);
+	if (errno || end == val || first > SIM_MAX_CPU)
+		return -1;
+	last = first;
+	if (*end == '-') {
+		const char *p = end + 1;
+
+		last = strtoul(p, &end, 10);
+		if (errno || end == p || last > SIM_MAX_CPU || last < first)
+			return -1;
+	}
+	if (*end)
+		return -1;
+	o->cpu_first = (unsigned int)first;
+	o->cpu_count = (unsigned int)(last - first + 1);
+	return 0;
+}
+
 int sim_parse(const char *spec, struct sim_opts *o)
 {
 	char buf[128], *save = NULL, *tok, *end;
@@ -71,9 +98,14 @@ int sim_parse(const char *spec, struct sim_opts *o)
 				return pnm_error(-EINVAL, "%s: spin_us=%s: need 0..1000000", spec, val);
 			o->spin_ns = (uint64_t)v * 1000;
 			o->set |= SIM_OPT_SPIN;
+		} else if (!strcmp(tok, "cpus")) {
+			if (parse_cpus(val, o))
+				return pnm_error(-EINVAL, "%s: cpus=%s: need FIRST or FIRST-LAST, "
+						 "CPU numbers 0..%d", spec, val, SIM_MAX_CPU);
+			o->set |= SIM_OPT_CPUS;
 		} else {
-			return pnm_error(-EINVAL, "%s: unknown option '%s' (mem, cores, isa, spin_us)",
-					 spec, tok);
+			return pnm_error(-EINVAL, "%s: unknown option '%s' (mem, cores, isa, spin_us, "
+					 "cpus)", spec, tok);
 		}
 	}
 	return 0;
@@ -84,7 +116,9 @@ static int conflicts(const struct sim_opts *have, const struct sim_opts *want)
 	return ((want->set & SIM_OPT_MEM) && want->mem != have->mem) ||
 	       ((want->set & SIM_OPT_CORES) && want->cores != have->cores) ||
 	       ((want->set & SIM_OPT_ISA) && want->isa != have->isa) ||
-	       ((want->set & SIM_OPT_SPIN) && want->spin_ns != have->spin_ns);
+	       ((want->set & SIM_OPT_SPIN) && want->spin_ns != have->spin_ns) ||
+	       ((want->set & SIM_OPT_CPUS) && (want->cpu_first != have->cpu_first ||
+					       want->cpu_count != have->cpu_count));
 }
 
 static int create(const struct sim_opts *o, struct sim_dev **out)
@@ -116,6 +150,8 @@ static int create(const struct sim_opts *o, struct sim_dev **out)
 	cfg.cores = o->cores;
 	cfg.isa = o->isa;
 	cfg.spin_ns = o->spin_ns;
+	cfg.cpu_first = o->cpu_first;
+	cfg.cpu_count = o->cpu_count;
 	cfg.complete = sim_complete;
 	ret = nfw_runtime_create(&cfg, &dev->rt);
 	if (ret)
@@ -130,6 +166,9 @@ err_alloc:
 err_unmap:
 	munmap(dev->mem, o->mem);
 	free(dev);
+	if (ret == -EINVAL && o->cpu_count)
+		return pnm_error(ret, "sim:%u: cpus=%u-%u: not all CPUs this process may run on",
+				 o->index, o->cpu_first, o->cpu_first + o->cpu_count - 1);
 	return pnm_error(ret, "sim:%u: cannot start the device runtime", o->index);
 }
 

@@ -3,8 +3,10 @@
  * The Device Runtime: exactly-once completion under concurrent submitters,
  * batches split across executors, cancellation and shutdown.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -248,6 +250,64 @@ static void bad_config(void **state)
 	free(m.base);
 }
 
+static atomic_int seen_cpu_mask;
+
+static void on_complete_cpu(void *owner, uint64_t cookie, const struct nfw_result *res)
+{
+	int cpu = sched_getcpu();
+
+	atomic_fetch_or(&seen_cpu_mask, cpu >= 0 && cpu < 31 ? 1 << cpu : 1 << 31);
+	on_complete(owner, cookie, res);
+}
+
+/*
+ * Three executors pinned to one CPU run every command there; a CPU this
+ * process may not use is refused at creation.
+ */
+static void pinned_executors(void **state)
+{
+	struct nfw_mem m = { tu_alloc(1 << 20), 1 << 20 };
+	struct nfw_runtime_config cfg = {
+		.mem = m, .cores = 3, .isa = NFW_ISA_AUTO, .complete = on_complete_cpu,
+	};
+	struct tally *t = tu_alloc(sizeof(*t));
+	struct nfw_runtime *rt = NULL;
+	cpu_set_t allowed;
+	int cpu = -1;
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+	for (int c = 0; c < 31 && cpu < 0; c++)
+		if (CPU_ISSET(c, &allowed))
+			cpu = c;
+	if (cpu < 0)
+		skip();
+	cfg.cpu_first = (unsigned int)cpu;
+	cfg.cpu_count = 1;
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), 0);
+	for (uint64_t i = 0; i < 200; i++) {
+		struct npnm_cmd c = { .opcode = NPNM_OP_NOP };
+
+		assert_int_equal(nfw_runtime_submit(rt, &c, t, i), 0);
+	}
+	wait_total(t, 200);
+	nfw_runtime_destroy(rt);
+	for (unsigned int i = 0; i < 200; i++)
+		assert_int_equal(atomic_load(&t->status[i]), NPNM_ST_OK);
+	assert_int_equal(atomic_load(&seen_cpu_mask), 1 << cpu);
+	for (unsigned int c = 0; c < CPU_SETSIZE; c++)
+		if (!CPU_ISSET(c, &allowed)) {
+			cfg.cpu_first = c;
+			assert_int_equal(nfw_runtime_create(&cfg, &rt), -EINVAL);
+			break;
+		}
+	cfg.cpu_first = CPU_SETSIZE - 1;
+	cfg.cpu_count = 2;	/* runs past the end of any CPU set */
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), -EINVAL);
+	free(t);
+	free(m.base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +316,7 @@ int main(void)
 		cmocka_unit_test(split_batch_invalid),
 		cmocka_unit_test(cancel_and_destroy),
 		cmocka_unit_test(bad_config),
+		cmocka_unit_test(pinned_executors),
 	};
 
 	tu_init("fw_runtime");

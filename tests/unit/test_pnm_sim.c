@@ -93,6 +93,8 @@ static void bad_names(void **state)
 		{ "sim:1,mem=1", -EINVAL }, { "sim:1,mem=12Q", -EINVAL }, { "sim:1,cores=0", -EINVAL },
 		{ "sim:1,cores=999", -EINVAL }, { "sim:1,bogus=1", -EINVAL }, { "sim:1,mem", -EINVAL },
 		{ "sim:1,isa=sse9", -EINVAL }, { "gpu0", -EINVAL }, { "/dev/nelssa_pnm99", -ENOENT },
+		{ "sim:1,cpus=x", -EINVAL }, { "sim:1,cpus=3-1", -EINVAL }, { "sim:1,cpus=0-", -EINVAL },
+		{ "sim:1,cpus=5000", -EINVAL }, { "sim:1,cpus=1023", -EINVAL },	/* not ours */
 	};
 	struct nelssa_pnm *p;
 

@@ -138,6 +138,12 @@ typedef void (*nfw_complete_fn)(void *owner, uint64_t cookie, const struct nfw_r
  * @isa: SPARSE_ATTN implementation (NFW_ISA_AUTO: best supported).
  * @spin_ns: how long an idle executor polls before sleeping; trades CPU
  *	for submit-to-start latency.  0 sleeps at once.
+ * @cpu_first: with @cpu_count > 0, executor i runs only on host CPU
+ *	@cpu_first + i % @cpu_count.  The scheduler otherwise may stack the
+ *	executors of one batch on a CPU for tens of milliseconds (measured:
+ *	two cores doing the work of one), which matters when they stand for
+ *	the cores of a card and are being measured.
+ * @cpu_count: CPUs in that range; 0 leaves placement to the scheduler.
  * @complete: completion callback.
  */
 struct nfw_runtime_config {
@@ -145,9 +151,11 @@ struct nfw_runtime_config {
 	unsigned int cores;
 	enum nfw_isa isa;
 	uint64_t spin_ns;
+	unsigned int cpu_first, cpu_count;
 	nfw_complete_fn complete;
 };
 
+/* -EINVAL for a CPU range this process may not run on. */
 int nfw_runtime_create(const struct nfw_runtime_config *cfg, struct nfw_runtime **out);
 /* Queue a copy of @desc; -ESHUTDOWN once destruction has begun. */
 int nfw_runtime_submit(struct nfw_runtime *rt, const struct npnm_cmd *desc, void *owner,
