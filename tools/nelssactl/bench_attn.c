@@ -28,10 +28,13 @@ static const char help[] =
 	"  --cluster N     tokens per cluster (default 16)\n"
 	"  --select F      fraction of clusters selected (default 0.04)\n"
 	"  --iters N       timed commands, each with a fresh selection (default 10)\n"
+	"  --cpus FIRST    pin the executors and the baseline readers to CPUs FIRST..\n"
+	"                  FIRST+N-1 (default: the first N CPUs this process may use)\n"
+	"  --no-pin        leave thread placement to the scheduler\n"
 	"Reports kv_bytes, seconds, effective_gbps (KV bytes read per second, mean over\n"
 	"the timed commands), read_baseline_gbps (best of 3 single-pass streaming reads\n"
 	"of a buffer as large as the KV stores, at most 2 GiB, with the same thread\n"
-	"count) and their ratio.\n";
+	"count on the same CPUs) and their ratio.\n";
 
 static int parse(struct attn_opts *o, int argc, char **argv)
 {
@@ -40,8 +43,10 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		{ "items", required_argument, NULL, 'n' }, { "head-dim", required_argument, NULL, 'd' },
 		{ "group", required_argument, NULL, 'g' }, { "cluster", required_argument, NULL, 'k' },
 		{ "select", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'i' },
+		{ "cpus", required_argument, NULL, 'p' }, { "no-pin", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' }, { 0 },
 	};
+	uint64_t first = UINT64_MAX;
 	int c, bad = 0;
 
 	attn_defaults(o);
@@ -57,6 +62,8 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		case 'k': bad |= ctl_parse_uint(optarg, 1, 4096, &o->cluster); break;
 		case 's': bad |= ctl_parse_double(optarg, 0.0, 1.0, &o->select); break;
 		case 'i': bad |= ctl_parse_uint(optarg, 1, 100000, &o->iters); break;
+		case 'p': bad |= ctl_parse_uint(optarg, 0, 1023, &first); break;
+		case 'P': o->pin = false; break;
 		case 'h': fputs(help, stdout); return 1;
 		default: bad = 1; break;
 		}
@@ -68,6 +75,14 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 	if (optind != argc) {
 		fprintf(stderr, "nelssactl bench attn: unexpected '%s'\n", argv[optind]);
 		return -1;
+	}
+	if (first != UINT64_MAX) {
+		if (!o->pin) {
+			fprintf(stderr, "nelssactl bench attn: --cpus and --no-pin exclude each other\n");
+			return -1;
+		}
+		o->cpu_first = (unsigned int)first;
+		o->cpus_given = true;
 	}
 	return 0;
 }
@@ -184,7 +199,7 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 
 void attn_defaults(struct attn_opts *o)
 {
-	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04 };
+	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04, true, 0, false };
 }
 
 int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct attn_result *res)
@@ -204,6 +219,21 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	plan(&o, &l);
 	snprintf(opts, sizeof(opts), "cores=%llu,mem=%lluM", (unsigned long long)o.threads,
 		 (unsigned long long)((l.kv_bytes + l.in_bytes + l.items_bytes + l.out_bytes) / (1 << 20) + 64));
+	if (o.pin && !strncmp(dev, "sim:", 4) && !strchr(dev, ',')) {
+		unsigned int first = o.cpu_first;
+
+		if (o.cpus_given || !ctl_pick_cpus((unsigned int)o.threads, &first)) {
+			size_t n = strlen(opts);
+
+			snprintf(opts + n, sizeof(opts) - n, ",cpus=%u-%u", first,
+				 first + (unsigned int)o.threads - 1);
+			res->pinned = true;
+			res->cpu_first = first;
+		} else if (!quiet) {
+			fprintf(stderr, "the first %llu CPUs of this process are not consecutive: "
+				"threads not pinned\n", (unsigned long long)o.threads);
+		}
+	}
 	ctl_sim_name(res->name, sizeof(res->name), dev, opts);
 	p = ctl_open(res->name);
 	if (!p)
@@ -301,7 +331,7 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		return rc;
 	/* A buffer as large as the stores (at most 2 GiB): DRAM, not cache. */
 	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
-				     r.threads, 3);
+				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	if (ctl->json) {
 		json_object *j = json_object_new_object();
 
@@ -313,6 +343,14 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		json_object_object_add(j, "read_baseline_gbps", json_object_new_double(baseline));
 		json_object_object_add(j, "ratio", json_object_new_double(r.gbps / baseline));
 		json_object_object_add(j, "threads", json_object_new_int64(r.threads));
+		if (r.pinned) {
+			char cpus[32];
+
+			snprintf(cpus, sizeof(cpus), "%u-%u", r.cpu_first, r.cpu_first + r.threads - 1);
+			json_object_object_add(j, "cpus", json_object_new_string(cpus));
+		} else {
+			json_object_object_add(j, "cpus", NULL);
+		}
 		json_object_object_add(j, "context", json_object_new_uint64(o.context));
 		json_object_object_add(j, "items", json_object_new_uint64(o.items));
 		json_object_object_add(j, "head_dim", json_object_new_uint64(o.head_dim));
@@ -335,6 +373,11 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		printf("  effective       %.2f GB/s (best command %.2f GB/s)\n", r.gbps, r.best_gbps);
 		printf("  read baseline   %.2f GB/s (streaming read, %u threads, same run)\n", baseline,
 		       r.threads);
+		if (r.pinned)
+			printf("  CPUs            %u-%u, executors and readers alike\n", r.cpu_first,
+			       r.cpu_first + r.threads - 1);
+		else
+			printf("  CPUs            not pinned\n");
 		printf("  ratio           %.3f\n", r.gbps / baseline);
 		printf("  check           max |o - reference| = %.3g on the warm-up command\n", r.err);
 	}

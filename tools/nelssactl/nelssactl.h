@@ -36,6 +36,9 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv);
 struct attn_opts {
 	uint64_t threads, context, items, head_dim, group, cluster, iters;
 	double select;
+	bool pin;			/* executors (and baseline readers) on fixed CPUs */
+	unsigned int cpu_first;		/* with cpus_given: the first of them */
+	bool cpus_given;		/* else the first CPUs this process may use */
 };
 
 struct attn_result {
@@ -44,6 +47,8 @@ struct attn_result {
 	uint64_t bytes_per_cmd, nsel, nclusters, kv_bytes;
 	uint64_t mem_size;		/* the device's memory */
 	unsigned int threads;
+	bool pinned;			/* executors pinned to CPUs cpu_first.. */
+	unsigned int cpu_first;
 };
 
 void attn_defaults(struct attn_opts *o);
@@ -72,8 +77,15 @@ const char *ctl_size(uint64_t bytes, char *buf, size_t len);
 /*
  * Single-pass streaming read of @bytes with @threads threads, best of
  * @passes: the memory bandwidth a kernel that reads every byte once could
- * reach on this machine.  Returns GB/s (1e9 bytes per second).
+ * reach on this machine.  With @cpu_count, reader i runs on CPU
+ * @cpu_first + i % @cpu_count.  Returns GB/s (1e9 bytes per second).
  */
-double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes);
+double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes,
+			 unsigned int cpu_first, unsigned int cpu_count);
+/*
+ * The first @n CPUs this process may run on, when they are consecutive:
+ * 0 and *@first, else -ERANGE.
+ */
+int ctl_pick_cpus(unsigned int n, unsigned int *first);
 
 #endif /* NELSSACTL_H */

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +130,47 @@ static void *read_slice(void *arg)
 	return NULL;
 }
 
-double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes)
+int ctl_pick_cpus(unsigned int n, unsigned int *first)
+{
+	cpu_set_t allowed;
+	unsigned int c = 0, run = 0;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed))
+		return -errno;
+	while (c < CPU_SETSIZE && !CPU_ISSET(c, &allowed))
+		c++;
+	*first = c;
+	while (c < CPU_SETSIZE && CPU_ISSET(c, &allowed) && run < n) {
+		c++;
+		run++;
+	}
+	return run == n ? 0 : -ERANGE;
+}
+
+static int start_reader(pthread_t *t, struct reader *r, unsigned int cpu_first,
+			unsigned int cpu_count, unsigned int i)
+{
+	pthread_attr_t attr;
+	cpu_set_t cpus;
+	int ret;
+
+	if (!cpu_count)
+		return pthread_create(t, NULL, read_slice, r);
+	/* Pinning is for steadier numbers: a CPU refused still gets a reader. */
+	CPU_ZERO(&cpus);
+	CPU_SET(cpu_first + i % cpu_count, &cpus);
+	ret = pthread_attr_init(&attr);
+	if (ret)
+		return ret;
+	ret = pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus);
+	if (!ret)
+		ret = pthread_create(t, &attr, read_slice, r);
+	pthread_attr_destroy(&attr);
+	return ret ? pthread_create(t, NULL, read_slice, r) : 0;
+}
+
+double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes,
+			 unsigned int cpu_first, unsigned int cpu_count)
 {
 	uint64_t *buf;
 	double best = 0.0;
@@ -139,6 +180,8 @@ double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int pass
 	buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED)
 		return 0.0;
+	/* The same kind of memory as a sim device's (huge pages where the kernel has them). */
+	madvise(buf, bytes, MADV_HUGEPAGE);
 	/* Touch every page with non-zero data: no zero-page shortcuts. */
 	for (size_t i = 0; i < bytes / 8; i++)
 		buf[i] = i * 0x9e3779b97f4a7c15ull;
@@ -152,7 +195,7 @@ double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int pass
 		for (unsigned int i = 0; i < threads; i++) {
 			r[i] = (struct reader){ buf + i * (bytes / 8 / threads), bytes / 8 / threads,
 						&start, 0, 0.0 };
-			pthread_create(&t[i], NULL, read_slice, &r[i]);
+			start_reader(&t[i], &r[i], cpu_first, cpu_count, i);
 		}
 		t0 = ctl_now();
 		pthread_barrier_wait(&start);
