@@ -34,7 +34,9 @@ static const char help[] =
 	"Reports kv_bytes, seconds, effective_gbps (KV bytes read per second, mean over\n"
 	"the timed commands), read_baseline_gbps (best of 3 single-pass streaming reads\n"
 	"of a buffer as large as the KV stores, at most 2 GiB, with the same thread\n"
-	"count on the same CPUs) and their ratio.\n";
+	"count on the same CPUs) and their ratio; gather_baseline_gbps (best of 3 reads of\n"
+	"the K and V rows of as many random clusters, prefetched ahead, no arithmetic)\n"
+	"and gather_ratio, for what the access pattern alone costs.\n";
 
 static int parse(struct attn_opts *o, int argc, char **argv)
 {
@@ -321,7 +323,8 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 {
 	struct attn_opts o;
 	struct attn_result r;
-	double baseline;
+	struct gather_shape shape;
+	double baseline, gather;
 	int ret = parse(&o, argc, argv), rc;
 
 	if (ret)
@@ -332,6 +335,8 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 	/* A buffer as large as the stores (at most 2 GiB): DRAM, not cache. */
 	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
 				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
+	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel, o.cluster * o.head_dim * 2 };
+	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	if (ctl->json) {
 		json_object *j = json_object_new_object();
 
@@ -342,6 +347,10 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		json_object_object_add(j, "best_gbps", json_object_new_double(r.best_gbps));
 		json_object_object_add(j, "read_baseline_gbps", json_object_new_double(baseline));
 		json_object_object_add(j, "ratio", json_object_new_double(r.gbps / baseline));
+		json_object_object_add(j, "gather_baseline_gbps",
+				       gather > 0.0 ? json_object_new_double(gather) : NULL);
+		json_object_object_add(j, "gather_ratio",
+				       gather > 0.0 ? json_object_new_double(r.gbps / gather) : NULL);
 		json_object_object_add(j, "threads", json_object_new_int64(r.threads));
 		if (r.pinned) {
 			char cpus[32];
@@ -379,6 +388,9 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		else
 			printf("  CPUs            not pinned\n");
 		printf("  ratio           %.3f\n", r.gbps / baseline);
+		if (gather > 0.0)
+			printf("  gather baseline %.2f GB/s (the same clusters' bytes read, no arithmetic; "
+			       "ratio %.3f)\n", gather, r.gbps / gather);
 		printf("  check           max |o - reference| = %.3g on the warm-up command\n", r.err);
 	}
 	return rc;

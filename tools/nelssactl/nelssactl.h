@@ -3,6 +3,7 @@
 #ifndef NELSSACTL_H
 #define NELSSACTL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -82,6 +83,27 @@ const char *ctl_size(uint64_t bytes, char *buf, size_t len);
  */
 double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes,
 			 unsigned int cpu_first, unsigned int cpu_count);
+/*
+ * pthread_create() of measurement thread @i, pinned to CPU @cpu_first +
+ * @i % @cpu_count when @cpu_count (unpinned if the CPU is refused).
+ */
+int ctl_start_pinned(pthread_t *t, void *(*fn)(void *), void *arg, unsigned int cpu_first,
+		     unsigned int cpu_count, unsigned int i);
+
+/* The layout 'bench attn' reads: per item, K of every cluster then V. */
+struct gather_shape {
+	uint64_t items, clusters, selected;	/* selected clusters per item */
+	uint64_t chunk_bytes;			/* one cluster's K (= V) rows */
+};
+
+/*
+ * The memory side of SPARSE_ATTN alone: the K and V rows of randomly
+ * selected clusters read with a prefetch running ahead, @threads threads
+ * pinned like ctl_read_baseline()'s, best of @passes.  GB/s, or 0 when the
+ * shape cannot be gathered in whole lines or memory is short.
+ */
+double ctl_gather_baseline(const struct gather_shape *sh, unsigned int threads,
+			   unsigned int passes, unsigned int cpu_first, unsigned int cpu_count);
 /*
  * The first @n CPUs this process may run on, when they are consecutive:
  * 0 and *@first, else -ERANGE.

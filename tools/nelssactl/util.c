@@ -147,16 +147,16 @@ int ctl_pick_cpus(unsigned int n, unsigned int *first)
 	return run == n ? 0 : -ERANGE;
 }
 
-static int start_reader(pthread_t *t, struct reader *r, unsigned int cpu_first,
-			unsigned int cpu_count, unsigned int i)
+int ctl_start_pinned(pthread_t *t, void *(*fn)(void *), void *arg, unsigned int cpu_first,
+		     unsigned int cpu_count, unsigned int i)
 {
 	pthread_attr_t attr;
 	cpu_set_t cpus;
 	int ret;
 
 	if (!cpu_count)
-		return pthread_create(t, NULL, read_slice, r);
-	/* Pinning is for steadier numbers: a CPU refused still gets a reader. */
+		return pthread_create(t, NULL, fn, arg);
+	/* Pinning is for steadier numbers: a CPU refused still gets its thread. */
 	CPU_ZERO(&cpus);
 	CPU_SET(cpu_first + i % cpu_count, &cpus);
 	ret = pthread_attr_init(&attr);
@@ -164,9 +164,9 @@ static int start_reader(pthread_t *t, struct reader *r, unsigned int cpu_first,
 		return ret;
 	ret = pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus);
 	if (!ret)
-		ret = pthread_create(t, &attr, read_slice, r);
+		ret = pthread_create(t, &attr, fn, arg);
 	pthread_attr_destroy(&attr);
-	return ret ? pthread_create(t, NULL, read_slice, r) : 0;
+	return ret ? pthread_create(t, NULL, fn, arg) : 0;
 }
 
 double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes,
@@ -195,7 +195,7 @@ double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int pass
 		for (unsigned int i = 0; i < threads; i++) {
 			r[i] = (struct reader){ buf + i * (bytes / 8 / threads), bytes / 8 / threads,
 						&start, 0, 0.0 };
-			start_reader(&t[i], &r[i], cpu_first, cpu_count, i);
+			ctl_start_pinned(&t[i], read_slice, &r[i], cpu_first, cpu_count, i);
 		}
 		t0 = ctl_now();
 		pthread_barrier_wait(&start);
