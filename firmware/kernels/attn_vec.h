@@ -364,13 +364,13 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 
 /* P.V register blocks: rows x 64-byte chunks of the value row. */
 #if VW == 16
-#define PV_ROWS 4u
+#define PV_ROWS 4
 #define PV_CHUNKS 2u
 #elif VW == 8
-#define PV_ROWS 2u
+#define PV_ROWS 2
 #define PV_CHUNKS 2u
 #else
-#define PV_ROWS 4u
+#define PV_ROWS 4
 #define PV_CHUNKS 2u
 #endif
 
@@ -432,6 +432,39 @@ struct kstate {
 };
 
 /* One tile of up to NFW_TILE tokens folded into every query row's state. */
+/*
+ * Each register-blocked loop gets a function of its own, specialised for
+ * its block shape and KV type: inlined into one big item function, the
+ * P.V loop kept two of its sixteen accumulators on the stack.
+ */
+#define NOINLINE __attribute__((noinline))
+#define LOGITS_FN(qb, f16)							\
+	static NOINLINE void logits_##qb##_##f16(const float *qp, uint32_t d,	\
+						  const struct tile *t, uint32_t r0,	\
+						  float *logit)			\
+	{									\
+		logits_block(qp, d, t, f16, qb, r0, logit);			\
+	}
+#define PV_NAME_(rb, f16) pv_##rb##_##f16
+#define PV_NAME(rb, f16) PV_NAME_(rb, f16)
+#define PV_FN_(rb, f16)								\
+	static NOINLINE void pv_##rb##_##f16(float *op, const float *p, uint32_t d, \
+					     const struct tile *t, uint32_t r0)	\
+	{									\
+		pv_rows(op, p, d, t, f16, r0, rb);				\
+	}
+LOGITS_FN(4, 0)
+LOGITS_FN(2, 0)
+LOGITS_FN(1, 0)
+LOGITS_FN(4, 1)
+LOGITS_FN(2, 1)
+LOGITS_FN(1, 1)
+#define PV_FN(rb, f16) PV_FN_(rb, f16)
+PV_FN(PV_ROWS, 0)
+PV_FN(1, 0)
+PV_FN(PV_ROWS, 1)
+PV_FN(1, 1)
+
 static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *a,
 				  const struct tile *t, int fp16)
 {
@@ -439,20 +472,20 @@ static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *
 	uint32_t r = 0;
 
 	for (; r + 4 <= g; r += 4)
-		logits_block(s->qp, d, t, fp16, 4, r, s->logit);
+		(fp16 ? logits_4_1 : logits_4_0)(s->qp, d, t, r, s->logit);
 	if (r + 2 <= g) {
-		logits_block(s->qp, d, t, fp16, 2, r, s->logit);
+		(fp16 ? logits_2_1 : logits_2_0)(s->qp, d, t, r, s->logit);
 		r += 2;
 	}
 	if (r < g)
-		logits_block(s->qp, d, t, fp16, 1, r, s->logit);
+		(fp16 ? logits_1_1 : logits_1_0)(s->qp, d, t, r, s->logit);
 	for (r = 0; r < g; r++)
 		softmax_row(s->logit + r * NFW_TILE, s->p + r * NFW_TILE, t->cur->n, a->scale, &s->m[r],
 			    &s->l[r], s->op + (size_t)r * d, d);
 	for (r = 0; r + PV_ROWS <= g; r += PV_ROWS)
-		pv_rows(s->op, s->p, d, t, fp16, r, PV_ROWS);
+		(fp16 ? PV_NAME(PV_ROWS, 1) : PV_NAME(PV_ROWS, 0))(s->op, s->p, d, t, r);
 	for (; r < g; r++)
-		pv_rows(s->op, s->p, d, t, fp16, r, 1);
+		(fp16 ? pv_1_1 : pv_1_0)(s->op, s->p, d, t, r);
 }
 
 #ifndef PF_DIST
