@@ -84,9 +84,11 @@ bench: userspace
 	@scripts/sim-sweep.sh $(BUILD) | tail -5
 	@echo "== ... and with the adaptive threshold off =="
 	@scripts/sim-sweep.sh $(BUILD) 1000 --no-adaptive | tail -2
-	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters =="
-	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2 --context 131072 \
-		--items 8 --iters 5
+	@echo "== SPARSE_ATTN on the embedded sim device, 128K context, 4% of clusters (issue 3's shape) =="
+	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 1
+	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2
+	@echo "== the SPARSE_ATTN kernel alone, per ISA: random 2 GiB store vs cache-resident =="
+	@$(BUILD)/tools/fw-bench/nelssa-fw-bench
 
 # Installation: meson installs the userspace (PREFIX, default /usr/local),
 # the module goes to /lib/modules/KVER/updates (DKMS: dkms.conf).  depmod

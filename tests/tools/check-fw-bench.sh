@@ -1,0 +1,32 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# nelssa-fw-bench end to end, in TAP, at a small size: exit codes, the
+# shape of its JSON and the check of every ISA against the scalar kernel
+# (never how fast anything is).
+#
+#   check-fw-bench.sh NELSSA-FW-BENCH
+set -u
+
+bench=${1:?usage: check-fw-bench.sh NELSSA-FW-BENCH}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+n=0
+
+# shellcheck source=tap-lib.sh
+. "$(dirname "$0")/tap-lib.sh"
+
+small="--context 4096 --items 2 --resident 256 --iters 2"
+echo "1..7"
+t "--help exits 0" 0 "$bench" --help
+t "a zero selection is a usage error" 2 "$bench" --select 0
+t "a stray argument is a usage error" 2 "$bench" extra
+# shellcheck disable=SC2086 # the options are words
+t "text run" 0 "$bench" $small
+# shellcheck disable=SC2086
+t "JSON run" 0 "$bench" $small --json
+json_check "every supported ISA, the scalar one last" \
+	"len(j['isas']) >= 1 and j['isas'][-1]['isa'] == 'scalar' and j['random']['items'] == 2"
+json_check "outputs agree with the scalar kernel, timings are positive" \
+	"all(i['max_abs_err'] < 1e-4 and i['random_gbps'] > 0 and i['resident_ns_per_cluster'] > 0
+	     for i in j['isas'])"

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nelssa-fw-bench: the firmware's SPARSE_ATTN kernel timed on the calling
+ * thread, with no device runtime, queue or second core around it -- the
+ * numbers behind the analysis in Documentation/performance.rst.
+ *
+ *   random    32 items of 128K tokens (2 GiB of stores), 4 % of the
+ *             clusters selected at random, a fresh selection per command:
+ *             what 'nelssactl bench attn' measures, minus the runtime;
+ *   resident  one item small enough for L2, every cluster selected in
+ *             random order: the arithmetic alone.
+ *
+ * Each ISA the CPU supports is timed (a head dim the ISA cannot tile runs
+ * the scalar kernel under its name); outputs are checked against the
+ * scalar kernel's.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <nelssa/fw.h>
+
+#include "tool_util.h"
+
+static const char *const prog = "nelssa-fw-bench";
+
+struct opts {
+	uint32_t context, items, resident_tokens, head_dim, group, cluster, iters;
+	double select;
+	int json;
+};
+
+/* One benchmark setting laid out in device memory: items | IN | OUT | stores. */
+struct setup {
+	struct nfw_mem mem;
+	struct npnm_cmd cmd[2];		/* commands alternate between two selections */
+	uint64_t kv_bytes_per_cmd;
+	uint32_t clusters_per_cmd;
+};
+
+static int build(struct setup *s, const struct opts *o, uint32_t items, uint32_t context,
+		 double select)
+{
+	const uint64_t row = (uint64_t)o->head_dim * 2;
+	const uint32_t ncl = (context + o->cluster - 1) / o->cluster;
+	const uint32_t nsel = (uint32_t)llround(select * ncl);
+	const uint64_t store = (2 * row * context + (uint64_t)ncl * 8 + 4095) & ~4095ull;
+	const uint64_t items_off = 0, items_bytes = 2ull * items * sizeof(struct npnm_attn_item);
+	const uint64_t in_off = (items_bytes + 4095) & ~4095ull;
+	const uint64_t q_bytes = (uint64_t)items * o->group * o->head_dim * 4;
+	const uint64_t in_bytes = q_bytes + 2ull * items * nsel * 4;
+	const uint64_t out_off = (in_off + in_bytes + 4095) & ~4095ull;
+	const uint64_t per_out = (uint64_t)o->group * o->head_dim * 4 + o->group * 4;
+	const uint64_t kv_off = (out_off + items * per_out + (2 << 20) - 1) & ~((2ull << 20) - 1);
+	uint64_t rng = 0x2545f4914f6cdd1dull;
+	uint32_t *perm = tl_calloc(prog, ncl, sizeof(*perm));
+	uint8_t *m;
+
+	s->mem.size = kv_off + store * items;
+	m = mmap(NULL, s->mem.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		fprintf(stderr, "%s: cannot map %llu bytes\n", prog, (unsigned long long)s->mem.size);
+		free(perm);
+		return -1;
+	}
+	madvise(m, s->mem.size, MADV_HUGEPAGE);	/* as a sim device's memory */
+	s->mem.base = m;
+	for (uint32_t it = 0; it < items; it++) {
+		uint8_t *base = m + kv_off + it * store;
+		struct npnm_cluster *t = (struct npnm_cluster *)(base + 2 * row * context);
+
+		for (uint64_t i = 0; i < 2 * row * context / 8; i++)	/* bf16 in +-[0.5, 2) */
+			((uint64_t *)base)[i] = (tl_next(&rng) & 0x807f807f807f807full) |
+						0x3f003f003f003f00ull;
+		for (uint32_t c = 0; c < ncl; c++)
+			t[c] = (struct npnm_cluster){ c * o->cluster,
+				c * o->cluster + o->cluster > context ? context - c * o->cluster :
+									o->cluster };
+	}
+	for (uint64_t i = 0; i < q_bytes / 4; i++)
+		((float *)(m + in_off))[i] = tl_frand(&rng);
+	for (int k = 0; k < 2; k++) {
+		struct npnm_cmd *c = &s->cmd[k];
+
+		for (uint32_t it = 0; it < items; it++) {
+			uint64_t sel_off = q_bytes + ((uint64_t)k * items + it) * nsel * 4;
+			uint32_t *sel = (uint32_t *)(m + in_off + sel_off);
+
+			for (uint32_t i = 0; i < ncl; i++)
+				perm[i] = i;
+			for (uint32_t i = 0; i < nsel; i++) {	/* partial Fisher-Yates */
+				uint32_t j = i + (uint32_t)(tl_next(&rng) % (ncl - i)), x = perm[i];
+
+				perm[i] = perm[j];
+				perm[j] = x;
+				sel[i] = perm[i];
+			}
+			((struct npnm_attn_item *)(m + items_off))[k * items + it] =
+				(struct npnm_attn_item){
+					.k_off = it * store, .v_off = it * store + row * context,
+					.table_off = it * store + 2 * row * context,
+					.q_off = (uint64_t)it * o->group * o->head_dim * 4,
+					.sel_off = sel_off, .o_off = it * per_out,
+					.lse_off = it * per_out + (uint64_t)o->group * o->head_dim * 4,
+					.nr_tokens = context, .nr_clusters = ncl, .nr_sel = nsel,
+				};
+		}
+		memset(c, 0, sizeof(*c));
+		c->opcode = NPNM_OP_SPARSE_ATTN;
+		c->op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0,
+			items_off + (uint64_t)k * items * sizeof(struct npnm_attn_item),
+			items * sizeof(struct npnm_attn_item) };
+		c->op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, kv_off, store * items };
+		c->op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, in_off, in_bytes };
+		c->op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, out_off, items * per_out };
+		c->p.attn = (struct npnm_sparse_attn_params){
+			.nr_items = items, .head_dim = (uint16_t)o->head_dim,
+			.group = (uint8_t)o->group, .kv_dtype = NPNM_DTYPE_BF16,
+		};
+	}
+	s->clusters_per_cmd = items * nsel;
+	s->kv_bytes_per_cmd = (uint64_t)items * nsel * o->cluster * 2 * row;
+	free(perm);
+	return 0;
+}
+
+struct result {
+	double gbps, ns_per_cluster, max_err;
+};
+
+/* @iters commands on @isa, alternating selections; outputs vs the scalar kernel's. */
+static int run(struct setup *s, enum nfw_isa isa, uint32_t iters, struct result *r)
+{
+	const struct npnm_operand *out = &s->cmd[0].op[NPNM_ATTN_OUT];
+	struct nfw_scratch scratch = { 0 };
+	float *ref = tl_calloc(prog, out->len / 4, sizeof(float));
+	uint32_t detail;
+	double t0, dt;
+
+	r->max_err = 0.0;
+	if (nfw_run(&s->mem, &s->cmd[0], NFW_ISA_SCALAR, &scratch, &detail))
+		goto fail;
+	memcpy(ref, s->mem.base + out->offset, out->len);
+	if (nfw_run(&s->mem, &s->cmd[0], isa, &scratch, &detail))
+		goto fail;
+	for (uint64_t i = 0; i < out->len / 4; i++) {
+		double e = fabs((double)((float *)(s->mem.base + out->offset))[i] - ref[i]);
+
+		r->max_err = e > r->max_err ? e : r->max_err;
+	}
+	t0 = tl_now();
+	for (uint32_t k = 0; k < iters; k++)
+		if (nfw_run(&s->mem, &s->cmd[(k + 1) % 2], isa, &scratch, &detail))
+			goto fail;
+	dt = tl_now() - t0;
+	r->gbps = (double)s->kv_bytes_per_cmd * iters / dt / 1e9;
+	r->ns_per_cluster = dt * 1e9 / ((double)s->clusters_per_cmd * iters);
+	nfw_scratch_free(&scratch);
+	free(ref);
+	return 0;
+fail:
+	fprintf(stderr, "%s: SPARSE_ATTN failed on %s\n", prog, nfw_isa_name(isa));
+	nfw_scratch_free(&scratch);
+	free(ref);
+	return -1;
+}
+
+static const char help[] =
+	"usage: nelssa-fw-bench [OPTIONS]\n"
+	"  --context N     tokens per item of the random case (default 131072)\n"
+	"  --items N       items of the random case (default 32)\n"
+	"  --select F      fraction of clusters selected in the random case (default 0.04)\n"
+	"  --resident N    tokens of the cache-resident item (default 1024)\n"
+	"  --head-dim N    (default 128)   --group N (default 4)   --cluster N (default 16)\n"
+	"  --iters N       timed commands of the random case (default 10; the resident\n"
+	"                  case runs as many clusters as the random case reads)\n"
+	"  --json          one JSON object\n";
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{ "context", required_argument, NULL, 'c' }, { "items", required_argument, NULL, 'n' },
+		{ "select", required_argument, NULL, 's' }, { "resident", required_argument, NULL, 'r' },
+		{ "head-dim", required_argument, NULL, 'd' }, { "group", required_argument, NULL, 'g' },
+		{ "cluster", required_argument, NULL, 'k' }, { "iters", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' }, { 0 },
+	};
+	int c;
+
+	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0 };
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		char *end;
+		int bad = 0;
+
+		switch (c) {
+		case 'c': bad = tl_parse_u32(prog, optarg, 64, 1u << 24, &o->context, "--context"); break;
+		case 'n': bad = tl_parse_u32(prog, optarg, 1, 1024, &o->items, "--items"); break;
+		case 'r': bad = tl_parse_u32(prog, optarg, 64, 1u << 20, &o->resident_tokens,
+					     "--resident"); break;
+		case 'd': bad = tl_parse_u32(prog, optarg, 32, 256, &o->head_dim, "--head-dim"); break;
+		case 'g': bad = tl_parse_u32(prog, optarg, 1, 16, &o->group, "--group"); break;
+		case 'k': bad = tl_parse_u32(prog, optarg, 1, 4096, &o->cluster, "--cluster"); break;
+		case 'i': bad = tl_parse_u32(prog, optarg, 1, 100000, &o->iters, "--iters"); break;
+		case 's':
+			o->select = strtod(optarg, &end);
+			if (*end || !(o->select > 0.0 && o->select <= 1.0)) {
+				fprintf(stderr, "%s: --select %s: need a fraction in (0, 1]\n", prog, optarg);
+				bad = -1;
+			}
+			break;
+		case 'j': o->json = 1; break;
+		case 'h': fputs(help, stdout); exit(0);
+		default: bad = -1; break;
+		}
+		if (bad) {
+			fputs(help, stderr);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected '%s'\n%s", prog, argv[optind], help);
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const enum nfw_isa isas[] = { NFW_ISA_AVX512, NFW_ISA_AVX2, NFW_ISA_NEON,
+					     NFW_ISA_SCALAR };
+	struct setup rnd, res;
+	struct opts o;
+	uint64_t resident_iters;
+	int first = 1;
+
+	if (parse(argc, argv, &o))
+		return 2;
+	if (!o.json)
+		fprintf(stderr, "preparing %u items of %u tokens...\n", o.items, o.context);
+	if (build(&rnd, &o, o.items, o.context, o.select) ||
+	    build(&res, &o, 1, o.resident_tokens, 1.0))
+		return 1;
+	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;
+	if (o.json)
+		printf("{\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
+		       "\"resident\":{\"tokens\":%u},\"isas\":[", o.items, o.context, o.select,
+		       o.resident_tokens);
+	else
+		printf("ISA      random GB/s  ns/cluster   resident GB/s  ns/cluster   max |err| vs scalar\n");
+	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+		struct result a, b;
+
+		if (!nfw_isa_supported(isas[i]))
+			continue;
+		if (run(&rnd, isas[i], o.iters, &a) || run(&res, isas[i], (uint32_t)resident_iters, &b))
+			return 1;
+		if (o.json)
+			printf("%s{\"isa\":\"%s\",\"random_gbps\":%.4f,\"random_ns_per_cluster\":%.2f,"
+			       "\"resident_gbps\":%.4f,\"resident_ns_per_cluster\":%.2f,"
+			       "\"max_abs_err\":%.3g}", first ? "" : ",", nfw_isa_name(isas[i]),
+			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster,
+			       a.max_err > b.max_err ? a.max_err : b.max_err);
+		else
+			printf("%-8s %11.2f  %10.1f   %13.2f  %10.1f   %.3g\n", nfw_isa_name(isas[i]),
+			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster,
+			       a.max_err > b.max_err ? a.max_err : b.max_err);
+		first = 0;
+	}
+	if (o.json)
+		printf("]}\n");
+	munmap(rnd.mem.base, rnd.mem.size);
+	munmap(res.mem.base, res.mem.size);
+	return 0;
+}
