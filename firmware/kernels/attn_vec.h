@@ -246,22 +246,35 @@ static inline float hsum(vf v)
  */
 struct rows {
 	const uint16_t *k[NFW_TILE], *v[NFW_TILE];
+	const uint16_t *pf[2 * NFW_TILE];	/* the same rows in prefetch order */
 	uint32_t n;
 };
 
-/*
- * The tile computed, and one row pointer per prefetch slot: the line at
- * element j of slot i is prefetched as the tile's reader passes slot i at
- * element j (see pf_slots()).
- */
+/* The tile computed and the one prefetched meanwhile, PF_DIST tiles on. */
 struct tile {
-	const struct rows *cur;
-	const uint16_t *pf[2 * NFW_TILE];
+	const struct rows *cur, *ahead;
 };
 
+/*
+ * Prefetch, for each line read, one line of the tile ahead.  The logit
+ * phase reads K rows and passes slots 0..NFW_TILE-1, the P.V phase reads V
+ * rows and passes NFW_TILE + row, so the tile ahead arrives at a steady
+ * pace over the whole tile.  pf_slot() maps rows to slots so that, with
+ * 16-token clusters, the K and V pages of every cluster of that tile are in
+ * flight together -- the first half of each page in the logit phase, the
+ * second in the P.V phase: one page at a time measured 25-30 % slower.
+ */
 static ALWAYS_INLINE void pf_line(const struct tile *t, uint32_t slot, uint32_t j)
 {
-	__builtin_prefetch(t->pf[slot] + j, 0, 3);
+	__builtin_prefetch(t->ahead->pf[slot] + j, 0, 3);
+}
+
+/* The prefetch slot of row @row's K line (its V line is the next slot). */
+static inline uint32_t pf_slot(uint32_t row)
+{
+	const uint32_t spread = NFW_TILE / 16, in = row % 16;
+
+	return (in / 8) * NFW_TILE + ((in % 8) * spread + row / 16) * 2;
 }
 
 static ALWAYS_INLINE void widen2(const uint16_t *p, int fp16, vf *even, vf *odd)
@@ -530,14 +543,26 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 			it->sel++;
 			continue;
 		}
-		r->k[r->n] = a->k + (size_t)it->pos * d;
-		r->v[r->n] = a->v + (size_t)it->pos * d;
-		r->n++;
-		it->pos++;
+		{
+			uint32_t take = it->end - it->pos < NFW_TILE - r->n ? it->end - it->pos :
+									      NFW_TILE - r->n;
+			const uint16_t *k = a->k + (size_t)it->pos * d, *v = a->v + (size_t)it->pos * d;
+
+			for (uint32_t u = 0; u < take; u++) {
+				uint32_t slot = pf_slot(r->n + u);
+
+				r->k[r->n + u] = r->pf[slot] = k + (size_t)u * d;
+				r->v[r->n + u] = r->pf[slot + 1] = v + (size_t)u * d;
+			}
+			r->n += take;
+			it->pos += take;
+		}
 	}
 	for (uint32_t u = r->n; u < NFW_TILE; u++) {
-		r->k[u] = zero;
-		r->v[u] = zero;
+		uint32_t slot = pf_slot(u);
+
+		r->k[u] = r->pf[slot] = zero;
+		r->v[u] = r->pf[slot + 1] = zero;
 	}
 }
 
@@ -548,27 +573,6 @@ static void prefetch_rows(const struct rows *r, uint32_t d)
 			__builtin_prefetch(r->k[u] + j, 0, 3);
 			__builtin_prefetch(r->v[u] + j, 0, 3);
 		}
-}
-
-/*
- * Prefetch slots for the tile @ahead, PF_DIST tiles on.  The logit phase
- * reads K rows and passes slots 0..NFW_TILE-1, the P.V phase reads V rows
- * and passes NFW_TILE + row, so the tile ahead arrives at a steady pace
- * over the whole tile.  Slots map to rows so that, with 16-token clusters,
- * the K and V pages of every cluster of that tile are in flight together
- * -- the first half of each page in the logit phase, the second in the
- * P.V phase: one page at a time measured 25-30 % slower.
- */
-static void pf_slots(struct tile *t, const struct rows *ahead)
-{
-	const uint32_t spread = NFW_TILE / 16;
-
-	for (uint32_t slot = 0; slot < 2 * NFW_TILE; slot++) {
-		uint32_t rest = slot >> 1 & (NFW_TILE / 2 - 1);
-		uint32_t row = rest % spread * 16 + rest / spread + (slot >= NFW_TILE) * 8;
-
-		t->pf[slot] = (slot & 1 ? ahead->v : ahead->k)[row];
-	}
 }
 
 static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate *s,
@@ -584,10 +588,9 @@ static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate 
 	}
 	for (uint32_t i = 0; ring[i % (PF_DIST + 1)].n; i++) {
 		struct rows *ahead = &ring[(i + PF_DIST) % (PF_DIST + 1)];
-		struct tile t = { .cur = &ring[i % (PF_DIST + 1)] };
+		struct tile t = { &ring[i % (PF_DIST + 1)], ahead };
 
 		next_rows(&it, ahead, zero);
-		pf_slots(&t, ahead);
 		do_tile(s, a, &t, fp16);
 	}
 }
