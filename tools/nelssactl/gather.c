@@ -14,7 +14,6 @@
  * odd cluster is left out (not counted either).
  */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -24,13 +23,11 @@
 #define GATHER_AHEAD 256
 
 struct gatherer {
+	struct ctl_timed tm;
 	const uint8_t *base;		/* the stores */
 	const uint64_t *chunk;		/* byte offsets of this thread's K chunks */
 	size_t nr_chunks;
 	uint64_t chunk_bytes, v_delta;	/* a cluster's K (= V) bytes; V - K offset */
-	pthread_barrier_t *start;
-	uint64_t sum;
-	double t_end;
 };
 
 /* Chunks read together (two pages each): measured 3-5 % faster than one, 4 slower. */
@@ -68,7 +65,7 @@ static void *gather_slice(void *arg)
 	struct cursor rd = { 0, 0 }, pf = { 0, 0 };
 	uint64_t a = 0, b = 0, c = 0, d = 0;
 
-	pthread_barrier_wait(g->start);
+	ctl_timed_begin(&g->tm);
 	for (size_t j = 0; j < GATHER_AHEAD && pf.chunk + GATHER_WAYS <= g->nr_chunks; j++) {
 		__builtin_prefetch(cursor_line(g, &pf), 0, 3);
 		cursor_next(&pf, per_chunk);
@@ -86,8 +83,8 @@ static void *gather_slice(void *arg)
 		d += p[3] + p[7];
 		cursor_next(&rd, per_chunk);
 	}
-	g->sum = a + b + c + d;
-	g->t_end = ctl_now();
+	g->tm.sum = a + b + c + d;
+	g->tm.t_end = ctl_now();
 	return NULL;
 }
 
@@ -105,9 +102,9 @@ double ctl_gather_baseline(const struct gather_shape *sh, unsigned int threads,
 	const uint64_t store = 2 * sh->chunk_bytes * sh->clusters;	/* K then V */
 	const uint64_t bytes = store * sh->items, chunks = sh->items * sh->selected;
 	uint64_t *chunk = malloc(chunks * sizeof(*chunk)), s = 0x853c49e6748fea9bull;
+	struct gatherer g[256];
 	uint8_t *buf = NULL;
 	double best = 0.0;
-	volatile uint64_t sink = 0;
 
 	if (!chunk || !chunks || sh->chunk_bytes % 64 || threads == 0 || threads > 256)
 		goto out;
@@ -120,39 +117,26 @@ double ctl_gather_baseline(const struct gather_shape *sh, unsigned int threads,
 	for (size_t i = 0; i < bytes / 8; i++)
 		((uint64_t *)buf)[i] = i * 0x9e3779b97f4a7c15ull;
 	for (unsigned int pass = 0; pass < passes; pass++) {
-		struct gatherer g[256];
-		pthread_t t[256];
-		pthread_barrier_t start;
-		double t0, t1 = 0.0;
 		uint64_t read = 0;
+		double dt;
 
 		/* Fresh clusters per pass, distinct enough at 4 % of 8192 not to matter. */
 		for (uint64_t i = 0; i < chunks; i++)
 			chunk[i] = i / sh->selected * store +
 				   next_random(&s) % sh->clusters * sh->chunk_bytes;
-		pthread_barrier_init(&start, NULL, threads + 1);
 		for (unsigned int i = 0; i < threads; i++) {
 			uint64_t from = chunks * i / threads, to = chunks * (i + 1) / threads;
 
-			g[i] = (struct gatherer){ buf, chunk + from, to - from, sh->chunk_bytes,
-						  store / 2, &start, 0, 0.0 };
-			ctl_start_pinned(&t[i], gather_slice, &g[i], cpu_first, cpu_count, i);
+			g[i] = (struct gatherer){ .base = buf, .chunk = chunk + from,
+						  .nr_chunks = to - from,
+						  .chunk_bytes = sh->chunk_bytes, .v_delta = store / 2 };
 			read += (to - from) / GATHER_WAYS * GATHER_WAYS * 2 * sh->chunk_bytes;
 		}
-		t0 = ctl_now();
-		pthread_barrier_wait(&start);
-		for (unsigned int i = 0; i < threads; i++) {
-			pthread_join(t[i], NULL);
-			sink += g[i].sum;
-			if (g[i].t_end > t1)
-				t1 = g[i].t_end;
-		}
-		pthread_barrier_destroy(&start);
-		if ((double)read / (t1 - t0) / 1e9 > best)
-			best = (double)read / (t1 - t0) / 1e9;
+		dt = ctl_time_threads(threads, gather_slice, g, sizeof(g[0]), cpu_first, cpu_count);
+		if (dt > 0.0 && (double)read / dt / 1e9 > best)
+			best = (double)read / dt / 1e9;
 	}
 out:
-	(void)sink;
 	if (buf)
 		munmap(buf, bytes);
 	free(chunk);

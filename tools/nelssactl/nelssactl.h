@@ -3,7 +3,6 @@
 #ifndef NELSSACTL_H
 #define NELSSACTL_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -83,12 +82,25 @@ const char *ctl_size(uint64_t bytes, char *buf, size_t len);
  */
 double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes,
 			 unsigned int cpu_first, unsigned int cpu_count);
+/* What every measurement thread of ctl_time_threads() starts with. */
+struct ctl_timed {
+	void *start;		/* ctl_time_threads()'s; see ctl_timed_begin() */
+	uint64_t sum;		/* a result, so the work is not optimised away */
+	double t_end;		/* ctl_now() when the work is done */
+};
+
+/* Called by a measurement thread first: returns when all may start. */
+void ctl_timed_begin(struct ctl_timed *tm);
+
 /*
- * pthread_create() of measurement thread @i, pinned to CPU @cpu_first +
- * @i % @cpu_count when @cpu_count (unpinned if the CPU is refused).
+ * Run @fn on @threads threads, thread i on the argument at @args + i *
+ * @size (which starts with a struct ctl_timed), pinned to CPU @cpu_first +
+ * i % @cpu_count when @cpu_count (unpinned if that CPU is refused).  All
+ * start together; returns the seconds from that start to the last one's
+ * t_end, or -1 for a thread count outside 1..256.
  */
-int ctl_start_pinned(pthread_t *t, void *(*fn)(void *), void *arg, unsigned int cpu_first,
-		     unsigned int cpu_count, unsigned int i);
+double ctl_time_threads(unsigned int threads, void *(*fn)(void *), void *args, size_t size,
+			unsigned int cpu_first, unsigned int cpu_count);
 
 /* The layout 'bench attn' reads: per item, K of every cluster then V. */
 struct gather_shape {

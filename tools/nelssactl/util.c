@@ -105,11 +105,9 @@ const char *ctl_size(uint64_t bytes, char *buf, size_t len)
 }
 
 struct reader {
+	struct ctl_timed tm;
 	const uint64_t *p;
 	size_t words;
-	pthread_barrier_t *start;
-	uint64_t sum;
-	double t_end;
 };
 
 static void *read_slice(void *arg)
@@ -117,7 +115,7 @@ static void *read_slice(void *arg)
 	struct reader *r = arg;
 	uint64_t a = 0, b = 0, c = 0, d = 0;
 
-	pthread_barrier_wait(r->start);
+	ctl_timed_begin(&r->tm);
 	/* Four independent chains so the loop is limited by memory only. */
 	for (size_t i = 0; i + 4 <= r->words; i += 4) {
 		a += r->p[i];
@@ -125,8 +123,8 @@ static void *read_slice(void *arg)
 		c += r->p[i + 2];
 		d += r->p[i + 3];
 	}
-	r->sum = a + b + c + d;
-	r->t_end = ctl_now();
+	r->tm.sum = a + b + c + d;
+	r->tm.t_end = ctl_now();
 	return NULL;
 }
 
@@ -147,8 +145,8 @@ int ctl_pick_cpus(unsigned int n, unsigned int *first)
 	return run == n ? 0 : -ERANGE;
 }
 
-int ctl_start_pinned(pthread_t *t, void *(*fn)(void *), void *arg, unsigned int cpu_first,
-		     unsigned int cpu_count, unsigned int i)
+static int start_pinned(pthread_t *t, void *(*fn)(void *), void *arg, unsigned int cpu_first,
+			unsigned int cpu_count, unsigned int i)
 {
 	pthread_attr_t attr;
 	cpu_set_t cpus;
@@ -169,13 +167,51 @@ int ctl_start_pinned(pthread_t *t, void *(*fn)(void *), void *arg, unsigned int 
 	return ret ? pthread_create(t, NULL, fn, arg) : 0;
 }
 
+void ctl_timed_begin(struct ctl_timed *tm)
+{
+	pthread_barrier_wait(tm->start);
+}
+
+double ctl_time_threads(unsigned int threads, void *(*fn)(void *), void *args, size_t size,
+			unsigned int cpu_first, unsigned int cpu_count)
+{
+	static volatile uint64_t sink;
+	pthread_t t[256];
+	pthread_barrier_t start;
+	double t0, t1 = 0.0;
+
+	if (threads == 0 || threads > 256)
+		return -1.0;
+	pthread_barrier_init(&start, NULL, threads + 1);
+	for (unsigned int i = 0; i < threads; i++) {
+		struct ctl_timed *tm = (struct ctl_timed *)((char *)args + i * size);
+
+		tm->start = &start;
+		start_pinned(&t[i], fn, tm, cpu_first, cpu_count, i);
+	}
+	t0 = ctl_now();
+	pthread_barrier_wait(&start);
+	for (unsigned int i = 0; i < threads; i++) {
+		struct ctl_timed *tm = (struct ctl_timed *)((char *)args + i * size);
+
+		pthread_join(t[i], NULL);
+		sink += tm->sum;
+		if (tm->t_end > t1)
+			t1 = tm->t_end;
+	}
+	pthread_barrier_destroy(&start);
+	return t1 - t0;
+}
+
 double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int passes,
 			 unsigned int cpu_first, unsigned int cpu_count)
 {
+	struct reader r[256];
 	uint64_t *buf;
 	double best = 0.0;
-	volatile uint64_t sink = 0;
 
+	if (threads == 0 || threads > 256)
+		return 0.0;
 	bytes &= ~(uint64_t)(4096 * threads - 1);
 	buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED)
@@ -186,30 +222,15 @@ double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int pass
 	for (size_t i = 0; i < bytes / 8; i++)
 		buf[i] = i * 0x9e3779b97f4a7c15ull;
 	for (unsigned int pass = 0; pass < passes; pass++) {
-		struct reader r[256];
-		pthread_t t[256];
-		pthread_barrier_t start;
-		double t0, t1 = 0.0;
+		double dt;
 
-		pthread_barrier_init(&start, NULL, threads + 1);
-		for (unsigned int i = 0; i < threads; i++) {
-			r[i] = (struct reader){ buf + i * (bytes / 8 / threads), bytes / 8 / threads,
-						&start, 0, 0.0 };
-			ctl_start_pinned(&t[i], read_slice, &r[i], cpu_first, cpu_count, i);
-		}
-		t0 = ctl_now();
-		pthread_barrier_wait(&start);
-		for (unsigned int i = 0; i < threads; i++) {
-			pthread_join(t[i], NULL);
-			sink += r[i].sum;
-			if (r[i].t_end > t1)
-				t1 = r[i].t_end;
-		}
-		pthread_barrier_destroy(&start);
-		if ((double)bytes / (t1 - t0) / 1e9 > best)
-			best = (double)bytes / (t1 - t0) / 1e9;
+		for (unsigned int i = 0; i < threads; i++)
+			r[i] = (struct reader){ .p = buf + i * (bytes / 8 / threads),
+						.words = bytes / 8 / threads };
+		dt = ctl_time_threads(threads, read_slice, r, sizeof(r[0]), cpu_first, cpu_count);
+		if (dt > 0.0 && (double)bytes / dt / 1e9 > best)
+			best = (double)bytes / dt / 1e9;
 	}
-	(void)sink;
 	munmap(buf, bytes);
 	return best;
 }
