@@ -217,6 +217,9 @@ static int start_executor(struct nfw_runtime *rt, unsigned int i)
 	if (!ret)
 		ret = pthread_create(&rt->threads[i], &attr, executor, rt);
 	pthread_attr_destroy(&attr);
+	/* The range was checked; a sandbox refusing affinity still gets a device. */
+	if (ret)
+		ret = pthread_create(&rt->threads[i], NULL, executor, rt);
 	return -ret;
 }
 

@@ -144,6 +144,8 @@ typedef void (*nfw_complete_fn)(void *owner, uint64_t cookie, const struct nfw_r
  *	two cores doing the work of one), which matters when they stand for
  *	the cores of a card and are being measured.
  * @cpu_count: CPUs in that range; 0 leaves placement to the scheduler.
+ *	The range must be CPUs the process may use; where the system then
+ *	still refuses to set an affinity, executors run unpinned.
  * @complete: completion callback.
  */
 struct nfw_runtime_config {
