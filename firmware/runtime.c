@@ -114,7 +114,7 @@ static bool split(struct nfw_runtime *rt, struct job *job)
 	uint32_t items = job->desc.p.attn.nr_items;
 	uint32_t parts = items < rt->nthreads ? items : rt->nthreads;
 	struct task *t[256];
-	uint32_t n = 0;
+	uint32_t n;
 
 	if (parts < 2)
 		return false;

@@ -348,6 +348,7 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 {
 	vf x[NFW_TILE / VW];
 	vf mx = splat(-INFINITY);
+	float top;
 
 	for (uint32_t b = 0; b < NFW_TILE / VW; b++) {
 		vi idx;
@@ -357,8 +358,8 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 		x[b] = blend(idx < (int32_t)n, load(logit + b * VW) * scale, splat(-INFINITY));
 		mx = vmax(mx, x[b]);
 	}
-	if (hmax(mx) > *m + RESCALE_SLACK) {
-		float top = hmax(mx);
+	top = hmax(mx);
+	if (top > *m + RESCALE_SLACK) {
 		float alpha = expf(*m - top);	/* 0 on the first tile */
 		vf va = splat(alpha);
 
@@ -375,17 +376,13 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 	}
 }
 
-/* P.V register blocks: rows x 64-byte chunks of the value row. */
-#if VW == 16
-#define PV_ROWS 4
-#define PV_CHUNKS 2u
-#elif VW == 8
-#define PV_ROWS 2
-#define PV_CHUNKS 2u
+/* P.V register blocks: rows x chunks of 2 * VW elements of the value row. */
+#if VW == 8
+#define PV_ROWS 2	/* AVX2 has 16 registers, the others 32 */
 #else
 #define PV_ROWS 4
-#define PV_CHUNKS 2u
 #endif
+#define PV_CHUNKS 2u
 
 /*
  * o += p V for @rb rows from @r0 and @jb chunks of 2 * VW output elements
@@ -444,7 +441,6 @@ struct kstate {
 	vf l[NFW_MAX_GROUP];	/* per-lane partial sums of the weights */
 };
 
-/* One tile of up to NFW_TILE tokens folded into every query row's state. */
 /*
  * Each register-blocked loop gets a function of its own, specialised for
  * its block shape and KV type: inlined into one big item function, the
@@ -478,6 +474,7 @@ PV_FN(1, 0)
 PV_FN(PV_ROWS, 1)
 PV_FN(1, 1)
 
+/* One tile of up to NFW_TILE tokens folded into every query row's state. */
 static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *a,
 				  const struct tile *t, int fp16)
 {
@@ -501,13 +498,10 @@ static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *
 		(fp16 ? pv_1_1 : pv_1_0)(s->op, s->p, d, t, r);
 }
 
-#ifndef PF_DIST
+/* Tiles between the one computed and the one prefetched (2 measured slower). */
 #define PF_DIST 1u
-#endif
-
-#ifndef PF_TABLE
+/* Selections ahead whose cluster-table entry is prefetched. */
 #define PF_TABLE 8u
-#endif
 
 /* Walks the selected clusters' tokens in order, skipping unusable ids. */
 struct token_iter {
@@ -524,6 +518,8 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 	r->n = 0;
 	while (r->n < NFW_TILE) {
 		struct npnm_cluster c;
+		const uint16_t *k, *v;
+		uint32_t take;
 
 		if (it->pos == it->end) {
 			if (it->sel == a->nr_sel)
@@ -543,20 +539,18 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 			it->sel++;
 			continue;
 		}
-		{
-			uint32_t take = it->end - it->pos < NFW_TILE - r->n ? it->end - it->pos :
-									      NFW_TILE - r->n;
-			const uint16_t *k = a->k + (size_t)it->pos * d, *v = a->v + (size_t)it->pos * d;
+		/* The rest of this cluster, or what of it fits. */
+		take = it->end - it->pos < NFW_TILE - r->n ? it->end - it->pos : NFW_TILE - r->n;
+		k = a->k + (size_t)it->pos * d;
+		v = a->v + (size_t)it->pos * d;
+		for (uint32_t u = 0; u < take; u++) {
+			uint32_t slot = pf_slot(r->n + u);
 
-			for (uint32_t u = 0; u < take; u++) {
-				uint32_t slot = pf_slot(r->n + u);
-
-				r->k[r->n + u] = r->pf[slot] = k + (size_t)u * d;
-				r->v[r->n + u] = r->pf[slot + 1] = v + (size_t)u * d;
-			}
-			r->n += take;
-			it->pos += take;
+			r->k[r->n + u] = r->pf[slot] = k + (size_t)u * d;
+			r->v[r->n + u] = r->pf[slot + 1] = v + (size_t)u * d;
 		}
+		r->n += take;
+		it->pos += take;
 	}
 	for (uint32_t u = r->n; u < NFW_TILE; u++) {
 		uint32_t slot = pf_slot(u);
@@ -569,7 +563,7 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 static void prefetch_rows(const struct rows *r, uint32_t d)
 {
 	for (uint32_t u = 0; u < r->n; u++)
-		for (uint32_t j = 0; j < d; j += 32) {
+		for (uint32_t j = 0; j < d; j += 32) {	/* 32 halves: a 64-byte line */
 			__builtin_prefetch(r->k[u] + j, 0, 3);
 			__builtin_prefetch(r->v[u] + j, 0, 3);
 		}
