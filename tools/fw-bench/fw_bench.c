@@ -25,6 +25,7 @@
 
 #include <nelssa/fw.h>
 
+#include "attn_store.h"
 #include "tool_util.h"
 
 static const char *const prog = "nelssa-fw-bench";
@@ -43,13 +44,12 @@ struct setup {
 	uint32_t clusters_per_cmd;
 };
 
-static int build(struct setup *s, const struct opts *o, uint32_t items, uint32_t context,
-		 double select)
+/* @items stores planned as @st, and two commands selecting @select of their clusters. */
+static int build(struct setup *s, const struct opts *o, uint32_t items,
+		 const struct tl_attn_store *st, double select)
 {
-	const uint64_t row = (uint64_t)o->head_dim * 2;
-	const uint32_t ncl = (context + o->cluster - 1) / o->cluster;
-	const uint32_t nsel = (uint32_t)llround(select * ncl);
-	const uint64_t store = (2 * row * context + (uint64_t)ncl * 8 + 4095) & ~4095ull;
+	const uint32_t nsel = (uint32_t)llround(select * st->nclusters);
+	const uint64_t store = st->bytes;
 	const uint64_t items_off = 0, items_bytes = 2ull * items * sizeof(struct npnm_attn_item);
 	const uint64_t in_off = (items_bytes + 4095) & ~4095ull;
 	const uint64_t q_bytes = (uint64_t)items * o->group * o->head_dim * 4;
@@ -58,7 +58,7 @@ static int build(struct setup *s, const struct opts *o, uint32_t items, uint32_t
 	const uint64_t per_out = (uint64_t)o->group * o->head_dim * 4 + o->group * 4;
 	const uint64_t kv_off = (out_off + items * per_out + (2 << 20) - 1) & ~((2ull << 20) - 1);
 	uint64_t rng = 0x2545f4914f6cdd1dull;
-	uint32_t *perm = tl_calloc(prog, ncl, sizeof(*perm));
+	uint32_t *perm = tl_calloc(prog, st->nclusters, sizeof(*perm));
 	uint8_t *m;
 
 	s->mem.size = kv_off + store * items;
@@ -70,18 +70,8 @@ static int build(struct setup *s, const struct opts *o, uint32_t items, uint32_t
 	}
 	madvise(m, s->mem.size, MADV_HUGEPAGE);	/* as a sim device's memory */
 	s->mem.base = m;
-	for (uint32_t it = 0; it < items; it++) {
-		uint8_t *base = m + kv_off + it * store;
-		struct npnm_cluster *t = (struct npnm_cluster *)(base + 2 * row * context);
-
-		for (uint64_t i = 0; i < 2 * row * context / 8; i++)	/* bf16 in +-[0.5, 2) */
-			((uint64_t *)base)[i] = (tl_next(&rng) & 0x807f807f807f807full) |
-						0x3f003f003f003f00ull;
-		for (uint32_t c = 0; c < ncl; c++)
-			t[c] = (struct npnm_cluster){ c * o->cluster,
-				c * o->cluster + o->cluster > context ? context - c * o->cluster :
-									o->cluster };
-	}
+	for (uint32_t it = 0; it < items; it++)
+		tl_attn_store_fill(st, m + kv_off + it * store, &rng);
 	for (uint64_t i = 0; i < q_bytes / 4; i++)
 		((float *)(m + in_off))[i] = tl_frand(&rng);
 	for (int k = 0; k < 2; k++) {
@@ -89,25 +79,16 @@ static int build(struct setup *s, const struct opts *o, uint32_t items, uint32_t
 
 		for (uint32_t it = 0; it < items; it++) {
 			uint64_t sel_off = q_bytes + ((uint64_t)k * items + it) * nsel * 4;
-			uint32_t *sel = (uint32_t *)(m + in_off + sel_off);
-
-			for (uint32_t i = 0; i < ncl; i++)
-				perm[i] = i;
-			for (uint32_t i = 0; i < nsel; i++) {	/* partial Fisher-Yates */
-				uint32_t j = i + (uint32_t)(tl_next(&rng) % (ncl - i)), x = perm[i];
-
-				perm[i] = perm[j];
-				perm[j] = x;
-				sel[i] = perm[i];
-			}
+			tl_attn_select(st, (uint32_t *)(m + in_off + sel_off), nsel, perm, &rng);
 			((struct npnm_attn_item *)(m + items_off))[k * items + it] =
 				(struct npnm_attn_item){
-					.k_off = it * store, .v_off = it * store + row * context,
-					.table_off = it * store + 2 * row * context,
+					.k_off = it * store, .v_off = it * store + st->v_off,
+					.table_off = it * store + st->table_off,
 					.q_off = (uint64_t)it * o->group * o->head_dim * 4,
 					.sel_off = sel_off, .o_off = it * per_out,
 					.lse_off = it * per_out + (uint64_t)o->group * o->head_dim * 4,
-					.nr_tokens = context, .nr_clusters = ncl, .nr_sel = nsel,
+					.nr_tokens = st->context, .nr_clusters = st->nclusters,
+					.nr_sel = nsel,
 				};
 		}
 		memset(c, 0, sizeof(*c));
@@ -124,7 +105,7 @@ static int build(struct setup *s, const struct opts *o, uint32_t items, uint32_t
 		};
 	}
 	s->clusters_per_cmd = items * nsel;
-	s->kv_bytes_per_cmd = (uint64_t)items * nsel * o->cluster * 2 * row;
+	s->kv_bytes_per_cmd = (uint64_t)items * nsel * o->cluster * 2 * st->row;
 	free(perm);
 	return 0;
 }
@@ -233,6 +214,7 @@ int main(int argc, char **argv)
 {
 	static const enum nfw_isa isas[] = { NFW_ISA_AVX512, NFW_ISA_AVX2, NFW_ISA_NEON,
 					     NFW_ISA_SCALAR };
+	struct tl_attn_store rst, sst;
 	struct setup rnd, res;
 	struct opts o;
 	uint64_t resident_iters;
@@ -242,8 +224,9 @@ int main(int argc, char **argv)
 		return 2;
 	if (!o.json)
 		fprintf(stderr, "preparing %u items of %u tokens...\n", o.items, o.context);
-	if (build(&rnd, &o, o.items, o.context, o.select) ||
-	    build(&res, &o, 1, o.resident_tokens, 1.0))
+	tl_attn_store_plan(&rst, o.head_dim, o.context, o.cluster);
+	tl_attn_store_plan(&sst, o.head_dim, o.resident_tokens, o.cluster);
+	if (build(&rnd, &o, o.items, &rst, o.select) || build(&res, &o, 1, &sst, 1.0))
 		return 1;
 	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;
 	if (o.json)

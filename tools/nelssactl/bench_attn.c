@@ -17,6 +17,7 @@
 #include <nelssa/attention.h>
 #include <nelssa/half.h>
 
+#include "attn_store.h"
 #include "nelssactl.h"
 
 static const char help[] =
@@ -89,28 +90,19 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 	return 0;
 }
 
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 struct layout {
-	uint64_t row, store, nclusters, nsel;	/* per item */
+	struct tl_attn_store st;	/* one item's store */
+	uint64_t nsel;			/* per item */
 	uint64_t kv_bytes, in_bytes, items_bytes, out_bytes;
 	uint64_t q_bytes, sel_base;
 };
 
 static void plan(const struct attn_opts *o, struct layout *l)
 {
-	l->row = o->head_dim * 2;
-	l->nclusters = (o->context + o->cluster - 1) / o->cluster;
-	l->nsel = (uint64_t)llround(o->select * (double)l->nclusters);
-	l->store = 2 * l->row * o->context + l->nclusters * sizeof(struct npnm_cluster);
-	l->store = (l->store + 4095) & ~4095ull;
-	l->kv_bytes = l->store * o->items;
+	tl_attn_store_plan(&l->st, (uint32_t)o->head_dim, (uint32_t)o->context,
+			   (uint32_t)o->cluster);
+	l->nsel = (uint64_t)llround(o->select * (double)l->st.nclusters);
+	l->kv_bytes = l->st.bytes * o->items;
 	l->q_bytes = o->items * o->group * o->head_dim * 4;
 	l->sel_base = l->q_bytes;
 	/* One selection per item per command, warm-up included. */
@@ -124,20 +116,8 @@ static void fill_kv(uint8_t *kv, const struct attn_opts *o, const struct layout 
 {
 	uint64_t s = 0x2545f4914f6cdd1dull;
 
-	for (uint64_t it = 0; it < o->items; it++) {
-		uint8_t *base = kv + it * l->store;
-		uint64_t *w = (uint64_t *)base;
-		struct npnm_cluster *t = (struct npnm_cluster *)(base + 2 * l->row * o->context);
-
-		for (uint64_t i = 0; i < 2 * l->row * o->context / 8; i++)
-			w[i] = (xorshift(&s) & 0x807f807f807f807full) | 0x3f003f003f003f00ull;
-		for (uint64_t c = 0; c < l->nclusters; c++) {
-			uint64_t first = c * o->cluster;
-
-			t[c] = (struct npnm_cluster){ (uint32_t)first,
-				(uint32_t)(first + o->cluster > o->context ? o->context - first : o->cluster) };
-		}
-	}
+	for (uint64_t it = 0; it < o->items; it++)
+		tl_attn_store_fill(&l->st, kv + it * l->st.bytes, &s);
 }
 
 /* Items and random distinct selections for command @k. */
@@ -148,29 +128,19 @@ static void fill_in(uint8_t *in, uint8_t *items, uint64_t k, const struct attn_o
 
 	for (uint64_t it = 0; it < o->items; it++) {
 		uint64_t sel_off = l->sel_base + (k * o->items + it) * l->nsel * 4;
-		uint32_t *sel = (uint32_t *)(in + sel_off);
 
-		for (uint64_t c = 0; c < l->nclusters; c++)
-			perm[c] = (uint32_t)c;
-		for (uint64_t i = 0; i < l->nsel; i++) {
-			uint64_t j = i + xorshift(&s) % (l->nclusters - i);
-			uint32_t t = perm[i];
-
-			perm[i] = perm[j];
-			perm[j] = t;
-			sel[i] = perm[i];
-		}
+		tl_attn_select(&l->st, (uint32_t *)(in + sel_off), (uint32_t)l->nsel, perm, &s);
 		((struct npnm_attn_item *)items)[k * o->items + it] = (struct npnm_attn_item){
-			.k_off = it * l->store,
-			.v_off = it * l->store + l->row * o->context,
-			.table_off = it * l->store + 2 * l->row * o->context,
+			.k_off = it * l->st.bytes,
+			.v_off = it * l->st.bytes + l->st.v_off,
+			.table_off = it * l->st.bytes + l->st.table_off,
 			.q_off = it * o->group * o->head_dim * 4,
 			.sel_off = sel_off,
 			.o_off = it * (o->group * o->head_dim * 4 + o->group * 4),
 			.lse_off = it * (o->group * o->head_dim * 4 + o->group * 4) +
 				   o->group * o->head_dim * 4,
 			.nr_tokens = (uint32_t)o->context,
-			.nr_clusters = (uint32_t)l->nclusters,
+			.nr_clusters = l->st.nclusters,
 			.nr_sel = (uint32_t)l->nsel,
 		};
 	}
@@ -186,10 +156,10 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 	const float *got = (const float *)out;
 	double err = -1.0;
 
-	if (ro && !nelssa_attn_clusters(&g, (const float *)in, kv, kv + l->row * o->context,
+	if (ro && !nelssa_attn_clusters(&g, (const float *)in, kv, kv + l->st.v_off,
 					(uint32_t)o->context,
-					(const struct nelssa_cluster *)(kv + 2 * l->row * o->context),
-					(uint32_t)l->nclusters, (const uint32_t *)(in + l->sel_base),
+					(const struct nelssa_cluster *)(kv + l->st.table_off),
+					l->st.nclusters, (const uint32_t *)(in + l->sel_base),
 					(uint32_t)l->nsel, ro, rl)) {
 		err = 0.0;
 		for (uint64_t i = 0; i < o->group * o->head_dim; i++)
@@ -256,7 +226,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	in = nelssa_pnm_mem_map(p, h_in, NULL);
 	items = nelssa_pnm_mem_map(p, h_items, NULL);
 	out = nelssa_pnm_mem_map(p, h_out, NULL);
-	perm = malloc(l.nclusters * sizeof(*perm));
+	perm = malloc(l.st.nclusters * sizeof(*perm));
 	if (!kv || !in || !items || !out || !perm) {
 		fprintf(stderr, "nelssactl: cannot map device memory\n");
 		goto out;
@@ -266,7 +236,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 		((float *)in)[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
 	for (uint64_t k = 0; k <= o.iters; k++)
 		fill_in(in, items, k, &o, &l, perm);
-	bytes_per_cmd = o.items * l.nsel * o.cluster * 2 * l.row;	/* K and V of every token */
+	bytes_per_cmd = o.items * l.nsel * o.cluster * 2 * l.st.row;	/* K and V of every token */
 
 	for (uint64_t k = 0; k <= o.iters; k++) {
 		struct npnm_completion comp;
@@ -306,7 +276,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	res->err = err;
 	res->bytes_per_cmd = bytes_per_cmd;
 	res->nsel = l.nsel;
-	res->nclusters = l.nclusters;
+	res->nclusters = l.st.nclusters;
 	res->kv_bytes = l.kv_bytes;
 	res->threads = info.nr_cores;
 	res->mem_size = info.mem_size;

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 
 #include "nelssactl.h"
+#include "tool_util.h"
 
 /* Lines the prefetch runs ahead of the reads. */
 #define GATHER_AHEAD 256
@@ -88,14 +89,6 @@ static void *gather_slice(void *arg)
 	return NULL;
 }
 
-static uint64_t next_random(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 double ctl_gather_baseline(const struct gather_shape *sh, unsigned int threads,
 			   unsigned int passes, unsigned int cpu_first, unsigned int cpu_count)
 {
@@ -123,7 +116,7 @@ double ctl_gather_baseline(const struct gather_shape *sh, unsigned int threads,
 		/* Fresh clusters per pass, distinct enough at 4 % of 8192 not to matter. */
 		for (uint64_t i = 0; i < chunks; i++)
 			chunk[i] = i / sh->selected * store +
-				   next_random(&s) % sh->clusters * sh->chunk_bytes;
+				   tl_next(&s) % sh->clusters * sh->chunk_bytes;
 		for (unsigned int i = 0; i < threads; i++) {
 			uint64_t from = chunks * i / threads, to = chunks * (i + 1) / threads;
 

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The synthetic KV stores the SPARSE_ATTN benchmarks read ('nelssactl bench
+ * attn' through a device, nelssa-fw-bench straight into the firmware): per
+ * work item K rows, then V rows, then a table of equal clusters, the
+ * whole 4 KiB aligned; and random selections of distinct clusters.
+ */
+#ifndef NELSSA_ATTN_STORE_H
+#define NELSSA_ATTN_STORE_H
+
+#include <stdint.h>
+
+struct tl_attn_store {
+	uint32_t context, cluster, nclusters;
+	uint64_t row;		/* bytes of one bf16 K or V row */
+	uint64_t v_off;		/* V rows, from the start of a store */
+	uint64_t table_off;	/* the cluster table */
+	uint64_t bytes;		/* one store, rounded up to 4 KiB */
+};
+
+void tl_attn_store_plan(struct tl_attn_store *s, uint32_t head_dim, uint32_t context,
+			uint32_t cluster);
+/* K and V as random bf16 in +-[0.5, 2), and the table, into @store. */
+void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t *rng);
+/*
+ * @n distinct cluster ids of @s in random order into @sel (a partial
+ * Fisher-Yates shuffle); @perm is scratch for s->nclusters ids.
+ */
+void tl_attn_select(const struct tl_attn_store *s, uint32_t *sel, uint32_t n, uint32_t *perm,
+		    uint64_t *rng);
+
+#endif /* NELSSA_ATTN_STORE_H */
