@@ -19,6 +19,7 @@
 
 #include "attn_store.h"
 #include "nelssactl.h"
+#include "tool_util.h"
 
 static const char help[] =
 	"usage: nelssactl bench DEV attn [OPTIONS] [--json]\n"
@@ -254,9 +255,9 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 			.nr_items = (uint32_t)o.items, .head_dim = (uint16_t)o.head_dim,
 			.group = (uint8_t)o.group, .kv_dtype = NPNM_DTYPE_BF16,
 		};
-		t0 = ctl_now();
+		t0 = tl_now();
 		ret = nelssa_pnm_exec(p, &c, &comp);
-		dt = ctl_now() - t0;
+		dt = tl_now() - t0;
 		if (ret) {
 			fprintf(stderr, "nelssactl: SPARSE_ATTN failed: %s\n", nelssa_pnm_strerror());
 			rc = EXIT_FAIL;

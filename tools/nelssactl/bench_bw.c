@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "nelssactl.h"
+#include "tool_util.h"
 
 static const char help[] =
 	"usage: nelssactl bench DEV bw [--size SIZE] [--iters N] [--json]\n"
@@ -33,11 +34,11 @@ static double best_of(struct bw *w, uint64_t iters, uint64_t bytes, int (*op)(st
 	double best = 0.0;
 
 	for (uint64_t i = 0; i < iters; i++) {
-		double t0 = ctl_now(), g;
+		double t0 = tl_now(), g;
 
 		if (op(w))
 			return -1.0;
-		g = (double)bytes / (ctl_now() - t0) / 1e9;
+		g = (double)bytes / (tl_now() - t0) / 1e9;
 		if (g > best)
 			best = g;
 	}

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "nelssactl.h"
+#include "tool_util.h"
 
 static const char help[] =
 	"usage: nelssactl bench DEV latency [--count N] [--json]\n"
@@ -87,7 +88,7 @@ int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv)
 		}
 		for (uint64_t i = 0; i < count + 1000; i++) {
 			struct npnm_completion comp;
-			double t0 = ctl_now();
+			double t0 = tl_now();
 
 			if (nelssa_pnm_submit(p, &cmd, 1, NULL) != 1 ||
 			    nelssa_pnm_wait(p, &comp, 1, 1, -1) != 1 || comp.result) {
@@ -96,7 +97,7 @@ int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv)
 				goto out;
 			}
 			if (i >= 1000)
-				lat[i - 1000] = (ctl_now() - t0) * 1e6;
+				lat[i - 1000] = (tl_now() - t0) * 1e6;
 		}
 		qsort(lat, count, sizeof(*lat), cmp_double);
 		j = json_object_new_object();

@@ -85,7 +85,7 @@ static void *gather_slice(void *arg)
 		cursor_next(&rd, per_chunk);
 	}
 	g->tm.sum = a + b + c + d;
-	g->tm.t_end = ctl_now();
+	g->tm.t_end = tl_now();
 	return NULL;
 }
 

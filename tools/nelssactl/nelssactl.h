@@ -70,7 +70,6 @@ int ctl_parse_double(const char *s, double min, double max, double *out);
 void ctl_usage_error(const struct ctl *ctl, const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-double ctl_now(void);
 /* Human-readable size: "1.00 GiB". */
 const char *ctl_size(uint64_t bytes, char *buf, size_t len);
 
@@ -86,7 +85,7 @@ double ctl_read_baseline(uint64_t bytes, unsigned int threads, unsigned int pass
 struct ctl_timed {
 	void *start;		/* ctl_time_threads()'s; see ctl_timed_begin() */
 	uint64_t sum;		/* a result, so the work is not optimised away */
-	double t_end;		/* ctl_now() when the work is done */
+	double t_end;		/* tl_now() when the work is done */
 };
 
 /* Called by a measurement thread first: returns when all may start. */

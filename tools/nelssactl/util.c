@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include "nelssactl.h"
+#include "tool_util.h"
 
 struct nelssa_pnm *ctl_open(const char *name)
 {
@@ -82,14 +82,6 @@ void ctl_usage_error(const struct ctl *ctl, const char *cmd, const char *fmt, ..
 	fprintf(stderr, "\nTry '%s %s --help'.\n", ctl->prog, cmd);
 }
 
-double ctl_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const char *ctl_size(uint64_t bytes, char *buf, size_t len)
 {
 	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
@@ -124,7 +116,7 @@ static void *read_slice(void *arg)
 		d += r->p[i + 3];
 	}
 	r->tm.sum = a + b + c + d;
-	r->tm.t_end = ctl_now();
+	r->tm.t_end = tl_now();
 	return NULL;
 }
 
@@ -189,7 +181,7 @@ double ctl_time_threads(unsigned int threads, void *(*fn)(void *), void *args, s
 		tm->start = &start;
 		start_pinned(&t[i], fn, tm, cpu_first, cpu_count, i);
 	}
-	t0 = ctl_now();
+	t0 = tl_now();
 	pthread_barrier_wait(&start);
 	for (unsigned int i = 0; i < threads; i++) {
 		struct ctl_timed *tm = (struct ctl_timed *)((char *)args + i * size);
