@@ -187,27 +187,28 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	char opts[96];
 	int ret, rc = EXIT_DEVICE;
 	uint64_t bytes_per_cmd;
+	unsigned int first = o.cpu_first;
+	bool pin = false;
 
 	memset(res, 0, sizeof(*res));
 	plan(&o, &l);
 	snprintf(opts, sizeof(opts), "cores=%llu,mem=%lluM", (unsigned long long)o.threads,
 		 (unsigned long long)((l.kv_bytes + l.in_bytes + l.items_bytes + l.out_bytes) / (1 << 20) + 64));
-	if (o.pin && !strncmp(dev, "sim:", 4) && !strchr(dev, ',')) {
-		unsigned int first = o.cpu_first;
+	if (o.pin && (o.cpus_given || !ctl_pick_cpus((unsigned int)o.threads, &first))) {
+		size_t n = strlen(opts);
 
-		if (o.cpus_given || !ctl_pick_cpus((unsigned int)o.threads, &first)) {
-			size_t n = strlen(opts);
-
-			snprintf(opts + n, sizeof(opts) - n, ",cpus=%u-%u", first,
-				 first + (unsigned int)o.threads - 1);
-			res->pinned = true;
-			res->cpu_first = first;
-		} else if (!quiet) {
+		snprintf(opts + n, sizeof(opts) - n, ",cpus=%u-%u", first,
+			 first + (unsigned int)o.threads - 1);
+		pin = true;
+	}
+	/* Options, pinning included, apply only to a sim device bench attn creates. */
+	if (ctl_sim_name(res->name, sizeof(res->name), dev, opts)) {
+		res->pinned = pin;
+		res->cpu_first = first;
+		if (o.pin && !pin && !quiet)
 			fprintf(stderr, "the first %llu CPUs of this process are not consecutive: "
 				"threads not pinned\n", (unsigned long long)o.threads);
-		}
 	}
-	ctl_sim_name(res->name, sizeof(res->name), dev, opts);
 	p = ctl_open(res->name);
 	if (!p)
 		return EXIT_DEVICE;

@@ -59,8 +59,11 @@ int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv);
 
 /* Open @name, printing a clear error; NULL on failure. */
 struct nelssa_pnm *ctl_open(const char *name);
-/* "sim:N" without options gets @opts appended; other names pass through. */
-void ctl_sim_name(char *buf, size_t len, const char *dev, const char *opts);
+/*
+ * "sim:N" without options gets @opts appended; other names pass through.
+ * True when @opts were appended.
+ */
+bool ctl_sim_name(char *buf, size_t len, const char *dev, const char *opts);
 
 /* Print @obj (and free it): pretty JSON, or nothing when !json. */
 void ctl_print_json(struct json_object *obj);

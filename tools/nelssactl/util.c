@@ -26,12 +26,14 @@ struct nelssa_pnm *ctl_open(const char *name)
 	return p;
 }
 
-void ctl_sim_name(char *buf, size_t len, const char *dev, const char *opts)
+bool ctl_sim_name(char *buf, size_t len, const char *dev, const char *opts)
 {
-	if (!strncmp(dev, "sim:", 4) && !strchr(dev, ','))
+	if (!strncmp(dev, "sim:", 4) && !strchr(dev, ',')) {
 		snprintf(buf, len, "%s,%s", dev, opts);
-	else
-		snprintf(buf, len, "%s", dev);
+		return true;
+	}
+	snprintf(buf, len, "%s", dev);
+	return false;
 }
 
 void ctl_print_json(struct json_object *obj)
