@@ -89,6 +89,8 @@ bench: userspace
 	@$(BUILD)/tools/nelssactl/nelssactl bench sim:0 attn --threads 2
 	@echo "== the SPARSE_ATTN kernel alone, per ISA: random 2 GiB store vs cache-resident =="
 	@$(BUILD)/tools/fw-bench/nelssa-fw-bench
+	@echo "== one core: random 4 KiB chunks by region size vs a streaming read =="
+	@$(BUILD)/tools/mem-probe/nelssa-mem-probe
 
 # Installation: meson installs the userspace (PREFIX, default /usr/local),
 # the module goes to /lib/modules/KVER/updates (DKMS: dkms.conf).  depmod
