@@ -15,11 +15,13 @@
  *    per tile, and the weights come from one vector exp per VW tokens;
  *  - values: a block of rows x output vectors accumulates in registers
  *    over the tile, each V chunk widened once for the block.
- * Every line read issues a prefetch of one line of the tile PF_DIST tiles
- * ahead (pf_line()): selected clusters sit at random places in a store far
- * larger than the caches, the hardware prefetchers stop at page boundaries,
- * and a burst of a whole cluster's prefetches overflows the core's miss
- * buffers (Documentation/performance.rst has the measurements).
+ * Every line read issues a prefetch of one line of the next tile, and
+ * where the including file sets NFW_FAR_PREFETCH one of the tile after
+ * (pf_line()): selected clusters sit at random places in a store far
+ * larger than the caches, the hardware prefetchers stop at page
+ * boundaries, and a burst of a whole cluster's prefetches overflows the
+ * core's miss buffers (Documentation/performance.rst has the
+ * measurements).
  */
 #include <math.h>
 #include <string.h>
@@ -28,6 +30,9 @@
 
 #ifndef VW
 #error "define VW before including attn_vec.h"
+#endif
+#ifndef NFW_FAR_PREFETCH
+#define NFW_FAR_PREFETCH 0
 #endif
 
 typedef float vf __attribute__((vector_size(VW * 4)));
@@ -250,23 +255,36 @@ struct rows {
 	uint32_t n;
 };
 
-/* The tile computed and the one prefetched meanwhile, PF_DIST tiles on. */
+/* The tile computed, the next one and the last one fetched (PF_TILES on). */
 struct tile {
-	const struct rows *cur, *ahead;
+	const struct rows *cur, *next, *far;
 };
 
 /*
- * Prefetch, for each line read, one line of the tile ahead.  The logit
- * phase reads K rows and passes slots 0..NFW_TILE-1, the P.V phase reads V
- * rows and passes NFW_TILE + row, so the tile ahead arrives at a steady
- * pace over the whole tile.  pf_slot() maps rows to slots so that, with
- * 16-token clusters, the K and V pages of every cluster of that tile are in
- * flight together -- the first half of each page in the logit phase, the
- * second in the P.V phase: one page at a time measured 25-30 % slower.
+ * Prefetch, for each line read, the same line of the next tile into L1 and,
+ * with NFW_FAR_PREFETCH, of the tile after it with the non-temporal hint.
+ * The logit phase reads K rows
+ * and passes slots 0..NFW_TILE-1, the P.V phase reads V rows and passes
+ * NFW_TILE + row, so the tiles ahead arrive at a steady pace over the whole
+ * tile.  pf_slot() maps rows to slots so that, with 16-token clusters, the
+ * K and V pages of every cluster of a tile are in flight together -- the
+ * first half of each page in the logit phase, the second in the P.V phase:
+ * one page at a time measured 25-30 % slower.
+ *
+ * The far prefetch is for cores sharing memory when the arithmetic is
+ * fast enough to wait on it (AVX-512): with two cores reading, one tile of
+ * lead left the kernel 25 % behind a plain gather of the same lines; the
+ * far prefetch gains 10 % there and costs one core alone up to 4 % (its
+ * instructions: 7 % on cache-resident data).  Two tiles of lead into L1,
+ * the far prefetch alone, or far prefetches for part of the lines all
+ * measured slower, and the AVX2 kernel, bound by its arithmetic, lost 6-7 %
+ * with it at one and two cores.
  */
 static ALWAYS_INLINE void pf_line(const struct tile *t, uint32_t slot, uint32_t j)
 {
-	__builtin_prefetch(t->ahead->pf[slot] + j, 0, 3);
+	__builtin_prefetch(t->next->pf[slot] + j, 0, 3);
+	if (NFW_FAR_PREFETCH)
+		__builtin_prefetch(t->far->pf[slot] + j, 0, 0);
 }
 
 /* The prefetch slot of row @row's K line (its V line is the next slot). */
@@ -498,8 +516,8 @@ static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *
 		(fp16 ? pv_1_1 : pv_1_0)(s->op, s->p, d, t, r);
 }
 
-/* Tiles between the one computed and the one prefetched (2 measured slower). */
-#define PF_DIST 1u
+/* Tiles prefetched ahead of the one computed. */
+#define PF_TILES (NFW_FAR_PREFETCH ? 2u : 1u)
 /* Selections ahead whose cluster-table entry is prefetched. */
 #define PF_TABLE 8u
 
@@ -573,18 +591,18 @@ static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate 
 				   const uint16_t *zero, int fp16)
 {
 	struct token_iter it = { a, 0, 0, 0 };
-	struct rows ring[PF_DIST + 1];
+	struct rows ring[PF_TILES + 1];
 
 	/* The first tiles have nothing before them to hide their fetch. */
-	for (uint32_t i = 0; i < PF_DIST; i++) {
+	for (uint32_t i = 0; i < PF_TILES; i++) {
 		next_rows(&it, &ring[i], zero);
 		prefetch_rows(&ring[i], a->head_dim);
 	}
-	for (uint32_t i = 0; ring[i % (PF_DIST + 1)].n; i++) {
-		struct rows *ahead = &ring[(i + PF_DIST) % (PF_DIST + 1)];
-		struct tile t = { &ring[i % (PF_DIST + 1)], ahead };
+	for (uint32_t i = 0; ring[i % (PF_TILES + 1)].n; i++) {
+		struct tile t = { &ring[i % (PF_TILES + 1)], &ring[(i + 1) % (PF_TILES + 1)],
+				  &ring[(i + PF_TILES) % (PF_TILES + 1)] };
 
-		next_rows(&it, ahead, zero);
+		next_rows(&it, &ring[(i + PF_TILES) % (PF_TILES + 1)], zero);
 		do_tile(s, a, &t, fp16);
 	}
 }
