@@ -321,6 +321,23 @@ static uint64_t slow_bytes(void)
 	return is_sim() ? 16u << 20 : 4u << 20;
 }
 
+/*
+ * How many slow commands keep a region busy until the test looks, from @n
+ * that do on sim and on the kernel mock (which holds each one for its
+ * delay).  On a PCI device the firmware runs natively beside a TCG guest
+ * and had finished 8 fills of 4 MiB before the guest's next system call
+ * (a mem_free() that should have been refused succeeded), so it gets 8
+ * times as many: some 10 ms of work past the last submission.
+ */
+static int slow_count(struct nelssa_pnm *p, int n)
+{
+	struct npnm_info info;
+
+	if (is_sim() || nelssa_pnm_info(p, &info) || !info.fw_version)
+		return n;
+	return 8 * n;
+}
+
 /* Slow commands: FILLs of a large region (and a delay on the mock). */
 static int submit_slow(struct nelssa_pnm *p, uint32_t h, int n)
 {
@@ -339,18 +356,18 @@ static void busy_region_and_timeouts(void **state)
 	struct nelssa_pnm *p = open_dev(DEV);
 	uint32_t h = alloc(p, slow_bytes());
 	struct npnm_completion comp[16];
-	int got = 0, ret;
+	int n = slow_count(p, 8), got = 0, ret;
 
 	(void)state;
 	assert_int_equal(nelssa_pnm_poll(p, comp, 16), 0);
 	assert_int_equal(nelssa_pnm_wait(p, comp, 1, 16, -1), -EAGAIN);	/* nothing to wait for */
-	assert_int_equal(submit_slow(p, h, 8), 0);
+	assert_int_equal(submit_slow(p, h, n), 0);
 	assert_int_equal(nelssa_pnm_mem_free(p, h), -EBUSY);
 	/* A 1 ns timeout returns what is there, or -ETIMEDOUT when nothing is. */
 	ret = nelssa_pnm_wait(p, comp, 8, 16, 1);
-	assert_true(ret == -ETIMEDOUT || (ret >= 1 && ret <= 8));
+	assert_true(ret == -ETIMEDOUT || (ret >= 1 && ret <= 16));
 	got = ret > 0 ? ret : 0;
-	while (got < 8) {
+	while (got < n) {
 		ret = nelssa_pnm_wait(p, comp, 1, 16, 5000000000ll);
 		if (ret <= 0)
 			fail_msg("wait: %d (%s) after %d", ret, nelssa_pnm_strerror(), got);
