@@ -17,7 +17,7 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 
 small="--regions 4,8 --bytes 2 --passes 1"
-echo "1..12"
+echo "1..13"
 t "--help exits 0" 0 "$probe" --help
 t "a chunk not a multiple of 64 bytes is a usage error" 2 "$probe" --chunk 100
 t "more than half the smallest region per pass is a usage error" 2 "$probe" --regions 8,64 --bytes 8
@@ -38,3 +38,4 @@ json_check "one positive rate per region, in the order given, ratio to the strea
 t "one-line chunks with the prefetch further ahead than a pass" 0 \
 	"$probe" $small --chunk 64 --ahead 65536 --json
 t "a CPU this process may not use is refused" 1 "$probe" $small --cpu 1023
+t "a region larger than the machine's memory is refused" 1 "$probe" --regions 1048576 --passes 1

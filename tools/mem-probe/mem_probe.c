@@ -334,7 +334,8 @@ static double best_of(struct probe *p, size_t region)
 
 static int setup(struct probe *p, const struct opts *o)
 {
-	size_t largest = 0;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	size_t largest = 0, ram = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 
 	for (uint32_t i = 0; i < o->nr_regions; i++)
 		if (((size_t)o->regions[i] << 20) > largest)
@@ -342,6 +343,12 @@ static int setup(struct probe *p, const struct opts *o)
 	*p = (struct probe){ .o = o, .rng = 0x2545f4914f6cdd1dull };
 	p->buf_bytes = o->huge_1g ? (largest + (1u << 30) - 1) & ~(((size_t)1 << 30) - 1) : largest;
 	p->flush_bytes = flush_bytes();
+	/* Every byte is written: a region past the machine's memory would end in the OOM killer. */
+	if (ram && p->buf_bytes + p->flush_bytes > ram / 4 * 3) {
+		fprintf(stderr, "%s: %zu MiB of buffers is more than 3/4 of this machine's %zu MiB\n",
+			prog, (p->buf_bytes + p->flush_bytes) >> 20, ram >> 20);
+		return -1;
+	}
 	p->buf = map(p->buf_bytes, o->huge_1g);
 	p->flush = map(p->flush_bytes, 0);
 	if (!p->buf || !p->flush)
