@@ -263,13 +263,13 @@ struct tile {
 /*
  * Prefetch, for each line read, the same line of the next tile into L1 and,
  * with NFW_FAR_PREFETCH, of the tile after it with the non-temporal hint.
- * The logit phase reads K rows
- * and passes slots 0..NFW_TILE-1, the P.V phase reads V rows and passes
- * NFW_TILE + row, so the tiles ahead arrive at a steady pace over the whole
- * tile.  pf_slot() maps rows to slots so that, with 16-token clusters, the
- * K and V pages of every cluster of a tile are in flight together -- the
- * first half of each page in the logit phase, the second in the P.V phase:
- * one page at a time measured 25-30 % slower.
+ * The logit phase reads K rows and passes slots 0..NFW_TILE-1, the P.V
+ * phase reads V rows and passes NFW_TILE + row, so the tiles ahead arrive
+ * at a steady pace over the whole tile.  pf_slot() maps rows to slots so
+ * that, with 16-token clusters, the K and V pages of every cluster of a
+ * tile are in flight together -- the first half of each page in the logit
+ * phase, the second in the P.V phase: one page at a time measured 25-30 %
+ * slower.
  *
  * The far prefetch is for cores sharing memory when the arithmetic is
  * fast enough to wait on it (AVX-512): with two cores reading, one tile of
@@ -599,10 +599,10 @@ static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate 
 		prefetch_rows(&ring[i], a->head_dim);
 	}
 	for (uint32_t i = 0; ring[i % (PF_TILES + 1)].n; i++) {
-		struct tile t = { &ring[i % (PF_TILES + 1)], &ring[(i + 1) % (PF_TILES + 1)],
-				  &ring[(i + PF_TILES) % (PF_TILES + 1)] };
+		struct rows *last = &ring[(i + PF_TILES) % (PF_TILES + 1)];
+		struct tile t = { &ring[i % (PF_TILES + 1)], &ring[(i + 1) % (PF_TILES + 1)], last };
 
-		next_rows(&it, &ring[(i + PF_TILES) % (PF_TILES + 1)], zero);
+		next_rows(&it, last, zero);
 		do_tile(s, a, &t, fp16);
 	}
 }
