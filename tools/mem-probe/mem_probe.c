@@ -302,6 +302,7 @@ struct probe {
 static double best_of(struct probe *p, size_t region)
 {
 	const size_t chunk = p->o->chunk, n = ((size_t)p->o->mib << 20) / chunk;
+	const size_t bytes = region ? n * chunk : p->buf_bytes;
 	static volatile uint64_t sink;
 	double best = 0.0;
 
@@ -326,8 +327,8 @@ static double best_of(struct probe *p, size_t region)
 				"%#llx\n", prog, (unsigned long long)got, (unsigned long long)want);
 			return 0.0;
 		}
-		if ((region ? n * chunk : p->buf_bytes) / dt / 1e9 > best)
-			best = (region ? n * chunk : p->buf_bytes) / dt / 1e9;
+		if (bytes / dt / 1e9 > best)
+			best = bytes / dt / 1e9;
 	}
 	return best;
 }
