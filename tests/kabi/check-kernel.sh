@@ -5,7 +5,8 @@
 #   1. the Kbuild tree builds against KDIR (Debian's 6.1 headers) with W=1
 #   2. sparse (make C=2) reports nothing
 #   3. checkpatch.pl --strict is clean on every kernel C file and the uapi
-#   4. kernel-doc finds every struct member of the uapi documented
+#   4. kernel-doc finds every struct member and function of the uapi and of
+#      the headers the driver shares with userspace documented
 # The tree is copied to OUTDIR first: out-of-tree kbuild writes objects
 # next to the sources, and the source tree stays clean.
 #
@@ -72,7 +73,9 @@ fi
 st=$?
 report 3 "checkpatch --strict ($(echo $kfiles | wc -w) files)" $st "$out/checkpatch.log"
 
-perl "$ksrc/scripts/kernel-doc" -none "$src/uapi/linux/nelssa_pnm.h" >"$out/kernel-doc.log" 2>&1
+# The uapi, and the headers compiled by both the kernel and userspace.
+kdocs="uapi/linux/nelssa_pnm.h driver/npnm_rules.h driver/cxl_range.h"
+(cd "$src" && perl "$ksrc/scripts/kernel-doc" -none $kdocs) >"$out/kernel-doc.log" 2>&1
 st=$?
 [ -s "$out/kernel-doc.log" ] && st=1
-report 4 "kernel-doc uapi/linux/nelssa_pnm.h" $st "$out/kernel-doc.log"
+report 4 "kernel-doc $kdocs" $st "$out/kernel-doc.log"

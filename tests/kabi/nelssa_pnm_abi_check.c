@@ -3,13 +3,17 @@
  * Kernel-side twin of tests/abi/abi_layout.c: proves that
  * uapi/linux/nelssa_pnm.h compiles with the kernel's own types, flags and
  * checkers (sparse, -Werror builds), and that the layout the kernel sees is
- * the one userspace pins.  The module is never loaded; building it is the
+ * the one userspace pins.  It also compiles driver/npnm_rules.h, the
+ * command rules the driver shares with the firmware and the library, with
+ * the kernel's flags.  The module is never loaded; building it is the
  * test.
  */
 #include <linux/build_bug.h>
 #include <linux/module.h>
 #include <linux/stddef.h>
 #include <linux/nelssa_pnm.h>
+
+#include "npnm_rules.h"
 
 static_assert(sizeof(struct npnm_info) == 96);
 static_assert(sizeof(struct npnm_mem_alloc) == 48);
@@ -31,7 +35,9 @@ static_assert(NPNM_IOC_EXEC == 0xC010B932u);
 
 static int __init npnm_abi_check_init(void)
 {
-	return 0;
+	struct npnm_cmd c = { .opcode = NPNM_OP_NOP };
+
+	return npnm_rules_submit_errno(npnm_rules_check(&c));
 }
 module_init(npnm_abi_check_init);
 
