@@ -33,10 +33,14 @@ static inline uint8_t *nfw_ptr(const struct nfw_mem *mem, const struct npnm_cmd 
 	return mem->base + desc->op[i].offset + off;
 }
 
-/* Header, operand slots (@used: bit per slot) and parameter tail. */
-uint32_t nfw_check_common(const struct nfw_mem *mem, const struct npnm_cmd *desc,
-			  unsigned int used, size_t param_bytes);
+/*
+ * The shared command rules (driver/npnm_rules.h: header, operand slots,
+ * opcode, parameter tail and reserved fields), then every used operand
+ * inside device memory.
+ */
+uint32_t nfw_check_common(const struct nfw_mem *mem, const struct npnm_cmd *desc);
 
+/* What parameters mean, for a descriptor nfw_check_common() accepted. */
 uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc);
 uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc,
 			   struct nfw_scratch *scratch);

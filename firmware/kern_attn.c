@@ -77,16 +77,9 @@ uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *des
 			   struct nfw_scratch *scratch)
 {
 	const struct npnm_sparse_attn_params *p = &desc->p.attn;
-	const unsigned int used = (1u << NPNM_ATTN_ITEMS) | (1u << NPNM_ATTN_KV) |
-				  (1u << NPNM_ATTN_IN) | (1u << NPNM_ATTN_OUT);
 	float scale;
 	uint32_t st;
 
-	st = nfw_check_common(mem, desc, used, sizeof(*p));
-	if (st)
-		return st;
-	if (p->flags || p->reserved)
-		return NPNM_ST_BAD_RESERVED;
 	if (p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16)
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM || p->group == 0 ||

@@ -30,13 +30,7 @@ uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd 
 	uint64_t dst_len = desc->op[NPNM_KV_DST].len;
 	const struct npnm_cluster *table;
 	struct kv_layout l;
-	uint32_t st;
 
-	st = nfw_check_common(mem, desc, (1u << NPNM_KV_SRC) | (1u << NPNM_KV_DST), sizeof(*p));
-	if (st)
-		return st;
-	if (p->pad || (p->flags & ~NPNM_KV_F_SCATTER))
-		return NPNM_ST_BAD_RESERVED;
 	if (p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16)
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM)

@@ -139,6 +139,7 @@ BREAK(hdr_reserved0, CMD(f)->reserved[0] = 1)
 BREAK(hdr_reserved1, CMD(f)->reserved[1] = 1ull << 63)
 BREAK(nop_operand_used, CMD(f)->op[2].len = 1)
 BREAK(nop_params, CMD(f)->p.raw[7] = 1)
+BREAK(nop_operand_handle, CMD(f)->op[0] = (struct npnm_operand){ 1, 0, 0, 16 })
 BREAK(fill_missing_dst, CMD(f)->op[0].handle = 0)
 BREAK(fill_op_flags, CMD(f)->op[0].flags = 4)
 BREAK(fill_past_memory, CMD(f)->op[0].offset = MEM - 2048)
@@ -180,6 +181,7 @@ BREAK(attn_scale_nan, CMD(f)->p.attn.scale_f32 = 0x7fc00000)
 BREAK(attn_scale_inf, CMD(f)->p.attn.scale_f32 = 0x7f800000)
 BREAK(attn_items_short, CMD(f)->p.attn.nr_items = 3)
 BREAK(attn_missing_out, CMD(f)->op[NPNM_ATTN_OUT].handle = 0)
+BREAK(attn_op_flags, CMD(f)->op[NPNM_ATTN_KV].flags = 1)
 BREAK(attn_item_reserved, item0(f)->reserved = 1)
 BREAK(attn_k_past_kv, item0(f)->k_off = f->cmd.op[NPNM_ATTN_KV].len - 64)
 BREAK(attn_v_past_kv, item0(f)->nr_tokens = 1u << 30)
@@ -196,6 +198,7 @@ BREAK(attn_table_past_tokens, table0(f)[sel0(f)[0]].count = f->it[0].n_tokens + 
 BREAK(attn_table_first_wraps, { table0(f)[sel0(f)[0]].first = ~0u; table0(f)[sel0(f)[0]].count = 2; })
 BREAK(selftest_mask, CMD(f)->p.selftest.mask = 1u << 31)
 BREAK(selftest_pad, CMD(f)->p.selftest.pad = 1)
+BREAK(selftest_param_tail, CMD(f)->p.raw[1] = 1)
 BREAK(selftest_operand, CMD(f)->op[0] = (struct npnm_operand){ 1, 0, 0, 8 })
 
 #define C(n, b, w) { #n, b, n, w }
@@ -207,6 +210,7 @@ static const struct vcase cases[] = {
 	C(hdr_reserved1, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(nop_operand_used, B_NOP, NPNM_ST_BAD_RESERVED),
 	C(nop_params, B_NOP, NPNM_ST_BAD_RESERVED),
+	C(nop_operand_handle, B_NOP, NPNM_ST_BAD_RESERVED),
 	C(fill_missing_dst, B_FILL, NPNM_ST_BAD_OPERAND),
 	C(fill_op_flags, B_FILL, NPNM_ST_BAD_RESERVED),
 	C(fill_past_memory, B_FILL, NPNM_ST_BAD_OPERAND),
@@ -248,6 +252,7 @@ static const struct vcase cases[] = {
 	C(attn_scale_inf, B_ATTN, NPNM_ST_BAD_PARAM),
 	C(attn_items_short, B_ATTN, NPNM_ST_BAD_OPERAND),
 	C(attn_missing_out, B_ATTN, NPNM_ST_BAD_OPERAND),
+	C(attn_op_flags, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(attn_item_reserved, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(attn_k_past_kv, B_ATTN, NPNM_ST_BAD_OPERAND),
 	C(attn_v_past_kv, B_ATTN, NPNM_ST_BAD_OPERAND),
@@ -264,6 +269,7 @@ static const struct vcase cases[] = {
 	C(attn_table_first_wraps, B_ATTN, NPNM_ST_BAD_CLUSTER),
 	C(selftest_mask, B_SELFTEST, NPNM_ST_BAD_PARAM),
 	C(selftest_pad, B_SELFTEST, NPNM_ST_BAD_RESERVED),
+	C(selftest_param_tail, B_SELFTEST, NPNM_ST_BAD_RESERVED),
 	C(selftest_operand, B_SELFTEST, NPNM_ST_BAD_RESERVED),
 };
 
