@@ -461,12 +461,12 @@ static inline const char *npnm_rules_strerror(unsigned int rule)
 		[NPNM_RULE_OK] = "no rule broken",
 		[NPNM_RULE_CMD_FLAGS] = "command flags must be zero",
 		[NPNM_RULE_CMD_RESERVED] = "command reserved words must be zero",
-		[NPNM_RULE_OPERAND_UNUSED] = "operand slot unused by the opcode must be all zero",
-		[NPNM_RULE_OPERAND_MISSING] = "operand required by the opcode has handle 0",
+		[NPNM_RULE_OPERAND_UNUSED] = "slot not used by the opcode must be all zero",
+		[NPNM_RULE_OPERAND_MISSING] = "slot required by the opcode has handle 0",
 		[NPNM_RULE_OPERAND_FLAGS] = "operand flags must be zero",
 		[NPNM_RULE_OPCODE] = "unknown opcode",
 		[NPNM_RULE_PARAM_TAIL] = "bytes past the opcode's parameters must be zero",
-		[NPNM_RULE_PARAM_RESERVED] = "reserved parameter field not zero",
+		[NPNM_RULE_PARAM_RESERVED] = "reserved bits not zero",
 	};
 
 	return rule < NPNM_RULE_NR ? words[rule] : "unknown rule";
