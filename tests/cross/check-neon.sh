@@ -25,7 +25,8 @@ if ! command -v clang >/dev/null 2>&1 || ! command -v ld.lld >/dev/null 2>&1 ||
 	exit 0
 fi
 mkdir -p "$out"
-flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -I$src/uapi \
+# driver/ for npnm_rules.h, the command rules the firmware shares with the driver.
+flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -I$src/uapi -I$src/driver \
 -I$src/firmware/include -I$src/runtime/include"
 objs=""
 for f in "$src"/firmware/*.c "$src"/runtime/numeric/*.c "$src"/tests/unit/testutil.c \
