@@ -277,25 +277,26 @@ static int kdev_mem_unmap(struct nelssa_pnm *pnm, void *addr)
 	return munmap(m.addr, m.size) ? pnm_error(-errno, "munmap failed") : 0;
 }
 
-/* The driver's context checks, repeated so a bad command fails here. */
+/*
+ * The driver's checks, repeated so a bad command fails here: the command
+ * rules it shares with the library, and every operand against the context.
+ */
 static int check(struct kdev_ctx *k, const struct npnm_cmd *c, uint32_t index)
 {
-	if (c->flags || c->reserved[0] || c->reserved[1])
-		return pnm_error(-EINVAL, "command %u: flags and reserved fields must be zero", index);
+	int ret = pnm_check_rules(c, index);
+
+	if (ret)
+		return ret;
 	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
 		const struct npnm_operand *op = &c->op[i];
 		struct kdev_region *r;
 
-		if (!op->handle) {
-			if (op->flags || op->offset || op->len)
-				return pnm_error(-EINVAL, "command %u: unused operand %u must be zero",
-						 index, i);
+		if (!op->handle)
 			continue;
-		}
 		r = find_region(k, op->handle);
-		if (op->flags || !r)
-			return pnm_error(-EINVAL, "command %u: operand %u: %s", index, i,
-					 op->flags ? "flags must be zero" : "unknown region handle");
+		if (!r)
+			return pnm_error(-EINVAL, "command %u: operand %u: unknown region handle %u",
+					 index, i, op->handle);
 		if (op->offset > r->size || op->len > r->size - op->offset)
 			return pnm_error(-EINVAL, "command %u: operand %u outside region %u", index,
 					 i, op->handle);

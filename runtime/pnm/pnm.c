@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "npnm_rules.h"
 #include "pnm_internal.h"
 
 static _Thread_local char last_error[256];
@@ -52,6 +53,39 @@ int pnm_parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+int pnm_check_rules(const struct npnm_cmd *c, uint32_t index)
+{
+	struct npnm_rules_fault why;
+	const char *words;
+	char op[24];
+	int ret;
+
+	ret = npnm_rules_submit_errno(npnm_rules_check_why(c, &why));
+	if (!ret)
+		return 0;
+	words = npnm_rules_strerror(why.rule);
+	if (npnm_rule(c->opcode))
+		snprintf(op, sizeof(op), "%s", npnm_rules_opname(c->opcode));
+	else
+		snprintf(op, sizeof(op), "opcode %u", c->opcode);
+	switch (why.rule) {
+	case NPNM_RULE_OPERAND_UNUSED:
+	case NPNM_RULE_OPERAND_MISSING:
+	case NPNM_RULE_OPERAND_FLAGS:
+		return pnm_error(ret, "command %u (%s): operand %u: %s", index, op, why.slot, words);
+	case NPNM_RULE_PARAM_TAIL:
+		if (!npnm_rules_param_bytes(c->opcode))
+			return pnm_error(ret, "command %u (%s): parameter byte %u: %s (it has none)",
+					 index, op, why.offset, words);
+		return pnm_error(ret, "command %u (%s): parameter byte %u: %s (it has %u)", index,
+				 op, why.offset, words, npnm_rules_param_bytes(c->opcode));
+	case NPNM_RULE_PARAM_RESERVED:
+		return pnm_error(ret, "command %u (%s): %s: %s", index, op, why.field, words);
+	default:
+		return pnm_error(ret, "command %u (%s): %s", index, op, words);
+	}
 }
 
 int pnm_status_result(uint32_t status)

@@ -45,6 +45,14 @@ int pnm_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Parse "123", "64K", "256M", "2G" (binary units); -EINVAL if malformed. */
 int pnm_parse_size(const char *s, uint64_t *out);
 
+/*
+ * The command rules the driver applies at submission (driver/npnm_rules.h),
+ * for command @index of a batch: 0, or -EINVAL with the rule broken in
+ * nelssa_pnm_strerror().  Region bounds are the backend's to check; after
+ * a 0 the operands in use are exactly those with a non-zero handle.
+ */
+int pnm_check_rules(const struct npnm_cmd *c, uint32_t index);
+
 /* Map a device status to a completion result. */
 int pnm_status_result(uint32_t status);
 

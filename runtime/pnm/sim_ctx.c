@@ -394,26 +394,24 @@ static int sim_mem_unmap(struct nelssa_pnm *pnm, void *addr)
 	return 0;
 }
 
-/* The driver's checks: header, and every operand against this context. */
+/* The driver's checks: the command rules, and every operand against this context. */
 static int resolve(struct sim_ctx *c, const struct npnm_cmd *in, struct npnm_cmd *out,
 		   struct sim_region **regions, uint32_t index)
 {
+	int ret;
+
 	*out = *in;
-	if (in->flags || in->reserved[0] || in->reserved[1])
-		return pnm_error(-EINVAL, "command %u: flags and reserved fields must be zero", index);
+	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++)
+		regions[i] = NULL;
+	ret = pnm_check_rules(in, index);
+	if (ret)
+		return ret;
 	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
 		const struct npnm_operand *op = &in->op[i];
 		struct sim_region *r;
 
-		regions[i] = NULL;
-		if (!op->handle) {
-			if (op->flags || op->offset || op->len)
-				return pnm_error(-EINVAL, "command %u: unused operand %u must be zero",
-						 index, i);
+		if (!op->handle)
 			continue;
-		}
-		if (op->flags)
-			return pnm_error(-EINVAL, "command %u: operand %u flags must be zero", index, i);
 		r = lookup(c, op->handle);
 		if (!r)
 			return pnm_error(-EINVAL, "command %u: operand %u: unknown region handle %u",

@@ -27,6 +27,7 @@
 #include <nelssa/pnm.h>
 
 #include "fwfixture.h"
+#include "rulecases.h"
 
 static const char *DEV = "sim:7,mem=96M,cores=2";
 
@@ -312,6 +313,71 @@ static void submit_checks(void **state)
 	assert_int_equal(comp.user_tag, 0xfeed);
 	assert_int_equal(nelssa_pnm_exec(p, c, &comp), -EIO);
 	assert_string_equal(nelssa_pnm_status_str(comp.status), "unknown opcode");
+	nelssa_pnm_close(p);
+}
+
+/*
+ * What the driver refuses at submission the library refuses too, before
+ * the device sees it: every command of rulecases.h -- each opcode broken
+ * in one way the command rules forbid -- fails submit and exec with
+ * -EINVAL and words naming what is wrong, nothing completes, and the
+ * region the commands would write stays zero.  Unbroken, the same
+ * commands are accepted.
+ */
+static void submit_refuses_what_the_rules_refuse(void **state)
+{
+	static struct rule_case cases[1024];
+	struct nelssa_pnm *p = open_dev(DEV);
+	uint32_t dst = alloc(p, RC_LEN), src = alloc(p, RC_LEN);
+	struct npnm_completion comp[4];
+	static uint8_t buf[RC_LEN];
+	struct npnm_cmd c;
+	size_t n;
+
+	(void)state;
+	memset(buf, 0x77, sizeof(buf));
+	assert_int_equal(nelssa_pnm_mem_write(p, src, 0, buf, sizeof(buf)), 0);
+	n = rule_cases(dst, src, cases, sizeof(cases) / sizeof(cases[0]));
+	assert_true(n > 300 && n < sizeof(cases) / sizeof(cases[0]));
+	for (size_t i = 0; i < n; i++) {
+		if (nelssa_pnm_submit(p, &cases[i].cmd, 1, NULL) != -EINVAL)
+			fail_msg("%s: submit did not fail with -EINVAL", cases[i].what);
+		if (!strstr(nelssa_pnm_strerror(), cases[i].says))
+			fail_msg("%s: '%s' does not say '%s'", cases[i].what, nelssa_pnm_strerror(),
+				 cases[i].says);
+		if (nelssa_pnm_exec(p, &cases[i].cmd, comp) != -EINVAL)
+			fail_msg("%s: exec did not fail with -EINVAL", cases[i].what);
+		if (!strstr(nelssa_pnm_strerror(), cases[i].says))
+			fail_msg("%s: exec: '%s' does not say '%s'", cases[i].what,
+				 nelssa_pnm_strerror(), cases[i].says);
+	}
+	/* The device never ran one. */
+	assert_int_equal(nelssa_pnm_inflight(p), 0);
+	assert_int_equal(nelssa_pnm_poll(p, comp, 4), 0);
+	assert_int_equal(nelssa_pnm_mem_read(p, dst, 0, buf, sizeof(buf)), 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		if (buf[i])
+			fail_msg("byte %zu of the destination written", i);
+	/* Unbroken, they are accepted: NOP and FILL run, the rest reach the device. */
+	for (unsigned int op = 0; op < NPNM_OP_MAX; op++) {
+		c = rc_base(op, dst, src);
+		assert_int_equal(nelssa_pnm_submit(p, &c, 1, NULL), 1);
+		assert_int_equal(nelssa_pnm_wait(p, comp, 1, 1, -1), 1);
+		assert_int_equal(comp[0].user_tag, c.user_tag);
+		if (op == NPNM_OP_NOP || op == NPNM_OP_FILL)
+			assert_int_equal(comp[0].status, NPNM_ST_OK);
+	}
+	c = rc_base(NPNM_OP_FILL, dst, src);
+	assert_int_equal(nelssa_pnm_exec(p, &c, comp), 0);
+	assert_int_equal(nelssa_pnm_mem_read(p, dst, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(buf[0], 0x5a);
+	assert_int_equal(buf[RC_LEN - 1], 0x5a);
+	/* An unknown opcode with its slots in order is the device's to refuse. */
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_MAX;
+	c.op[2] = (struct npnm_operand){ src, 0, 0, 64 };
+	assert_int_equal(nelssa_pnm_exec(p, &c, comp), -EIO);
+	assert_int_equal(comp[0].status, NPNM_ST_BAD_OPCODE);
 	nelssa_pnm_close(p);
 }
 
@@ -605,6 +671,7 @@ int main(void)
 		cmocka_unit_test(isolation),
 		cmocka_unit_test(map_rules),
 		cmocka_unit_test(submit_checks),
+		cmocka_unit_test(submit_refuses_what_the_rules_refuse),
 		cmocka_unit_test(busy_region_and_timeouts),
 		cmocka_unit_test(event_fd),
 		cmocka_unit_test(exec_keeps_async),
