@@ -6,6 +6,13 @@
  * non-zero flags/pad/reserved fields with -EINVAL before acting, and
  * answers an unknown number with -ENOTTY.  The numbers are also the
  * io_uring cmd_op values.
+ *
+ * -EFAULT never loses work: a call whose argument is not writable fails
+ * before it acts (SUBMIT, EXEC), and WAIT consumes completions only when it
+ * could write them and their count.  A read-only open may only query
+ * (GET_INFO); the rest needs the file open for writing (-EBADF).  On a
+ * removed device every call but WAIT fails with -ENXIO; WAIT still
+ * returns the completions of the commands the removal aborted.
  */
 #include <linux/fs.h>
 #include <linux/ktime.h>
@@ -84,6 +91,9 @@ static int ioc_submit(struct npnm_context *ctx, void __user *arg)
 	if (s.flags || !zeroed(s.reserved, sizeof(s.reserved)) || !s.nr_cmds ||
 	    s.nr_cmds > NPNM_MAX_BATCH)
 		return -EINVAL;
+	/* Where the counts go must be writable before anything is queued. */
+	if (copy_to_user(arg, &s, sizeof(s)))
+		return -EFAULT;
 	ucmds = u64_to_user_ptr(s.cmds_ptr);
 	s.nr_submitted = 0;
 	s.error = 0;
@@ -102,45 +112,55 @@ static int ioc_submit(struct npnm_context *ctx, void __user *arg)
 		s.nr_submitted++;
 	}
 	s.error = ret;
-	/* The counts are written even when a command was rejected. */
+	/*
+	 * The counts are written even when a command was rejected.  This can
+	 * fail only if another thread unmapped the argument meanwhile; the
+	 * accepted commands still complete and are reaped as usual.
+	 */
 	if (copy_to_user(arg, &s, sizeof(s)))
 		return -EFAULT;
 	return ret;
 }
 
-/* Move up to @max completions to @out; caller holds ctx->lock. */
-static u32 reap(struct npnm_context *ctx, struct npnm_kcmd **out, u32 max)
+/*
+ * Take up to @max completions, at least @min: all or nothing, so a failed
+ * copy-out can put every one of them back in order.
+ */
+static u32 reap(struct npnm_context *ctx, struct list_head *out, u32 max)
 {
 	u32 n = 0;
 
+	spin_lock(&ctx->cq_lock);
 	while (n < max && !list_empty(&ctx->cq)) {
-		out[n] = list_first_entry(&ctx->cq, struct npnm_kcmd, cq_node);
-		list_del_init(&out[n]->cq_node);
+		list_move_tail(ctx->cq.next, out);
+		ctx->cq_len--;
 		n++;
 	}
+	spin_unlock(&ctx->cq_lock);
 	return n;
+}
+
+static void unreap(struct npnm_context *ctx, struct list_head *list, u32 n)
+{
+	spin_lock(&ctx->cq_lock);
+	list_splice(list, &ctx->cq);
+	ctx->cq_len += n;
+	spin_unlock(&ctx->cq_lock);
 }
 
 static bool cq_has(struct npnm_context *ctx, u32 min)
 {
-	struct list_head *pos;
-	u32 n = 0;
-
-	mutex_lock(&ctx->lock);
-	list_for_each(pos, &ctx->cq)
-		if (++n >= min)
-			break;
-	mutex_unlock(&ctx->lock);
-	return n >= min;
+	return READ_ONCE(ctx->cq_len) >= min;
 }
 
 static int ioc_wait(struct npnm_context *ctx, void __user *arg)
 {
 	struct npnm_completion __user *ucomp;
-	struct npnm_kcmd **batch;
+	struct npnm_kcmd *kc, *tmp;
 	struct npnm_wait w;
-	u32 got = 0, n, i;
+	LIST_HEAD(got);
 	int ret = 0;
+	u32 n, i;
 
 	if (copy_from_user(&w, arg, sizeof(w)))
 		return -EFAULT;
@@ -164,44 +184,29 @@ static int ioc_wait(struct npnm_context *ctx, void __user *arg)
 			ret = -EINTR;
 	}
 
-	batch = kmalloc_array(min_t(u32, w.max_comps, 64), sizeof(*batch), GFP_KERNEL);
-	if (!batch)
-		return -ENOMEM;
-	while (got < w.max_comps) {
-		mutex_lock(&ctx->lock);
-		n = reap(ctx, batch, min_t(u32, w.max_comps - got, 64));
-		mutex_unlock(&ctx->lock);
-		if (!n)
-			break;
-		for (i = 0; i < n; i++) {
-			struct npnm_completion *c = &batch[i]->comp;
-
-			if (copy_to_user(&ucomp[got + i], c, sizeof(*c))) {
-				/* Put what was not delivered back, in order. */
-				mutex_lock(&ctx->lock);
-				while (n > i)
-					list_add(&batch[--n]->cq_node, &ctx->cq);
-				mutex_unlock(&ctx->lock);
-				kfree(batch);
-				w.nr_comps = got + i;
-				if (copy_to_user(arg, &w, sizeof(w)) || !w.nr_comps)
-					return -EFAULT;
-				return 0;
-			}
-		}
-		for (i = 0; i < n; i++)
-			npnm_kcmd_put(batch[i]);
-		got += n;
+	n = reap(ctx, &got, w.max_comps);
+	w.nr_comps = n;
+	i = 0;
+	list_for_each_entry(kc, &got, cq_node) {
+		if (copy_to_user(&ucomp[i++], &kc->comp, sizeof(kc->comp)))
+			goto fault;
 	}
-	kfree(batch);
-	w.nr_comps = got;
 	if (copy_to_user(arg, &w, sizeof(w)))
-		return -EFAULT;
-	if (got)
+		goto fault;
+	list_for_each_entry_safe(kc, tmp, &got, cq_node) {
+		list_del_init(&kc->cq_node);
+		npnm_kcmd_put(kc);
+	}
+	if (n)
 		return 0;
 	if (ret)
 		return ret;
 	return w.min_comps ? -ETIMEDOUT : 0;
+
+fault:
+	/* Nothing delivered: every completion goes back, in order. */
+	unreap(ctx, &got, n);
+	return -EFAULT;
 }
 
 static int ioc_exec(struct npnm_context *ctx, void __user *arg)
@@ -215,6 +220,9 @@ static int ioc_exec(struct npnm_context *ctx, void __user *arg)
 		return -EFAULT;
 	if (ex.flags || ex.status)
 		return -EINVAL;
+	/* The status goes back here: writable before the command runs. */
+	if (copy_to_user(arg, &ex, sizeof(ex)))
+		return -EFAULT;
 	if (copy_from_user(&c, u64_to_user_ptr(ex.cmd_ptr), sizeof(c)))
 		return -EFAULT;
 	ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_SYNC, NULL, &kc);
@@ -237,6 +245,23 @@ long npnm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 {
 	struct npnm_context *ctx = filp->private_data;
 	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case NPNM_IOC_GET_INFO:
+	case NPNM_IOC_MEM_ALLOC:
+	case NPNM_IOC_MEM_FREE:
+	case NPNM_IOC_SUBMIT:
+	case NPNM_IOC_EXEC:
+		if (READ_ONCE(ctx->ndev->state) == NPNM_STATE_GONE)
+			return -ENXIO;
+		if (cmd != NPNM_IOC_GET_INFO && !ctx->writable)
+			return -EBADF;
+		break;
+	case NPNM_IOC_WAIT:
+		break;
+	default:
+		return -ENOTTY;
+	}
 
 	switch (cmd) {
 	case NPNM_IOC_GET_INFO:

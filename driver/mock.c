@@ -4,10 +4,15 @@
  *
  * An in-kernel PNM device, in the spirit of null_blk and cxl_test: device
  * memory is vmalloc()ed kernel memory, and memory-class commands (NOP,
- * FILL, COPY, KV_WRITE) run on a workqueue whose concurrency plays the device's
- * cores, after a configurable delay that exercises asynchronous completion
- * and the watchdog.  Compute commands complete with NPNM_ST_UNSUPPORTED:
- * the firmware that runs them lives on the real card (PCI backend).
+ * FILL, COPY, KV_WRITE) run on a workqueue whose concurrency plays the
+ * device's cores.  Compute commands complete with NPNM_ST_UNSUPPORTED: the
+ * firmware that runs them lives on the real card (PCI backend).
+ *
+ * Tests hold commands deterministically, never by racing a delay: the
+ * core's debugfs ``hold`` keeps commands queued (they can still be taken
+ * back); the module parameter mock_hold = 1 makes the mock start commands
+ * and hold them running, as a busy device would, until 0 lets them finish.
+ * mock_delay_us adds a delay before each command runs.
  */
 #include <linux/delay.h>
 #include <linux/module.h>
@@ -16,6 +21,7 @@
 #include <linux/vmalloc.h>
 
 #include "npnm.h"
+#include "npnm_rules.h"
 
 static unsigned int mock_cores = 2;
 module_param(mock_cores, uint, 0444);
@@ -25,46 +31,66 @@ static unsigned int mock_delay_us;
 module_param(mock_delay_us, uint, 0644);
 MODULE_PARM_DESC(mock_delay_us, "delay before a mock command runs, in microseconds (default 0)");
 
+static unsigned int mock_hold;
+static DECLARE_WAIT_QUEUE_HEAD(mock_gate);
+
+static int mock_hold_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v > 1)
+		return -EINVAL;
+	WRITE_ONCE(mock_hold, v);
+	wake_up_all(&mock_gate);
+	return 0;
+}
+
+static const struct kernel_param_ops mock_hold_ops = {
+	.set = mock_hold_set,
+	.get = param_get_uint,
+};
+module_param_cb(mock_hold, &mock_hold_ops, &mock_hold, 0644);
+MODULE_PARM_DESC(mock_hold,
+		 "test control: 1 holds started commands running until 0 (default 0)");
+
 #define NPNM_MOCK_MAX_HEAD_DIM 256
 
 struct npnm_mock {
 	struct workqueue_struct *wq;
+	spinlock_t lock;	/* every command's state */
+	bool dying;
 };
 
-static bool zero_bytes(const void *p, size_t n)
-{
-	return !memchr_inv(p, 0, n);
-}
+/**
+ * enum mock_cmd_state - where a mock command is.
+ * @MOCK_NEW: not handed to the mock yet.
+ * @MOCK_QUEUED: accepted, not started: can be taken back.
+ * @MOCK_RUNNING: started; it runs to the end.
+ * @MOCK_DROPPED: taken back (cancel, reset, removal): it never runs.
+ */
+enum mock_cmd_state {
+	MOCK_NEW,
+	MOCK_QUEUED,
+	MOCK_RUNNING,
+	MOCK_DROPPED,
+};
 
-/* Operand slots: used ones present, unused ones all zero (as the firmware). */
-static u32 mock_check_common(const struct npnm_cmd *c, unsigned int used, size_t param_bytes)
-{
-	unsigned int i;
-
-	for (i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
-		bool in_use = used & BIT(i);
-
-		if (!in_use && !zero_bytes(&c->op[i], sizeof(c->op[i])))
-			return NPNM_ST_BAD_RESERVED;
-		if (in_use && !c->op[i].handle)
-			return NPNM_ST_BAD_OPERAND;
-	}
-	if (!zero_bytes((const u8 *)&c->p + param_bytes, sizeof(c->p) - param_bytes))
-		return NPNM_ST_BAD_RESERVED;
-	return NPNM_ST_OK;
-}
+/* The mock's per-command tail (npnm_kcmd_priv()). */
+struct npnm_mock_cmd {
+	struct work_struct work;
+	enum mock_cmd_state state;
+	struct npnm_kcmd *kc;
+};
 
 static u32 mock_fill(struct npnm_device *ndev, const struct npnm_cmd *c)
 {
 	const struct npnm_fill_params *f = &c->p.fill;
 	u8 *dst = ndev->mem + c->op[NPNM_FILL_DST].offset;
 	u64 len = c->op[NPNM_FILL_DST].len, i;
-	u32 st = mock_check_common(c, BIT(NPNM_FILL_DST), sizeof(*f));
 
-	if (st)
-		return st;
-	if (f->pad)
-		return NPNM_ST_BAD_RESERVED;
 	if (f->width != 1 && f->width != 2 && f->width != 4 && f->width != 8)
 		return NPNM_ST_BAD_PARAM;
 	if ((f->width < 8 && (f->pattern >> (8 * f->width))) || len % f->width)
@@ -80,10 +106,6 @@ static u32 mock_fill(struct npnm_device *ndev, const struct npnm_cmd *c)
 
 static u32 mock_copy(struct npnm_device *ndev, const struct npnm_cmd *c)
 {
-	u32 st = mock_check_common(c, BIT(NPNM_COPY_DST) | BIT(NPNM_COPY_SRC), 0);
-
-	if (st)
-		return st;
 	if (c->op[NPNM_COPY_DST].len != c->op[NPNM_COPY_SRC].len)
 		return NPNM_ST_BAD_PARAM;
 	memmove(ndev->mem + c->op[NPNM_COPY_DST].offset, ndev->mem + c->op[NPNM_COPY_SRC].offset,
@@ -102,13 +124,8 @@ static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c, u64
 	const struct npnm_operand *src = &c->op[NPNM_KV_SRC], *dst = &c->op[NPNM_KV_DST];
 	u64 row = (u64)p->head_dim * 2, src_table = 2 * row * p->nr_tokens, src_len;
 	const struct npnm_cluster *table;
-	u32 st, i;
+	u32 i;
 
-	st = mock_check_common(c, BIT(NPNM_KV_SRC) | BIT(NPNM_KV_DST), sizeof(*p));
-	if (st)
-		return st;
-	if (p->pad || (p->flags & ~NPNM_KV_F_SCATTER))
-		return NPNM_ST_BAD_RESERVED;
 	if ((p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16) ||
 	    !p->head_dim || p->head_dim > NPNM_MOCK_MAX_HEAD_DIM)
 		return NPNM_ST_BAD_PARAM;
@@ -177,81 +194,141 @@ static u32 mock_kv_write(struct npnm_device *ndev, const struct npnm_cmd *c)
 	return NPNM_ST_OK;
 }
 
-static void mock_work(struct work_struct *work)
+/* Where the command is: true once it may run, false if it was dropped. */
+static bool mock_advance(struct npnm_mock *m, struct npnm_mock_cmd *mc, enum mock_cmd_state to)
 {
-	struct npnm_kcmd *kc = container_of(work, struct npnm_kcmd, work);
-	struct npnm_device *ndev = kc->ctx->ndev;
-	unsigned int delay = READ_ONCE(mock_delay_us);
-	u32 status;
+	bool ok;
 
-	if (delay)
-		fsleep(delay);
-	/* Expired by the watchdog meanwhile: its memory must not be touched. */
-	if (atomic_read(&kc->done)) {
-		npnm_kcmd_put(kc);
-		return;
-	}
-	switch (kc->desc.opcode) {
+	spin_lock(&m->lock);
+	ok = mc->state != MOCK_DROPPED && !m->dying;
+	if (ok)
+		mc->state = to;
+	spin_unlock(&m->lock);
+	return ok;
+}
+
+static bool gate_open(struct npnm_mock *m)
+{
+	return !READ_ONCE(mock_hold) || READ_ONCE(m->dying);
+}
+
+static u32 mock_run(struct npnm_device *ndev, const struct npnm_cmd *c)
+{
+	/* As a card's firmware does: the shared rules again, on its own copy. */
+	u32 st = npnm_rules_check(c);
+
+	if (st)
+		return st;
+	switch (c->opcode) {
 	case NPNM_OP_NOP:
-		status = mock_check_common(&kc->desc, 0, 0);
-		break;
+		return NPNM_ST_OK;
 	case NPNM_OP_FILL:
-		status = mock_fill(ndev, &kc->desc);
-		break;
+		return mock_fill(ndev, c);
 	case NPNM_OP_COPY:
-		status = mock_copy(ndev, &kc->desc);
-		break;
+		return mock_copy(ndev, c);
 	case NPNM_OP_KV_WRITE:
-		status = mock_kv_write(ndev, &kc->desc);
-		break;
+		return mock_kv_write(ndev, c);
 	case NPNM_OP_SPARSE_ATTN:
 	case NPNM_OP_SELFTEST:
-		status = NPNM_ST_UNSUPPORTED;
-		break;
+		return NPNM_ST_UNSUPPORTED;
 	default:
-		status = NPNM_ST_BAD_OPCODE;
-		break;
+		return NPNM_ST_BAD_OPCODE;
 	}
-	npnm_cmd_complete(kc, status, 0);
-	npnm_kcmd_put(kc);	/* the backend's reference */
+}
+
+static void mock_work(struct work_struct *work)
+{
+	struct npnm_mock_cmd *mc = container_of(work, struct npnm_mock_cmd, work);
+	struct npnm_kcmd *kc = mc->kc;
+	struct npnm_device *ndev = npnm_kcmd_dev(kc);
+	struct npnm_mock *m = ndev->priv;
+	unsigned int delay = READ_ONCE(mock_delay_us);
+
+	if (!mock_advance(m, mc, MOCK_RUNNING))
+		goto out;
+	npnm_cmd_started(kc);
+	if (delay)
+		fsleep(delay);
+	/* TASK_IDLE: a test may hold it for long; that is not a hung task. */
+	wait_event_idle(mock_gate, gate_open(m));
+	/* Completed meanwhile (deadline, failure, reset): leave memory alone. */
+	if (!atomic_read(&kc->done) && !READ_ONCE(m->dying))
+		npnm_cmd_complete(kc, mock_run(ndev, &kc->desc), 0);
+out:
+	npnm_cmd_release(kc);	/* the backend's reference */
 }
 
 static void mock_submit(struct npnm_device *ndev, struct npnm_kcmd *kc)
 {
+	struct npnm_mock_cmd *mc = npnm_kcmd_priv(kc);
 	struct npnm_mock *m = ndev->priv;
 
-	INIT_WORK(&kc->work, mock_work);
-	queue_work(m->wq, &kc->work);
+	mc->kc = kc;
+	INIT_WORK(&mc->work, mock_work);
+	spin_lock(&m->lock);
+	mc->state = MOCK_QUEUED;
+	spin_unlock(&m->lock);
+	queue_work(m->wq, &mc->work);
 }
 
+static bool mock_cancel(struct npnm_device *ndev, struct npnm_kcmd *kc)
+{
+	struct npnm_mock_cmd *mc = npnm_kcmd_priv(kc);
+	struct npnm_mock *m = ndev->priv;
+	bool dropped = false;
+
+	spin_lock(&m->lock);
+	if (mc->state == MOCK_QUEUED) {
+		mc->state = MOCK_DROPPED;
+		dropped = true;
+	}
+	spin_unlock(&m->lock);
+	return dropped;
+}
+
+/* Every command was completed by the core: drop the held ones, drain. */
 static int mock_reset(struct npnm_device *ndev)
 {
 	struct npnm_mock *m = ndev->priv;
 
-	/* Commands the watchdog expired may still sit in the queue: drain them. */
+	spin_lock(&m->lock);
+	m->dying = true;
+	spin_unlock(&m->lock);
+	wake_up_all(&mock_gate);
 	flush_workqueue(m->wq);
+	spin_lock(&m->lock);
+	m->dying = false;
+	spin_unlock(&m->lock);
 	return 0;
 }
 
 static const struct npnm_backend_ops mock_ops = {
 	.name = "mock",
+	.cmd_size = sizeof(struct npnm_mock_cmd),
 	.submit = mock_submit,
+	.cancel = mock_cancel,
 	.reset = mock_reset,
 };
 
-int npnm_mock_create(int id, u64 mem_bytes, struct npnm_device **out)
+int npnm_mock_create(int index, u64 mem_bytes, struct npnm_device **out)
 {
 	struct npnm_device *ndev;
 	struct npnm_mock *m;
-	int ret = -ENOMEM;
+	int ret;
 
 	if (!mock_cores || mock_cores > 64)
 		return -EINVAL;
 	ndev = kzalloc(sizeof(*ndev), GFP_KERNEL);
+	if (!ndev)
+		return -ENOMEM;
+	ret = npnm_device_init(ndev, NULL);
+	if (ret)
+		return ret;
+	ret = -ENOMEM;
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!ndev || !m)
-		goto err;
-	ndev->id = id;
+	if (!m)
+		goto err_put;
+	spin_lock_init(&m->lock);
 	ndev->ops = &mock_ops;
 	ndev->priv = m;
 	ndev->mem_size = mem_bytes;
@@ -265,38 +342,49 @@ int npnm_mock_create(int id, u64 mem_bytes, struct npnm_device **out)
 	ndev->max_head_dim = NPNM_MOCK_MAX_HEAD_DIM;
 	ndev->mem = vzalloc(mem_bytes);
 	if (!ndev->mem)
-		goto err;
+		goto err_free;
 	/* Page-granular pool; the first page is kept back so 0 means "none". */
 	ndev->pool = gen_pool_create(PAGE_SHIFT, NUMA_NO_NODE);
 	if (!ndev->pool)
-		goto err;
+		goto err_free;
 	ret = gen_pool_add(ndev->pool, PAGE_SIZE, mem_bytes - PAGE_SIZE, NUMA_NO_NODE);
 	if (ret)
-		goto err;
+		goto err_free;
 	ret = -ENOMEM;
-	m->wq = alloc_workqueue("nelssa_pnm%d", WQ_UNBOUND, mock_cores, id);
+	m->wq = alloc_workqueue("nelssa_pnm_mock%d", WQ_UNBOUND, mock_cores, index);
 	if (!m->wq)
-		goto err;
+		goto err_free;
+	ret = npnm_device_register(ndev);
+	if (ret)
+		goto err_wq;
 	*out = ndev;
 	return 0;
 
-err:
-	if (ndev && ndev->pool)
-		gen_pool_destroy(ndev->pool);
-	if (ndev)
-		vfree(ndev->mem);
+err_wq:
+	destroy_workqueue(m->wq);
+err_free:
+	vfree(ndev->mem);
 	kfree(m);
-	kfree(ndev);
+err_put:
+	put_device(&ndev->dev);	/* frees the pool and the structure */
 	return ret;
 }
 
+/*
+ * Removal: once unregistered nothing reaches the backend; the commands it
+ * still holds complete NPNM_ST_ABORTED and drain, then its memory goes.
+ * The structure itself stays while contexts are open.
+ */
 void npnm_mock_destroy(struct npnm_device *ndev)
 {
 	struct npnm_mock *m = ndev->priv;
 
+	npnm_device_unregister(ndev);
+	mock_reset(ndev);
 	destroy_workqueue(m->wq);
-	gen_pool_destroy(ndev->pool);
 	vfree(ndev->mem);
+	ndev->mem = NULL;
 	kfree(m);
-	kfree(ndev);
+	ndev->priv = NULL;
+	put_device(&ndev->dev);
 }

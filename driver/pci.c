@@ -16,8 +16,14 @@
  * firmware stops ticking and completes what it held with
  * NPNM_ST_DEVICE_ERROR.  Reset is a handshake: the driver asks, the
  * firmware drops everything, zeroes the rings and bumps its reset epoch.
- * A failed card is reset automatically as soon as its firmware ticks again
- * and nothing is in flight; administrators can also reset through sysfs.
+ * A failed card is reset automatically as soon as its firmware ticks again;
+ * administrators can also reset through sysfs.
+ *
+ * A command in the backlog (no ring slot yet) can be taken back; one in
+ * the ring cannot, so when it misses its deadline its slot stays
+ * quarantined until the card completes it or is reset.  Removal (unbind,
+ * hot-unplug) aborts everything the backend holds; contexts still open see
+ * -ENXIO and keep the core's structure until they close.
  */
 #include <linux/delay.h>
 #include <linux/interrupt.h>
@@ -35,6 +41,18 @@
 /* Heartbeat silence after which the firmware is declared dead. */
 #define NPNM_PCI_HB_TIMEOUT	(2 * HZ)
 #define NPNM_PCI_HB_PERIOD	(HZ / 10)
+
+/* The backend's per-command tail (npnm_kcmd_priv()). */
+struct npnm_pci_cmd {
+	struct list_head be_node;	/* backlog, or a list being completed */
+	struct npnm_kcmd *kc;
+	bool in_backlog;
+};
+
+static struct npnm_pci_cmd *pci_cmd(struct npnm_kcmd *kc)
+{
+	return npnm_kcmd_priv(kc);
+}
 
 struct npnm_pci {
 	struct npnm_device *ndev;
@@ -76,13 +94,16 @@ static bool push_locked(struct npnm_pci *pp)
 	while (!pp->dead && !list_empty(&pp->backlog) && pp->nfree) {
 		u32 tail = le32_to_cpu(pp->hdr->sq_tail);
 		struct npnm_devif_sqe *e;
+		struct npnm_pci_cmd *pc;
 		struct npnm_kcmd *kc;
 		u32 slot;
 
 		if (tail - rd32(&pp->hdr->sq_head) >= pp->sq_entries)
 			break;
-		kc = list_first_entry(&pp->backlog, struct npnm_kcmd, be_node);
-		list_del_init(&kc->be_node);
+		pc = list_first_entry(&pp->backlog, struct npnm_pci_cmd, be_node);
+		list_del_init(&pc->be_node);
+		pc->in_backlog = false;
+		kc = pc->kc;
 		slot = pp->free[--pp->nfree];
 		pp->slots[slot] = kc;
 		pp->gen[slot]++;
@@ -92,6 +113,8 @@ static bool push_locked(struct npnm_pci *pp)
 		memset(e->reserved, 0, sizeof(e->reserved));
 		/* The entry before the index that publishes it. */
 		smp_store_release(&pp->hdr->sq_tail, cpu_to_le32(tail + 1));
+		/* In the ring: the card owns it now, and it can no longer be taken back. */
+		npnm_cmd_started(kc);
 		rang = true;
 	}
 	return rang;
@@ -102,22 +125,45 @@ static void npnm_pci_submit(struct npnm_device *ndev, struct npnm_kcmd *kc)
 	struct npnm_pci *pp = ndev->priv;
 	bool rang;
 
+	pci_cmd(kc)->kc = kc;
 	spin_lock(&pp->lock);
-	list_add_tail(&kc->be_node, &pp->backlog);
+	list_add_tail(&pci_cmd(kc)->be_node, &pp->backlog);
+	pci_cmd(kc)->in_backlog = true;
 	rang = push_locked(pp);
 	spin_unlock(&pp->lock);
 	if (rang)
 		doorbell(pp);
 }
 
+static bool npnm_pci_cancel(struct npnm_device *ndev, struct npnm_kcmd *kc)
+{
+	struct npnm_pci *pp = ndev->priv;
+	struct npnm_pci_cmd *pc = pci_cmd(kc);
+	bool dropped;
+
+	spin_lock(&pp->lock);
+	dropped = pc->in_backlog;
+	if (dropped) {
+		list_del_init(&pc->be_node);
+		pc->in_backlog = false;
+	}
+	spin_unlock(&pp->lock);
+	if (dropped)
+		npnm_cmd_release(kc);	/* the backend's reference; the caller holds one */
+	return dropped;
+}
+
 /* Take every command the backend holds, to complete them outside the lock. */
 static void take_all_locked(struct npnm_pci *pp, struct list_head *out)
 {
+	struct npnm_pci_cmd *pc;
 	u32 i;
 
+	list_for_each_entry(pc, &pp->backlog, be_node)
+		pc->in_backlog = false;
 	for (i = 0; i < pp->cq_entries; i++) {
 		if (pp->slots[i]) {
-			list_add_tail(&pp->slots[i]->be_node, out);
+			list_add_tail(&pci_cmd(pp->slots[i])->be_node, out);
 			pp->slots[i] = NULL;
 			pp->free[pp->nfree++] = i;
 		}
@@ -127,12 +173,14 @@ static void take_all_locked(struct npnm_pci *pp, struct list_head *out)
 
 static void complete_list(struct list_head *list, u32 status)
 {
-	struct npnm_kcmd *kc, *tmp;
+	struct npnm_pci_cmd *pc, *tmp;
 
-	list_for_each_entry_safe(kc, tmp, list, be_node) {
-		list_del_init(&kc->be_node);
+	list_for_each_entry_safe(pc, tmp, list, be_node) {
+		struct npnm_kcmd *kc = pc->kc;
+
+		list_del_init(&pc->be_node);
 		npnm_cmd_complete(kc, status, 0);
-		npnm_kcmd_put(kc);	/* the backend's reference */
+		npnm_cmd_release(kc);	/* the backend's reference */
 	}
 }
 
@@ -192,7 +240,7 @@ static void npnm_pci_reap(struct npnm_pci *pp)
 			break;
 		}
 		npnm_cmd_complete(kc, status, detail);
-		npnm_kcmd_put(kc);
+		npnm_cmd_release(kc);
 	}
 }
 
@@ -210,14 +258,11 @@ static void npnm_pci_hb_fn(struct work_struct *work)
 	if (hb != pp->last_hb) {
 		pp->last_hb = hb;
 		pp->last_hb_change = jiffies;
-		/*
-		 * A failed card whose firmware is alive again (ticking, ready)
-		 * and holds nothing of ours is brought back by a reset.
-		 */
+		/* A failed card whose firmware is alive again (ticking, ready) is reset. */
 		if (READ_ONCE(pp->ndev->state) == NPNM_STATE_FAILED &&
 		    rd32(&pp->hdr->fw_state) == NPNM_FW_READY &&
-		    !npnm_device_reset(pp->ndev))
-			dev_info(pp->ndev->dev, "recovered by an automatic reset\n");
+		    !npnm_device_reset(pp->ndev, true))
+			dev_info(&pp->ndev->dev, "recovered by an automatic reset\n");
 	} else if (!pp->dead && time_after(jiffies, pp->last_hb_change + NPNM_PCI_HB_TIMEOUT)) {
 		npnm_pci_fail(pp, "firmware heartbeat lost");
 	}
@@ -255,7 +300,7 @@ static int npnm_pci_reset(struct npnm_device *ndev)
 	/* Release: the zeroed rings are ours before the firmware sees us back. */
 	smp_store_release(&pp->hdr->driver_state, cpu_to_le32(NPNM_DRV_ATTACHED));
 	spin_unlock(&pp->lock);
-	/* Already completed (watchdog) or failed: only references remain. */
+	/* The core completed them all before; only the references remain. */
 	complete_list(&held, NPNM_ST_ABORTED);
 	return 0;
 }
@@ -269,7 +314,9 @@ static unsigned long npnm_pci_pfn(struct npnm_device *ndev, u64 off)
 
 static const struct npnm_backend_ops npnm_pci_ops = {
 	.name = "pci",
+	.cmd_size = sizeof(struct npnm_pci_cmd),
 	.submit = npnm_pci_submit,
+	.cancel = npnm_pci_cancel,
 	.reset = npnm_pci_reset,
 	.pfn = npnm_pci_pfn,
 };
@@ -344,9 +391,8 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = pcim_enable_device(pdev);
 	if (ret)
 		return ret;
-	ndev = devm_kzalloc(&pdev->dev, sizeof(*ndev), GFP_KERNEL);
 	pp = devm_kzalloc(&pdev->dev, sizeof(*pp), GFP_KERNEL);
-	if (!ndev || !pp)
+	if (!pp)
 		return -ENOMEM;
 	ret = npnm_pci_mem_window(pdev, &pp->mem_phys, &mem_len);
 	if (ret)
@@ -362,7 +408,6 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (!pp->regs)
 		return -ENOMEM;
 
-	pp->ndev = ndev;
 	pp->pdev = pdev;
 	pp->sq_entries = le32_to_cpu(pp->hdr->sq_entries);
 	pp->cq_entries = le32_to_cpu(pp->hdr->cq_entries);
@@ -370,6 +415,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	pp->cq = (void *)pp->hdr + le64_to_cpu(pp->hdr->cq_off);
 	spin_lock_init(&pp->lock);
 	INIT_LIST_HEAD(&pp->backlog);
+	INIT_DELAYED_WORK(&pp->hb_work, npnm_pci_hb_fn);
 	pp->slots = devm_kcalloc(&pdev->dev, pp->cq_entries, sizeof(*pp->slots), GFP_KERNEL);
 	pp->gen = devm_kcalloc(&pdev->dev, pp->cq_entries, sizeof(*pp->gen), GFP_KERNEL);
 	pp->free = devm_kcalloc(&pdev->dev, pp->cq_entries, sizeof(*pp->free), GFP_KERNEL);
@@ -378,6 +424,17 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	for (i = 0; i < pp->cq_entries; i++)
 		pp->free[pp->nfree++] = pp->cq_entries - 1 - i;
 
+	/*
+	 * The core's structure is reference counted, not devm: contexts may
+	 * outlive the binding.  From here on it goes with put_device().
+	 */
+	ndev = kzalloc(sizeof(*ndev), GFP_KERNEL);
+	if (!ndev)
+		return -ENOMEM;
+	ret = npnm_device_init(ndev, &pdev->dev);
+	if (ret)
+		return ret;
+	pp->ndev = ndev;
 	ndev->ops = &npnm_pci_ops;
 	ndev->priv = pp;
 	ndev->mem = pp->hdr;
@@ -391,19 +448,20 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->max_group = le16_to_cpu(pp->hdr->max_group);
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
 		     NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
-	ndev->pool = devm_gen_pool_create(&pdev->dev, PAGE_SHIFT, NUMA_NO_NODE, NULL);
-	if (IS_ERR(ndev->pool))
-		return PTR_ERR(ndev->pool);
+	ret = -ENOMEM;
+	ndev->pool = gen_pool_create(PAGE_SHIFT, NUMA_NO_NODE);
+	if (!ndev->pool)
+		goto err_put;
 	ret = gen_pool_add(ndev->pool, le64_to_cpu(pp->hdr->heap_off), ndev->mem_avail,
 			   NUMA_NO_NODE);
 	if (ret)
-		return ret;
+		goto err_put;
 
 	/* MSI-X messages are memory writes by the device: it must be a master. */
 	pci_set_master(pdev);
 	ret = pci_alloc_irq_vectors(pdev, 1, 1, PCI_IRQ_MSIX);
 	if (ret < 0)
-		return ret;
+		goto err_put;
 	irq = pci_irq_vector(pdev, 0);
 	ret = request_threaded_irq(irq, NULL, npnm_pci_irq, IRQF_ONESHOT, "nelssa_pnm", pp);
 	if (ret)
@@ -412,16 +470,9 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = npnm_pci_reset(ndev);
 	if (ret)
 		goto err_irq;
-	INIT_DELAYED_WORK(&pp->hb_work, npnm_pci_hb_fn);
-
-	ndev->id = npnm_id_alloc();
-	if (ndev->id < 0) {
-		ret = ndev->id;
-		goto err_irq;
-	}
 	ret = npnm_device_register(ndev);
 	if (ret)
-		goto err_id;
+		goto err_irq;
 	pci_set_drvdata(pdev, pp);
 	schedule_delayed_work(&pp->hb_work, NPNM_PCI_HB_PERIOD);
 	dev_info(&pdev->dev, "%s: %llu MiB, %u cores, firmware %u.%u\n", ndev->name,
@@ -429,22 +480,29 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		 ndev->fw_version & 0xffff);
 	return 0;
 
-err_id:
-	npnm_id_free(ndev->id);
 err_irq:
 	free_irq(irq, pp);
 err_vectors:
 	pci_free_irq_vectors(pdev);
+err_put:
+	put_device(&ndev->dev);
 	return ret;
 }
 
+/*
+ * Unbind or hot-unplug, possibly with contexts open, mappings live and
+ * commands in flight: stop the monitor, unregister (no new opens, no
+ * backend call, mappings revoked), abort and drop everything the card
+ * holds, then let go of the core's structure.
+ */
 static void npnm_pci_remove(struct pci_dev *pdev)
 {
 	struct npnm_pci *pp = pci_get_drvdata(pdev);
+	struct npnm_device *ndev = pp->ndev;
 	LIST_HEAD(held);
 
 	cancel_delayed_work_sync(&pp->hb_work);
-	npnm_device_unregister(pp->ndev);	/* no new opens; contexts hold the module */
+	npnm_device_unregister(ndev);	/* also completes what the card holds */
 	spin_lock(&pp->lock);
 	pp->dead = true;
 	take_all_locked(pp, &held);
@@ -453,7 +511,7 @@ static void npnm_pci_remove(struct pci_dev *pdev)
 	WRITE_ONCE(pp->hdr->driver_state, cpu_to_le32(NPNM_DRV_DETACHED));
 	free_irq(pci_irq_vector(pdev, 0), pp);
 	pci_free_irq_vectors(pdev);
-	npnm_id_free(pp->ndev->id);
+	put_device(&ndev->dev);
 }
 
 static const struct pci_device_id npnm_pci_ids[] = {
@@ -467,6 +525,4 @@ struct pci_driver npnm_pci_driver = {
 	.id_table = npnm_pci_ids,
 	.probe = npnm_pci_probe,
 	.remove = npnm_pci_remove,
-	/* Contexts point at the device: it goes only with the module. */
-	.driver.suppress_bind_attrs = true,
 };

@@ -4,8 +4,8 @@
  *
  * One value per file under /sys/class/nelssa_pnm/nelssa_pnm<N>/, documented in
  * Documentation/ABI/testing/sysfs-driver-nelssa_pnm.  Writing "reset" to
- * state brings a failed device back (refused with -EBUSY while commands
- * are in flight).
+ * state (root only) brings a device back: every command it holds completes
+ * NPNM_ST_ABORTED and every region allocated before becomes stale.
  */
 #include <linux/device.h>
 #include <linux/sysfs.h>
@@ -14,7 +14,7 @@
 
 static struct npnm_device *to_ndev(struct device *dev)
 {
-	return dev_get_drvdata(dev);
+	return npnm_dev_of(dev);
 }
 
 static ssize_t mem_total_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -55,8 +55,14 @@ static DEVICE_ATTR_RO(fw_version);
 
 static ssize_t state_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	return sysfs_emit(buf, "%s\n",
-			  READ_ONCE(to_ndev(dev)->state) == NPNM_STATE_LIVE ? "live" : "failed");
+	static const char * const names[] = {
+		[NPNM_STATE_LIVE] = "live",
+		[NPNM_STATE_FAILED] = "failed",
+		[NPNM_STATE_RESETTING] = "resetting",
+		[NPNM_STATE_GONE] = "removed",
+	};
+
+	return sysfs_emit(buf, "%s\n", names[READ_ONCE(to_ndev(dev)->state)]);
 }
 
 static ssize_t state_store(struct device *dev, struct device_attribute *attr, const char *buf,
@@ -66,7 +72,7 @@ static ssize_t state_store(struct device *dev, struct device_attribute *attr, co
 
 	if (!sysfs_streq(buf, "reset"))
 		return -EINVAL;
-	ret = npnm_device_reset(to_ndev(dev));
+	ret = npnm_device_reset(to_ndev(dev), false);
 	return ret ? ret : count;
 }
 static DEVICE_ATTR_RW(state);
@@ -100,6 +106,18 @@ static ssize_t timeouts_show(struct device *dev, struct device_attribute *attr, 
 }
 static DEVICE_ATTR_RO(timeouts);
 
+static ssize_t aborted_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return stat_emit(&to_ndev(dev)->aborted, buf);
+}
+static DEVICE_ATTR_RO(aborted);
+
+static ssize_t quarantined_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", npnm_quarantined(to_ndev(dev)));
+}
+static DEVICE_ATTR_RO(quarantined);
+
 static ssize_t resets_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	return stat_emit(&to_ndev(dev)->resets, buf);
@@ -125,6 +143,8 @@ static struct attribute *npnm_stat_attrs[] = {
 	&dev_attr_completed.attr,
 	&dev_attr_failed.attr,
 	&dev_attr_timeouts.attr,
+	&dev_attr_aborted.attr,
+	&dev_attr_quarantined.attr,
 	&dev_attr_resets.attr,
 	NULL,
 };

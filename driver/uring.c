@@ -8,9 +8,17 @@
  * anything else.  The command completes asynchronously: the completion
  * path hands it to task work, which posts the CQE with res = 0 or -errno
  * and res2 = device status | device ns << 16 (seen with IORING_SETUP_CQE32).
- * Commands always complete -- by the device or by the watchdog -- so an
- * exiting task waiting in io_uring's cancellation is bounded by the
- * command timeout.
+ * Commands always complete -- by the device, their deadline or an abort --
+ * and a dying process's commands that have not started are aborted when
+ * its file table closes the device (npnm_flush()), so an exiting task
+ * waits in io_uring's cancellation only for commands already running.
+ *
+ * Unknown cmd_op: -ENOTTY.  IOPOLL rings are refused (-EOPNOTSUPP): the
+ * completion comes from the device's interrupt, not from polling.  CQE32
+ * is optional: without it the status is lost but res still says 0 or
+ * -errno.  sqe->cmd_op's high bits, the command area past struct
+ * npnm_exec (with SQE128) and struct npnm_exec's own flags and status
+ * must be zero.
  */
 #include <linux/fs.h>
 #include <linux/uaccess.h>
@@ -56,6 +64,8 @@ int npnm_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	BUILD_BUG_ON(sizeof(struct npnm_uring_pdu) > sizeof(ioucmd->pdu));
 	if (ioucmd->cmd_op != NPNM_IOC_EXEC)
 		return -ENOTTY;
+	if (issue_flags & IO_URING_F_IOPOLL)
+		return -EOPNOTSUPP;
 	ex.cmd_ptr = READ_ONCE(uex->cmd_ptr);
 	ex.flags = READ_ONCE(uex->flags);
 	ex.status = READ_ONCE(uex->status);
