@@ -105,10 +105,19 @@ TEST_F(kv, bad_dtype)
 	expect_status(_metadata, self->fd, &self->c, self->d, NPNM_ST_BAD_PARAM);
 }
 
+/* Reserved bits are the shared rules' business: refused at submission. */
 TEST_F(kv, bad_reserved)
 {
+	long long submitted = npnm_sysfs_read(npnm_sysfs("stats/submitted"));
+
 	self->c.p.kv_write.pad = 1;
-	expect_status(_metadata, self->fd, &self->c, self->d, NPNM_ST_BAD_RESERVED);
+	EXPECT_EQ(-EINVAL, npnm_exec(self->fd, &self->c, NULL));
+	self->c.p.kv_write.pad = 0;
+	self->c.p.kv_write.flags = 2;
+	EXPECT_EQ(-EINVAL, npnm_exec(self->fd, &self->c, NULL));
+	EXPECT_EQ(submitted, npnm_sysfs_read(npnm_sysfs("stats/submitted")));
+	for (int i = 0; i < 65536; i++)
+		ASSERT_EQ(0, self->d[i]);
 }
 
 TEST_F(kv, store_past_destination)

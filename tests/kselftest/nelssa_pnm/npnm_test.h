@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,14 @@
 #include <unistd.h>
 
 #include <linux/nelssa_pnm.h>
+
+/*
+ * Limits the uapi documents (GET_INFO reports the first two; the tests
+ * check that they match), and where handle 1 maps.
+ */
+#define NPNM_MAX_BATCH_TEST	256
+#define NPNM_MAX_INFLIGHT_TEST	1024
+#define NPNM_MMAP_STRIDE_TEST	0x1000000000ULL	/* 1 << 36 */
 
 /* The device under test: $NPNM_DEV, else /dev/nelssa_pnm0. */
 static inline const char *npnm_dev(void)
@@ -127,23 +137,98 @@ static inline long long npnm_sysfs_settle(const char *attr, long long want)
 	return v;
 }
 
-/*
- * Commands that stay in flight a while: on the mock through its delay
- * parameter, on a card by filling a large region.  Returns the bytes a
- * slow FILL should cover (the caller's region must be that large).
- */
-static inline __u64 npnm_slow_begin(void)
+#define NPNM_PARAM "/sys/module/nelssa_pnm/parameters/"
+
+static sigjmp_buf npnm_bus_jmp;
+
+static inline void npnm_on_sigbus(int sig)
 {
-	if (npnm_is_mock()) {
-		npnm_sysfs_write("/sys/module/nelssa_pnm/parameters/mock_delay_us", "100000");
-		return 4096;
-	}
-	return 32ULL << 20;
+	(void)sig;
+	siglongjmp(npnm_bus_jmp, 1);
 }
 
-static inline void npnm_slow_end(void)
+/* 1 if reading *p raised SIGBUS, 0 if it read normally. */
+static inline int npnm_touch_sigbus(__u8 *p)
 {
-	npnm_sysfs_write("/sys/module/nelssa_pnm/parameters/mock_delay_us", "0");
+	struct sigaction sa = { .sa_handler = npnm_on_sigbus }, old;
+	int caught = 0;
+
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(npnm_bus_jmp, 1))
+		caught = 1;
+	else
+		(void)__atomic_load_n(p, __ATOMIC_RELAXED);
+	sigaction(SIGBUS, &old, NULL);
+	return caught;
+}
+
+/* /sys/kernel/debug/nelssa_pnm/<device>/<file>, in a static buffer. */
+static inline const char *npnm_debugfs(const char *file)
+{
+	static char path[256];
+	const char *name = strrchr(npnm_dev(), '/');
+
+	snprintf(path, sizeof(path), "/sys/kernel/debug/nelssa_pnm/%s/%s",
+		 name ? name + 1 : npnm_dev(), file);
+	return path;
+}
+
+/*
+ * Commands held in flight deterministically, never by racing the device:
+ * npnm_hold(1) keeps new commands of the device under test queued in the
+ * driver (they can still be taken back) until npnm_hold(0); on the mock,
+ * npnm_mock_hold(1) holds started commands running until npnm_mock_hold(0).
+ */
+static inline int npnm_hold(int on)
+{
+	return npnm_sysfs_write(npnm_debugfs("hold"), on ? "1" : "0");
+}
+
+static inline int npnm_mock_hold(int on)
+{
+	return npnm_sysfs_write(NPNM_PARAM "mock_hold", on ? "1" : "0");
+}
+
+static inline int npnm_param(const char *name, const char *val)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), NPNM_PARAM "%s", name);
+	return npnm_sysfs_write(path, val);
+}
+
+/* "live", "failed": the device's sysfs state is @want. */
+static inline int npnm_state_is(const char *want)
+{
+	char buf[16] = { 0 };
+	int fd = open(npnm_sysfs("state"), O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	return n > 0 && !strncmp(buf, want, strlen(want)) && buf[strlen(want)] == '\n';
+}
+
+/* Wait up to @secs for the device's state to become @want (a bound, not a margin). */
+static inline int npnm_state_settle(const char *want, int secs)
+{
+	for (int i = 0; i < secs * 20 && !npnm_state_is(want); i++)
+		usleep(50000);
+	return npnm_state_is(want);
+}
+
+/* Back to the defaults every test may have changed. */
+static inline void npnm_defaults(void)
+{
+	npnm_hold(0);
+	npnm_mock_hold(0);
+	npnm_param("mock_delay_us", "0");
+	npnm_param("timeout_ms", "5000");
+	npnm_param("watchdog_ms", "10000");
+	npnm_param("ctx_max_regions", "1024");
+	npnm_param("ctx_max_bytes", "0");
+	npnm_param("uid_max_regions", "0");
+	npnm_param("uid_max_bytes", "0");
 }
 
 #endif /* NPNM_TEST_H */

@@ -261,11 +261,84 @@ TEST_F(dev, device_status_is_not_an_ioctl_error)
 	c.p.fill.width = 3;
 	EXPECT_EQ(-EIO, npnm_exec(self->fd, &c, &status));
 	EXPECT_EQ(NPNM_ST_BAD_PARAM, status);
+	/* Well-formed, but nothing to attend to: the device says so. */
 	memset(&c, 0, sizeof(c));
 	c.opcode = NPNM_OP_SPARSE_ATTN;
+	for (int i = 0; i < 4; i++)
+		c.op[i] = (struct npnm_operand){ .handle = self->ma.handle, .len = 4096 };
 	EXPECT_EQ(-EIO, npnm_exec(self->fd, &c, &status));
-	/* The mock cannot run it; firmware finds its operands missing. */
-	EXPECT_EQ(npnm_is_mock() ? NPNM_ST_UNSUPPORTED : NPNM_ST_BAD_OPERAND, status);
+	/* The mock cannot run it; the firmware refuses head_dim 0. */
+	EXPECT_EQ(npnm_is_mock() ? NPNM_ST_UNSUPPORTED : NPNM_ST_BAD_PARAM, status);
+}
+
+/*
+ * Issue 15 item 4: what the opcode rules forbid never reaches the device --
+ * SUBMIT refuses it with -EINVAL and the submitted counter does not move.
+ * One subtest a rule, each with an otherwise valid command.
+ */
+static void expect_refused(struct __test_metadata *_metadata, int fd, struct npnm_cmd *c)
+{
+	long long submitted = npnm_sysfs_read(npnm_sysfs("stats/submitted"));
+	struct npnm_submit s = { .cmds_ptr = (uintptr_t)c, .nr_cmds = 1 };
+
+	EXPECT_EQ(-EINVAL, npnm_ioctl(fd, NPNM_IOC_SUBMIT, &s));
+	EXPECT_EQ(0, s.nr_submitted);
+	EXPECT_EQ(-EINVAL, s.error);
+	EXPECT_EQ(-EINVAL, npnm_exec(fd, c, NULL));
+	EXPECT_EQ(submitted, npnm_sysfs_read(npnm_sysfs("stats/submitted")));
+}
+
+TEST_F(dev, rule_valid_handle_in_unused_slot)
+{
+	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
+
+	c.op[1] = (struct npnm_operand){ .handle = self->ma.handle, .len = 4096 };
+	expect_refused(_metadata, self->fd, &c);
+}
+
+TEST_F(dev, rule_bytes_past_parameters)
+{
+	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
+
+	c.p.raw[7] = 1ULL << 56;	/* the last byte of the parameter area */
+	expect_refused(_metadata, self->fd, &c);
+	c = npnm_fill(self->ma.handle, 0, 4096, 1);
+	c.p.raw[2] = 1;			/* the first byte past struct npnm_fill_params */
+	expect_refused(_metadata, self->fd, &c);
+}
+
+TEST_F(dev, rule_reserved_parameter_field)
+{
+	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
+
+	c.p.fill.pad = 1;
+	expect_refused(_metadata, self->fd, &c);
+}
+
+TEST_F(dev, rule_nop_and_selftest_take_no_operands)
+{
+	struct npnm_cmd c;
+
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_NOP;
+	c.p.raw[0] = 1;
+	expect_refused(_metadata, self->fd, &c);
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_SELFTEST;
+	c.op[0] = (struct npnm_operand){ .handle = self->ma.handle, .len = 4096 };
+	expect_refused(_metadata, self->fd, &c);
+	c.op[0] = (struct npnm_operand){ 0 };
+	c.p.selftest.pad = 1;
+	expect_refused(_metadata, self->fd, &c);
+}
+
+TEST_F(dev, rule_required_operand_missing)
+{
+	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
+
+	c.opcode = NPNM_OP_COPY;
+	c.p.fill = (struct npnm_fill_params){ 0 };	/* COPY takes no parameters */
+	expect_refused(_metadata, self->fd, &c);	/* no source */
 }
 
 TEST_HARNESS_MAIN

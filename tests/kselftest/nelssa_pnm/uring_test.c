@@ -2,8 +2,9 @@
 /*
  * nelssa_pnm io_uring submission: IORING_OP_URING_CMD with cmd_op =
  * NPNM_IOC_EXEC, single and batched, completion order, IOSQE_ASYNC,
- * CQE32 status, SQE128 tails, bad payloads, a process killed with
- * commands in flight, and a command expired by the watchdog.
+ * CQE32 status, SQE128 tails, bad payloads, IOPOLL and read-only opens
+ * refused, a process killed with 1,024 commands queued, and a command past
+ * its deadline.  Commands are held in flight by the driver's test hold.
  */
 #define _GNU_SOURCE
 #include <liburing.h>
@@ -13,8 +14,6 @@
 
 #include "kselftest_harness.h"
 #include "npnm_test.h"
-
-#define PARAM "/sys/module/nelssa_pnm/parameters/"
 
 FIXTURE(ring) {
 	int fd;
@@ -35,7 +34,7 @@ FIXTURE_SETUP(ring)
 
 FIXTURE_TEARDOWN(ring)
 {
-	npnm_sysfs_write(PARAM "mock_delay_us", "0");
+	npnm_defaults();
 	munmap(self->map, 1 << 20);
 	io_uring_queue_exit(&self->ring);
 	close(self->fd);
@@ -93,7 +92,8 @@ TEST_F(ring, batch_any_order_exactly_once)
 	__u64 tag, res2;
 	__s32 res;
 
-	npnm_sysfs_write(PARAM "mock_delay_us", "1000");
+	/* Held while they are submitted: completion order is the device's. */
+	ASSERT_EQ(0, npnm_hold(1));
 	for (int i = 0; i < N; i++) {
 		c[i] = npnm_fill(self->ma.handle, (i % 200) * 4096, 4096, (__u8)i);
 		prep(&self->ring, self->fd, &c[i], i);
@@ -102,6 +102,7 @@ TEST_F(ring, batch_any_order_exactly_once)
 					       *self->ring.sq.kring_mask), IOSQE_ASYNC);
 	}
 	ASSERT_EQ(N, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, npnm_hold(0));
 	for (int i = 0; i < N; i++) {
 		ASSERT_EQ(0, reap(&self->ring, &tag, &res, &res2));
 		ASSERT_GT(N, tag);
@@ -205,37 +206,54 @@ TEST(sqe128_tail_must_be_zero)
 	close(fd);
 }
 
-TEST_F(ring, killed_with_uring_cmds_in_flight)
+/*
+ * 1,024 commands queued through io_uring, then SIGKILL: the dying
+ * process's commands are aborted when its file table goes, so the ring's
+ * teardown does not wait for the device, and the memory comes back.
+ */
+TEST_F(ring, killed_with_1024_uring_cmds_queued)
 {
+	enum { N = 1024 };
 	long long used = npnm_sysfs_read(npnm_sysfs("mem_used"));
-	__u64 len = npnm_slow_begin();
-	int status;
+	long long aborted = npnm_sysfs_read(npnm_sysfs("stats/aborted"));
+	int status, ready[2];
 	pid_t pid;
+	char b;
 
+	ASSERT_EQ(0, pipe(ready));
+	ASSERT_EQ(0, npnm_hold(1));
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
-		static struct npnm_cmd c[32];
+		static struct npnm_cmd c[N];
 		struct io_uring ring;
 		struct npnm_mem_alloc ma;
 		int fd = open(NPNM_DEV, O_RDWR);
 
-		if (fd < 0 || npnm_alloc(fd, len < (1 << 20) ? 1 << 20 : len, &ma) ||
-		    io_uring_queue_init(64, &ring, 0))
+		if (fd < 0 || npnm_alloc(fd, 1 << 20, &ma) || io_uring_queue_init(N, &ring, 0))
 			_exit(2);
-		for (int i = 0; i < 32; i++) {
-			c[i] = npnm_fill(ma.handle, 0, len, 1);
+		for (int i = 0; i < N; i++) {
+			c[i] = npnm_fill(ma.handle, 0, 4096, 1);
 			prep(&ring, fd, &c[i], i);
 		}
-		io_uring_submit(&ring);
-		kill(getpid(), SIGKILL);
-		_exit(3);
+		if (io_uring_submit(&ring) != N)
+			_exit(3);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(4);
+		pause();
+		_exit(5);
 	}
+	close(ready[1]);
+	ASSERT_EQ(1, read(ready[0], &b, 1));
+	close(ready[0]);
+	ASSERT_EQ(0, kill(pid, SIGKILL));
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
-	/* Its memory comes back once its commands have drained. */
+	/* Aborted as the process died, with the hold still on. */
+	EXPECT_EQ(aborted + N, npnm_sysfs_read(npnm_sysfs("stats/aborted")));
+	/* io_uring tears the ring down asynchronously: the memory follows. */
 	EXPECT_EQ(used, npnm_sysfs_settle("mem_used", used));
-	npnm_slow_end();
+	ASSERT_EQ(0, npnm_hold(0));
 	/* The device and this context keep working. */
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 9);
 	__u64 tag, res2;
@@ -247,25 +265,65 @@ TEST_F(ring, killed_with_uring_cmds_in_flight)
 	EXPECT_EQ(0, res);
 }
 
-TEST_F(ring, watchdog_timeout_in_cqe)
+TEST_F(ring, deadline_in_cqe)
 {
 	struct npnm_cmd c = npnm_fill(self->ma.handle, 0, 4096, 1);
 	__u64 tag, res2;
 	__s32 res;
 
-	if (!npnm_is_mock())
-		SKIP(return, "steers the in-kernel mock");
-
 	c.timeout_ms = 30;
-	npnm_sysfs_write(PARAM "mock_delay_us", "300000");
+	ASSERT_EQ(0, npnm_hold(1));
 	prep(&self->ring, self->fd, &c, 5);
 	ASSERT_EQ(1, io_uring_submit(&self->ring));
 	ASSERT_EQ(0, reap(&self->ring, &tag, &res, &res2));
 	EXPECT_EQ(-ETIMEDOUT, res);
 	EXPECT_EQ(NPNM_ST_TIMEOUT, NPNM_RES2_STATUS(res2));
-	npnm_sysfs_write(PARAM "mock_delay_us", "0");
-	usleep(400000);
-	EXPECT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));
+	EXPECT_EQ(0, NPNM_RES2_NS(res2));	/* never reached the device */
+	ASSERT_EQ(0, npnm_hold(0));
+	EXPECT_TRUE(npnm_state_is("live"));
+}
+
+/* The device interrupts on completion: polled rings are refused. */
+TEST(iopoll_refused)
+{
+	struct npnm_mem_alloc ma;
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	struct npnm_cmd c;
+	int fd = open(NPNM_DEV, O_RDWR);
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, npnm_alloc(fd, 4096, &ma));
+	ASSERT_EQ(0, io_uring_queue_init(8, &ring, IORING_SETUP_IOPOLL));
+	c = npnm_fill(ma.handle, 0, 4096, 1);
+	prep(&ring, fd, &c, 1);
+	ASSERT_EQ(1, io_uring_submit(&ring));
+	ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
+	EXPECT_EQ(-EOPNOTSUPP, cqe->res);
+	io_uring_cqe_seen(&ring, cqe);
+	io_uring_queue_exit(&ring);
+	close(fd);
+}
+
+/* A read-only open runs no commands, by io_uring either. */
+TEST(read_only_open_cannot_submit)
+{
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	struct npnm_cmd c;
+	int fd = open(NPNM_DEV, O_RDONLY);
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, io_uring_queue_init(8, &ring, 0));
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_NOP;
+	prep(&ring, fd, &c, 1);
+	ASSERT_EQ(1, io_uring_submit(&ring));
+	ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
+	EXPECT_EQ(-EBADF, cqe->res);
+	io_uring_cqe_seen(&ring, cqe);
+	io_uring_queue_exit(&ring);
+	close(fd);
 }
 
 TEST_HARNESS_MAIN
