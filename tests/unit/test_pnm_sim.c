@@ -37,20 +37,25 @@ static int is_sim(void)
 }
 
 /*
- * Make commands slow enough to still be in flight when the test looks:
- * on the kernel mock through its delay parameter, on sim by their size.
+ * Keep commands in flight until the test lets them go.  On the kernel
+ * driver (mock or PCI card) that is the driver's test hold in debugfs:
+ * commands stay queued, deterministically.  The in-process sim device has
+ * no hold; there commands are made slow by their size (16 MiB fills).
  */
 static void slow_device(int on)
 {
+	const char *name = strrchr(DEV, '/');
+	char path[256];
 	FILE *f;
 
 	if (is_sim())
 		return;
-	f = fopen("/sys/module/nelssa_pnm/parameters/mock_delay_us", "w");
-	if (f) {
-		fputs(on ? "20000" : "0", f);
-		fclose(f);
-	}
+	snprintf(path, sizeof(path), "/sys/kernel/debug/nelssa_pnm/%s/hold", name ? name + 1 : DEV);
+	f = fopen(path, "w");
+	if (!f)
+		fail_msg("cannot open %s: %s (is debugfs mounted?)", path, strerror(errno));
+	fputs(on ? "1" : "0", f);
+	assert_int_equal(fclose(f), 0);
 }
 
 static struct nelssa_pnm *open_dev(const char *name)
@@ -387,24 +392,7 @@ static uint64_t slow_bytes(void)
 	return is_sim() ? 16u << 20 : 4u << 20;
 }
 
-/*
- * How many slow commands keep a region busy until the test looks, from @n
- * that do on sim and on the kernel mock (which holds each one for its
- * delay).  On a PCI device the firmware runs natively beside a TCG guest
- * and had finished 8 fills of 4 MiB before the guest's next system call
- * (a mem_free() that should have been refused succeeded), so it gets 8
- * times as many: some 10 ms of work past the last submission.
- */
-static int slow_count(struct nelssa_pnm *p, int n)
-{
-	struct npnm_info info;
-
-	if (is_sim() || nelssa_pnm_info(p, &info) || !info.fw_version)
-		return n;
-	return 8 * n;
-}
-
-/* Slow commands: FILLs of a large region (and a delay on the mock). */
+/* Slow commands: FILLs of a large region, held on the kernel driver. */
 static int submit_slow(struct nelssa_pnm *p, uint32_t h, int n)
 {
 	slow_device(1);
@@ -422,7 +410,7 @@ static void busy_region_and_timeouts(void **state)
 	struct nelssa_pnm *p = open_dev(DEV);
 	uint32_t h = alloc(p, slow_bytes());
 	struct npnm_completion comp[16];
-	int n = slow_count(p, 8), got = 0, ret;
+	int n = 8, got = 0, ret;
 
 	(void)state;
 	assert_int_equal(nelssa_pnm_poll(p, comp, 16), 0);
@@ -431,8 +419,11 @@ static void busy_region_and_timeouts(void **state)
 	assert_int_equal(nelssa_pnm_mem_free(p, h), -EBUSY);
 	/* A 1 ns timeout returns what is there, or -ETIMEDOUT when nothing is. */
 	ret = nelssa_pnm_wait(p, comp, 8, 16, 1);
+	if (!is_sim())
+		assert_int_equal(ret, -ETIMEDOUT);	/* held: nothing can be there */
 	assert_true(ret == -ETIMEDOUT || (ret >= 1 && ret <= (n < 16 ? n : 16)));
 	got = ret > 0 ? ret : 0;
+	slow_device(0);
 	while (got < n) {
 		ret = nelssa_pnm_wait(p, comp, 1, 16, 5000000000ll);
 		if (ret <= 0)
@@ -441,7 +432,6 @@ static void busy_region_and_timeouts(void **state)
 	}
 	assert_int_equal(nelssa_pnm_inflight(p), 0);
 	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
-	slow_device(0);
 	nelssa_pnm_close(p);
 }
 
