@@ -68,10 +68,12 @@ enum npnm_kv_dtype {
  *	of two, at least the page size.
  * @nr_cores: Out. Compute cores (CMD Executor threads) on the device.
  * @max_batch: Out. Most commands one NPNM_IOC_SUBMIT accepts.
- * @max_inflight: Out. Most commands one context may have in flight.
+ * @max_inflight: Out. Most commands one context may have in flight or
+ *	completed and not yet reaped.
  * @kv_dtypes: Out. Bit (1 << dtype) set for every supported npnm_kv_dtype.
  * @max_head_dim: Out. Largest head dimension SPARSE_ATTN/KV_WRITE accept.
- * @max_group: Out. Largest GQA group (query rows per work item).
+ * @max_group: Out. Largest GQA group (query rows per work item); 0 on a
+ *	device that runs no attention.
  * @pad: Out. Zero.
  * @reserved: Out. Zero.
  */
@@ -326,8 +328,9 @@ enum npnm_opcode {
  * struct npnm_cmd - a command descriptor, the unit of submission.
  * @opcode: In. enum npnm_opcode.
  * @flags: In. Must be zero (room for ordering fences).
- * @timeout_ms: In. Deadline for the command in milliseconds after the
- *	device accepts it; 0 uses the device watchdog's default.
+ * @timeout_ms: In. Deadline for the command in milliseconds counted from
+ *	submission (queue time included); 0 uses the driver's default.  Past
+ *	it this command alone completes NPNM_ST_TIMEOUT; the device goes on.
  * @user_tag: In. Opaque, returned in the completion.
  * @op: In. Operands; the slots an opcode does not use must be all zero.
  * @p: In. Opcode parameters; the bytes of @p beyond the opcode's parameter
@@ -371,9 +374,10 @@ struct npnm_cmd {
  *	entry is beyond the stored tokens, or an id is selected twice.
  * @NPNM_ST_UNSUPPORTED: Valid, but this device cannot run it (a compute
  *	opcode on the in-kernel mock).
- * @NPNM_ST_TIMEOUT: The watchdog expired the command.
- * @NPNM_ST_ABORTED: The command was cancelled by a context release or a
- *	device reset before it ran.
+ * @NPNM_ST_TIMEOUT: The command's own deadline passed.
+ * @NPNM_ST_ABORTED: The command was taken back before it ran (close, the
+ *	submitting process's death, a reset, the device's removal) or was
+ *	running when the device was reset or removed.
  * @NPNM_ST_DEVICE_ERROR: The device failed while running the command.
  * @NPNM_ST_SELFTEST_FAIL: SELFTEST found a failing kernel; see the detail.
  */
