@@ -91,6 +91,7 @@ static bool push_locked(struct npnm_pci *pp)
 {
 	bool rang = false;
 
+	lockdep_assert_held(&pp->lock);
 	while (!pp->dead && !list_empty(&pp->backlog) && pp->nfree) {
 		u32 tail = le32_to_cpu(pp->hdr->sq_tail);
 		struct npnm_devif_sqe *e;
@@ -159,6 +160,7 @@ static void take_all_locked(struct npnm_pci *pp, struct list_head *out)
 	struct npnm_pci_cmd *pc;
 	u32 i;
 
+	lockdep_assert_held(&pp->lock);
 	list_for_each_entry(pc, &pp->backlog, be_node)
 		pc->in_backlog = false;
 	for (i = 0; i < pp->cq_entries; i++) {
