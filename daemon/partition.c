@@ -166,15 +166,25 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t 
 	return 0;
 }
 
+/*
+ * A request slot owns its counters while it is used; a free slot owns
+ * nothing and holds no pointers, so that whoever frees it -- a refused
+ * REQ_ALLOC, REQ_FREE, or the session's end -- frees each array once.
+ */
+static void request_clear(struct nd_request *r)
+{
+	free(r->nr_tokens);
+	free(r->nr_clusters);
+	free(r->g_clusters);
+	memset(r, 0, sizeof(*r));
+}
+
 void nd_session_free(struct nelssad *nd, struct nd_session *s)
 {
 	for (uint32_t i = 0; i < nd->n_dev; i++)
 		release_dev(nd, s, i);
-	for (uint32_t i = 0; i < s->n_req; i++) {
-		free(s->req[i].nr_tokens);
-		free(s->req[i].nr_clusters);
-		free(s->req[i].g_clusters);
-	}
+	for (uint32_t i = 0; i < s->n_req; i++)
+		request_clear(&s->req[i]);
 	free(s->req);
 	free(s);
 }
@@ -206,8 +216,10 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 			uint32_t cap = s->cap_req ? 2 * s->cap_req : 8;
 			struct nd_request *n = realloc(s->req, sizeof(*n) * cap);
 
-			if (!n)
+			if (!n) {
+				snprintf(why, why_len, "out of memory");
 				return -ENOMEM;
+			}
 			s->req = n;
 			s->cap_req = cap;
 		}
@@ -224,9 +236,8 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 	r->nr_clusters = calloc(cells * nd->n_dev, sizeof(uint32_t));
 	r->g_clusters = calloc(cells, sizeof(uint32_t));
 	if (!r->nr_tokens || !r->nr_clusters || !r->g_clusters) {
-		free(r->nr_tokens);
-		free(r->nr_clusters);
-		free(r->g_clusters);
+		request_clear(r);
+		snprintf(why, why_len, "out of memory");
 		return -ENOMEM;
 	}
 	for (d = 0; d < nd->n_dev; d++)
@@ -235,12 +246,10 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 	if (d < nd->n_dev) {
 		for (uint32_t j = 0; j < d; j++)
 			pnm_alloc_put(&s->dev[j].alloc, r->off[j], r->bytes);
-		free(r->nr_tokens);
-		free(r->nr_clusters);
-		free(r->g_clusters);
 		snprintf(why, why_len,
 			 "session capacity exhausted: request %llu needs %.1f MiB per device",
 			 (unsigned long long)id, (double)r->bytes / (1 << 20));
+		request_clear(r);
 		return -ENOSPC;
 	}
 	r->used = 1;
@@ -255,10 +264,7 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
 		return -ENOENT;
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		pnm_alloc_put(&s->dev[d].alloc, r->off[d], r->bytes);
-	free(r->nr_tokens);
-	free(r->nr_clusters);
-	free(r->g_clusters);
-	memset(r, 0, sizeof(*r));
+	request_clear(r);
 	return 0;
 }
 

@@ -34,7 +34,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..45"
+echo "1..49"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -113,6 +113,14 @@ for tls in tcp shm; do
 		"$cli" 127.0.0.1 "$port" migrate
 	t "$tls: capacity exhaustion refused with a clear error, then served" 0 \
 		"$cli" 127.0.0.1 "$port" capacity
+	t "$tls: a request beyond the room left refused, the session closed and reclaimed" 0 \
+		"$cli" 127.0.0.1 "$port" refused
+	if kill -0 $pid 2>/dev/null && ! grep -q "Sanitizer" "$out/daemon.log"; then
+		echo "ok $((n += 1)) - $tls: ... the daemon lives through the reclaim, no sanitizer report"
+	else
+		sed 's/^/# /' "$out/daemon.log" | tail -30
+		echo "not ok $((n += 1)) - $tls: ... the daemon lives through the reclaim"
+	fi
 	t "$tls: unknown request, cluster id and layer refused, then served" 0 \
 		"$cli" 127.0.0.1 "$port" bad-step
 	# Another client works throughout, unaffected.

@@ -13,6 +13,10 @@
  *   capacity  a session larger than the devices is refused with -ENOSPC
  *             and a message; a request beyond a session's capacity too;
  *             then a small session still serves a step
+ *   refused   a request for more room than the session has left is refused
+ *             with -ENOSPC and a message; once another is freed it fits; the
+ *             session closes and the daemon reclaims it and keeps serving
+ *             (a refused request used to be freed twice, killing the daemon)
  *   bad-step  a step naming an unknown request, and one with a cluster id
  *             beyond the stored ones, are refused; the session still works
  *   die       sends a step and kills itself before the reply (the daemon
@@ -310,6 +314,51 @@ static int scenario_capacity(struct tu_rng *rng)
 	if (!ret)
 		run_steps(rng, session, &r, 1, 2);
 	free_request(&r);
+	return failures ? 1 : 0;
+}
+
+/* Sessions the daemon serves now, or -1 when it does not answer. */
+static int64_t daemon_sessions(void)
+{
+	struct nelssa_msg m;
+
+	return nelssa_client_stats(cli, &m) ? -1 : (int64_t)m.u.stats.sessions;
+}
+
+static int scenario_refused(struct tu_rng *rng)
+{
+	struct nelssa_session_cfg cfg = session_cfg(1u << 14);
+	int64_t base = daemon_sessions(), now = -1;
+	uint64_t session;
+	int ret;
+
+	(void)rng;
+	ret = nelssa_client_session(cli, &cfg, &session);
+	CHECK(ret == 0, "session: %d", ret);
+	if (ret)
+		return 1;
+	/* Each fits alone; both together do not. */
+	ret = nelssa_client_request(cli, session, 1, 10000, 10000);
+	CHECK(ret == 0, "the first request: %d", ret);
+	ret = nelssa_client_request(cli, session, 2, 10000, 10000);
+	CHECK(ret == -ENOSPC, "a request beyond what is left gave %d, not -ENOSPC", ret);
+	CHECK(strstr(nelssa_client_error(cli), "capacity exhausted") != NULL, "no clear message");
+	printf("# refused as expected: %s\n", nelssa_client_error(cli));
+	ret = nelssa_client_request_free(cli, session, 1);
+	CHECK(ret == 0, "freeing the first: %d", ret);
+	ret = nelssa_client_request(cli, session, 3, 10000, 10000);
+	CHECK(ret == 0, "the room freed is there again: %d", ret);
+	ret = nelssa_client_session_close(cli, session);
+	CHECK(ret == 0, "session close: %d", ret);
+	/* The poller reclaims it; the daemon must live through that. */
+	for (int i = 0; i < 100; i++) {
+		now = daemon_sessions();
+		if (now < 0 || now <= base)
+			break;
+		usleep(50000);
+	}
+	CHECK(now >= 0 && now <= base, "sessions after close: %lld (before: %lld)",
+	      (long long)now, (long long)base);
 	return failures ? 1 : 0;
 }
 
@@ -626,8 +675,8 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|bad-step|die|"
-			"outlive|migrate|split\n");
+		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|refused|"
+			"bad-step|die|outlive|migrate|split\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -650,6 +699,8 @@ int main(int argc, char **argv)
 		ret = scenario_check(&rng);
 	else if (!strcmp(sc, "capacity"))
 		ret = scenario_capacity(&rng);
+	else if (!strcmp(sc, "refused"))
+		ret = scenario_refused(&rng);
 	else if (!strcmp(sc, "bad-step"))
 		ret = scenario_bad_step(&rng);
 	else if (!strcmp(sc, "die"))
