@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +32,26 @@
 #define ACK_WINDOW 8
 
 #define MAX_PENDING 16
+/* After a cancel, how long UCX may take to let go of a send's buffers. */
+#define CANCEL_GRACE_MS 20
+/* After the deadline of close, how long to wait for each step of it. */
+#define CLOSE_WAIT_NS 2000000000ull
+
+/*
+ * One active message being sent: UCX reads its header and data until the
+ * send completes.  A send that outlives its call's timeout (a stopped or
+ * wedged daemon: UCX 1.13 cannot cancel a send) is left to UCX, with its
+ * buffers, on the connection's list of orphans; its completion, or the
+ * endpoint's close, ends it, and nelssa_client_close() frees it.
+ */
+struct send_op {
+	struct send_op *next;
+	int done;
+	ucs_status_t status;
+	void *req;		/* UCX's request while in flight */
+	void *data;		/* owned */
+	uint8_t hdr[64];
+};
 
 /* One step in flight: where its reply goes. */
 struct nelssa_step_pending {
@@ -39,6 +60,7 @@ struct nelssa_step_pending {
 	uint32_t n, g, d;
 	float *o, *lse;
 	int done;
+	int receiving;			/* UCX writes @buf: the slot is not free */
 	int32_t status;
 	struct nelssa_reply_hdr reply;
 	uint8_t *buf;
@@ -55,14 +77,19 @@ struct nelssa_client {
 	int fd;
 	uint32_t seq, timeout_ms, devices;
 	char err[256];
+	/* control replies: a frame being read */
+	uint8_t rbuf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	size_t rhave;
 	ucp_context_h ucp;
 	ucp_worker_h worker;
 	ucp_ep_h ep;
 	int efd;
 	int ep_failed;
-	/* KV acks */
+	/* KV acks: those of the offload in progress have cookies >= ack_base */
 	uint32_t acks_pending;
 	int32_t ack_status;
+	uint64_t next_cookie, ack_base;
+	struct send_op *orphans;
 	/* steps sent and not yet collected */
 	uint64_t next_step;
 	struct nelssa_step_pending pend[MAX_PENDING];
@@ -116,7 +143,7 @@ static uint64_t now_ns(void)
 
 /* Control path */
 
-static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m)
+static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m, uint64_t deadline)
 {
 	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
 	size_t len, off = 0;
@@ -127,9 +154,17 @@ static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m)
 	if (ret)
 		return fail(c, ret, "cannot encode %s", nelssa_msg_type_str(m->type));
 	while (off < len) {
-		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+		struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+		uint64_t now = now_ms();
+		ssize_t n;
 
-		if (n < 0 && errno == EINTR)
+		if (now >= deadline)
+			return fail(c, -ETIMEDOUT, "the daemon took no request in %u ms",
+				    c->timeout_ms);
+		if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
+			continue;
+		n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
 			return fail(c, -ECONNRESET, "control connection lost: %s", strerror(errno));
@@ -138,11 +173,14 @@ static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m)
 	return 0;
 }
 
-static int read_full(struct nelssa_client *c, uint8_t *p, size_t len, uint64_t deadline)
+/*
+ * Reads the control connection into c->rbuf until it holds @want bytes.
+ * What arrived stays there across a timeout, so a late reply is read
+ * whole by the next call, never half.
+ */
+static int read_more(struct nelssa_client *c, size_t want, uint64_t deadline)
 {
-	size_t off = 0;
-
-	while (off < len) {
+	while (c->rhave < want) {
 		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
 		uint64_t now = now_ms();
 		ssize_t n;
@@ -151,36 +189,55 @@ static int read_full(struct nelssa_client *c, uint8_t *p, size_t len, uint64_t d
 			return fail(c, -ETIMEDOUT, "no reply from the daemon in %u ms", c->timeout_ms);
 		if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
 			continue;
-		n = recv(c->fd, p + off, len - off, 0);
+		n = recv(c->fd, c->rbuf + c->rhave, want - c->rhave, MSG_DONTWAIT);
 		if (n == 0)
 			return fail(c, -ECONNRESET, "the daemon closed the control connection");
 		if (n < 0 && errno != EINTR && errno != EAGAIN)
 			return fail(c, -ECONNRESET, "control connection: %s", strerror(errno));
 		if (n > 0)
-			off += (size_t)n;
+			c->rhave += (size_t)n;
 	}
 	return 0;
 }
 
-/* Sends @m and reads the reply into @r; an ERROR reply becomes its code. */
-static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r)
+/* The next reply frame, decoded into @r. */
+static int read_reply(struct nelssa_client *c, struct nelssa_msg *r, uint64_t deadline)
 {
-	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
-	const uint64_t deadline = now_ms() + c->timeout_ms;
 	struct nelssa_msg_hdr h;
-	int ret = ctl_send(c, m);
+	int ret = read_more(c, NELSSA_PROTO_HDR_BYTES, deadline);
 
-	if (!ret)
-		ret = read_full(c, buf, NELSSA_PROTO_HDR_BYTES, deadline);
 	if (ret)
 		return ret;
-	ret = nelssa_msg_decode_hdr(buf, &h);
-	if (!ret)
-		ret = read_full(c, buf + NELSSA_PROTO_HDR_BYTES, h.length, deadline);
-	if (!ret)
-		ret = nelssa_msg_decode(buf, NELSSA_PROTO_HDR_BYTES + h.length, r);
+	ret = nelssa_msg_decode_hdr(c->rbuf, &h);
 	if (ret)
-		return c->err[0] ? ret : fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
+		return fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
+	ret = read_more(c, NELSSA_PROTO_HDR_BYTES + h.length, deadline);
+	if (ret)
+		return ret;
+	ret = nelssa_msg_decode(c->rbuf, c->rhave, r);
+	c->rhave = 0;
+	if (ret)
+		return fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
+	return 0;
+}
+
+/*
+ * Sends @m and reads the reply into @r; an ERROR reply becomes its code.
+ * The late reply of an earlier call that timed out is skipped (an ERROR
+ * of sequence 0 is about the connection, so it is this call's).
+ */
+static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r)
+{
+	const uint64_t deadline = now_ms() + c->timeout_ms;
+	int ret = ctl_send(c, m, deadline);
+
+	while (!ret) {
+		ret = read_reply(c, r, deadline);
+		if (ret || !r->seq || (int32_t)(m->seq - r->seq) <= 0)
+			break;
+	}
+	if (ret)
+		return ret;
 	if (r->type == NELSSA_MSG_ERROR)
 		return fail(c, r->u.error.code, "%s", r->u.error.msg);
 	if (r->seq != m->seq)
@@ -219,6 +276,8 @@ static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, 
 	(void)param;
 	if (nelssa_ack_hdr_get(header, header_length, &a))
 		a.status = -EPROTO;
+	else if (a.cookie < c->ack_base)
+		return UCS_OK;	/* of an offload that timed out */
 	if (c->acks_pending)
 		c->acks_pending--;
 	if (a.status && !c->ack_status)
@@ -232,6 +291,7 @@ static void reply_recvd(void *request, ucs_status_t status, size_t length, void 
 
 	(void)length;
 	p->done = 1;
+	p->receiving = 0;
 	if (status != UCS_OK)
 		p->status = -EIO;
 	if (request)
@@ -268,13 +328,16 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
 		prm.cb.recv_am = reply_recvd;
 		prm.user_data = p;
 		sp = ucp_am_recv_data_nbx(c->worker, data, p->buf, length, &prm);
-		if (sp == NULL)
+		if (UCS_PTR_IS_PTR(sp))
+			p->receiving = 1;
+		else if (sp == NULL)
 			reply_recvd(NULL, UCS_OK, length, p);
 		else if (UCS_PTR_IS_ERR(sp))
 			reply_recvd(NULL, UCS_PTR_STATUS(sp), 0, p);
 		return UCS_OK;
 	}
-	memcpy(p->buf, data, length);
+	if (length)
+		memcpy(p->buf, data, length);
 	p->done = 1;
 	return UCS_OK;
 }
@@ -291,15 +354,16 @@ static int wait_for(struct nelssa_client *c, const int *done, uint64_t deadline)
 					 { .fd = c->fd, .events = POLLIN } };
 		uint64_t now;
 		char b;
+		int busy = ucp_worker_progress(c->worker) != 0;
 
-		if (ucp_worker_progress(c->worker))
-			continue;
+		if (*done)
+			break;
 		if (c->ep_failed)
 			return -ECONNRESET;
 		now = now_ms();
 		if (now >= deadline)
 			return fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
-		if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
+		if (busy || ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
 			continue;
 		poll(pfd, 2, (int)(deadline - now < 100 ? deadline - now : 100));
 		if ((pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
@@ -309,49 +373,125 @@ static int wait_for(struct nelssa_client *c, const int *done, uint64_t deadline)
 	return 0;
 }
 
-struct send_state {
-	int done;
-	ucs_status_t status;
-};
-
 static void sent(void *request, ucs_status_t status, void *user_data)
 {
-	struct send_state *s = user_data;
+	struct send_op *op = user_data;
 
-	s->status = status;
-	s->done = 1;
 	(void)request;
+	op->status = status;
+	op->done = 1;
 }
 
-/* Sends one message and waits until UCX no longer needs its buffers. */
-static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t hdr_len,
-		   const void *data, size_t len, uint64_t deadline)
+static void op_free(struct send_op *op)
 {
-	struct send_state st = { 0 };
+	free(op->data);
+	free(op);
+}
+
+/* Frees the orphans UCX has finished with. */
+static void reap_orphans(struct nelssa_client *c)
+{
+	for (struct send_op **pp = &c->orphans; *pp;) {
+		struct send_op *op = *pp;
+
+		if (op->done) {
+			*pp = op->next;
+			ucp_request_free(op->req);
+			op_free(op);
+		} else {
+			pp = &op->next;
+		}
+	}
+}
+
+/*
+ * Sends one message and waits, until the deadline, for UCX to be done
+ * with its buffers.  *@data (malloc'd, may be NULL) passes to the send:
+ * on return it is the caller's again, or NULL when the send outlived the
+ * deadline and keeps it.
+ */
+static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t hdr_len,
+		   void **data, size_t len, uint64_t deadline)
+{
 	ucp_request_param_t prm = { 0 };
+	struct send_op *op;
 	ucs_status_ptr_t sp;
 	int ret;
 
+	reap_orphans(c);
+	if (hdr_len > sizeof(op->hdr))
+		return fail(c, -EINVAL, "header of %zu bytes", hdr_len);
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return fail(c, -ENOMEM, "out of memory");
+	memcpy(op->hdr, hdr, hdr_len);
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
 			   UCP_OP_ATTR_FIELD_FLAGS;
 	prm.flags = UCP_AM_SEND_FLAG_REPLY;
 	prm.cb.send = sent;
-	prm.user_data = &st;
-	sp = ucp_am_send_nbx(c->ep, id, hdr, hdr_len, data, len, &prm);
-	if (sp == NULL)
+	prm.user_data = op;
+	sp = ucp_am_send_nbx(c->ep, id, op->hdr, hdr_len, *data, len, &prm);
+	if (!UCS_PTR_IS_PTR(sp)) {
+		free(op);
+		if (UCS_PTR_IS_ERR(sp))
+			return fail(c, -EIO, "send failed: %s",
+				    ucs_status_string(UCS_PTR_STATUS(sp)));
 		return 0;
-	if (UCS_PTR_IS_ERR(sp))
-		return fail(c, -EIO, "send failed: %s", ucs_status_string(UCS_PTR_STATUS(sp)));
-	ret = wait_for(c, &st.done, deadline);
-	if (ret) {
-		ucp_request_cancel(c->worker, sp);
-		while (!st.done)
-			ucp_worker_progress(c->worker);
 	}
+	op->req = sp;
+	ret = wait_for(c, &op->done, deadline);
+	if (ret) {
+		/* Bounded: a send UCX cannot cancel is left to it (see struct send_op). */
+		const uint64_t end = now_ms() + CANCEL_GRACE_MS;
+
+		ucp_request_cancel(c->worker, sp);
+		while (!op->done && now_ms() < end)
+			ucp_worker_progress(c->worker);
+		if (!op->done) {
+			op->data = *data;
+			*data = NULL;
+			op->next = c->orphans;
+			c->orphans = op;
+			return ret;
+		}
+	}
+	if (!ret && op->status != UCS_OK)
+		ret = fail(c, -EIO, "send failed: %s", ucs_status_string(op->status));
 	ucp_request_free(sp);
-	if (!ret && st.status != UCS_OK)
-		ret = fail(c, -EIO, "send failed: %s", ucs_status_string(st.status));
+	free(op);
 	return ret;
+}
+
+/* connect() within the connection's timeout; 0 or an errno.  @fd stays non-blocking. */
+static int connect_bounded(struct nelssa_client *c, int fd, const struct sockaddr *sa,
+			   socklen_t len)
+{
+	const uint64_t deadline = now_ms() + c->timeout_ms;
+	int fl = fcntl(fd, F_GETFL), err = 0;
+	socklen_t el = sizeof(err);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+		return errno;
+	if (!connect(fd, sa, len))
+		return 0;
+	if (errno != EINPROGRESS)
+		return errno;
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+		uint64_t now = now_ms();
+		int r;
+
+		if (now >= deadline)
+			return ETIMEDOUT;
+		r = poll(&pfd, 1, (int)(deadline - now));
+		if (r > 0)
+			break;
+		if (r < 0 && errno != EINTR)
+			return errno;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+		return errno;
+	return err;
 }
 
 static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
@@ -360,7 +500,7 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
 				  .ai_flags = AI_NUMERICSERV };
 	struct addrinfo *res, *ai;
 	char ps[8];
-	int err, one = 1;
+	int err = 0, one = 1;
 
 	snprintf(ps, sizeof(ps), "%u", port);
 	err = getaddrinfo(host, ps, &hints, &res);
@@ -369,8 +509,12 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
 	c->fd = -1;
 	for (ai = res; ai && c->fd < 0; ai = ai->ai_next) {
 		c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-		if (c->fd >= 0 && connect(c->fd, ai->ai_addr, ai->ai_addrlen)) {
+		if (c->fd < 0) {
 			err = errno;
+			continue;
+		}
+		err = connect_bounded(c, c->fd, ai->ai_addr, ai->ai_addrlen);
+		if (err) {
 			close(c->fd);
 			c->fd = -1;
 		}
@@ -483,13 +627,25 @@ void nelssa_client_close(struct nelssa_client *c)
 		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
 		sp = ucp_ep_close_nbx(c->ep, &prm);
 		if (UCS_PTR_IS_PTR(sp)) {
-			while (ucp_request_check_status(sp) == UCS_INPROGRESS)
+			uint64_t end = now_ns() + CLOSE_WAIT_NS;
+
+			/* Forced, it completes locally; bounded all the same. */
+			while (ucp_request_check_status(sp) == UCS_INPROGRESS && now_ns() < end)
 				ucp_worker_progress(c->worker);
-			ucp_request_free(sp);
+			if (ucp_request_check_status(sp) != UCS_INPROGRESS)
+				ucp_request_free(sp);
 		}
 	}
+	/* The close completed (or purged) what sends were left; free their buffers. */
+	reap_orphans(c);
 	if (c->worker)
 		ucp_worker_destroy(c->worker);
+	while (c->orphans) {
+		struct send_op *op = c->orphans;	/* the worker, and UCX's hold, are gone */
+
+		c->orphans = op->next;
+		op_free(op);
+	}
 	if (c->ucp)
 		ucp_cleanup(c->ucp);
 	if (c->fd >= 0)
@@ -580,7 +736,6 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	const uint64_t deadline = now_ms() + c->timeout_ms;
 	size_t row;
 	uint8_t *buf;
-	uint64_t cookie = 0;
 	int ret = 0;
 
 	if (!s)
@@ -594,6 +749,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 		return fail(c, -ENOMEM, "out of memory");
 	c->acks_pending = 0;
 	c->ack_status = 0;
+	c->ack_base = c->next_cookie + 1;
 	/* Chunks of whole clusters, each about CHUNK_BYTES (one big cluster alone). */
 	for (uint32_t cl = from; cl < ix->n_clusters && !ret;) {
 		struct nelssa_kv_hdr h = { .session = session, .request = request, .layer = layer,
@@ -622,13 +778,19 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			memcpy(data + (tokens + i) * row, (const uint8_t *)v + (size_t)t * row, row);
 		}
 		memcpy(data + 2 * tokens * row, ix->table + cl, 8u * h.nr_clusters);
-		h.cookie = ++cookie;
+		h.cookie = ++c->next_cookie;
 		nelssa_kv_hdr_put(hdr, &h);
 		c->acks_pending++;
-		ret = am_send(c, NELSSA_AM_KV, hdr, sizeof(hdr), data,
-			      tokens * 2 * row + 8 * h.nr_clusters, deadline);
-		if (data != buf)
-			free(data);
+		{
+			void *d = data;
+
+			ret = am_send(c, NELSSA_AM_KV, hdr, sizeof(hdr), &d,
+				      tokens * 2 * row + 8 * h.nr_clusters, deadline);
+			if (data == buf)
+				buf = d;	/* NULL: the send kept it */
+			else
+				free(d);
+		}
 		/* Bound what is unacknowledged, so errors surface near their cause. */
 		while (!ret && c->acks_pending >= ACK_WINDOW) {
 			int done = 0;
@@ -670,10 +832,13 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 	int ret;
 
 	*out = NULL;
+	if (!n || !in || !o || !lse)
+		return fail(c, -EINVAL, n ? "no items, outputs or LSEs given" :
+			    "a step needs at least one item");
 	if (!s)
 		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
 	for (int i = 0; i < MAX_PENDING && !p; i++)
-		if (!c->pend[i].id)
+		if (!c->pend[i].id && !c->pend[i].receiving)
 			p = &c->pend[i];
 	if (!p)
 		return fail(c, -EBUSY, "%d steps already in flight", MAX_PENDING);
@@ -717,8 +882,12 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 	p->status = 0;
 	p->len = 0;
 	p->t0 = now_ns();
-	ret = am_send(c, NELSSA_AM_STEP, hdr, sizeof(hdr), data, len, deadline);
-	free(data);
+	{
+		void *d = data;
+
+		ret = am_send(c, NELSSA_AM_STEP, hdr, sizeof(hdr), &d, len, deadline);
+		free(d);
+	}
 	if (ret) {
 		p->id = 0;
 		return ret;
@@ -738,7 +907,8 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 	q_bytes = 4ull * p->g * p->d;
 	out_slot = q_bytes + 4ull * p->g;
 	if (!p->done) {
-		while (ucp_worker_progress(c->worker))
+		/* What has arrived, without waiting (bounded: UCX may stay busy). */
+		for (int i = 0; i < 64 && !p->done && ucp_worker_progress(c->worker); i++)
 			;
 		if (!p->done && !timeout_ms)
 			return -EAGAIN;

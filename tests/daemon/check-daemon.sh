@@ -4,8 +4,9 @@
 # Tier T1: nelssad with four sim devices and GPU-node clients over UCX on
 # loopback, once over TCP and once over shared memory, in TAP.  Outputs
 # are checked against float64 attention inside e2e_client; here: the
-# scenarios' exit codes, concurrency, a client killed mid-step, malformed
-# control frames, clean shutdown, and the daemon's own refusals.
+# scenarios' exit codes, concurrency, a client killed mid-step, a daemon
+# stopped under a client, malformed control frames, clean shutdown, and
+# the daemon's own refusals.
 #
 #   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH
 set -u
@@ -34,7 +35,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..49"
+echo "1..53"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -123,6 +124,12 @@ for tls in tcp shm; do
 	fi
 	t "$tls: unknown request, cluster id and layer refused, then served" 0 \
 		"$cli" 127.0.0.1 "$port" bad-step
+	t "$tls: a step of no items refused with -EINVAL, then served" 0 \
+		"$cli" 127.0.0.1 "$port" zero-items
+	# The client stops the daemon itself; a hang is caught by timeout(1).
+	NELSSAD_PID=$pid t "$tls: daemon stopped: offload, step, control call time out; served after SIGCONT" 0 \
+		timeout 60 "$cli" 127.0.0.1 "$port" stall
+	kill -CONT $pid 2>/dev/null
 	# Another client works throughout, unaffected.
 	"$cli" 127.0.0.1 "$port" check >"$out/bystander" 2>&1 &
 	by=$!

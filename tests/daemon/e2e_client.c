@@ -19,6 +19,12 @@
  *             (a refused request used to be freed twice, killing the daemon)
  *   bad-step  a step naming an unknown request, and one with a cluster id
  *             beyond the stored ones, are refused; the session still works
+ *   zero-items  a step of no items is refused with -EINVAL (before anything
+ *             is sent); the next real step is exact
+ *   stall     with the daemon stopped (SIGSTOP to $NELSSAD_PID) an offload,
+ *             a step and a control call each fail within the timeout; after
+ *             SIGCONT the connection serves again (the caller's own timeout
+ *             catches a hang)
  *   die       sends a step and kills itself before the reply (the daemon
  *             must reclaim the session and keep serving others)
  *   outlive   runs steps until the daemon goes away (the test kills it):
@@ -362,6 +368,98 @@ static int scenario_refused(struct tu_rng *rng)
 	return failures ? 1 : 0;
 }
 
+static int scenario_zero_items(struct tu_rng *rng)
+{
+	struct nelssa_session_cfg cfg = session_cfg(4096);
+	struct nelssa_step_pending *p = (struct nelssa_step_pending *)&cfg;
+	uint64_t session;
+	struct req r;
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	CHECK(ret == 0, "session: %d", ret);
+	if (!ret)
+		ret = make_request(rng, session, &r, 4, 300, 0);
+	CHECK(ret == 0, "request: %d", ret);
+	if (ret)
+		return 1;
+	ret = nelssa_client_step(cli, session, 0, NULL, 0, NULL, NULL, NULL);
+	CHECK(ret == -EINVAL, "a step of no items gave %d, not -EINVAL", ret);
+	printf("# refused as expected: %s\n", nelssa_client_error(cli));
+	ret = nelssa_client_step_send(cli, session, 0, NULL, 0, NULL, NULL, &p);
+	CHECK(ret == -EINVAL && !p, "sending a step of no items gave %d", ret);
+	run_steps(rng, session, &r, 1, 2);
+	free_request(&r);
+	return failures ? 1 : 0;
+}
+
+static int scenario_stall(struct tu_rng *rng)
+{
+	const char *env = getenv("NELSSAD_PID");
+	const pid_t pid = env ? (pid_t)atoi(env) : 0;
+	struct nelssa_session_cfg cfg = session_cfg(1u << 15);
+	float q[GROUP * DIM] = { 0 }, o[GROUP * DIM], lse[GROUP];
+	uint32_t sel[1] = { 0 };
+	struct nelssa_step_in in = { 5, 0, q, sel, 1 };
+	struct nelssa_cluster_index ix;
+	struct req r;
+	uint64_t session;
+	uint16_t *k, *v;
+	int ret;
+
+	if (pid <= 0) {
+		printf("# stall: NELSSAD_PID names no daemon\n");
+		return 2;
+	}
+	ret = nelssa_client_session(cli, &cfg, &session);
+	if (!ret)
+		ret = make_request(rng, session, &r, 5, 300, 0);
+	if (!ret)
+		ret = nelssa_client_request(cli, session, 6, 30000, 30000);
+	if (ret) {
+		printf("# setup failed: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	/* 30000 tokens: 15 MB in chunks, far more than the sockets buffer. */
+	k = tu_alloc(2ull * 30000 * DIM);
+	v = tu_alloc(2ull * 30000 * DIM);
+	tu_fill_kv(rng, k, 30000ull * DIM, 1.0, NELSSA_KV_BF16);
+	tu_fill_kv(rng, v, 30000ull * DIM, 1.0, NELSSA_KV_BF16);
+	make_index(rng, &ix, 30000, 0);
+	if (kill(pid, SIGSTOP)) {
+		printf("# cannot stop %d: %s\n", (int)pid, strerror(errno));
+		return 1;
+	}
+	nelssa_client_set_timeout(cli, 500);
+	ret = nelssa_client_offload(cli, session, 6, 0, 0, &ix, 0, k, v);
+	printf("# offload to a stopped daemon: %d (%s)\n", ret, nelssa_client_error(cli));
+	CHECK(ret == -ETIMEDOUT, "offload to a stopped daemon gave %d, not -ETIMEDOUT", ret);
+	ret = nelssa_client_step(cli, session, 0, &in, 1, o, lse, NULL);
+	printf("# step to a stopped daemon: %d (%s)\n", ret, nelssa_client_error(cli));
+	CHECK(ret == -ETIMEDOUT, "a step to a stopped daemon gave %d, not -ETIMEDOUT", ret);
+	ret = daemon_sessions() < 0 ? 0 : 1;
+	printf("# stats from a stopped daemon: %s\n", nelssa_client_error(cli));
+	CHECK(ret == 0, "a control call to a stopped daemon answered");
+	kill(pid, SIGCONT);
+	/* A daemon that comes back is served again on the same connection. */
+	nelssa_client_set_timeout(cli, 30000);
+	ret = daemon_sessions() < 0 ? -1 : 0;
+	CHECK(ret == 0, "no control reply after SIGCONT");
+	/* The step that timed out may still be running there (-EBUSY). */
+	for (int i = 0; i < 100; i++) {
+		ret = nelssa_client_step(cli, session, 0, &in, 1, o, lse, NULL);
+		if (ret != -EBUSY)
+			break;
+		usleep(20000);
+	}
+	CHECK(ret == 0, "a step after SIGCONT: %d", ret);
+	run_steps(rng, session, &r, 1, 2);
+	free_request(&r);
+	nelssa_kmeans_free(&ix);
+	free(k);
+	free(v);
+	return failures ? 1 : 0;
+}
+
 static int scenario_bad_step(struct tu_rng *rng)
 {
 	struct req r;
@@ -676,7 +774,7 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|refused|"
-			"bad-step|die|outlive|migrate|split\n");
+			"bad-step|zero-items|stall|die|outlive|migrate|split\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -703,6 +801,10 @@ int main(int argc, char **argv)
 		ret = scenario_refused(&rng);
 	else if (!strcmp(sc, "bad-step"))
 		ret = scenario_bad_step(&rng);
+	else if (!strcmp(sc, "zero-items"))
+		ret = scenario_zero_items(&rng);
+	else if (!strcmp(sc, "stall"))
+		ret = scenario_stall(&rng);
 	else if (!strcmp(sc, "die"))
 		ret = scenario_die(&rng);
 	else if (!strcmp(sc, "outlive"))

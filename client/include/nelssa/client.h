@@ -8,8 +8,15 @@
  * over TCP, data over UCX (Documentation/wire-protocol.rst).
  *
  * Every call returns 0 or a negative errno and never waits longer than the
- * connection's timeout; nelssa_client_error() has the words.  One
- * connection is not thread-safe: use one per thread.
+ * connection's timeout (connect, control requests and replies, data sends,
+ * acknowledgements, step replies; nelssa_client_close() up to 2 s more per
+ * step of the endpoint's close): a daemon that is stopped or wedged shows
+ * as -ETIMEDOUT, a dead one as -ECONNRESET.  After a timeout the
+ * connection stays usable: a late control reply is skipped by the next
+ * call, a late step reply or KV acknowledgement is dropped, and a send
+ * UCX could not cancel (1.13 cancels none) keeps its buffers until it
+ * completes or the connection closes.  nelssa_client_error() has the
+ * words.  One connection is not thread-safe: use one per thread.
  */
 #ifndef NELSSA_CLIENT_H
 #define NELSSA_CLIENT_H
@@ -127,11 +134,16 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * @v: V rows, likewise.
  *
  * Rows are gathered into cluster-contiguous order and sent in chunks of
- * about 256 KiB; returns once the daemon acknowledged every chunk.
+ * about 256 KiB; returns once the daemon acknowledged every chunk, or at
+ * the connection's timeout.  After -ETIMEDOUT or -ECONNRESET some chunks
+ * may have been stored and others not: free the request, or send the
+ * clusters again (head-wise placement overwrites; cluster-wise needs a
+ * fresh request).
  *
  * Return: 0, or the daemon's refusal (-ERANGE beyond the request's room,
  * -ENOENT no such request, -EPROTONOSUPPORT the daemon requires RDMA and
- * this client reaches it over another transport), -ETIMEDOUT, -ECONNRESET.
+ * this client reaches it over another transport), -ETIMEDOUT (not all
+ * acknowledged in the timeout), -ECONNRESET.
  */
 int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t request,
 			  uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
@@ -171,12 +183,15 @@ struct nelssa_step_times {
  * @session: session.
  * @layer: layer.
  * @in: the work items.
- * @n: how many (at most max_batch * kv_heads).
+ * @n: how many: 1 to max_batch * kv_heads.  A step of no items is refused
+ *	with -EINVAL before anything is sent (a layer with no PNM requests
+ *	has nothing to step).
  * @o: receives fp32 [@n][group][head_dim].
  * @lse: receives fp32 [@n][group].
  * @t: receives the time breakdown; may be NULL.
  *
- * Return: 0, or the daemon's refusal (-ENOENT unknown request, -ERANGE a
+ * Return: 0, -EINVAL (no items, or @in, @o or @lse NULL), or the daemon's
+ * refusal (-ENOENT unknown request, -ERANGE a
  * cluster id beyond the stored ones, -E2BIG too many, -EBUSY a step of the
  * session still running, -EPROTONOSUPPORT not on RDMA to a daemon that
  * requires it), -EIO (a device failed), -ETIMEDOUT, -ECONNRESET.
@@ -200,12 +215,13 @@ struct nelssa_step_pending;
  * @session: session.
  * @layer: layer.
  * @in: the work items (copied: may be reused at once).
- * @n: how many.
+ * @n: how many: at least one, as for nelssa_client_step().
  * @o: where nelssa_client_step_poll() puts the outputs, fp32 [@n][group][head_dim].
  * @lse: where it puts the LSEs, fp32 [@n][group].
  * @out: receives the handle to poll.
  *
- * Return: 0, -ENOENT, -EBUSY (too many in flight), -ENOMEM, or a send error.
+ * Return: 0, -EINVAL (no items), -ENOENT, -EBUSY (too many in flight),
+ * -ENOMEM, or a send error (-ETIMEDOUT, -ECONNRESET, -EIO).
  */
 int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t layer,
 			    const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
