@@ -82,8 +82,10 @@ TEST_F(cmd, busy_region_cannot_be_freed)
 	struct npnm_completion comp[4];
 
 	ASSERT_EQ(0, npnm_alloc(self->fd, 65536, &big));
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++) {
 		c[i] = npnm_fill(big.handle, 0, 65536, 1);
+		c[i].timeout_ms = 600000;	/* held, never expired */
+	}
 	mf = (struct npnm_mem_free){ .handle = big.handle };
 	ASSERT_EQ(0, npnm_hold(1));
 	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_SUBMIT, &s));
@@ -113,8 +115,10 @@ TEST_F(cmd, killed_with_commands_in_flight)
 
 		if (fd < 0 || npnm_alloc(fd, 1 << 20, &ma))
 			_exit(2);
-		for (int i = 0; i < 16; i++)
+		for (int i = 0; i < 16; i++) {
 			c[i] = npnm_fill(ma.handle, 0, 1 << 20, 1);
+			c[i].timeout_ms = 600000;	/* aborted, never expired */
+		}
 		if (npnm_ioctl(fd, NPNM_IOC_SUBMIT, &s))
 			_exit(3);
 		kill(getpid(), SIGKILL);
@@ -221,8 +225,10 @@ TEST_F(cmd, reset_aborts_queued_commands)
 	struct npnm_submit s = { .cmds_ptr = (uintptr_t)c, .nr_cmds = 8 };
 	struct npnm_completion comp[8];
 
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 8; i++) {
 		c[i] = npnm_fill(self->ma.handle, 0, 4096, 1);
+		c[i].timeout_ms = 600000;	/* aborted, never expired */
+	}
 	ASSERT_EQ(0, npnm_hold(1));
 	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_SUBMIT, &s));
 	ASSERT_EQ(0, npnm_sysfs_write(npnm_sysfs("state"), "reset"));

@@ -105,11 +105,15 @@ TEST(hot_unplug_with_everything_in_use)
 	EXPECT_EQ(0, npnm_touch_sigbus(p));
 	ASSERT_EQ(0, io_uring_queue_init(8, &ring, 0));
 	ASSERT_EQ(0, npnm_hold(1));
-	for (int i = 0; i < 8; i++)
+	/* Long deadlines: aborted by the removal, never expired first. */
+	for (int i = 0; i < 8; i++) {
 		c[i] = npnm_fill(ma.handle, 4096, 4096, 1);
+		c[i].timeout_ms = 600000;
+	}
 	ASSERT_EQ(0, npnm_ioctl(fd, NPNM_IOC_SUBMIT, &s));
 	for (int i = 0; i < 4; i++) {
 		uc[i] = npnm_fill(ma.handle, 8192, 4096, 2);
+		uc[i].timeout_ms = 600000;
 		prep(&ring, fd, &uc[i], 100 + i);
 	}
 	ASSERT_EQ(4, io_uring_submit(&ring));

@@ -96,6 +96,7 @@ TEST_F(ring, batch_any_order_exactly_once)
 	ASSERT_EQ(0, npnm_hold(1));
 	for (int i = 0; i < N; i++) {
 		c[i] = npnm_fill(self->ma.handle, (i % 200) * 4096, 4096, (__u8)i);
+		c[i].timeout_ms = 600000;	/* held, never expired */
 		prep(&self->ring, self->fd, &c[i], i);
 		if (i % 3 == 0)
 			io_uring_sqe_set_flags(self->ring.sq.sqes + ((self->ring.sq.sqe_tail - 1) &
@@ -234,6 +235,7 @@ TEST_F(ring, killed_with_1024_uring_cmds_queued)
 			_exit(2);
 		for (int i = 0; i < N; i++) {
 			c[i] = npnm_fill(ma.handle, 0, 4096, 1);
+			c[i].timeout_ms = 600000;	/* aborted, never expired */
 			prep(&ring, fd, &c[i], i);
 		}
 		if (io_uring_submit(&ring) != N)
