@@ -22,6 +22,8 @@ pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c
 pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3-docutils kmod dkms"
 # The QEMU rig: the guest kernel is extracted from linux-image, never installed.
 pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
+# Tier T2-debug builds its kernel from linux-source-6.1 (objtool needs libelf).
+pkgs_test="$pkgs_test flex bison bc libelf-dev"
 # Tier T3 and the install tests in that guest: Soft-RoCE tools, perftest,
 # and the users a package's sysusers.d entry makes.
 pkgs_test="$pkgs_test iproute2 ibverbs-providers perftest"
