@@ -7,6 +7,7 @@
 #   make test       every test tier this machine can run (sanitizer build)
 #   make demo       the main job on the embedded default devices
 #   make kselftest  driver kselftests in a QEMU guest (Debian's kernel, TCG)
+#   make kselftest-debug  the same on a KASAN/lockdep/kmemleak kernel (tier T2-debug)
 #   make bench      benchmarks
 #   make check      kernel style checks (checkpatch, sparse, kernel-doc)
 #   make install    programs, libraries, headers, module, udev rule, unit (PREFIX, DESTDIR)
@@ -25,7 +26,7 @@ MESON    ?= meson
 NINJA    ?= ninja
 KDIR     ?= $(shell KDIR= scripts/kdir.sh 2>/dev/null)
 
-.PHONY: all deps userspace module test demo kselftest bench check clean help install uninstall
+.PHONY: all deps userspace module test demo kselftest kselftest-debug bench check clean help install uninstall
 
 all: userspace module
 
@@ -60,6 +61,13 @@ kselftest:
 	@scripts/deps.sh build test
 	@mkdir -p $(SANBUILD)
 	@sh tests/qemu/rig.sh $(CURDIR) $(CURDIR)/$(SANBUILD)/tests/qemu
+
+# Tier T2-debug: the kselftests on a debug kernel built from linux-source-6.1
+# and cached in /var/cache/nelssa/debug-kernel (also part of make test).
+kselftest-debug:
+	@scripts/deps.sh build test
+	@mkdir -p $(SANBUILD)
+	@sh tests/qemu/rig.sh $(CURDIR) $(CURDIR)/$(SANBUILD)/tests/qemu-debug debug
 
 # Full-size CPU benchmarks; each prints its same-run baseline and ratio.
 bench: userspace
