@@ -6,7 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,7 +55,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: nelssad [options]\n"
+		"usage: nelssad [options]   (--name VALUE and --name=VALUE alike)\n"
 		"  --devices LIST     sim:N for N embedded devices (default sim:4), 'kdev' for every\n"
 		"                     /dev/nelssa_pnm*, or a comma list of device names\n"
 		"  --sim-opts OPTS    options for each sim device, e.g. mem=2G,cores=2\n"
@@ -64,14 +65,80 @@ static void usage(FILE *f)
 		"  --max-conns N      control connections at once (default 256)\n"
 		"  --busy-poll        spin on the UCX worker instead of sleeping (a core per daemon)\n"
 		"  --require-rdma     refuse to run unless UCX can use an RDMA transport\n"
-		"  --config FILE      read options from FILE: one 'name = value' per line, names as\n"
-		"                     the long options without dashes, '#' comments\n"
+		"  --config FILE      read options from FILE first: one 'name = value' per line, names\n"
+		"                     as the long options without dashes, 'name' alone or\n"
+		"                     'name = yes|no' for a switch, '#' comments; a regular file of\n"
+		"                     at most 1 MiB\n"
 		"  --verbose          log every refused message\n"
 		"  --nop-kernel       benchmarks only: devices run NOP instead of SPARSE_ATTN, so a\n"
 		"                     step measures the serving path alone (outputs are garbage)\n"
 		"  --help, --version\n"
+		"A switch takes --name or --name=yes|no.  The command line overrides the file.\n"
 		"UCX is configured as usual through UCX_* variables (UCX_TLS, UCX_NET_DEVICES).\n"
-		"Exit status: 0 after a clean shutdown (SIGINT/SIGTERM), 1 on an error, 2 usage.\n");
+		"Exit status: 0 after a clean shutdown (SIGINT/SIGTERM), 1 on an error, 2 for a\n"
+		"usage error (an unknown option, a bad or missing value, a config file that\n"
+		"cannot be read or has a bad line).\n");
+}
+
+/*
+ * Options, as one table for the command line and the config file: every
+ * value goes through set_option() whichever it came from.
+ */
+enum opt_kind { OPT_VALUE, OPT_SWITCH, OPT_CMDLINE };
+
+struct opt {
+	const char *name;
+	enum opt_kind kind;
+	const char *what;	/* the value wanted, for messages */
+};
+
+static const struct opt opts[] = {
+	{ "devices", OPT_VALUE, "LIST" },
+	{ "sim-opts", OPT_VALUE, "OPTS" },
+	{ "listen", OPT_VALUE, "HOST:PORT" },
+	{ "port-file", OPT_VALUE, "FILE" },
+	{ "max-sessions", OPT_VALUE, "N" },
+	{ "max-conns", OPT_VALUE, "N" },
+	{ "busy-poll", OPT_SWITCH, "yes or no" },
+	{ "require-rdma", OPT_SWITCH, "yes or no" },
+	{ "verbose", OPT_SWITCH, "yes or no" },
+	{ "nop-kernel", OPT_SWITCH, "yes or no" },
+	{ "config", OPT_CMDLINE, "FILE" },
+	{ "help", OPT_CMDLINE, NULL },
+	{ "version", OPT_CMDLINE, NULL },
+};
+
+#define ND_CONFIG_MAX (1u << 20)	/* bytes of a config file */
+
+/* Where a value came from: a config file's line, or the command line (file NULL). */
+struct origin {
+	const char *file;
+	unsigned int line;
+};
+
+static void opt_error(const struct origin *o, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void opt_error(const struct origin *o, const char *name, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (o->file)
+		fprintf(stderr, "nelssad: %s:%u: %s: %s\n", o->file, o->line, name, msg);
+	else
+		fprintf(stderr, "nelssad: --%s: %s\n", name, msg);
+}
+
+static const struct opt *find_opt(const char *name, size_t len)
+{
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+		if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
+			return &opts[i];
+	return NULL;
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -79,96 +146,286 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	char *end;
 	unsigned long v;
 
+	if (*s < '0' || *s > '9')
+		return -1;
 	errno = 0;
 	v = strtoul(s, &end, 10);
-	if (errno || !*s || *end || v < lo || v > hi)
+	if (errno || *end || v < lo || v > hi)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
 }
 
-/* One option by long name; 0, or -1 after printing why. */
-static int set_option(struct nd_config *c, const char *name, const char *val, const char **cfgf)
+static int set_string(const struct origin *o, const char *name, char *dst, size_t size,
+		      const char *val)
 {
+	if (strlen(val) >= size) {
+		opt_error(o, name, "too long (at most %zu characters)", size - 1);
+		return -1;
+	}
+	memcpy(dst, val, strlen(val) + 1);
+	return 0;
+}
+
+/*
+ * One option's value: @val is NULL when none was given (a bare --name, or
+ * a line holding only the name), "" when it was given empty.  0, or -1
+ * after saying why.
+ */
+static int set_option(struct nd_config *c, const struct opt *opt, const char *val,
+		      const struct origin *o)
+{
+	const char *name = opt->name;
 	uint32_t v;
 
-	if (!strcmp(name, "devices")) {
-		snprintf(c->devices, sizeof(c->devices), "%s", val);
-	} else if (!strcmp(name, "sim-opts")) {
-		snprintf(c->sim_opts, sizeof(c->sim_opts), "%s", val);
-	} else if (!strcmp(name, "listen")) {
+	if (opt->kind == OPT_CMDLINE) {
+		opt_error(o, name, "only on the command line");
+		return -1;
+	}
+	if (opt->kind == OPT_SWITCH) {
+		int on;
+
+		if (!val || !strcmp(val, "1") || !strcmp(val, "yes") || !strcmp(val, "true"))
+			on = 1;
+		else if (!strcmp(val, "0") || !strcmp(val, "no") || !strcmp(val, "false"))
+			on = 0;
+		else {
+			opt_error(o, name, *val ? "'%s': need yes or no" :
+				  "%sneeds yes or no after '=', or the name alone", val);
+			return -1;
+		}
+		*(name[0] == 'b' ? &c->busy_poll : name[0] == 'r' ? &c->require_rdma :
+		  name[0] == 'n' ? &c->nop_kernel : &c->verbose) = on;
+		return 0;
+	}
+	if (!val || !*val) {
+		opt_error(o, name, "needs a value (%s)", opt->what);
+		return -1;
+	}
+	if (!strcmp(name, "devices"))
+		return set_string(o, name, c->devices, sizeof(c->devices), val);
+	if (!strcmp(name, "sim-opts"))
+		return set_string(o, name, c->sim_opts, sizeof(c->sim_opts), val);
+	if (!strcmp(name, "port-file"))
+		return set_string(o, name, c->port_file, sizeof(c->port_file), val);
+	if (!strcmp(name, "listen")) {
 		const char *colon = strrchr(val, ':');
 
-		if (!colon || parse_u32(colon + 1, 0, 65535, &v) ||
-		    (size_t)(colon - val) >= sizeof(c->listen_host)) {
-			fprintf(stderr, "nelssad: --listen %s: need HOST:PORT\n", val);
+		if (!colon || parse_u32(colon + 1, 0, 65535, &v)) {
+			opt_error(o, name, "'%s': need HOST:PORT, a port 0..65535", val);
+			return -1;
+		}
+		if ((size_t)(colon - val) >= sizeof(c->listen_host)) {
+			opt_error(o, name, "host too long (at most %zu characters)",
+				  sizeof(c->listen_host) - 1);
 			return -1;
 		}
 		memcpy(c->listen_host, val, (size_t)(colon - val));
 		c->listen_host[colon - val] = 0;
 		c->port = (uint16_t)v;
-	} else if (!strcmp(name, "max-sessions") || !strcmp(name, "max-conns")) {
-		if (parse_u32(val, 1, 100000, &v)) {
-			fprintf(stderr, "nelssad: --%s %s: need 1..100000\n", name, val);
-			return -1;
-		}
-		*(name[4] == 's' ? &c->max_sessions : &c->max_conns) = v;
-	} else if (!strcmp(name, "busy-poll") || !strcmp(name, "require-rdma") ||
-		   !strcmp(name, "verbose") || !strcmp(name, "nop-kernel")) {
-		int on = !val || !strcmp(val, "1") || !strcmp(val, "yes") || !strcmp(val, "true");
-
-		if (val && !on && strcmp(val, "0") && strcmp(val, "no") && strcmp(val, "false")) {
-			fprintf(stderr, "nelssad: %s = %s: need yes or no\n", name, val);
-			return -1;
-		}
-		*(name[0] == 'b' ? &c->busy_poll : name[0] == 'r' ? &c->require_rdma :
-		  name[0] == 'n' ? &c->nop_kernel : &c->verbose) = on;
-	} else if (!strcmp(name, "port-file") && cfgf) {
-		*cfgf = strdup(val);
-	} else {
-		fprintf(stderr, "nelssad: unknown option '%s'\n", name);
+		return 0;
+	}
+	/* max-sessions, max-conns */
+	if (parse_u32(val, 1, 100000, &v)) {
+		opt_error(o, name, "'%s': need 1..100000", val);
 		return -1;
 	}
+	*(name[4] == 's' ? &c->max_sessions : &c->max_conns) = v;
 	return 0;
 }
 
-static int read_config(struct nd_config *c, const char *path, const char **port_file)
+static const char *file_kind(mode_t m)
 {
-	FILE *f = fopen(path, "r");
-	char line[1200];
-	int lineno = 0;
+	return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISFIFO(m) ? "a FIFO" :
+	       S_ISSOCK(m) ? "a socket" : "not a plain file";
+}
 
-	if (!f) {
-		fprintf(stderr, "nelssad: %s: %s\n", path, strerror(errno));
-		return -1;
+/*
+ * Reads @path, a regular file of at most ND_CONFIG_MAX bytes, whole, into
+ * a NUL-terminated buffer.  Never blocks on a FIFO or reads a device.
+ */
+static char *slurp_config(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
+	size_t have = 0;
+	char *buf;
+
+	if (fd < 0) {
+		fprintf(stderr, "nelssad: --config %s: %s\n", path, strerror(errno));
+		return NULL;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *eq, *name, *val, *e;
+	if (fstat(fd, &st)) {
+		fprintf(stderr, "nelssad: --config %s: %s\n", path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "nelssad: --config %s: not a regular file (%s)\n", path,
+			file_kind(st.st_mode));
+		close(fd);
+		return NULL;
+	}
+	if ((uint64_t)st.st_size > ND_CONFIG_MAX) {
+		fprintf(stderr, "nelssad: --config %s: larger than %u MiB\n", path,
+			ND_CONFIG_MAX >> 20);
+		close(fd);
+		return NULL;
+	}
+	buf = malloc(ND_CONFIG_MAX + 1);
+	if (!buf) {
+		fprintf(stderr, "nelssad: --config %s: out of memory\n", path);
+		close(fd);
+		return NULL;
+	}
+	/* Bounded even if the file grows (or lies about its size, as /proc). */
+	for (;;) {
+		ssize_t n = read(fd, buf + have, ND_CONFIG_MAX + 1 - have);
 
-		lineno++;
-		p[strcspn(p, "#\n")] = 0;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (!*p)
+		if (n < 0 && errno == EINTR)
 			continue;
-		eq = strchr(p, '=');
-		name = p;
-		val = eq ? eq + 1 : NULL;
-		if (eq)
+		if (n < 0) {
+			fprintf(stderr, "nelssad: --config %s: %s\n", path, strerror(errno));
+			goto fail;
+		}
+		if (!n)
+			break;
+		have += (size_t)n;
+		if (have > ND_CONFIG_MAX) {
+			fprintf(stderr, "nelssad: --config %s: larger than %u MiB\n", path,
+				ND_CONFIG_MAX >> 20);
+			goto fail;
+		}
+	}
+	close(fd);
+	if (memchr(buf, 0, have)) {
+		fprintf(stderr, "nelssad: --config %s: holds a NUL byte: not a text file\n", path);
+		free(buf);
+		return NULL;
+	}
+	buf[have] = 0;
+	return buf;
+fail:
+	close(fd);
+	free(buf);
+	return NULL;
+}
+
+static int is_blank(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\r';
+}
+
+/* Applies a config file: "name = value", "name" alone for a switch, '#' comments. */
+static int read_config(struct nd_config *c, const char *path)
+{
+	char *buf = slurp_config(path), *line, *next;
+	struct origin o = { path, 0 };
+	int ret = 0;
+
+	if (!buf)
+		return -1;
+	for (line = buf; line && !ret; line = next) {
+		char *eq, *val = NULL, *e;
+		const struct opt *opt;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		o.line++;
+		line[strcspn(line, "#")] = 0;
+		while (is_blank(*line))
+			line++;
+		for (e = line + strlen(line); e > line && is_blank(e[-1]); e--)
+			e[-1] = 0;
+		if (!*line)
+			continue;
+		eq = strchr(line, '=');
+		if (eq) {
 			*eq = 0;
-		for (e = name + strlen(name); e > name && (e[-1] == ' ' || e[-1] == '\t'); e--)
-			e[-1] = 0;
-		while (val && (*val == ' ' || *val == '\t'))
-			val++;
-		for (e = val ? val + strlen(val) : NULL; e && e > val && (e[-1] == ' ' || e[-1] == '\t'); e--)
-			e[-1] = 0;
-		if (set_option(c, name, val && *val ? val : NULL, port_file)) {
-			fprintf(stderr, "nelssad: %s:%d: in this line\n", path, lineno);
-			fclose(f);
+			for (val = eq + 1; is_blank(*val); val++)
+				;
+			for (e = eq; e > line && is_blank(e[-1]); e--)
+				e[-1] = 0;
+		}
+		opt = find_opt(line, strlen(line));
+		if (!opt) {
+			fprintf(stderr, "nelssad: %s:%u: unknown option '%s'\n", path, o.line, line);
+			ret = -1;
+		} else {
+			ret = set_option(c, opt, val, &o);
+		}
+	}
+	free(buf);
+	return ret;
+}
+
+/*
+ * The command line, in two passes over the same parser: the first checks
+ * the syntax and finds --config, --help and --version (@apply 0), the
+ * second, after the config file, sets the options (@apply 1), so the
+ * command line overrides the file.  Returns 0 to go on, 1 to exit 0
+ * (--help, --version), -1 to exit 2.
+ */
+static int parse_args(int argc, char **argv, struct nd_config *c, int apply,
+		      const char **config)
+{
+	const struct origin o = { NULL, 0 };
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *name = a + 2, *eq, *val;
+		const struct opt *opt;
+		size_t len;
+
+		if (!strcmp(a, "-h")) {
+			a = "--help";
+			name = a + 2;
+		}
+		if (strncmp(a, "--", 2) || !a[2]) {
+			fprintf(stderr, "nelssad: unexpected argument '%s' (options are --name)\n", a);
+			return -1;
+		}
+		eq = strchr(name, '=');
+		len = eq ? (size_t)(eq - name) : strlen(name);
+		opt = find_opt(name, len);
+		if (!opt) {
+			fprintf(stderr, "nelssad: unknown option '--%.*s' (--help lists them)\n",
+				(int)len, name);
+			return -1;
+		}
+		val = eq ? eq + 1 : NULL;
+		if (opt->kind == OPT_VALUE || (opt->kind == OPT_CMDLINE && opt->what)) {
+			if (!val && i + 1 < argc)
+				val = argv[++i];
+			if (!val || !*val) {
+				opt_error(&o, opt->name, "needs a value (%s)", opt->what);
+				return -1;
+			}
+		} else if (opt->kind == OPT_CMDLINE && val) {
+			opt_error(&o, opt->name, "takes no value");
+			return -1;
+		}
+		if (!strcmp(opt->name, "config")) {
+			if (!apply && *config) {
+				opt_error(&o, opt->name, "given twice");
+				return -1;
+			}
+			*config = val;
+		} else if (!strcmp(opt->name, "help")) {
+			if (!apply) {
+				usage(stdout);
+				return 1;
+			}
+		} else if (!strcmp(opt->name, "version")) {
+			if (!apply) {
+				printf("nelssad %s (protocol %u)\n", NELSSA_VERSION, NELSSA_PROTO_VERSION);
+				return 1;
+			}
+		} else if (apply && set_option(c, opt, val, &o)) {
 			return -1;
 		}
 	}
-	fclose(f);
 	return 0;
 }
 
@@ -235,22 +492,12 @@ static int open_devices(struct nelssad *nd)
 
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "devices", required_argument, NULL, 0 }, { "sim-opts", required_argument, NULL, 0 },
-		{ "listen", required_argument, NULL, 0 }, { "port-file", required_argument, NULL, 0 },
-		{ "max-sessions", required_argument, NULL, 0 },
-		{ "max-conns", required_argument, NULL, 0 }, { "busy-poll", no_argument, NULL, 0 },
-		{ "require-rdma", no_argument, NULL, 0 }, { "verbose", no_argument, NULL, 0 },
-		{ "nop-kernel", no_argument, NULL, 0 },
-		{ "config", required_argument, NULL, 'c' }, { "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 },
-	};
 	struct nelssad *nd = &the_daemon;
 	struct sigaction sa = { .sa_handler = on_signal };
-	const char *port_file = NULL;
+	const char *config = NULL;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	int c, idx, lfd, ret = 1;
+	int lfd, ret = 1;
 
 	snprintf(nd->cfg.devices, sizeof(nd->cfg.devices), "sim:4");
 	snprintf(nd->cfg.listen_host, sizeof(nd->cfg.listen_host), "127.0.0.1");
@@ -258,28 +505,14 @@ int main(int argc, char **argv)
 	nd->cfg.max_sessions = 64;
 	nd->cfg.max_conns = 256;
 	/* The config file first, so the command line overrides it. */
-	for (int i = 1; i < argc - 1; i++)
-		if (!strcmp(argv[i], "--config") && read_config(&nd->cfg, argv[i + 1], &port_file))
-			return 2;
-	while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
-		if (c == 0) {
-			if (set_option(&nd->cfg, lo[idx].name, optarg, &port_file))
-				return 2;
-		} else if (c == 'h') {
-			usage(stdout);
-			return 0;
-		} else if (c == 'V') {
-			printf("nelssad %s (protocol %u)\n", NELSSA_VERSION, NELSSA_PROTO_VERSION);
-			return 0;
-		} else if (c != 'c') {
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "nelssad: unexpected argument '%s'\n", argv[optind]);
+	ret = parse_args(argc, argv, &nd->cfg, 0, &config);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	if (config && read_config(&nd->cfg, config))
 		return 2;
-	}
+	if (parse_args(argc, argv, &nd->cfg, 1, &config))
+		return 2;
+	ret = 1;
 	pthread_mutex_init(&nd->lock, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -294,11 +527,11 @@ int main(int argc, char **argv)
 	getsockname(lfd, (struct sockaddr *)&ss, &sl);
 	nd->cfg.port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						       : ((struct sockaddr_in *)&ss)->sin_port);
-	if (port_file) {
-		FILE *f = fopen(port_file, "w");
+	if (nd->cfg.port_file[0]) {
+		FILE *f = fopen(nd->cfg.port_file, "w");
 
 		if (!f || fprintf(f, "%u\n", nd->cfg.port) < 0 || fclose(f)) {
-			nd_log(nd, "cannot write %s", port_file);
+			nd_log(nd, "cannot write %s", nd->cfg.port_file);
 			goto out;
 		}
 	}
@@ -312,6 +545,5 @@ out:
 	nd_dataplane_stop(nd);
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		nelssa_pnm_close(nd->dev[d].pnm);
-	free((void *)port_file);
 	return ret;
 }

@@ -34,9 +34,10 @@
 #define ND_STAGE_BYTES (1u << 20)	/* more than a client's 256 KiB KV chunk */
 
 struct nd_config {
-	char devices[1024];	/* "sim:4", or a comma list of device names */
-	char sim_opts[128];	/* appended to each sim device: mem=..,cores=.. */
+	char devices[1024];	/* "sim:4", "kdev", or a list of device names */
+	char sim_opts[128];	/* for each sim device: mem=..,cores=.. */
 	char listen_host[128];
+	char port_file[4096];	/* "": none */
 	uint16_t port;
 	uint32_t max_sessions;
 	uint32_t max_conns;

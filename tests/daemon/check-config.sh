@@ -1,0 +1,178 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Tier T1: nelssad's command line and config files, in TAP.  Every bad value, missing value, unreadable path, directory or
+# device file must give a clear error (the message is checked) and exit 2,
+# promptly (timeout(1) catches a daemon that hangs or spins); good ones
+# must start the daemon with what they say.
+#
+#   check-config.sh NELSSAD SHIPPED_CONF
+set -u
+
+nd=${1:?usage: check-config.sh NELSSAD SHIPPED_CONF}
+shipped=${2:?}
+out=$(mktemp -d)
+pid=
+n=0
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+
+# shellcheck source=../tools/tap-lib.sh
+. "$(dirname "$0")/../tools/tap-lib.sh"
+# shellcheck source=../../scripts/nelssad-lib.sh
+. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+
+export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y UCX_TLS=tcp
+
+# refuse NAME MESSAGE ARGS...: exits 2 within 20 s, MESSAGE on stderr.
+refuse() {
+	name=$1 msg=$2
+	shift 2
+	n=$((n + 1))
+	timeout 20 "$nd" "$@" >"$out/stdout" 2>"$out/stderr" </dev/null
+	got=$?
+	if [ $got = 2 ] && grep -qF -- "$msg" "$out/stderr"; then
+		echo "ok $n - $name: $(head -1 "$out/stderr")"
+	else
+		sed 's/^/# /' "$out/stderr" | tail -10
+		echo "not ok $n - $name (exit $got, expected 2 and '$msg')"
+	fi
+}
+
+# conf LINE: a config file of a comment and LINE, as $out/c.conf.
+conf() {
+	printf '# a config file\n%s\n' "$1" >"$out/c.conf"
+}
+
+# serves NAME PATTERN... -- ARGS...: the daemon starts with ARGS, its log
+# matches every PATTERN, and SIGTERM stops it with exit 0.
+serves() {
+	name=$1
+	shift
+	pats=
+	while [ "$1" != -- ]; do
+		pats="$pats$1
+"
+		shift
+	done
+	shift
+	n=$((n + 1))
+	if ! nelssad_start "$nd" "$out/daemon.log" "$out/port" "$@"; then
+		sed 's/^/# /' "$out/daemon.log" | tail -10
+		echo "not ok $n - $name (did not start)"
+		pid=
+		return
+	fi
+	kill -TERM $pid
+	wait $pid
+	got=$?
+	pid=
+	ok=1
+	while IFS= read -r p; do
+		[ -z "$p" ] || grep -qF -- "$p" "$out/daemon.log" || ok=0
+	done <<EOF
+$pats
+EOF
+	if [ $got = 0 ] && [ $ok = 1 ]; then
+		echo "ok $n - $name"
+	else
+		sed 's/^/# /' "$out/daemon.log" | tail -10
+		echo "not ok $n - $name (exit $got, or the log lacks: $(echo "$pats" | tr '\n' '|'))"
+	fi
+}
+
+echo "1..34"
+
+# A value option without a value, in a config file: named with file and line.
+for opt in listen max-sessions max-conns port-file devices sim-opts; do
+	conf "$opt ="
+	refuse "config '$opt =' refused" "c.conf:2: $opt: needs a value" --config "$out/c.conf"
+done
+conf "listen"
+refuse "config 'listen' alone refused" "c.conf:2: listen: needs a value" --config "$out/c.conf"
+conf "max-sessions"
+refuse "config 'max-sessions' alone refused" "c.conf:2: max-sessions: needs a value" \
+	--config "$out/c.conf"
+conf "busy-poll = maybe"
+refuse "config 'busy-poll = maybe' refused" "c.conf:2: busy-poll: 'maybe': need yes or no" \
+	--config "$out/c.conf"
+conf "busy-poll ="
+refuse "config 'busy-poll =' refused" "c.conf:2: busy-poll: needs yes or no" --config "$out/c.conf"
+conf "max-conns = 0"
+refuse "config 'max-conns = 0' refused" "c.conf:2: max-conns: '0': need 1..100000" \
+	--config "$out/c.conf"
+conf "listen = nowhere"
+refuse "config 'listen = nowhere' refused" "c.conf:2: listen: 'nowhere': need HOST:PORT" \
+	--config "$out/c.conf"
+conf "config = /etc/passwd"
+refuse "config 'config =' refused" "c.conf:2: config: only on the command line" \
+	--config "$out/c.conf"
+conf "no-such-option = 1"
+refuse "config with an unknown option refused" "c.conf:2: unknown option 'no-such-option'" \
+	--config "$out/c.conf"
+# The = form on the command line is read, not ignored.
+conf "listen ="
+refuse "--config=FILE is read" "c.conf:2: listen: needs a value" --config="$out/c.conf"
+
+# The same on the command line.
+refuse "--listen without a value refused" "--listen: needs a value" --listen
+refuse "--listen= refused" "--listen: needs a value" --listen=
+refuse "--max-sessions=0 refused" "--max-sessions: '0': need 1..100000" --max-sessions=0
+refuse "--verbose=maybe refused" "--verbose: 'maybe': need yes or no" --verbose=maybe
+refuse "--config without a value refused" "--config: needs a value" --config
+refuse "--config given twice refused" "--config: given twice" --config "$shipped" \
+	--config="$shipped"
+refuse "a stray argument refused" "unexpected argument 'stray'" stray
+
+# --config on what is not a readable regular file of sane size.
+refuse "--config on a directory refused" "$out: not a regular file (a directory)" --config "$out"
+refuse "--config /dev/zero refused, without reading it" \
+	"/dev/zero: not a regular file (a character device)" --config /dev/zero
+mkfifo "$out/fifo"
+refuse "--config on a FIFO refused, without blocking" "fifo: not a regular file (a FIFO)" \
+	--config "$out/fifo"
+refuse "--config on a missing file refused" "$out/none: No such file or directory" \
+	--config "$out/none"
+refuse "--config under a file refused" "$shipped/x: Not a directory" --config "$shipped/x"
+truncate -s 2M "$out/big.conf"
+refuse "--config on a file over 1 MiB refused" "big.conf: larger than 1 MiB" \
+	--config "$out/big.conf"
+printf 'devices = sim:1\0\n' >"$out/nul.conf"
+refuse "--config on a binary file refused" "nul.conf: holds a NUL byte" --config "$out/nul.conf"
+# Unreadable: root reads anything, so as nobody when run as root.
+printf 'devices = sim:1\n' >"$out/secret.conf"
+chmod 000 "$out/secret.conf"
+if [ "$(id -u)" != 0 ]; then
+	refuse "--config on an unreadable file refused" "Permission denied" \
+		--config "$out/secret.conf"
+elif command -v setpriv >/dev/null 2>&1; then
+	chmod 711 "$out"
+	n=$((n + 1))
+	timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups "$nd" \
+		--config "$out/secret.conf" >"$out/stdout" 2>"$out/stderr"
+	got=$?
+	chmod 700 "$out"
+	if [ $got = 2 ] && grep -qF "secret.conf: Permission denied" "$out/stderr"; then
+		echo "ok $n - --config on an unreadable file refused: $(head -1 "$out/stderr")"
+	else
+		sed 's/^/# /' "$out/stderr" | tail -10
+		echo "not ok $n - --config on an unreadable file refused (exit $got)"
+	fi
+else
+	echo "ok $((n += 1)) # SKIP root without setpriv: every file is readable"
+fi
+
+# Good files: the = form, the command line over the file, the shipped file.
+cat >"$out/good.conf" <<CONF
+# two small devices, busy-polling
+devices = sim:2   # trailing comment
+sim-opts = mem=32M
+busy-poll
+CONF
+serves "--config=FILE: its devices, options and switches are used" \
+	"device sim:1,mem=32M (sim): 32 MiB" "with 2 device(s), busy-polling" -- \
+	--config="$out/good.conf"
+serves "the command line overrides the file" "with 1 device(s)" "device sim:0,mem=16M" -- \
+	--config "$out/good.conf" --devices=sim:1 --sim-opts=mem=16M --busy-poll=no
+t "the command line overrides the file: no busy-poll" 1 grep -q busy-polling "$out/daemon.log"
+serves "the shipped config file parses (devices overridden)" "with 1 device(s)" -- \
+	--config "$shipped" --devices sim:1 --sim-opts mem=16M
