@@ -57,8 +57,12 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: nelssad [options]   (--name VALUE and --name=VALUE alike)\n"
 		"  --devices LIST     sim:N for N embedded devices (default sim:4), 'kdev' for every\n"
-		"                     /dev/nelssa_pnm*, or a comma list of device names\n"
-		"  --sim-opts OPTS    options for each sim device, e.g. mem=2G,cores=2\n"
+		"                     /dev/nelssa_pnm*, or a comma list of device names, each sim:N\n"
+		"                     (device number N) or /dev/nelssa_pnmN; a comma followed by\n"
+		"                     neither 'sim:' nor '/' separates a sim device's own options:\n"
+		"                     sim:0,mem=2G,sim:1,mem=1G\n"
+		"  --sim-opts OPTS    options for each sim device, e.g. mem=2G,cores=2 (a device's\n"
+		"                     own options in --devices win)\n"
 		"  --listen HOST:PORT control address (default 127.0.0.1:18515; port 0 picks one)\n"
 		"  --port-file FILE   write the control port there once listening\n"
 		"  --max-sessions N   sessions served at once (default 64)\n"
@@ -156,6 +160,88 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
+#define ND_DEV_NAME 128		/* as struct nd_device's name */
+
+/*
+ * Splits a --devices list into device names.  A comma starts a new device
+ * only where "sim:" or "/" follows it; any other comma belongs to the sim
+ * device before it, as its options: "sim:0,mem=2G,cores=2,sim:1,mem=1G" is
+ * two devices, "/dev/nelssa_pnm0,/dev/nelssa_pnm1" two more.  Each name is
+ * sim:N (device number N, 0..255) or a path; none may come twice.  0, or
+ * -1 with the reason in @why.
+ */
+static int split_devices(const char *list, char (*names)[ND_DEV_NAME], uint32_t *n, char *why,
+			 size_t why_len)
+{
+	uint32_t idx[ND_MAX_DEVICES] = { 0 };
+	const char *p = list;
+
+	*n = 0;
+	while (*p) {
+		const char *end = p, *c;
+		size_t len;
+
+		for (c = strchr(p, ','); c; c = strchr(c + 1, ','))
+			if (!strncmp(c + 1, "sim:", 4) || c[1] == '/' || !c[1] || c[1] == ',')
+				break;
+		end = c ? c : p + strlen(p);
+		len = (size_t)(end - p);
+		if (!len) {
+			snprintf(why, why_len, "an empty device name");
+			return -1;
+		}
+		if (strncmp(p, "sim:", 4) && *p != '/') {
+			snprintf(why, why_len, "'%.*s' is not a device (sim:N or /dev/nelssa_pnmN)",
+				 (int)len, p);
+			return -1;
+		}
+		if (*n == ND_MAX_DEVICES) {
+			snprintf(why, why_len, "more than %d devices", ND_MAX_DEVICES);
+			return -1;
+		}
+		if (len >= ND_DEV_NAME) {
+			snprintf(why, why_len, "device name '%.*s...' is too long", 32, p);
+			return -1;
+		}
+		memcpy(names[*n], p, len);
+		names[*n][len] = 0;
+		(*n)++;
+		if (!c)
+			break;
+		p = c + 1;
+		if (!*p) {
+			snprintf(why, why_len, "an empty device name after the last comma");
+			return -1;
+		}
+	}
+	if (!*n) {
+		snprintf(why, why_len, "names no device");
+		return -1;
+	}
+	/* The same device twice would be opened twice and its memory counted twice. */
+	for (uint32_t i = 0; i < *n; i++) {
+		char num[8];
+
+		if (strncmp(names[i], "sim:", 4))
+			continue;
+		snprintf(num, sizeof(num), "%.*s", (int)strcspn(names[i] + 4, ","), names[i] + 4);
+		if (strcspn(names[i] + 4, ",") >= sizeof(num) || parse_u32(num, 0, 255, &idx[i])) {
+			snprintf(why, why_len, "%s: the device number must be 0..255", names[i]);
+			return -1;
+		}
+	}
+	for (uint32_t i = 0; i < *n; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (names[i][0] == names[j][0] &&
+			    (names[i][0] == 's' ? idx[i] == idx[j] : !strcmp(names[i], names[j]))) {
+				snprintf(why, why_len, "names %s twice (as %s and as %s)",
+					 names[i][0] == 's' ? "a sim device" : "a device", names[j],
+					 names[i]);
+				return -1;
+			}
+	return 0;
+}
+
 static int set_string(const struct origin *o, const char *name, char *dst, size_t size,
 		      const char *val)
 {
@@ -202,8 +288,19 @@ static int set_option(struct nd_config *c, const struct opt *opt, const char *va
 		opt_error(o, name, "needs a value (%s)", opt->what);
 		return -1;
 	}
-	if (!strcmp(name, "devices"))
+	if (!strcmp(name, "devices")) {
+		static char names[ND_MAX_DEVICES][ND_DEV_NAME];
+		char why[256];
+		uint32_t n;
+
+		if (strcmp(val, "kdev") && (strncmp(val, "sim:", 4) || strchr(val, ',') ||
+					    parse_u32(val + 4, 1, ND_MAX_DEVICES, &n)) &&
+		    split_devices(val, names, &n, why, sizeof(why))) {
+			opt_error(o, name, "%s: %s", val, why);
+			return -1;
+		}
 		return set_string(o, name, c->devices, sizeof(c->devices), val);
+	}
 	if (!strcmp(name, "sim-opts"))
 		return set_string(o, name, c->sim_opts, sizeof(c->sim_opts), val);
 	if (!strcmp(name, "port-file"))
@@ -449,19 +546,42 @@ static int open_one(struct nelssad *nd, const char *name)
 	return 0;
 }
 
+/* A sim device of the list, with --sim-opts before its own options (which win). */
+static int sim_name(struct nelssad *nd, const char *dev, char *out, size_t len)
+{
+	const char *own = strchr(dev, ',');
+	int n;
+
+	if (!nd->cfg.sim_opts[0])
+		n = snprintf(out, len, "%s", dev);
+	else
+		n = snprintf(out, len, "%.*s,%s%s", (int)(own ? (size_t)(own - dev) : strlen(dev)),
+			     dev, nd->cfg.sim_opts, own ? own : "");
+	if (n < 0 || (size_t)n >= len) {
+		nd_log(nd, "%s with --sim-opts %s: device name too long", dev, nd->cfg.sim_opts);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int open_devices(struct nelssad *nd)
 {
+	static char names[ND_MAX_DEVICES][ND_DEV_NAME];
 	const char *list = nd->cfg.devices;
+	dev_t rdev[ND_MAX_DEVICES];
+	char name[ND_DEV_NAME], why[256];
 	uint32_t n;
-	char name[256], *copy, *tok, *save = NULL;
 	int ret = 0;
 
 	if (!strncmp(list, "sim:", 4) && !parse_u32(list + 4, 1, ND_MAX_DEVICES, &n) &&
 	    !strchr(list, ',')) {
 		for (uint32_t i = 0; i < n && !ret; i++) {
-			snprintf(name, sizeof(name), "sim:%u%s%s", i, nd->cfg.sim_opts[0] ? "," : "",
-				 nd->cfg.sim_opts);
-			ret = open_one(nd, name);
+			char dev[16];
+
+			snprintf(dev, sizeof(dev), "sim:%u", i);
+			ret = sim_name(nd, dev, name, sizeof(name));
+			if (!ret)
+				ret = open_one(nd, name);
 		}
 		return ret;
 	}
@@ -477,15 +597,30 @@ static int open_devices(struct nelssad *nd)
 		globfree(&g);
 		return ret;
 	}
-	copy = strdup(list);
-	if (!copy)
-		return -ENOMEM;
-	for (tok = strtok_r(copy, ",", &save); tok && !ret; tok = strtok_r(NULL, ",", &save))
-		ret = open_one(nd, tok);
-	free(copy);
-	if (!ret && !nd->n_dev) {
-		nd_log(nd, "--devices names no device");
-		ret = -ENODEV;
+	if (split_devices(list, names, &n, why, sizeof(why))) {
+		nd_log(nd, "--devices %s: %s", list, why);
+		return -EINVAL;
+	}
+	/* A path and a link to it are one device: refused before any is opened. */
+	for (uint32_t i = 0; i < n; i++) {
+		struct stat st;
+
+		rdev[i] = names[i][0] == '/' && !stat(names[i], &st) && S_ISCHR(st.st_mode) ?
+			  st.st_rdev : 0;
+		for (uint32_t j = 0; j < i; j++)
+			if (rdev[i] && rdev[i] == rdev[j]) {
+				nd_log(nd, "--devices %s: %s and %s are the same device", list,
+				       names[j], names[i]);
+				return -EINVAL;
+			}
+	}
+	for (uint32_t i = 0; i < n && !ret; i++) {
+		if (names[i][0] == 's')
+			ret = sim_name(nd, names[i], name, sizeof(name));
+		else
+			snprintf(name, sizeof(name), "%s", names[i]);
+		if (!ret)
+			ret = open_one(nd, name);
 	}
 	return ret;
 }

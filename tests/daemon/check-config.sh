@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# Tier T1: nelssad's command line and config files, in TAP.  Every bad value, missing value, unreadable path, directory or
+# Tier T1: nelssad's command line, config files and --devices lists, in
+# TAP.  Every bad value, missing value, unreadable path, directory or
 # device file must give a clear error (the message is checked) and exit 2,
 # promptly (timeout(1) catches a daemon that hangs or spins); good ones
 # must start the daemon with what they say.
@@ -80,7 +81,7 @@ EOF
 	fi
 }
 
-echo "1..34"
+echo "1..45"
 
 # A value option without a value, in a config file: named with file and line.
 for opt in listen max-sessions max-conns port-file devices sim-opts; do
@@ -176,3 +177,32 @@ serves "the command line overrides the file" "with 1 device(s)" "device sim:0,me
 t "the command line overrides the file: no busy-poll" 1 grep -q busy-polling "$out/daemon.log"
 serves "the shipped config file parses (devices overridden)" "with 1 device(s)" -- \
 	--config "$shipped" --devices sim:1 --sim-opts mem=16M
+
+# --devices: a comma starts a device only before sim: or /; no device twice.
+serves "--devices sim:0,mem=64M (the documented example) opens one 64 MiB device" \
+	"device sim:0,mem=64M (sim): 64 MiB" "with 1 device(s)" -- --devices sim:0,mem=64M
+serves "--devices sim:0,mem=64M,cores=1,sim:1,mem=32M: two devices, their own options" \
+	"device sim:0,mem=64M,cores=1 (sim): 64 MiB" "device sim:1,mem=32M (sim): 32 MiB" \
+	"with 2 device(s)" -- --devices=sim:0,mem=64M,cores=1,sim:1,mem=32M
+serves "--sim-opts applies to listed sim devices, their own options win" \
+	"(sim): 64 MiB, 1 cores" "device sim:1,mem=16M,cores=1 (sim): 16 MiB" -- \
+	--devices sim:0,mem=64M,sim:1 --sim-opts mem=16M,cores=1
+refuse "--devices sim:1,sim:1 refused" "names a sim device twice (as sim:1 and as sim:1)" \
+	--devices sim:1,sim:1
+refuse "--devices sim:0,mem=64M,sim:00 refused (one device number)" "names a sim device twice" \
+	--devices sim:0,mem=64M,sim:00
+conf "devices = /dev/nelssa_pnm0,/dev/nelssa_pnm0"
+refuse "a device path named twice in a config file refused" \
+	"c.conf:2: devices: /dev/nelssa_pnm0,/dev/nelssa_pnm0: names a device twice" \
+	--config "$out/c.conf"
+ln -s /dev/null "$out/null"
+t "a device and a link to it refused" 1 "$nd" --devices "/dev/null,$out/null"
+if grep -qF "/dev/null and $out/null are the same device" "$out/stderr"; then
+	echo "ok $((n += 1)) - ... saying they are the same device"
+else
+	sed 's/^/# /' "$out/stderr" | tail -5
+	echo "not ok $((n += 1)) - ... saying they are the same device"
+fi
+refuse "--devices with an empty name refused" "an empty device name" --devices sim:0,,sim:1
+refuse "--devices ending in a comma refused" "an empty device name" --devices sim:0,
+refuse "--devices naming no device kind refused" "'nowhere' is not a device" --devices nowhere
