@@ -34,7 +34,7 @@
 #define MAX_PENDING 16
 /* After a cancel, how long UCX may take to let go of a send's buffers. */
 #define CANCEL_GRACE_MS 20
-/* After the deadline of close, how long to wait for each step of it. */
+/* How long nelssa_client_close() waits for the endpoint's flush, and for its close. */
 #define CLOSE_WAIT_NS 2000000000ull
 
 /*
@@ -613,7 +613,7 @@ void nelssa_client_close(struct nelssa_client *c)
 		 * connect).  Flush a live endpoint first, for a bounded time.
 		 */
 		if (!c->ep_failed) {
-			uint64_t end = now_ns() + 2000000000ull;
+			uint64_t end = now_ns() + CLOSE_WAIT_NS;
 
 			sp = ucp_ep_flush_nbx(c->ep, &prm);
 			if (UCS_PTR_IS_PTR(sp)) {
