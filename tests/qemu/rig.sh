@@ -97,7 +97,7 @@ for t in "$src"/tests/kselftest/nelssa_pnm/*_test.c; do
 	name=$(basename "$t" .c)
 	libs=""
 	case "$name" in
-	uring_test) libs=-luring ;;
+	uring_test | unplug_test | tenant_test) libs=-luring ;;
 	attn_test) libs="-luring -lm" ;;
 	esac
 	gcc -O2 -static -Wall -Werror -I"$src/uapi" \
