@@ -617,8 +617,10 @@ static int open_devices(struct nelssad *nd)
 	for (uint32_t i = 0; i < n && !ret; i++) {
 		if (names[i][0] == 's')
 			ret = sim_name(nd, names[i], name, sizeof(name));
+		else if (strlen(names[i]) < sizeof(name))
+			memcpy(name, names[i], strlen(names[i]) + 1);
 		else
-			snprintf(name, sizeof(name), "%s", names[i]);
+			ret = -ENAMETOOLONG;	/* split_devices() bounds names: never */
 		if (!ret)
 			ret = open_one(nd, name);
 	}
