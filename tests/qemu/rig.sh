@@ -195,8 +195,8 @@ wait
 
 # 8. TAP: the guest's own checks, every kselftest subtest, then the verdict.
 tr -d '\r' <"$out/serial.log" | awk -v rc="$rc" '
-	/^RIG: (ok|not ok) / { sub(/^RIG: /, ""); sub(/^(not )?ok [0-9]+ - /, ""); line[++n] = ($0);
-			       st[n] = (/^not ok/ ? 1 : 0); next }
+	/^RIG: (ok|not ok) / { sub(/^RIG: /, ""); st[++n] = (/^not ok/ ? 1 : 0);
+			       sub(/^(not )?ok [0-9]+ - /, ""); line[n] = $0; next }
 	/^SUITE: / { suite = $2; next }
 	/^SUITE-END: / { suite = ""; next }
 	suite != "" && /^(not )?ok [0-9]+ / {
