@@ -5,18 +5,19 @@
 # loopback, once over TCP and once over shared memory, in TAP.  Outputs
 # are checked against float64 attention inside e2e_client; here: the
 # scenarios' exit codes, concurrency, a client killed mid-step, a daemon
-# stopped under a client, malformed control frames, clean shutdown, and
-# the daemon's own refusals.
+# stopped under a client, malformed control frames, active messages of
+# ids it does not take, clean shutdown, and the daemon's own refusals.
 #
-#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH
+#   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH AM_IDS
 set -u
 
-nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH}
+nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH AM_IDS}
 cli=${2:?}
 bad=${3:?}
 demo=${4:?}
 ctl=${5:?}
 sbench=${6:?}
+amids=${7:?}
 out=$(mktemp -d)
 pid=
 n=0
@@ -35,7 +36,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..53"
+echo "1..55"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -151,6 +152,8 @@ for tls in tcp shm; do
 	t "$tls: malformed, oversized, truncated frames and wrong versions refused" 0 \
 		python3 "$bad" "$port"
 	t "$tls: ... and the daemon still correct" 0 "$cli" 127.0.0.1 "$port" check
+	t "$tls: active messages of ids the daemon does not take dropped, eager and rendezvous" 0 \
+		"$amids" 127.0.0.1 "$port"
 	if [ $tls = tcp ]; then
 		t "nelssa-demo (make demo's client) at 4K, JSON" 0 "$demo" --port "$port" \
 			--contexts 4096 --layers 1 --kv-heads 4 --steps 1 --json
