@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Encoding and validation of the control frames and data-message headers
- * (<nelssa/proto.h>).  Each payload has one fixed length per type (HELLO_OK
- * adds its address), so a decoder first checks the exact length, then each
+ * (<nelssa/proto.h>).  Each payload has one fixed length per type (HELLO
+ * and HELLO_OK add an address), so a decoder first checks the exact length, then each
  * field; nothing is copied out before the whole frame passed.  The same
  * checks guard encoding, so a daemon can never send what a client rejects.
  */
@@ -12,7 +12,7 @@
 #include <nelssa/attention.h>
 #include <nelssa/proto.h>
 
-/* Fixed payload bytes per type (HELLO_OK: without the address). */
+/* Fixed payload bytes per type (HELLO, HELLO_OK: without the address). */
 static const uint32_t payload_len[NELSSA_MSG_MAX] = {
 	[NELSSA_MSG_HELLO] = 40,	[NELSSA_MSG_HELLO_OK] = 48,
 	[NELSSA_MSG_SESSION_CREATE] = 32, [NELSSA_MSG_SESSION_OK] = 16,
@@ -102,6 +102,7 @@ static int fields_ok(const struct nelssa_msg *m)
 	case NELSSA_MSG_HELLO:
 		return m->u.hello.min_version >= 1 &&
 		       m->u.hello.min_version <= m->u.hello.max_version &&
+		       m->u.hello.addr_len <= NELSSA_PROTO_MAX_ADDR &&
 		       str_ok(m->u.hello.name, sizeof(m->u.hello.name));
 	case NELSSA_MSG_HELLO_OK:
 		return m->u.hello_ok.version >= 1 && m->u.hello_ok.addr_len >= 1 &&
@@ -143,6 +144,8 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 	if (!m->type || m->type >= NELSSA_MSG_MAX || !fields_ok(m))
 		return -EINVAL;
 	plen = payload_len[m->type];
+	if (m->type == NELSSA_MSG_HELLO)
+		plen += m->u.hello.addr_len;
 	if (m->type == NELSSA_MSG_HELLO_OK)
 		plen += m->u.hello_ok.addr_len;
 	if (cap < NELSSA_PROTO_HDR_BYTES + plen)
@@ -158,7 +161,9 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 	case NELSSA_MSG_HELLO:
 		put16(p, m->u.hello.min_version);
 		put16(p + 2, m->u.hello.max_version);
+		put32(p + 4, m->u.hello.addr_len);
 		memcpy(p + 8, m->u.hello.name, NELSSA_PROTO_NAME_LEN);
+		memcpy(p + 40, m->u.hello.addr, m->u.hello.addr_len);
 		break;
 	case NELSSA_MSG_HELLO_OK:
 		put16(p, m->u.hello_ok.version);
@@ -258,19 +263,22 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		return ret;
 	if (len != NELSSA_PROTO_HDR_BYTES + (size_t)h.length)
 		return -EBADMSG;
-	if (h.type == NELSSA_MSG_HELLO_OK ? h.length < payload_len[h.type]
-					  : h.length != payload_len[h.type])
+	if (h.type == NELSSA_MSG_HELLO || h.type == NELSSA_MSG_HELLO_OK
+		    ? h.length < payload_len[h.type] : h.length != payload_len[h.type])
 		return -EBADMSG;
 	memset(m, 0, sizeof(*m));
 	m->type = h.type;
 	m->seq = h.seq;
 	switch (h.type) {
 	case NELSSA_MSG_HELLO:
-		if (!zero(p + 4, 4))
-			return -EINVAL;
 		m->u.hello.min_version = get16(p);
 		m->u.hello.max_version = get16(p + 2);
+		m->u.hello.addr_len = get32(p + 4);
 		memcpy(m->u.hello.name, p + 8, NELSSA_PROTO_NAME_LEN);
+		if (m->u.hello.addr_len != h.length - payload_len[h.type] ||
+		    m->u.hello.addr_len > NELSSA_PROTO_MAX_ADDR)
+			return -EBADMSG;
+		memcpy(m->u.hello.addr, p + 40, m->u.hello.addr_len);
 		break;
 	case NELSSA_MSG_HELLO_OK:
 		m->u.hello_ok.version = get16(p);

@@ -35,6 +35,9 @@ static struct nelssa_msg sample(uint16_t type)
 		m.u.hello.min_version = 1;
 		m.u.hello.max_version = 3;
 		strcpy(m.u.hello.name, "gpu-node-7");
+		m.u.hello.addr_len = 200;
+		for (int i = 0; i < 200; i++)
+			m.u.hello.addr[i] = (uint8_t)(i * 5);
 		break;
 	case NELSSA_MSG_HELLO_OK:
 		m.u.hello_ok.version = 1;
@@ -178,7 +181,8 @@ static void fields_checked(void **state)
 	size_t len;
 
 	(void)state;
-	refused_with(NELSSA_MSG_HELLO, 4, 1, -EINVAL);			/* reserved */
+	refused_with(NELSSA_MSG_HELLO, 4, 1, -EBADMSG);			/* addr_len vs length */
+	refused_with(NELSSA_MSG_HELLO, 7, 1, -EBADMSG);
 	refused_with(NELSSA_MSG_HELLO, 0, 9, -EINVAL);			/* min > max */
 	refused_with(NELSSA_MSG_HELLO, 0, 0, -EINVAL);			/* version 0 */
 	refused_with(NELSSA_MSG_HELLO, 8 + 31, 'x', -EINVAL);		/* no NUL */
@@ -204,6 +208,15 @@ static void fields_checked(void **state)
 	m = sample(NELSSA_MSG_HELLO_OK);
 	m.u.hello_ok.addr_len = NELSSA_PROTO_MAX_ADDR + 1;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	m = sample(NELSSA_MSG_HELLO);
+	m.u.hello.addr_len = NELSSA_PROTO_MAX_ADDR + 1;
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	/* A HELLO without an address (a client that will not step) is one. */
+	m.u.hello.addr_len = 0;
+	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	assert_int_equal(NELSSA_PROTO_HDR_BYTES + 40, len);
+	assert_int_equal(0, nelssa_msg_decode(buf, len, &m));
+	assert_int_equal(0, m.u.hello.addr_len);
 	m.type = NELSSA_MSG_MAX;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 }

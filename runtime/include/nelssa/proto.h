@@ -38,7 +38,8 @@ extern "C" {
 
 /**
  * enum nelssa_msg_type - control message types.
- * @NELSSA_MSG_HELLO: client -> daemon, first frame: versions it speaks.
+ * @NELSSA_MSG_HELLO: client -> daemon, first frame: versions it speaks,
+ *	its UCX worker address.
  * @NELSSA_MSG_HELLO_OK: the version chosen, the devices, the daemon's
  *	UCX worker address.
  * @NELSSA_MSG_SESSION_CREATE: model shape and capacity.
@@ -115,10 +116,16 @@ struct nelssa_msg {
 	uint16_t type;
 	uint32_t seq;
 	union {
-		/* @min_version..@max_version: versions the client speaks. */
+		/*
+		 * @min_version..@max_version: versions the client speaks;
+		 * @addr: its UCX worker address, where the daemon sends the
+		 * replies of its steps (@addr_len 0: none, so no steps).
+		 */
 		struct {
 			uint16_t min_version, max_version;
 			char name[NELSSA_PROTO_NAME_LEN];
+			uint32_t addr_len;
+			uint8_t addr[NELSSA_PROTO_MAX_ADDR];
 		} hello;
 		/* @device_bytes: device memory in all; @addr: UCX worker address. */
 		struct {
