@@ -534,6 +534,8 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	ucp_worker_params_t wp = { 0 };
 	ucp_ep_params_t ep = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
+	ucp_address_t *addr;
+	size_t addr_len;
 	ucs_status_t st;
 	int ret;
 
@@ -546,14 +548,6 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	ret = tcp_connect(c, o->host, o->port);
 	if (ret)
 		return ret;
-	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
-	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", o->name ? o->name : "client");
-	ret = ctl_call(c, &m, &r);
-	if (ret)
-		return ret;
-	if (r.type != NELSSA_MSG_HELLO_OK)
-		return fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
-	c->devices = r.u.hello_ok.devices;
 	up.field_mask = UCP_PARAM_FIELD_FEATURES;
 	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
 	st = ucp_init(&up, NULL, &c->ucp);
@@ -578,20 +572,40 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 		ap.cb = on_reply;
 		st = ucp_worker_set_am_recv_handler(c->worker, &ap);
 	}
-	if (st == UCS_OK) {
-		ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-				UCP_EP_PARAM_FIELD_ERR_HANDLER;
-		ep.address = (const ucp_address_t *)r.u.hello_ok.addr;
-		ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-		ep.err_handler.cb = ep_error;
-		ep.err_handler.arg = c;
+	if (st != UCS_OK)
+		return fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
+	/* The daemon sends the replies of steps to this worker's address. */
+	st = ucp_worker_get_address(c->worker, &addr, &addr_len);
+	if (st != UCS_OK)
+		return fail(c, -EIO, "UCX worker address: %s", ucs_status_string(st));
+	if (addr_len > sizeof(m.u.hello.addr)) {
+		ucp_worker_release_address(c->worker, addr);
+		return fail(c, -E2BIG, "the UCX worker address (%zu bytes) exceeds the protocol's %u",
+			    addr_len, NELSSA_PROTO_MAX_ADDR);
+	}
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", o->name ? o->name : "client");
+	m.u.hello.addr_len = (uint32_t)addr_len;
+	memcpy(m.u.hello.addr, addr, addr_len);
+	ucp_worker_release_address(c->worker, addr);
+	ret = ctl_call(c, &m, &r);
+	if (ret)
+		return ret;
+	if (r.type != NELSSA_MSG_HELLO_OK)
+		return fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
+	c->devices = r.u.hello_ok.devices;
+	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+			UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	ep.address = (const ucp_address_t *)r.u.hello_ok.addr;
+	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	ep.err_handler.cb = ep_error;
+	ep.err_handler.arg = c;
+	st = ucp_ep_create(c->worker, &ep, &c->ep);
+	/* Shared memory cannot detect a dead peer; the control socket will. */
+	if (st == UCS_ERR_UNREACHABLE) {
+		ep.field_mask &= ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+					     UCP_EP_PARAM_FIELD_ERR_HANDLER);
 		st = ucp_ep_create(c->worker, &ep, &c->ep);
-		/* Shared memory cannot detect a dead peer; the control socket will. */
-		if (st == UCS_ERR_UNREACHABLE) {
-			ep.field_mask &= ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-						     UCP_EP_PARAM_FIELD_ERR_HANDLER);
-			st = ucp_ep_create(c->worker, &ep, &c->ep);
-		}
 	}
 	if (st != UCS_OK)
 		return fail(c, -EIO, "UCX setup towards the daemon failed: %s", ucs_status_string(st));
