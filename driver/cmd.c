@@ -88,9 +88,23 @@ static void watchdog_arm(struct npnm_device *ndev, unsigned long when)
 	mod_delayed_work(system_wq, &ndev->watchdog, time_after(when, now) ? when - now : 0);
 }
 
+/**
+ * npnm_cmd_submit() - check, resolve and start one command.
+ * @ctx: the submitting context.
+ * @uc: the descriptor as the user gave it (a kernel copy).
+ * @kind: where its completion goes.
+ * @ioucmd: the io_uring command of an NPNM_KCMD_URING command, else NULL.
+ * @out: NPNM_KCMD_SYNC only: the command, with the caller's reference (what
+ *	it waits on and then puts); NULL otherwise.  A queued command's
+ *	reference belongs to the completion queue -- another thread's WAIT
+ *	may free it before this returns -- so it is never handed out.
+ * @seqno: if not NULL, the command's sequence number.
+ *
+ * Return: 0, or -errno with nothing queued.
+ */
 int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
 		    enum npnm_kcmd_kind kind, struct io_uring_cmd *ioucmd,
-		    struct npnm_kcmd **out)
+		    struct npnm_kcmd **out, u64 *seqno)
 {
 	struct npnm_device *ndev = ctx->ndev;
 	const struct npnm_backend_ops *ops;
@@ -153,6 +167,8 @@ int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
 		goto err_busy;
 	}
 	kc->comp.seqno = ctx->next_seqno++;
+	if (seqno)
+		*seqno = kc->comp.seqno;
 	list_add_tail(&kc->ctx_node, &ctx->cmds);
 	ctx->inflight++;
 	spin_unlock(&ctx->cq_lock);
@@ -176,7 +192,8 @@ int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
 	held = ndev->hold;
 	spin_unlock(&ndev->lock);
 	atomic64_inc(&ndev->submitted);
-	*out = kc;			/* the caller's (completion path) reference */
+	if (out)
+		*out = kc;		/* the caller's (completion path) reference */
 	if (ioucmd) {
 		/* Wired up before the backend can possibly complete it. */
 		kc->ioucmd = ioucmd;
@@ -558,9 +575,15 @@ void npnm_watchdog_fn(struct work_struct *work)
  */
 void npnm_device_fail(struct npnm_device *ndev, const char *why)
 {
+	/*
+	 * Under the reset lock: an automatic reset, which waits for a failed
+	 * state, must not abort the commands before they get their error.
+	 */
+	mutex_lock(&ndev->reset_lock);
 	spin_lock(&ndev->lock);
 	if (ndev->state != NPNM_STATE_LIVE) {
 		spin_unlock(&ndev->lock);
+		mutex_unlock(&ndev->reset_lock);
 		return;
 	}
 	ndev->state = NPNM_STATE_FAILED;
@@ -569,6 +592,7 @@ void npnm_device_fail(struct npnm_device *ndev, const char *why)
 	/* Mappings first: whoever sees a completion sees them revoked. */
 	npnm_revoke_mappings(ndev);
 	npnm_device_abort_all(ndev, NPNM_ST_DEVICE_ERROR);
+	mutex_unlock(&ndev->reset_lock);
 }
 
 /**

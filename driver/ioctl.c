@@ -98,17 +98,18 @@ static int ioc_submit(struct npnm_context *ctx, void __user *arg)
 	s.nr_submitted = 0;
 	s.error = 0;
 	for (i = 0; i < s.nr_cmds; i++) {
-		struct npnm_kcmd *kc;
+		u64 seqno;
 
 		if (copy_from_user(&c, &ucmds[i], sizeof(c))) {
 			ret = -EFAULT;
 			break;
 		}
-		ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_QUEUED, NULL, &kc);
+		/* Not the command: another thread's WAIT may already have freed it. */
+		ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_QUEUED, NULL, NULL, &seqno);
 		if (ret)
 			break;
 		if (!i)
-			s.seqno = kc->comp.seqno;
+			s.seqno = seqno;
 		s.nr_submitted++;
 	}
 	s.error = ret;
@@ -225,7 +226,7 @@ static int ioc_exec(struct npnm_context *ctx, void __user *arg)
 		return -EFAULT;
 	if (copy_from_user(&c, u64_to_user_ptr(ex.cmd_ptr), sizeof(c)))
 		return -EFAULT;
-	ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_SYNC, NULL, &kc);
+	ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_SYNC, NULL, &kc, NULL);
 	if (ret)
 		return ret;
 	/* Killed: the command still completes; only the answer is lost. */

@@ -376,7 +376,7 @@ long npnm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
 /* cmd.c */
 int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
 		    enum npnm_kcmd_kind kind, struct io_uring_cmd *ioucmd,
-		    struct npnm_kcmd **out);
+		    struct npnm_kcmd **out, u64 *seqno);
 void npnm_cmd_started(struct npnm_kcmd *kc);
 void npnm_cmd_complete(struct npnm_kcmd *kc, u32 status, u32 detail);
 void npnm_cmd_release(struct npnm_kcmd *kc);

@@ -56,7 +56,6 @@ int npnm_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 {
 	struct npnm_context *ctx = ioucmd->file->private_data;
 	const struct npnm_exec *uex = npnm_uring_payload(ioucmd);
-	struct npnm_kcmd *kc;
 	struct npnm_exec ex;
 	struct npnm_cmd c;
 	int ret;
@@ -77,7 +76,7 @@ int npnm_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 		return -EINVAL;
 	if (copy_from_user(&c, u64_to_user_ptr(ex.cmd_ptr), sizeof(c)))
 		return -EFAULT;
-	ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_URING, ioucmd, &kc);
+	ret = npnm_cmd_submit(ctx, &c, NPNM_KCMD_URING, ioucmd, NULL, NULL);
 	if (ret)
 		return ret;
 	/* From here the completion path owns the CQE; kc may already be done. */
