@@ -160,6 +160,11 @@ int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
 	kc->t_submit = ktime_get();
 	kc->deadline = jiffies + timeout;
 	kc->comp.user_tag = uc->user_tag;
+	if (ioucmd) {
+		/* Wired up before any list makes it visible to a completer. */
+		kc->ioucmd = ioucmd;
+		npnm_uring_attach(ioucmd, kc);
+	}
 	spin_lock(&ctx->cq_lock);
 	if (ctx->inflight + ctx->cq_len >= NPNM_MAX_INFLIGHT) {
 		spin_unlock(&ctx->cq_lock);
@@ -194,11 +199,6 @@ int npnm_cmd_submit(struct npnm_context *ctx, const struct npnm_cmd *uc,
 	atomic64_inc(&ndev->submitted);
 	if (out)
 		*out = kc;		/* the caller's (completion path) reference */
-	if (ioucmd) {
-		/* Wired up before the backend can possibly complete it. */
-		kc->ioucmd = ioucmd;
-		npnm_uring_attach(ioucmd, kc);
-	}
 	if (!held)
 		ops->submit(ndev, kc);
 	srcu_read_unlock(&ndev->srcu, idx);
