@@ -29,6 +29,7 @@
 struct conn {
 	int fd;
 	int hello;
+	struct nd_peer *peer;	/* from HELLO's address; NULL: none */
 	size_t have;
 	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
 };
@@ -134,6 +135,7 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	s->max_sel = m->u.create.max_sel;
 	s->capacity_tokens = m->u.create.capacity_tokens;
 	s->ctl_fd = c->fd;
+	s->peer = c->peer;
 	ret = nd_session_open(nd, s, why, sizeof(why));
 	if (ret) {
 		pthread_mutex_unlock(&nd->lock);
@@ -145,6 +147,8 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	s->next = nd->sessions;
 	nd->sessions = s;
 	nd->n_sessions++;
+	if (s->peer)
+		s->peer->sessions++;
 	pthread_mutex_unlock(&nd->lock);
 	nd_log(nd, "session %llu: %u layers, %u/%u heads, dim %u, %llu tokens of capacity",
 	       (unsigned long long)s->id, s->shape.layers, s->shape.q_heads, s->shape.kv_heads,
@@ -152,6 +156,28 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	r.u.session_ok.session = s->id;
 	r.u.session_ok.devices = nd->n_dev;
 	return send_frame(c->fd, &r);
+}
+
+/* The data-path end of @c, for the poller to open when a step needs it. */
+static int add_peer(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m)
+{
+	struct nd_peer *p = calloc(1, sizeof(*p));
+
+	if (p)
+		p->addr = malloc(m->u.hello.addr_len);
+	if (!p || !p->addr) {
+		free(p);
+		return -ENOMEM;
+	}
+	memcpy(p->addr, m->u.hello.addr, m->u.hello.addr_len);
+	p->addr_len = m->u.hello.addr_len;
+	pthread_mutex_lock(&nd->lock);
+	p->id = ++nd->next_peer;
+	p->next = nd->peers;
+	nd->peers = p;
+	pthread_mutex_unlock(&nd->lock);
+	c->peer = p;
+	return 0;
 }
 
 static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m)
@@ -176,6 +202,13 @@ static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m
 			send_error(c->fd, m->seq, -EPROTONOSUPPORT,
 				   "this daemon speaks protocol version %u only", NELSSA_PROTO_VERSION);
 			return -EPROTONOSUPPORT;
+		}
+		if (m->u.hello.addr_len) {
+			ret = add_peer(nd, c, m);
+			if (ret) {
+				send_error(c->fd, m->seq, ret, "out of memory");
+				return ret;
+			}
 		}
 		c->hello = 1;
 		r.type = NELSSA_MSG_HELLO_OK;
@@ -273,6 +306,10 @@ static int on_readable(struct nelssad *nd, struct conn *c)
 	return 0;
 }
 
+/*
+ * The connection is gone: its sessions close and no reply goes to its
+ * client any more (the poller closes the peer's endpoint).
+ */
 static void drop(struct nelssad *nd, struct conn *c)
 {
 	int marked = 0;
@@ -283,11 +320,13 @@ static void drop(struct nelssad *nd, struct conn *c)
 			s->closing = 1;
 			marked++;
 		}
+	if (c->peer)
+		c->peer->gone = 1;
 	pthread_mutex_unlock(&nd->lock);
-	if (marked) {
+	if (marked)
 		nd_log(nd, "connection closed: reclaiming %d session(s)", marked);
+	if (marked || c->peer)
 		nd_dataplane_wake(nd);
-	}
 	close(c->fd);
 	free(c);
 }

@@ -7,7 +7,8 @@
  * registered with UCX once at start (no registration per message; with
  * RDMA the client's rendezvous writes land there directly), or a plain
  * allocation when all are busy or the message is larger.  The poller's loop progresses the
- * worker, reaps device completions (which finish steps), closes sessions
+ * worker, opens and closes the endpoints step replies go to (tend_peers()),
+ * reaps device completions (which finish steps), closes sessions
  * marked by the control thread, and then sleeps in epoll on the worker's
  * event fd, the devices' event fds and a wake-up eventfd -- or spins, in
  * busy-poll mode, where a core can be spared for latency.
@@ -148,6 +149,18 @@ static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size
 	nd_send(nd, ep, NELSSA_AM_KV_ACK, out, sizeof(out), NULL, 0, 0);
 }
 
+/*
+ * The endpoint @s's step replies go to: the daemon's own to its client,
+ * NULL once the client is gone (or gave no address).  Poller thread, with
+ * the lock held.
+ */
+ucp_ep_h nd_peer_ep(const struct nd_session *s)
+{
+	const struct nd_peer *p = s->peer;
+
+	return p && !p->failed && !p->gone ? p->ep : NULL;
+}
+
 static void process_step(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size_t hdr_len,
 			 const uint8_t *data, size_t len, uint64_t t_arrive)
 {
@@ -157,6 +170,13 @@ static void process_step(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, si
 	pthread_mutex_lock(&nd->lock);
 	s = find_session(nd, hdr, hdr_len);
 	ret = s ? check_rdma(nd, s, ep) : -ENOENT;
+	/* A reply needs an endpoint that outlives the message: the peer's. */
+	if (!ret && (!s->peer || s->peer->failed))
+		ret = -ENOTCONN;
+	if (!ret && !s->peer->ep && !s->peer->want) {
+		s->peer->want = 1;	/* opened before any device completion is reaped */
+		s->peer->seen = ep;
+	}
 	if (!ret) {
 		nd_step_start(nd, s, ep, hdr, hdr_len, data, len, t_arrive);
 	} else {
@@ -291,6 +311,108 @@ static ucs_status_t am_refuse(void *arg, const void *header, size_t header_lengt
 	return UCS_OK;
 }
 
+/*
+ * UCX's error callback of a peer's endpoint (poller thread, inside
+ * ucp_worker_progress()): no reply goes there any more, and
+ * tend_peers() closes it.  The endpoint stays valid until then.
+ */
+static void peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	struct nd_peer *p = arg;
+
+	(void)ep;
+	p->failed = 1;
+	p->want = 0;
+	p->why = status;
+}
+
+/* An endpoint to @p's worker address: the pair of the client's own, or a new one. */
+static void peer_open(struct nelssad *nd, struct nd_peer *p)
+{
+	ucp_ep_params_t ep = { 0 };
+	ucs_status_t st;
+
+	/*
+	 * No error-handling mode: UCX then finds the endpoint the client's
+	 * connection made here and keeps its mode (one that differed would
+	 * fail it), installing only the callback.
+	 */
+	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	ep.address = (const ucp_address_t *)p->addr;
+	ep.err_handler.cb = peer_failed;
+	ep.err_handler.arg = p;
+	st = ucp_ep_create(nd->worker, &ep, &p->ep);
+	free(p->addr);
+	p->addr = NULL;
+	p->want = 0;
+	if (st != UCS_OK) {
+		p->ep = NULL;
+		p->failed = 1;
+		nd_log(nd, "connection %llu: no endpoint to its worker address: %s",
+		       (unsigned long long)p->id, ucs_status_string(st));
+	} else if (nd->cfg.verbose) {
+		nd_log(nd, "connection %llu: steps answered on %s", (unsigned long long)p->id,
+		       p->ep == p->seen ? "the endpoint its messages come on"
+					: "a new endpoint to its worker");
+	}
+}
+
+/*
+ * Closes @p's endpoint, at once: forced where UCX allows it (error
+ * handling on both sides; shared memory has none, so there it flushes
+ * first).  UCX calls no error callback of a closed endpoint, so @p may go
+ * as soon as this returns; a close still in progress finishes on its own.
+ */
+static void peer_close(struct nelssad *nd, struct nd_peer *p)
+{
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+				    .flags = UCP_EP_CLOSE_FLAG_FORCE };
+	ucs_status_ptr_t sp;
+
+	/* A client's normal exit fails it too (UCX sees the sockets close). */
+	if (nd->cfg.verbose)
+		nd_log(nd, "connection %llu: closing its endpoint (%s)", (unsigned long long)p->id,
+		       p->failed ? ucs_status_string(p->why) : "connection closed");
+	sp = ucp_ep_close_nbx(p->ep, &prm);
+	if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_INVALID_PARAM) {
+		prm.flags = 0;
+		sp = ucp_ep_close_nbx(p->ep, &prm);
+	}
+	p->ep = NULL;
+	if (UCS_PTR_IS_PTR(sp))
+		ucp_request_free(sp);
+	else if (UCS_PTR_IS_ERR(sp))
+		nd_log(nd, "connection %llu: closing its endpoint: %s", (unsigned long long)p->id,
+		       ucs_status_string(UCS_PTR_STATUS(sp)));
+}
+
+/*
+ * Opens the endpoints steps asked for, closes those of clients that are
+ * gone or failed, and frees the peers nothing refers to any more.  Runs
+ * after the worker's progress and before device completions are reaped,
+ * so a step started in a callback finds its endpoint open.
+ */
+static void tend_peers(struct nelssad *nd)
+{
+	pthread_mutex_lock(&nd->lock);
+	for (struct nd_peer **pp = &nd->peers; *pp;) {
+		struct nd_peer *p = *pp;
+
+		if (p->want && !p->ep && !p->failed && !p->gone)
+			peer_open(nd, p);
+		if (p->ep && (p->failed || p->gone))
+			peer_close(nd, p);
+		if (p->gone && !p->sessions) {
+			*pp = p->next;
+			free(p->addr);
+			free(p);
+		} else {
+			pp = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&nd->lock);
+}
+
 /* Closes sessions the control thread marked, once no step of theirs runs. */
 static void reap_sessions(struct nelssad *nd)
 {
@@ -301,6 +423,8 @@ static void reap_sessions(struct nelssad *nd)
 		if (s->closing && !s->step) {
 			*pp = s->next;
 			nd->n_sessions--;
+			if (s->peer)
+				s->peer->sessions--;
 			nd_log(nd, "session %llu closed", (unsigned long long)s->id);
 			nd_session_free(nd, s);
 		} else {
@@ -344,6 +468,7 @@ static void *poller(void *arg)
 	while (!nd->stop) {
 		while (ucp_worker_progress(nd->worker))
 			;
+		tend_peers(nd);
 		reap_devices(nd);
 		reap_sessions(nd);
 		if (nd->cfg.busy_poll)
@@ -499,6 +624,15 @@ void nd_dataplane_stop(struct nelssad *nd)
 		nd_session_free(nd, s);
 	}
 	nd->sessions = NULL;
+	/* The endpoints are ours to close: nothing is answered any more. */
+	for (struct nd_peer *p = nd->peers, *n; p; p = n) {
+		n = p->next;
+		if (p->ep)
+			peer_close(nd, p);
+		free(p->addr);
+		free(p);
+	}
+	nd->peers = NULL;
 	if (nd->stage_memh)
 		ucp_mem_unmap(nd->ucp, nd->stage_memh);
 	ucp_worker_release_address(nd->worker, nd->addr);

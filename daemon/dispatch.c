@@ -7,7 +7,9 @@
  * all of its items, submitted at once through the Command API, and the
  * poller thread goes back to its event loop -- no thread waits for a
  * device.  As completions arrive the step's pending count drops; the last
- * one assembles the reply from the devices' output buffers in item order.
+ * one assembles the reply from the devices' output buffers in item order
+ * and sends it to the session's peer endpoint (nelssad.h, struct nd_peer),
+ * or drops it when that client is gone.
  * With head-wise placement every head's state is complete on its device,
  * so aggregation is a gather; with cluster-wise placement each device holds
  * part of every head, and the aggregator merges the N partial states by
@@ -97,8 +99,12 @@ static void step_free(struct nd_step *st)
 	free(st);
 }
 
-/* Called with nd->lock held, as everything here. */
-static void step_finish(struct nelssad *nd, struct nd_step *st)
+/*
+ * Assembles @st's reply and sends it to @ep, or, with no @ep (its client
+ * is gone: nd_peer_ep()), drops it.  Called with nd->lock held, as
+ * everything here.
+ */
+static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 {
 	struct nd_session *s = st->s;
 	const uint64_t o_bytes = 4ull * s->group * s->shape.head_dim, l_bytes = 4ull * s->group;
@@ -108,6 +114,13 @@ static void step_finish(struct nelssad *nd, struct nd_step *st)
 	uint8_t hdr[NELSSA_REPLY_HDR_BYTES], *buf = NULL;
 	uint64_t t_ready;
 
+	if (!ep) {
+		nd_log(nd, "session %llu: the reply to step %llu dropped: its client is gone",
+		       (unsigned long long)s->id, (unsigned long long)st->id);
+		s->step = NULL;
+		step_free(st);
+		return;
+	}
 	if (!r.status) {
 		buf = malloc(st->nr_items * out_slot + 1);
 		if (!buf)
@@ -144,7 +157,7 @@ static void step_finish(struct nelssad *nd, struct nd_step *st)
 	r.t_device = st->t_done - st->t_submitted;
 	r.t_aggregate = t_ready - st->t_done;
 	nelssa_reply_hdr_put(hdr, &r);
-	nd_send(nd, st->reply_ep, NELSSA_AM_STEP_REPLY, hdr, sizeof(hdr), buf,
+	nd_send(nd, ep, NELSSA_AM_STEP_REPLY, hdr, sizeof(hdr), buf,
 		r.status ? 0 : st->nr_items * out_slot, buf != NULL);
 	nd->stats.steps++;
 	nd->stats.items += st->nr_items;
@@ -170,7 +183,7 @@ void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c)
 	if (--st->pending)
 		return;
 	st->t_done = nd_now_ns();
-	step_finish(nd, st);
+	step_finish(nd, st, nd_peer_ep(st->s));
 }
 
 /* Fills one item's descriptor and inputs in device @dev's staging, @slot. */
@@ -245,6 +258,12 @@ static int stage_item(struct nelssad *nd, struct nd_session *s, struct nd_step *
 	return 0;
 }
 
+/*
+ * Called from the step message's callback, where @reply_ep (the endpoint
+ * it came on) is good for an answer there and then: a refusal, or a step
+ * with nothing to wait for.  The reply of a step that waits for devices
+ * goes to nd_peer_ep() instead, when the last device is done.
+ */
 int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
 		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive)
 {
@@ -274,7 +293,6 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 	if (s->step)
 		goto fail;
 	st->s = s;
-	st->reply_ep = reply_ep;
 	st->id = h.step;
 	st->nr_items = h.nr_items;
 	st->t_arrive = t_arrive;
@@ -336,7 +354,7 @@ submit:
 	free(scratch);
 	if (!submitted) {	/* nothing to wait for: no items, or the first submit failed */
 		st->t_done = st->t_submitted;
-		step_finish(nd, st);
+		step_finish(nd, st, reply_ep);	/* still in the message's callback */
 	}
 	return 0;
 fail:

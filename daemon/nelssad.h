@@ -12,8 +12,9 @@
  *
  * Threads: the control thread (main) owns the sessions table's structure;
  * the poller thread owns the UCX worker and runs every step.  Both take
- * nd->lock around the sessions table; a session closes on the poller thread
- * (nd_dataplane_reap()), never while a step of it is in flight.
+ * nd->lock around the sessions and peers tables; a session closes on the
+ * poller thread (reap_sessions()), never while a step of it is in flight,
+ * and so does every UCX endpoint the daemon holds (tend_peers()).
  */
 #ifndef NELSSAD_H
 #define NELSSAD_H
@@ -73,6 +74,34 @@ struct nd_request {
 
 struct nd_step;
 
+/*
+ * The far end of a control connection on the data path: the endpoint a
+ * step's reply goes to.  UCX's reply endpoint of a message is not fit
+ * for that: UCX 1.13 frees an endpoint the application did not create as
+ * soon as its peer fails, without a word, and a step ends long after its
+ * message.  So a connection that gives its worker address in HELLO gets
+ * a peer; at its first step the poller opens an endpoint to that address
+ * (UCX hands back the one the client's own connection made: the two are
+ * paired), which then is ours: UCX reports its failure through
+ * peer_failed() and frees it only when the poller closes it.  The
+ * control thread creates a peer and marks it @gone when the connection
+ * closes; everything else is the poller's.  A reply goes out only while
+ * nd_peer_ep() gives an endpoint: never once @failed or @gone.
+ */
+struct nd_peer {
+	uint64_t id;			/* for logs */
+	uint8_t *addr;			/* the client's worker address, until used */
+	size_t addr_len;
+	ucp_ep_h ep;			/* opened, not yet closed */
+	ucp_ep_h seen;			/* reply endpoint of the step that asked (for logs) */
+	int want;			/* a step needs the endpoint */
+	int failed;			/* UCX reported it, or it could not be opened */
+	ucs_status_t why;		/* ... what UCX said */
+	int gone;			/* the control connection closed */
+	uint32_t sessions;		/* bound to it */
+	struct nd_peer *next;
+};
+
 struct nd_sdev {
 	uint32_t arena;		/* region handle */
 	uint64_t arena_bytes;
@@ -90,6 +119,7 @@ struct nd_session {
 	uint8_t placement;
 	uint64_t capacity_tokens;
 	int ctl_fd;			/* the connection that owns it */
+	struct nd_peer *peer;		/* ... its data path; NULL: it gave no address */
 	int closing;			/* set by control, acted on by the poller */
 	struct nd_step *step;		/* in flight, at most one */
 	struct nd_request *req;
@@ -112,6 +142,8 @@ struct nelssad {
 	struct nd_session *sessions;
 	uint32_t n_sessions;
 	uint64_t next_session;
+	struct nd_peer *peers;
+	uint64_t next_peer;
 	struct nd_stats stats;
 	/* UCX */
 	ucp_context_h ucp;
@@ -151,7 +183,6 @@ void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, ui
 /* dispatch.c */
 struct nd_step {
 	struct nd_session *s;
-	ucp_ep_h reply_ep;
 	uint64_t id;
 	uint32_t nr_items, pending;
 	int32_t status;
@@ -167,6 +198,7 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
 	     void *data, size_t len, int free_data);
 
 /* dataplane.c */
+ucp_ep_h nd_peer_ep(const struct nd_session *s);
 int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);
 void nd_dataplane_wake(struct nelssad *nd);
