@@ -420,6 +420,8 @@ static void reap_sessions(struct nelssad *nd)
 	for (struct nd_session **pp = &nd->sessions; *pp;) {
 		struct nd_session *s = *pp;
 
+		if (s->held && (s->closing || !nd_peer_ep(s)))
+			nd_step_release(nd, s);
 		if (s->closing && !s->step) {
 			*pp = s->next;
 			nd->n_sessions--;
@@ -594,6 +596,11 @@ int nd_dataplane_start(struct nelssad *nd)
 			nd->stage_memh = NULL;
 			nd_log(nd, "no registered staging: rendezvous data goes to plain buffers");
 		}
+	}
+	if (getenv("NELSSAD_TEST_HOLD_TENANT")) {
+		nd->hold_tenant = (uint32_t)strtoul(getenv("NELSSAD_TEST_HOLD_TENANT"), NULL, 0);
+		nd_log(nd, "test hook: the replies of tenant %u's steps wait until their client is gone",
+		       nd->hold_tenant);
 	}
 	nd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (nd->wake_fd < 0 || pthread_create(&nd->poller, NULL, poller, nd))

@@ -183,7 +183,19 @@ void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c)
 	if (--st->pending)
 		return;
 	st->t_done = nd_now_ns();
+	if (nd->hold_tenant && st->s->tenant == nd->hold_tenant && !st->s->closing &&
+	    nd_peer_ep(st->s)) {
+		st->s->held = 1;	/* until nd_step_release() */
+		return;
+	}
 	step_finish(nd, st, nd_peer_ep(st->s));
+}
+
+/* Test hook: finishes a step parked for NELSSAD_TEST_HOLD_TENANT. */
+void nd_step_release(struct nelssad *nd, struct nd_session *s)
+{
+	s->held = 0;
+	step_finish(nd, s->step, nd_peer_ep(s));
 }
 
 /* Fills one item's descriptor and inputs in device @dev's staging, @slot. */

@@ -122,6 +122,7 @@ struct nd_session {
 	struct nd_peer *peer;		/* ... its data path; NULL: it gave no address */
 	int closing;			/* set by control, acted on by the poller */
 	struct nd_step *step;		/* in flight, at most one */
+	int held;			/* test hook: @step is done, its reply parked */
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
 	struct nd_sdev dev[ND_MAX_DEVICES];
@@ -157,6 +158,12 @@ struct nelssad {
 	uint32_t stage_free;		/* bitmap of free slots */
 	pthread_t poller;
 	int wake_fd;			/* eventfd: wakes the poller */
+	/*
+	 * Test hook, from NELSSAD_TEST_HOLD_TENANT (0: off): the replies of
+	 * this tenant's steps are parked until their connection is gone, so
+	 * a test can kill a client with its step certainly in flight.
+	 */
+	uint32_t hold_tenant;
 	volatile int stop;
 };
 
@@ -193,6 +200,7 @@ struct nd_step {
 int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
 		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive);
 void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c);
+void nd_step_release(struct nelssad *nd, struct nd_session *s);
 void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int status);
 void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len,
 	     void *data, size_t len, int free_data);

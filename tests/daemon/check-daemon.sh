@@ -4,7 +4,8 @@
 # Tier T1: nelssad with four sim devices and GPU-node clients over UCX on
 # loopback, once over TCP and once over shared memory, in TAP.  Outputs
 # are checked against float64 attention inside e2e_client; here: the
-# scenarios' exit codes, concurrency, a client killed mid-step, a daemon
+# scenarios' exit codes, concurrency, a client killed mid-step (once by
+# chance, then 50 times with its step held on the daemon), a daemon
 # stopped under a client, malformed control frames, active messages of
 # ids it does not take, clean shutdown, and the daemon's own refusals.
 #
@@ -36,7 +37,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..55"
+echo "1..69"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -208,6 +209,77 @@ for tls in tcp shm; do
 	else
 		sed 's/^/# /' "$out/daemon.log" | tail -30
 		echo "not ok $((n += 1)) - $tls: SIGTERM: clean shutdown"
+	fi
+	pid=
+done
+
+# A client killed with its step certainly in flight, 50 times: a daemon
+# with the test hook answers tenant 77's steps only once their connection
+# is gone, and e2e_client's "held" scenario prints "held" once the daemon
+# has its step (a second one was refused -EBUSY), then waits to be
+# killed.  Every reply must be dropped, none sent (the daemon sent them to
+# the endpoint UCX had freed on seeing the client die: SEGV in
+# ucp_am_send_nbx); a client of another tenant is served meanwhile.
+for tls in tcp shm; do
+	if ! NELSSAD_TEST_HOLD_TENANT=77 UCX_TLS=$tls nelssad_start "$nd" "$out/held.log" \
+		"$out/hport" --sim-opts mem=256M,cores=1; then
+		sed 's/^/# /' "$out/held.log"
+		for i in 1 2 3 4 5 6 7; do
+			echo "not ok $((n += 1)) - $tls: held steps: daemon listening"
+		done
+		continue
+	fi
+	UCX_TLS=$tls "$cli" 127.0.0.1 "$port" check >"$out/bystander" 2>&1 &
+	by=$!
+	i=0 held=0
+	while [ $i -lt 50 ] && kill -0 $pid 2>/dev/null; do
+		i=$((i + 1))
+		rm -f "$out/fifo"
+		mkfifo "$out/fifo"
+		ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" UCX_TLS=$tls \
+			"$cli" 127.0.0.1 "$port" held >"$out/fifo" 2>&1 &
+		c=$!
+		while read -r line; do
+			[ "$line" = held ] && held=$((held + 1)) && break
+			echo "# $line"
+		done <"$out/fifo"
+		kill -9 $c 2>/dev/null
+		wait $c 2>/dev/null
+	done
+	if [ $held = 50 ]; then
+		echo "ok $((n += 1)) - $tls: 50 clients killed, each with its step held on the daemon"
+	else
+		echo "not ok $((n += 1)) - $tls: 50 clients killed with a step held (held $held of $i)"
+	fi
+	# The last kills may still be on their way to the poller.
+	i=0
+	while [ "$(grep -c 'dropped: its client is gone' "$out/held.log")" -lt $held ] &&
+		[ $i -lt 200 ] && kill -0 $pid 2>/dev/null; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	dropped=$(grep -c 'dropped: its client is gone' "$out/held.log")
+	if [ "$dropped" = 50 ]; then
+		echo "ok $((n += 1)) - $tls: ... all 50 replies dropped, none sent"
+	else
+		sed 's/^/# /' "$out/held.log" | tail -30
+		echo "not ok $((n += 1)) - $tls: ... all 50 replies dropped (dropped $dropped)"
+	fi
+	t "$tls: ... the daemon's sessions all reclaimed" 0 "$ctl" stats "127.0.0.1:$port" --json
+	json_check "$tls: ... (stats: no session left)" "j['sessions'] == 0"
+	if wait $by; then
+		echo "ok $((n += 1)) - $tls: ... a client of another tenant served meanwhile, exact"
+	else
+		sed 's/^/# /' "$out/bystander"
+		echo "not ok $((n += 1)) - $tls: ... a client of another tenant served meanwhile"
+	fi
+	t "$tls: ... and a fresh client's steps exact afterwards" 0 "$cli" 127.0.0.1 "$port" check
+	kill -TERM $pid
+	if wait $pid && ! grep -q "Sanitizer" "$out/held.log"; then
+		echo "ok $((n += 1)) - $tls: ... the daemon alive to the end, clean exit, no sanitizer report"
+	else
+		sed 's/^/# /' "$out/held.log" | tail -30
+		echo "not ok $((n += 1)) - $tls: ... the daemon alive to the end, no sanitizer report"
 	fi
 	pid=
 done

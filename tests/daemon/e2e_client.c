@@ -27,6 +27,11 @@
  *             catches a hang)
  *   die       sends a step and kills itself before the reply (the daemon
  *             must reclaim the session and keep serving others)
+ *   held      (tenant 77, for a daemon run with NELSSAD_TEST_HOLD_TENANT=77,
+ *             which answers that tenant's steps only once their connection
+ *             is gone) sends a step, proves it in flight on the daemon (a
+ *             second one is refused with -EBUSY), prints "held" and waits to
+ *             be killed: the daemon must then drop the reply, not send it
  *   outlive   runs steps until the daemon goes away (the test kills it):
  *             every call must then fail with an error, none may hang
  *   split     split batch: steps of two sessions sent at once, collected
@@ -517,6 +522,46 @@ static int scenario_die(struct tu_rng *rng)
 	return 1;
 }
 
+static int scenario_held(struct tu_rng *rng)
+{
+	struct req r;
+	uint64_t session;
+	float q[GROUP * DIM] = { 0 };
+	uint32_t sel[2] = { 0, 1 };
+	struct nelssa_step_in in[KV_HEADS];
+	float o[2][KV_HEADS * GROUP * DIM], lse[2][KV_HEADS * GROUP];
+	struct nelssa_session_cfg cfg = session_cfg(4096);
+	struct nelssa_step_pending *p;
+	int ret;
+
+	cfg.tenant = 77;
+	ret = nelssa_client_session(cli, &cfg, &session);
+	if (!ret)
+		ret = make_request(rng, session, &r, 4, 64, 0);
+	if (ret) {
+		printf("# setup failed: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	for (uint32_t h = 0; h < KV_HEADS; h++)
+		in[h] = (struct nelssa_step_in){ 4, (uint16_t)h, q, sel, 2 };
+	ret = nelssa_client_step_send(cli, session, 0, in, KV_HEADS, o[0], lse[0], &p);
+	if (ret) {
+		printf("# sending the step: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	/* The daemon runs one step of a session at a time: -EBUSY proves ours is there. */
+	ret = nelssa_client_step(cli, session, 0, in, KV_HEADS, o[1], lse[1], NULL);
+	if (ret != -EBUSY) {
+		printf("# a second step gave %d (%s), not -EBUSY: is the daemon holding steps?\n",
+		       ret, nelssa_client_error(cli));
+		return 1;
+	}
+	printf("held\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
 static int scenario_outlive(struct tu_rng *rng)
 {
 	struct req r;
@@ -774,7 +819,7 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|refused|"
-			"bad-step|zero-items|stall|die|outlive|migrate|split\n");
+			"bad-step|zero-items|stall|die|held|outlive|migrate|split\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -807,6 +852,8 @@ int main(int argc, char **argv)
 		ret = scenario_stall(&rng);
 	else if (!strcmp(sc, "die"))
 		ret = scenario_die(&rng);
+	else if (!strcmp(sc, "held"))
+		ret = scenario_held(&rng);
 	else if (!strcmp(sc, "outlive"))
 		ret = scenario_outlive(&rng);
 	else if (!strcmp(sc, "migrate"))
