@@ -282,9 +282,15 @@ static int npnm_pci_reset(struct npnm_device *ndev)
 	struct npnm_pci *pp = ndev->priv;
 	u32 epoch = rd32(&pp->hdr->reset_epoch);
 	unsigned long deadline = jiffies + 5 * HZ;
+	u32 req = (epoch + 1) & 0xffffff;
 	LIST_HEAD(held);
 
-	WRITE_ONCE(pp->hdr->driver_state, cpu_to_le32(NPNM_DRV_RESET));
+	/*
+	 * The request is numbered after the epoch the firmware will reach, so
+	 * it differs from the one served last, also across a re-probe; never
+	 * 0, which is what a plain NPNM_DRV_RESET means.
+	 */
+	WRITE_ONCE(pp->hdr->driver_state, cpu_to_le32(NPNM_DRV_RESET_REQ(req ? req : 1)));
 	doorbell(pp);
 	while (rd32(&pp->hdr->reset_epoch) == epoch ||
 	       rd32(&pp->hdr->fw_state) != NPNM_FW_READY) {

@@ -227,11 +227,12 @@ int devemu_firmware(const struct devemu *d)
 		return 1;
 	}
 	pthread_create(&hb, NULL, heartbeat, &f);
-	bool reset_served = false;	/* one reset per request */
+	uint32_t served = 0;	/* the reset request last served: each once */
 
 	while (!stopping) {
 		struct pollfd p = { .fd = d->fw_efd[0], .events = POLLIN };
 		uint64_t v;
+		uint32_t st;
 
 		if (atomic_load(&f.hung)) {
 			/* Dead on purpose: answer nothing, then ask to be restarted. */
@@ -245,16 +246,17 @@ int devemu_firmware(const struct devemu *d)
 		if (poll(&p, 1, NPNM_DEVIF_HEARTBEAT_MS) > 0 &&
 		    read(d->fw_efd[0], &v, sizeof(v)) < 0 && errno != EAGAIN)
 			break;
-		if (le32toh(__atomic_load_n(&f.hdr->driver_state, __ATOMIC_ACQUIRE)) ==
-		    NPNM_DRV_RESET) {
-			if (!reset_served) {
+		st = le32toh(__atomic_load_n(&f.hdr->driver_state, __ATOMIC_ACQUIRE));
+		if (NPNM_DRV_STATE(st) == NPNM_DRV_RESET) {
+			/* A numbered request is served once; an unnumbered one until ATTACHED. */
+			if (st != served) {
 				f.hdr->fw_state = htole32(NPNM_FW_BOOTING);
 				do_reset(&f);
-				reset_served = true;
+				served = st;
 			}
 			continue;
 		}
-		reset_served = false;
+		served = 0;
 		drain_sq(&f);
 	}
 	stopping = 1;

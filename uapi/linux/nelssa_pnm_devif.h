@@ -45,6 +45,13 @@
 #define NPNM_DRV_DETACHED	0
 #define NPNM_DRV_ATTACHED	1
 #define NPNM_DRV_RESET		2	/* abort everything, zero the rings */
+/*
+ * A reset request also carries a number in bits 8-31, new for every request,
+ * so the firmware serves each request exactly once however soon the next one
+ * follows (it cannot rely on seeing NPNM_DRV_ATTACHED in between).
+ */
+#define NPNM_DRV_STATE(v)	((v) & 0xff)
+#define NPNM_DRV_RESET_REQ(n)	(NPNM_DRV_RESET | ((__u32)(n) << 8))
 
 /**
  * struct npnm_devif_hdr - at offset 0 of device memory.
