@@ -360,6 +360,22 @@ static void cancel_one(struct npnm_kcmd *kc, u32 status)
 		npnm_cmd_complete(kc, status, 0);
 }
 
+/*
+ * The oldest held command, off the held list; one at a time, under the lock
+ * a deadline's cancel_one() takes too.  NULL when none is left.
+ */
+static struct npnm_kcmd *pop_held(struct npnm_device *ndev)
+{
+	struct npnm_kcmd *kc;
+
+	spin_lock(&ndev->lock);
+	kc = list_first_entry_or_null(&ndev->held, struct npnm_kcmd, held_node);
+	if (kc)
+		list_del_init(&kc->held_node);
+	spin_unlock(&ndev->lock);
+	return kc;
+}
+
 /**
  * npnm_hold_set() - the test hold: keep new commands from the backend.
  * @ndev: the device.
@@ -374,16 +390,10 @@ void npnm_hold_set(struct npnm_device *ndev, bool hold)
 	spin_unlock(&ndev->lock);
 	if (hold)
 		return;
-	/* One at a time, under the lock a deadline's cancel_one() takes too. */
 	idx = srcu_read_lock(&ndev->srcu);
 	for (;;) {
-		struct npnm_kcmd *kc;
+		struct npnm_kcmd *kc = pop_held(ndev);
 
-		spin_lock(&ndev->lock);
-		kc = list_first_entry_or_null(&ndev->held, struct npnm_kcmd, held_node);
-		if (kc)
-			list_del_init(&kc->held_node);
-		spin_unlock(&ndev->lock);
 		if (!kc)
 			break;
 		if (READ_ONCE(ndev->state) == NPNM_STATE_GONE) {
@@ -400,13 +410,8 @@ void npnm_hold_set(struct npnm_device *ndev, bool hold)
 void npnm_release_held(struct npnm_device *ndev)
 {
 	for (;;) {
-		struct npnm_kcmd *kc;
+		struct npnm_kcmd *kc = pop_held(ndev);
 
-		spin_lock(&ndev->lock);
-		kc = list_first_entry_or_null(&ndev->held, struct npnm_kcmd, held_node);
-		if (kc)
-			list_del_init(&kc->held_node);
-		spin_unlock(&ndev->lock);
 		if (!kc)
 			break;
 		npnm_cmd_complete(kc, NPNM_ST_ABORTED, 0);
