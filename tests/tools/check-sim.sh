@@ -19,7 +19,6 @@ n=0
 JSON_PRELUDE="g=j['runs']['gpu-only']; s=j['runs']['nelssa']"
 
 small="--synthetic 400 --long-frac 0.15 --long-len 65536 --out-len 64 --rps 20 --quiet"
-echo "1..25"
 t "--help exits 0" 0 "$sim" --help
 t "no workload is a usage error" 2 "$sim" --rps 5
 t "a trace and a synthetic workload together are a usage error" 2 "$sim" --trace x \
@@ -100,3 +99,35 @@ else
 	awk 'NR % 30 == 0' "$out/steps.log"
 	echo "not ok $((n += 1)) - the threshold comes down under load, no reversal within a step"
 fi
+
+# Seeds (issue 18).
+gpu1="--mode gpu --quiet"
+# Seeds: distinct seeds give distinct workloads, and the first request is
+# long in about --long-frac of the seeds (a binomial: 100 seeds at 0.1 give
+# 10 +- 3; outside [2, 25] has a probability under 1e-4).
+"$sim" --synthetic 50 --seed 2 $gpu1 --requests "$out/s2.csv" >/dev/null
+"$sim" --synthetic 50 --seed 3 $gpu1 --requests "$out/s3.csv" >/dev/null
+if ! cmp -s "$out/s2.csv" "$out/s3.csv"; then
+	echo "ok $((n += 1)) - seeds 2 and 3 give different workloads"
+else
+	echo "not ok $((n += 1)) - seeds 2 and 3 give different workloads"
+fi
+first_long=0
+for s in $(seq 1 100); do
+	"$sim" --synthetic 1 --long-frac 0.1 --seed "$s" $gpu1 --requests "$out/one.csv" >/dev/null
+	[ "$(awk -F, 'NR == 2 { print $4 }' "$out/one.csv")" = 131072 ] && first_long=$((first_long + 1))
+done
+if [ "$first_long" -ge 2 ] && [ "$first_long" -le 25 ]; then
+	echo "ok $((n += 1)) - the first request is long for $first_long of 100 seeds (10 expected)"
+else
+	echo "not ok $((n += 1)) - the first request is long for $first_long of 100 seeds (10 expected)"
+fi
+# 4000 requests at 0.1: 400 +- 19 long.
+"$sim" --synthetic 4000 --long-frac 0.1 --seed 7 $gpu1 --requests "$out/mix.csv" >/dev/null
+if awk -F, 'NR > 1 && $4 == 131072 { l++ } END { exit !(l > 320 && l < 480) }' "$out/mix.csv"; then
+	echo "ok $((n += 1)) - the long fraction of a mix is --long-frac"
+else
+	echo "not ok $((n += 1)) - the long fraction of a mix is --long-frac"
+fi
+
+echo "1..$n"

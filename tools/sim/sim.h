@@ -31,6 +31,12 @@ struct sim_trace {
 	uint32_t n;
 };
 
+/* The random streams of one seed (sim_seed_stream()). */
+enum { SIM_STREAM_LENGTHS, SIM_STREAM_ARRIVALS, SIM_STREAM_BURST, SIM_STREAM_PROPERTY };
+
+/* A nonzero xorshift state for stream @stream of @seed (splitmix64). */
+uint64_t sim_seed_stream(uint64_t seed, uint64_t stream);
+
 /* Reads a Mooncake JSONL trace: input/output lengths, in file order. */
 int sim_trace_load(const char *path, double scale, uint32_t max, struct sim_trace *t);
 /*

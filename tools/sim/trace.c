@@ -4,6 +4,11 @@
  * per line with "input_length" and "output_length", see
  * ../shared/data/mooncake) with optional length scaling, synthetic mixes,
  * and Poisson re-timing at a chosen request rate.
+ *
+ * Every random stream (the synthetic lengths, the arrivals, a burst) is
+ * its own xorshift generator started from splitmix64(seed, stream), so
+ * seeds 2 and 3 are as different as any two, and no stream starts on the
+ * small first outputs a small seed gives xorshift.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -14,6 +19,22 @@
 
 #include "sim.h"
 #include "tool_util.h"
+
+uint64_t sim_seed_stream(uint64_t seed, uint64_t stream)
+{
+	uint64_t z = seed + (stream + 1) * 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return z ? z : 0x9e3779b97f4a7c15ull;	/* xorshift must not start at 0 */
+}
+
+/* Uniform in [0, 1) from the next 53 bits. */
+static double uniform(uint64_t *s)
+{
+	return (tl_next(s) >> 11) * 0x1.0p-53;
+}
 
 static int field(const char *line, const char *key, double *v)
 {
@@ -73,14 +94,14 @@ static uint32_t long_input(uint64_t *s, uint32_t lo, uint32_t hi)
 int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_lo, uint32_t long_hi,
 			uint32_t out_len, uint64_t seed, struct sim_trace *t)
 {
-	uint64_t s = seed | 1;
+	uint64_t s = sim_seed_stream(seed, SIM_STREAM_LENGTHS);
 
 	t->n = n;
 	t->req = calloc(n ? n : 1, sizeof(*t->req));
 	if (!t->req)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++) {
-		double u = (tl_next(&s) >> 11) * 0x1.0p-53;
+		double u = uniform(&s);
 
 		t->req[i].input = u < long_frac ? long_input(&s, long_lo, long_hi)
 						: 1024 + (uint32_t)((tl_next(&s) >> 11) % 7168);
@@ -92,7 +113,7 @@ int sim_trace_synthetic(uint32_t n, double long_frac, uint32_t long_lo, uint32_t
 void sim_retime(struct sim_trace *t, double rps, const struct sim_rate_step *steps, uint32_t n,
 		uint64_t seed)
 {
-	uint64_t s = seed | 1;
+	uint64_t s = sim_seed_stream(seed, SIM_STREAM_ARRIVALS);
 	double now = 0.0;
 	uint32_t k = 0;
 
@@ -112,11 +133,10 @@ void sim_retime(struct sim_trace *t, double rps, const struct sim_rate_step *ste
 void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_lo,
 	       uint32_t long_hi, uint64_t seed)
 {
-	uint64_t s = (seed * 0x9e3779b97f4a7c15ull) | 1;
+	uint64_t s = sim_seed_stream(seed, SIM_STREAM_BURST);
 
 	for (uint32_t i = 0; i < t->n; i++)
-		if (t->req[i].arrival >= from && t->req[i].arrival < from + len &&
-		    (tl_next(&s) >> 11) * 0x1.0p-53 < frac)
+		if (t->req[i].arrival >= from && t->req[i].arrival < from + len && uniform(&s) < frac)
 			t->req[i].input = long_input(&s, long_lo, long_hi);
 }
 
