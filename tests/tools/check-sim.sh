@@ -130,4 +130,48 @@ else
 	echo "not ok $((n += 1)) - the long fraction of a mix is --long-frac"
 fi
 
+JSON_PRELUDE=
+# Trace lines: a bad record is an error naming its line, or with
+# --skip-bad a counted, reported skip; a long line is one request.
+good='{"timestamp": 0, "input_length": 5000, "output_length": 20, "hash_ids": [1, 2]}'
+for rec in '{"input_length": NaN, "output_length": 20}' \
+	'{"input_length": 1e999, "output_length": 20}' \
+	'{"input_length": 4294967297, "output_length": 20}' \
+	'{"input_length": 16777217, "output_length": 20}' \
+	'{"input_length": 5000.5, "output_length": 20}' \
+	'{"input_length": 0, "output_length": 20}' \
+	'{"input_length": -5, "output_length": 20}' \
+	'{"input_length": "5000", "output_length": 20}' \
+	'{"input_length": 5000, "output_length": 20' \
+	'{"input_length": 5000}' \
+	'{"input_length": 5000, "output_length": 20, "input_length": 7}' \
+	'{"input_length": 5000, "output_length": 20} trailing' \
+	'input_length: 5000, output_length: 20'; do
+	{ echo "$good"; echo "$good"; echo "$rec"; echo "$good"; } >"$out/bad.jsonl"
+	t "a bad trace line is an error: $rec" 1 "$sim" --trace "$out/bad.jsonl" --mode gpu --quiet
+	if ! grep -q "bad.jsonl:3:" "$out/stderr"; then
+		echo "not ok $((n += 1)) - the error names line 3"
+	else
+		echo "ok $((n += 1)) - the error names line 3"
+	fi
+done
+t "with --skip-bad the bad line is skipped" 0 "$sim" --trace "$out/bad.jsonl" --skip-bad \
+	--mode gpu --quiet --json
+json_check "three requests, one line skipped and counted" \
+	"j['requests'] == 3 and j['skipped_lines'] == 1 and j['runs']['gpu-only']['done'] == 3"
+grep -q "skipped 1 bad line" "$out/stderr" && echo "ok $((n += 1)) - the skip is reported" ||
+	echo "not ok $((n += 1)) - the skip is reported"
+python3 -c "
+import json
+ids = ', '.join(str(i) for i in range(30000))
+print(json.dumps({'input_length': 4000, 'output_length': 10, 'note': 'x' * 70000}))
+print('{\"input_length\": 3000, \"output_length\": 10, \"hash_ids\": [%s]}' % ids)
+print()
+print(json.dumps({'input_length': 2000, 'output_length': 10}))" >"$out/long.jsonl"
+t "lines over 64 KiB and a blank line" 0 "$sim" --trace "$out/long.jsonl" --mode gpu --quiet --json
+json_check "three requests, no phantom ones" \
+	"j['requests'] == 3 and j['skipped_lines'] == 0 and j['runs']['gpu-only']['tokens'] == 30"
+t "an input over the limit after --scale is an error" 1 "$sim" --trace "$out/long.jsonl" \
+	--scale 5000 --mode gpu --quiet
+
 echo "1..$n"

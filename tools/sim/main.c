@@ -25,6 +25,8 @@ static void usage(FILE *f)
 		"  --trace FILE      Mooncake JSONL trace (input_length, output_length)\n"
 		"  --max N           first N requests of the trace (default all)\n"
 		"  --scale S         multiply input lengths by S (reported; default 1)\n"
+		"  --skip-bad        skip (and count) trace lines that are not request records\n"
+		"                    instead of stopping at the first\n"
 		"  --synthetic N     N synthetic requests instead: 1K-8K inputs, and\n"
 		"  --long-frac F     this fraction (default 0.1) of\n"
 		"  --long-len N[-M]  inputs this long, or uniform in [N, M] (default 131072)\n"
@@ -88,6 +90,7 @@ int main(int argc, char **argv)
 		{ "requests", required_argument, NULL, 'R' }, { "burst", required_argument, NULL, 'u' },
 		{ "rps-step", required_argument, NULL, 'T' },
 		{ "grow", required_argument, NULL, 'G' }, { "comm-scale", required_argument, NULL, 'C' },
+		{ "skip-bad", no_argument, NULL, 'k' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -100,14 +103,14 @@ int main(int argc, char **argv)
 	uint32_t max_batch = 256;
 	double scale = 1.0, long_frac = 0.1, rps = 10.0, pnm_bw = 0.0, grow = 0.0, comm = 1.0;
 	double burst[3] = { 0, 0, 0 };
-	int swap = 0, migrate = 1, adaptive = 1, json = 0, quiet = 0, c, bad = 0;
+	int swap = 0, migrate = 1, adaptive = 1, json = 0, quiet = 0, skip_bad = 0, c, bad = 0;
 	struct sim_config cfg;
 	struct sim_trace tr;
 	struct sim_result res[2];
 	const char *names[2];
-	int runs = 0, ret;
+	int runs = 0;
 	uint64_t want = 0;
-	char err[256], *end;
+	char err[512], *end;
 
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
@@ -137,6 +140,7 @@ int main(int argc, char **argv)
 		case 'w': swap = 1; break;
 		case 'g': migrate = 0; break;
 		case 'a': adaptive = 0; break;
+		case 'k': skip_bad = 1; break;
 		case 'j': json = 1; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
@@ -149,14 +153,16 @@ int main(int argc, char **argv)
 			if (dash && (size_t)(dash - optarg) < sizeof(first)) {
 				memcpy(first, optarg, (size_t)(dash - optarg));
 				first[dash - optarg] = 0;
-				bad |= tl_parse_u32(PROG, first, 16, 1u << 24, &long_len, "--long-len");
-				bad |= tl_parse_u32(PROG, dash + 1, 16, 1u << 24, &long_hi, "--long-len");
+				bad |= tl_parse_u32(PROG, first, 16, SIM_MAX_TOKENS, &long_len, "--long-len");
+				bad |= tl_parse_u32(PROG, dash + 1, 16, SIM_MAX_TOKENS, &long_hi,
+						    "--long-len");
 				if (!bad && long_hi < long_len) {
 					fprintf(stderr, PROG ": --long-len %s: need N <= M\n", optarg);
 					bad = 1;
 				}
 			} else {
-				bad |= tl_parse_u32(PROG, optarg, 16, 1u << 24, &long_len, "--long-len");
+				bad |= tl_parse_u32(PROG, optarg, 16, SIM_MAX_TOKENS, &long_len,
+						    "--long-len");
 				long_hi = 0;
 			}
 			break;
@@ -194,6 +200,10 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
+	if (skip_bad && !trace) {
+		fprintf(stderr, PROG ": --skip-bad acts on a trace only\n");
+		bad = 1;
+	}
 	if (bad || optind < argc || (!trace == !synth) ||
 	    (strcmp(mode, "gpu") && strcmp(mode, "nelssa") && strcmp(mode, "both"))) {
 		if (!trace == !synth)
@@ -217,20 +227,29 @@ int main(int argc, char **argv)
 	cfg.swap = swap;
 	cfg.migrate = migrate;
 	cfg.adaptive = adaptive;
-	ret = trace ? sim_trace_load(trace, scale, max, &tr)
-		    : sim_trace_synthetic(synth, long_frac, long_len, long_hi ? long_hi : long_len,
-					  out_len, seed, &tr);
-	if (ret) {
-		fprintf(stderr, PROG ": %s: %s\n", trace ? trace : "synthetic",
-			ret == -ENOENT ? "cannot open" : "no request records");
+	if (trace) {
+		if (sim_trace_load(trace, scale, max, skip_bad, &tr, err, sizeof(err))) {
+			fprintf(stderr, PROG ": %s\n", err);
+			return 1;
+		}
+		if (tr.skipped)
+			fprintf(stderr, PROG ": %s: skipped %llu bad line%s (the first: %s)\n", trace,
+				(unsigned long long)tr.skipped, tr.skipped == 1 ? "" : "s",
+				tr.first_skip);
+	} else if (sim_trace_synthetic(synth, long_frac, long_len, long_hi ? long_hi : long_len,
+				       out_len, seed, &tr)) {
+		fprintf(stderr, PROG ": out of memory\n");
 		return 1;
 	}
 	sim_retime(&tr, rps, steps, n_steps, seed);
 	if (burst[1] > 0)
 		sim_burst(&tr, burst[0], burst[1], burst[2], long_len, long_hi ? long_hi : long_len,
 			  seed);
-	if (grow > 0)
-		sim_grow(&tr, grow);
+	if (grow > 0 && sim_grow(&tr, grow)) {
+		fprintf(stderr, PROG ": --grow %g: an output would pass %u tokens\n", grow,
+			SIM_MAX_TOKENS);
+		return 1;
+	}
 	for (uint32_t i = 0; i < tr.n; i++)
 		want += tr.req[i].output;
 	if (reqs) {
@@ -266,7 +285,8 @@ int main(int argc, char **argv)
 		const double tin = nelssa_crossover(&cfg.hw, &cfg.model, n_dev);
 
 		printf("{\"requests\":%u,\"rps\":%.3f,\"scale\":%.3f,\"devices\":%u,\"profile\":\"%s\","
-		       "\"pnm_bw\":%.4g,", tr.n, rps, scale, n_dev, cfg.hw.name, cfg.hw.pnm_bw);
+		       "\"pnm_bw\":%.4g,\"skipped_lines\":%llu,", tr.n, rps, scale, n_dev, cfg.hw.name,
+		       cfg.hw.pnm_bw, (unsigned long long)tr.skipped);
 		if (isinf(tin))
 			printf("\"t_input\":null,\"runs\":{");	/* the PNM tier never wins */
 		else

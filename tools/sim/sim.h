@@ -29,7 +29,12 @@ enum sim_state { SIM_WAITING, SIM_RUNNING, SIM_DONE };
 struct sim_trace {
 	struct sim_req *req;
 	uint32_t n;
+	uint64_t skipped;		/* bad trace lines skipped (--skip-bad) */
+	char first_skip[200];		/* where the first was, and why */
 };
+
+/* The longest input or output a request may have, tokens. */
+#define SIM_MAX_TOKENS (1u << 24)
 
 /* The random streams of one seed (sim_seed_stream()). */
 enum { SIM_STREAM_LENGTHS, SIM_STREAM_ARRIVALS, SIM_STREAM_BURST, SIM_STREAM_PROPERTY };
@@ -37,8 +42,15 @@ enum { SIM_STREAM_LENGTHS, SIM_STREAM_ARRIVALS, SIM_STREAM_BURST, SIM_STREAM_PRO
 /* A nonzero xorshift state for stream @stream of @seed (splitmix64). */
 uint64_t sim_seed_stream(uint64_t seed, uint64_t stream);
 
-/* Reads a Mooncake JSONL trace: input/output lengths, in file order. */
-int sim_trace_load(const char *path, double scale, uint32_t max, struct sim_trace *t);
+/*
+ * Reads a Mooncake JSONL trace: input/output lengths, in file order, the
+ * first @max records (0: all), inputs times @scale.  Blank lines are not
+ * records; any other line that is not a JSON object with integer lengths
+ * in [1, SIM_MAX_TOKENS] is an error -- or, with @skip_bad, skipped and
+ * counted in t->skipped.  0, or a negative errno with a message in @err.
+ */
+int sim_trace_load(const char *path, double scale, uint32_t max, int skip_bad,
+		   struct sim_trace *t, char *err, size_t err_len);
 /*
  * A synthetic mix: @n requests, @long_frac of them long -- uniform in
  * [@long_lo, @long_hi] tokens -- the rest 1K-8K.
@@ -63,8 +75,11 @@ void sim_retime(struct sim_trace *t, double rps, const struct sim_rate_step *ste
  */
 void sim_burst(struct sim_trace *t, double from, double len, double frac, uint32_t long_lo,
 	       uint32_t long_hi, uint64_t seed);
-/* Growing contexts: every request's output becomes @ratio times its input. */
-void sim_grow(struct sim_trace *t, double ratio);
+/*
+ * Growing contexts: every request's output becomes @ratio times its input;
+ * -ERANGE (and nothing changed) when one would pass SIM_MAX_TOKENS.
+ */
+int sim_grow(struct sim_trace *t, double ratio);
 void sim_trace_free(struct sim_trace *t);
 
 struct sim_config {
