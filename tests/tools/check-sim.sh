@@ -52,7 +52,8 @@ t "swap preemption, a tight batch limit" 0 "$sim" $small --swap --max-batch 16 -
 json_check "swap: nothing lost, every token once" \
 	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
 # shellcheck disable=SC2086
-t "a burst of long requests and growing contexts" 0 "$sim" $small --burst 5,5,0.5 --grow 0.5 \
+t "a burst of long requests and growing contexts" 0 "$sim" \
+	--synthetic 400 --long-frac 0.15 --long-len 65536 --rps 20 --quiet --burst 5,5,0.5 --grow 0.5 \
 	--comm-scale 2 --json
 json_check "burst and growth: nothing lost, every token once" \
 	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
@@ -100,7 +101,9 @@ else
 	echo "not ok $((n += 1)) - the threshold comes down under load, no reversal within a step"
 fi
 
-# Seeds (issue 18).
+JSON_PRELUDE=
+# --- Input and output hygiene (issue 18): every bad input is an error or a
+# counted skip, every option acts or is refused, JSON is always JSON.
 gpu1="--mode gpu --quiet"
 # Seeds: distinct seeds give distinct workloads, and the first request is
 # long in about --long-frac of the seeds (a binomial: 100 seeds at 0.1 give
@@ -130,7 +133,20 @@ else
 	echo "not ok $((n += 1)) - the long fraction of a mix is --long-frac"
 fi
 
-JSON_PRELUDE=
+# Options that do not act in the mode given are refused.
+for bad in "--trace $out/none --out-len 5" "--trace $out/none --long-frac 0.2" \
+	"--trace $out/none --long-len 200000" "--synthetic 5 --max 3" "--synthetic 5 --scale 2" \
+	"--synthetic 5 --skip-bad" "--synthetic 5 --long-frac 0 --long-len 200000" \
+	"--synthetic 5 --grow 2 --out-len 9" "--synthetic 5 --mode gpu --devices 8" \
+	"--synthetic 5 --mode gpu --pnm-bw 1e11" "--synthetic 5 --mode gpu --comm-scale 2" \
+	"--synthetic 5 --mode gpu --no-migrate" "--synthetic 5 --mode gpu --no-adaptive" \
+	"--synthetic 5 --burst 5,5,0.5,junk" "--synthetic 5 --burst 5,5,0" \
+	"--synthetic 5 --burst 5,inf,0.5" "--synthetic 5 --rps nan" "--synthetic 5 --rps inf" \
+	"--synthetic 5 --rps-step 5,2,x" "--synthetic 5 --comm-scale -1" "--synthetic 5 extra"; do
+	# shellcheck disable=SC2086 # the options are words
+	t "refused: $bad" 2 "$sim" $bad --quiet
+done
+
 # Trace lines: a bad record is an error naming its line, or with
 # --skip-bad a counted, reported skip; a long line is one request.
 good='{"timestamp": 0, "input_length": 5000, "output_length": 20, "hash_ids": [1, 2]}'
@@ -174,4 +190,23 @@ json_check "three requests, no phantom ones" \
 t "an input over the limit after --scale is an error" 1 "$sim" --trace "$out/long.jsonl" \
 	--scale 5000 --mode gpu --quiet
 
+# A profile whose GPU is larger than the simulator counts is refused, not
+# silently wrapped into losing everything.
+printf 'base = h200\ngpu_mem = 1e30\n' >"$out/huge.prof"
+t "a GPU of 1e30 bytes is refused" 1 "$sim" --synthetic 20 --profile "$out/huge.prof" --quiet
+grep -q "more than the simulator counts" "$out/stderr" &&
+	echo "ok $((n += 1)) - the refusal says why" || echo "not ok $((n += 1)) - the refusal says why"
+
+# JSON is JSON whatever the numbers: every request over the GPU pool
+# leaves GPU-only with no throughput and no TPOT, which print as null.
+t "requests no GPU can hold" 0 "$sim" --synthetic 10 --long-frac 1 --long-len 900000 --quiet --json
+if python3 -c "
+import json, sys
+def bad(c): raise ValueError('not JSON: ' + c)
+json.loads(open(sys.argv[1]).read(), parse_constant=bad)" "$out/stdout" 2>"$out/py"; then
+	echo "ok $((n += 1)) - the JSON parses strictly (no inf, no nan)"
+else
+	sed 's/^/# /' "$out/stdout" "$out/py"
+	echo "not ok $((n += 1)) - the JSON parses strictly (no inf, no nan)"
+fi
 echo "1..$n"

@@ -258,7 +258,11 @@ static int cmp_double(const void *a, const void *b)
 	return tl_cmp_double(a, b);
 }
 
-int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *r, int progress)
+/* Blocks the simulator counts at most: 2^40 blocks of 16 tokens (> 10^16 bytes of KV). */
+#define SIM_MAX_BLOCKS (1ull << 40)
+
+int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *r, int progress,
+	    char *err, size_t err_len)
 {
 	struct state s = { .c = c, .t = t, .r = r };
 	const double usable = 0.9 * c->hw.gpu_mem - c->model.weights;
@@ -268,11 +272,25 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 
 	memset(r, 0, sizeof(*r));
 	s.mkv = nelssa_kv_bytes_per_token(&c->model);
-	if (!(usable > 0) || !c->block || !c->max_batch || !t->n)
+	if (!(usable > 0) || !c->block || !c->max_batch || !t->n) {
+		snprintf(err, err_len, "no GPU memory for KV (%.3g GB usable after the weights)",
+			 usable / 1e9);
 		return -EINVAL;
+	}
+	if (!(usable / (c->block * s.mkv) <= (double)SIM_MAX_BLOCKS)) {
+		snprintf(err, err_len, "a KV pool of %.3g bytes is more than the simulator counts "
+			 "(%llu blocks of %u tokens)", usable, SIM_MAX_BLOCKS, c->block);
+		return -ERANGE;
+	}
 	s.cap_blocks = (uint64_t)(usable / (c->block * s.mkv));
-	if (nelssa_router_init(&s.router, &c->hw, &c->model, c->n_dev ? c->n_dev : 1))
+	if (!s.cap_blocks) {
+		snprintf(err, err_len, "a KV pool of %.3g bytes holds no block", usable);
 		return -EINVAL;
+	}
+	if (nelssa_router_init(&s.router, &c->hw, &c->model, c->n_dev ? c->n_dev : 1)) {
+		snprintf(err, err_len, "the policy refuses this node (bandwidths must be > 0)");
+		return -EINVAL;
+	}
 	nelssa_threshold_init(&s.ctl, s.router.t_input);
 	s.run = calloc(t->n, sizeof(uint32_t));
 	s.wait = calloc(t->n, sizeof(uint32_t));

@@ -3,6 +3,11 @@
  * nelssa-sim: replay a trace on one decode GPU node, GPU-only and NELSSA,
  * and report throughput, TPOT percentiles and the time series (text or
  * JSON, CSV, SVG plots).  Documentation/simulator.rst.
+ *
+ * Every option either acts in the mode given or is refused: a trace has
+ * its own lengths (no --out-len, --long-frac), a synthetic mix no --max or
+ * --scale, --long-len needs long requests to shape, and a GPU-only run has
+ * no PNM tier to set up.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -11,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sim.h"
 #include "tool_util.h"
@@ -29,7 +35,8 @@ static void usage(FILE *f)
 		"                    instead of stopping at the first\n"
 		"  --synthetic N     N synthetic requests instead: 1K-8K inputs, and\n"
 		"  --long-frac F     this fraction (default 0.1) of\n"
-		"  --long-len N[-M]  inputs this long, or uniform in [N, M] (default 131072)\n"
+		"  --long-len N[-M]  inputs this long, or uniform in [N, M] (default 131072;\n"
+		"                    also the length of --burst requests)\n"
 		"  --out-len N       output tokens of synthetic requests (default 256)\n"
 		"  --rps R           Poisson arrivals at R requests/s (default 10)\n"
 		"  --rps-step T,R    from T s on, R requests/s (a step of load; up to 8)\n"
@@ -51,30 +58,87 @@ static void usage(FILE *f)
 		"  --csv FILE        the time series of every run\n"
 		"  --requests FILE   one CSV line per request and run (times, TPOT, tier, preemptions)\n"
 		"  --svg PREFIX      plots: PREFIX-throughput.svg, -kv.svg, -batch.svg, -queue.svg\n"
-		"  --quiet           no progress bar\n");
+		"  --quiet           no progress bar (there is one only when stderr is a terminal)\n");
 }
 
-static void print_run(const char *name, const struct sim_result *r, uint64_t want, int json,
-		      int first)
+/* Options given, for the checks that each acts in the mode chosen. */
+enum {
+	G_MAX = 1 << 0, G_SCALE = 1 << 1, G_LONG_FRAC = 1 << 2, G_LONG_LEN = 1 << 3,
+	G_OUT_LEN = 1 << 4, G_BURST = 1 << 5, G_GROW = 1 << 6, G_PNM_BW = 1 << 7,
+	G_COMM = 1 << 8, G_DEVICES = 1 << 9, G_NO_MIGRATE = 1 << 10, G_NO_ADAPTIVE = 1 << 11,
+	G_SKIP_BAD = 1 << 12,
+};
+
+struct opts {
+	const char *trace, *profile, *mode, *csv, *svg, *reqs;
+	uint32_t max, synth, long_len, long_hi, out_len, seed, n_dev, max_batch;
+	struct sim_rate_step steps[SIM_MAX_RATE_STEPS];
+	uint32_t n_steps;
+	double scale, long_frac, rps, pnm_bw, grow, comm;
+	double burst[3];
+	int swap, migrate, adaptive, json, quiet, skip_bad;
+	unsigned given;
+};
+
+/* A real option value in [@lo, @hi] (finite); -1 with a message otherwise. */
+static int parse_real(const char *s, double lo, double hi, int lo_open, double *out,
+		      const char *what)
 {
-	if (json) {
-		printf("%s\"%s\":{\"throughput\":%.2f,\"tpot_p50_ms\":%.3f,\"tpot_p95_ms\":%.3f,"
-		       "\"tpot_p99_ms\":%.3f,\"done\":%u,\"lost\":%u,\"tokens\":%llu,"
-		       "\"tokens_expected\":%llu,\"preemptions\":%llu,\"migrations\":%llu,"
-		       "\"max_kv_util\":%.4f,\"makespan_s\":%.2f}",
-		       first ? "" : ",", name, r->tput, 1e3 * r->tpot_p50, 1e3 * r->tpot_p95,
-		       1e3 * r->tpot_p99, r->done, r->lost, (unsigned long long)r->tokens,
-		       (unsigned long long)want, (unsigned long long)r->preemptions,
-		       (unsigned long long)r->migrations, r->max_kv_util, r->makespan);
-		return;
+	char *end;
+	double v = strtod(s, &end);
+
+	if (!*s || *end || !isfinite(v) || v > hi || (lo_open ? !(v > lo) : !(v >= lo))) {
+		fprintf(stderr, PROG ": %s %s: need a number in %c%g, %g]\n", what, s,
+			lo_open ? '(' : '[', lo, hi);
+		return -1;
 	}
-	printf("%-8s %10.1f %9.2f %9.2f %9.2f %6u %6u %8llu %8llu %7.3f\n", name, r->tput,
-	       1e3 * r->tpot_p50, 1e3 * r->tpot_p95, 1e3 * r->tpot_p99, r->done, r->lost,
-	       (unsigned long long)r->preemptions, (unsigned long long)r->migrations,
-	       r->max_kv_util);
+	*out = v;
+	return 0;
 }
 
-int main(int argc, char **argv)
+/* "N" or "N-M", 16 <= N <= M <= SIM_MAX_TOKENS. */
+static int parse_long_len(const char *s, uint32_t *lo, uint32_t *hi)
+{
+	const char *dash = strchr(s, '-');
+	char first[32];
+	int bad = 0;
+
+	*hi = 0;
+	if (!dash)
+		return tl_parse_u32(PROG, s, 16, SIM_MAX_TOKENS, lo, "--long-len");
+	if ((size_t)(dash - s) >= sizeof(first)) {
+		fprintf(stderr, PROG ": --long-len %s: need N or N-M\n", s);
+		return -1;
+	}
+	memcpy(first, s, (size_t)(dash - s));
+	first[dash - s] = 0;
+	bad |= tl_parse_u32(PROG, first, 16, SIM_MAX_TOKENS, lo, "--long-len");
+	bad |= tl_parse_u32(PROG, dash + 1, 16, SIM_MAX_TOKENS, hi, "--long-len");
+	if (!bad && *hi < *lo) {
+		fprintf(stderr, PROG ": --long-len %s: need N <= M\n", s);
+		bad = -1;
+	}
+	return bad ? -1 : 0;
+}
+
+static void opts_default(struct opts *o)
+{
+	*o = (struct opts){ .profile = "h200", .mode = "both", .long_len = 131072, .out_len = 256,
+			    .seed = 1, .n_dev = 4, .max_batch = 256, .scale = 1.0, .long_frac = 0.1,
+			    .rps = 10.0, .comm = 1.0, .migrate = 1, .adaptive = 1 };
+}
+
+/* Refuses an option given that does not act; 1 when it was. */
+static int refuse(const struct opts *o, unsigned opt, const char *name, const char *why)
+{
+	if (!(o->given & opt))
+		return 0;
+	fprintf(stderr, PROG ": %s %s\n", name, why);
+	return 1;
+}
+
+/* 0, 1 after --help, 2 on a usage error (said on stderr). */
+static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
 		{ "trace", required_argument, NULL, 't' }, { "max", required_argument, NULL, 'm' },
@@ -94,181 +158,329 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *trace = NULL, *profile = "h200", *mode = "both", *csv = NULL, *svg = NULL;
-	const char *reqs = NULL;
-	FILE *rf = NULL;
-	uint32_t max = 0, synth = 0, long_len = 131072, long_hi = 0, out_len = 256, seed = 1, n_dev = 4;
-	struct sim_rate_step steps[SIM_MAX_RATE_STEPS];
-	uint32_t n_steps = 0;
-	uint32_t max_batch = 256;
-	double scale = 1.0, long_frac = 0.1, rps = 10.0, pnm_bw = 0.0, grow = 0.0, comm = 1.0;
-	double burst[3] = { 0, 0, 0 };
-	int swap = 0, migrate = 1, adaptive = 1, json = 0, quiet = 0, skip_bad = 0, c, bad = 0;
-	struct sim_config cfg;
-	struct sim_trace tr;
-	struct sim_result res[2];
-	const char *names[2];
-	int runs = 0;
-	uint64_t want = 0;
-	char err[512], *end;
+	int c, bad = 0;
 
+	opts_default(o);
+	optind = 0;		/* glibc: start over (parse() also runs the property's cases) */
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
-		case 't': trace = optarg; break;
-		case 'p': profile = optarg; break;
-		case 'M': mode = optarg; break;
-		case 'c': csv = optarg; break;
-		case 'v': svg = optarg; break;
-		case 'R': reqs = optarg; break;
-		case 'u':
-			if (sscanf(optarg, "%lf,%lf,%lf", &burst[0], &burst[1], &burst[2]) != 3 ||
-			    burst[0] < 0 || !(burst[1] > 0) || !(burst[2] >= 0 && burst[2] <= 1)) {
-				fprintf(stderr, PROG ": --burst %s: need T,D,F (s, s, 0..1)\n", optarg);
+		case 't': o->trace = optarg; break;
+		case 'p': o->profile = optarg; break;
+		case 'M': o->mode = optarg; break;
+		case 'c': o->csv = optarg; break;
+		case 'v': o->svg = optarg; break;
+		case 'R': o->reqs = optarg; break;
+		case 'u': {
+			double *b = o->burst;
+			char extra;
+
+			o->given |= G_BURST;
+			if (sscanf(optarg, "%lf,%lf,%lf%c", &b[0], &b[1], &b[2], &extra) != 3 ||
+			    !isfinite(b[0]) || !isfinite(b[1]) || b[0] < 0 || !(b[1] > 0) ||
+			    !(b[2] > 0 && b[2] <= 1)) {
+				fprintf(stderr, PROG ": --burst %s: need T,D,F (T >= 0 s, D > 0 s, "
+					"0 < F <= 1)\n", optarg);
 				bad = 1;
 			}
 			break;
-		case 'G': {
-			double v = strtod(optarg, &end);
-
-			if (*end || !(v > 0 && v <= 100)) {
-				fprintf(stderr, PROG ": --grow %s: need (0, 100]\n", optarg);
-				bad = 1;
-			}
-			grow = v;
-			break;
 		}
-		case 'w': swap = 1; break;
-		case 'g': migrate = 0; break;
-		case 'a': adaptive = 0; break;
-		case 'k': skip_bad = 1; break;
-		case 'j': json = 1; break;
-		case 'q': quiet = 1; break;
-		case 'h': usage(stdout); return 0;
-		case 'm': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 24, &max, "--max"); break;
-		case 'n': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 24, &synth, "--synthetic"); break;
-		case 'L': {
-			char first[32];
-			const char *dash = strchr(optarg, '-');
-
-			if (dash && (size_t)(dash - optarg) < sizeof(first)) {
-				memcpy(first, optarg, (size_t)(dash - optarg));
-				first[dash - optarg] = 0;
-				bad |= tl_parse_u32(PROG, first, 16, SIM_MAX_TOKENS, &long_len, "--long-len");
-				bad |= tl_parse_u32(PROG, dash + 1, 16, SIM_MAX_TOKENS, &long_hi,
-						    "--long-len");
-				if (!bad && long_hi < long_len) {
-					fprintf(stderr, PROG ": --long-len %s: need N <= M\n", optarg);
-					bad = 1;
-				}
-			} else {
-				bad |= tl_parse_u32(PROG, optarg, 16, SIM_MAX_TOKENS, &long_len,
-						    "--long-len");
-				long_hi = 0;
-			}
+		case 'G':
+			o->given |= G_GROW;
+			bad |= parse_real(optarg, 0, 100, 1, &o->grow, "--grow");
 			break;
-		}
+		case 'w': o->swap = 1; break;
+		case 'g': o->migrate = 0; o->given |= G_NO_MIGRATE; break;
+		case 'a': o->adaptive = 0; o->given |= G_NO_ADAPTIVE; break;
+		case 'k': o->skip_bad = 1; o->given |= G_SKIP_BAD; break;
+		case 'j': o->json = 1; break;
+		case 'q': o->quiet = 1; break;
+		case 'h': usage(stdout); return 1;
+		case 'm':
+			o->given |= G_MAX;
+			bad |= tl_parse_u32(PROG, optarg, 1, 1u << 24, &o->max, "--max");
+			break;
+		case 'n': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 24, &o->synth, "--synthetic"); break;
+		case 'L':
+			o->given |= G_LONG_LEN;
+			bad |= parse_long_len(optarg, &o->long_len, &o->long_hi);
+			break;
 		case 'T': {
 			double at, r;
 			char extra;
 
-			if (sscanf(optarg, "%lf,%lf%c", &at, &r, &extra) != 2 || !(at > 0) || !(r > 0) ||
-			    !isfinite(at) || !isfinite(r) || n_steps == SIM_MAX_RATE_STEPS ||
-			    (n_steps && !(at > steps[n_steps - 1].at))) {
+			if (sscanf(optarg, "%lf,%lf%c", &at, &r, &extra) != 2 || !(at > 0) ||
+			    !(r > 0) || !isfinite(at) || !(r <= 1e9) ||
+			    o->n_steps == SIM_MAX_RATE_STEPS ||
+			    (o->n_steps && !(at > o->steps[o->n_steps - 1].at))) {
 				fprintf(stderr, PROG ": --rps-step %s: need T,R (s > the last step's, "
-					"req/s > 0), at most %d steps\n", optarg, SIM_MAX_RATE_STEPS);
+					"0 < req/s <= 1e9), at most %d steps\n", optarg,
+					SIM_MAX_RATE_STEPS);
 				bad = 1;
 				break;
 			}
-			steps[n_steps++] = (struct sim_rate_step){ at, r };
+			o->steps[o->n_steps++] = (struct sim_rate_step){ at, r };
 			break;
 		}
-		case 'o': bad |= tl_parse_u32(PROG, optarg, 1, 1u << 20, &out_len, "--out-len"); break;
-		case 's': bad |= tl_parse_u32(PROG, optarg, 0, UINT32_MAX, &seed, "--seed"); break;
-		case 'd': bad |= tl_parse_u32(PROG, optarg, 1, 64, &n_dev, "--devices"); break;
-		case 'b': bad |= tl_parse_u32(PROG, optarg, 1, 65536, &max_batch, "--max-batch"); break;
-		case 'S': case 'f': case 'r': case 'B': case 'C': {
-			double v = strtod(optarg, &end);
-
-			if (*end || !*optarg || !isfinite(v) || (c == 'f' ? !(v >= 0 && v <= 1) : !(v > 0))) {
-				fprintf(stderr, PROG ": bad value '%s'\n", optarg);
-				bad = 1;
-			}
-			*(c == 'S' ? &scale : c == 'f' ? &long_frac : c == 'r' ? &rps :
-			  c == 'C' ? &comm : &pnm_bw) = v;
+		case 'o':
+			o->given |= G_OUT_LEN;
+			bad |= tl_parse_u32(PROG, optarg, 1, 1u << 20, &o->out_len, "--out-len");
 			break;
-		}
-		default: usage(stderr); return 2;
+		case 's': bad |= tl_parse_u32(PROG, optarg, 0, UINT32_MAX, &o->seed, "--seed"); break;
+		case 'd':
+			o->given |= G_DEVICES;
+			bad |= tl_parse_u32(PROG, optarg, 1, 64, &o->n_dev, "--devices");
+			break;
+		case 'b':
+			bad |= tl_parse_u32(PROG, optarg, 1, 65536, &o->max_batch, "--max-batch");
+			break;
+		case 'S':
+			o->given |= G_SCALE;
+			bad |= parse_real(optarg, 0, 1e4, 1, &o->scale, "--scale");
+			break;
+		case 'f':
+			o->given |= G_LONG_FRAC;
+			bad |= parse_real(optarg, 0, 1, 0, &o->long_frac, "--long-frac");
+			break;
+		case 'r': bad |= parse_real(optarg, 0, 1e9, 1, &o->rps, "--rps"); break;
+		case 'B':
+			o->given |= G_PNM_BW;
+			bad |= parse_real(optarg, 0, 1e15, 1, &o->pnm_bw, "--pnm-bw");
+			break;
+		case 'C':
+			o->given |= G_COMM;
+			bad |= parse_real(optarg, 0, 1e3, 1, &o->comm, "--comm-scale");
+			break;
+		default: fprintf(stderr, "Try '" PROG " --help'.\n"); return 2;
 		}
 	}
-	if (skip_bad && !trace) {
-		fprintf(stderr, PROG ": --skip-bad acts on a trace only\n");
-		bad = 1;
-	}
-	if (bad || optind < argc || (!trace == !synth) ||
-	    (strcmp(mode, "gpu") && strcmp(mode, "nelssa") && strcmp(mode, "both"))) {
-		if (!trace == !synth)
-			fprintf(stderr, PROG ": give one of --trace and --synthetic\n");
-		usage(stderr);
+	if (bad || optind < argc) {
+		if (optind < argc)
+			fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		fprintf(stderr, "Try '" PROG " --help'.\n");
 		return 2;
 	}
-	sim_config_default(&cfg);
-	if (nelssa_hw_profile_builtin(profile, &cfg.hw) &&
-	    nelssa_hw_profile_load(profile, &cfg.hw, err, sizeof(err))) {
+	if (!o->trace == !o->synth) {
+		fprintf(stderr, PROG ": give one of --trace and --synthetic\n");
+		fprintf(stderr, "Try '" PROG " --help'.\n");
+		return 2;
+	}
+	if (strcmp(o->mode, "gpu") && strcmp(o->mode, "nelssa") && strcmp(o->mode, "both")) {
+		fprintf(stderr, PROG ": --mode %s: need gpu, nelssa or both\n", o->mode);
+		return 2;
+	}
+	/* Every option acts in the mode chosen, or is refused. */
+	if (o->trace) {
+		bad |= refuse(o, G_LONG_FRAC, "--long-frac", "shapes a synthetic mix; a trace has "
+			      "its own lengths");
+		bad |= refuse(o, G_OUT_LEN, "--out-len", "shapes a synthetic mix; a trace has its "
+			      "own lengths");
+		if (!(o->given & G_BURST))
+			bad |= refuse(o, G_LONG_LEN, "--long-len", "acts on a trace only with --burst");
+	} else {
+		bad |= refuse(o, G_MAX, "--max", "cuts a trace; give --synthetic N instead");
+		bad |= refuse(o, G_SCALE, "--scale", "scales a trace's lengths; use --long-len");
+		bad |= refuse(o, G_SKIP_BAD, "--skip-bad", "acts on a trace only");
+		if (!(o->given & G_BURST) && !(o->long_frac > 0))
+			bad |= refuse(o, G_LONG_LEN, "--long-len", "acts only with --long-frac > 0 or "
+				      "--burst");
+		if (o->given & G_GROW)
+			bad |= refuse(o, G_OUT_LEN, "--out-len", "does not act with --grow (outputs "
+				      "are R times the inputs)");
+	}
+	if (!strcmp(o->mode, "gpu")) {
+		static const char nopnm[] = "does not act with --mode gpu (no PNM tier)";
+
+		bad |= refuse(o, G_DEVICES, "--devices", nopnm);
+		bad |= refuse(o, G_PNM_BW, "--pnm-bw", nopnm);
+		bad |= refuse(o, G_COMM, "--comm-scale", nopnm);
+		bad |= refuse(o, G_NO_MIGRATE, "--no-migrate", nopnm);
+		bad |= refuse(o, G_NO_ADAPTIVE, "--no-adaptive", nopnm);
+	}
+	return bad ? 2 : 0;
+}
+
+/*
+ * The node and the workload the options describe.  0, 1 (a bad file or
+ * workload, said on stderr) or 2 (a bad profile).
+ */
+static int build(const struct opts *o, struct sim_config *cfg, struct sim_trace *tr)
+{
+	const uint32_t hi = o->long_hi ? o->long_hi : o->long_len;
+	char err[512];
+	int ret;
+
+	sim_config_default(cfg);
+	if (nelssa_hw_profile_builtin(o->profile, &cfg->hw) &&
+	    nelssa_hw_profile_load(o->profile, &cfg->hw, err, sizeof(err))) {
 		fprintf(stderr, PROG ": %s\n", err);
 		return 2;
 	}
-	if (pnm_bw > 0)
-		cfg.hw.pnm_bw = pnm_bw;
-	cfg.hw.t_base *= comm;
-	cfg.hw.t_dev *= comm;
-	cfg.hw.t_host *= comm;
-	cfg.n_dev = n_dev;
-	cfg.max_batch = max_batch;
-	cfg.swap = swap;
-	cfg.migrate = migrate;
-	cfg.adaptive = adaptive;
-	if (trace) {
-		if (sim_trace_load(trace, scale, max, skip_bad, &tr, err, sizeof(err))) {
+	if (o->pnm_bw > 0)
+		cfg->hw.pnm_bw = o->pnm_bw;
+	cfg->hw.t_base *= o->comm;
+	cfg->hw.t_dev *= o->comm;
+	cfg->hw.t_host *= o->comm;
+	cfg->n_dev = o->n_dev;
+	cfg->max_batch = o->max_batch;
+	cfg->swap = o->swap;
+	cfg->migrate = o->migrate;
+	cfg->adaptive = o->adaptive;
+	if (o->trace) {
+		ret = sim_trace_load(o->trace, o->scale, o->max, o->skip_bad, tr, err, sizeof(err));
+		if (ret) {
 			fprintf(stderr, PROG ": %s\n", err);
 			return 1;
 		}
-		if (tr.skipped)
-			fprintf(stderr, PROG ": %s: skipped %llu bad line%s (the first: %s)\n", trace,
-				(unsigned long long)tr.skipped, tr.skipped == 1 ? "" : "s",
-				tr.first_skip);
-	} else if (sim_trace_synthetic(synth, long_frac, long_len, long_hi ? long_hi : long_len,
-				       out_len, seed, &tr)) {
+	} else if (sim_trace_synthetic(o->synth, o->long_frac, o->long_len, hi, o->out_len,
+				       o->seed, tr)) {
 		fprintf(stderr, PROG ": out of memory\n");
 		return 1;
 	}
-	sim_retime(&tr, rps, steps, n_steps, seed);
-	if (burst[1] > 0)
-		sim_burst(&tr, burst[0], burst[1], burst[2], long_len, long_hi ? long_hi : long_len,
-			  seed);
-	if (grow > 0 && sim_grow(&tr, grow)) {
-		fprintf(stderr, PROG ": --grow %g: an output would pass %u tokens\n", grow,
+	sim_retime(tr, o->rps, o->steps, o->n_steps, o->seed);
+	if (o->given & G_BURST)
+		sim_burst(tr, o->burst[0], o->burst[1], o->burst[2], o->long_len, hi, o->seed);
+	if (o->grow > 0 && sim_grow(tr, o->grow)) {
+		fprintf(stderr, PROG ": --grow %g: an output would pass %u tokens\n", o->grow,
 			SIM_MAX_TOKENS);
+		sim_trace_free(tr);
 		return 1;
 	}
+	return 0;
+}
+
+/*
+ * A JSON number with @prec decimals (-@prec: significant digits), or null
+ * when it is not finite (JSON has no inf or nan).
+ */
+static void jnum(const char *key, int prec, double v, int comma)
+{
+	printf("%s\"%s\":", comma ? "," : "", key);
+	if (!isfinite(v))
+		printf("null");
+	else if (prec < 0)
+		printf("%.*g", -prec, v);	/* significant digits */
+	else
+		printf("%.*f", prec, v);
+}
+
+/* a / b, NAN when it is not a number (then null in JSON). */
+static double ratio(double a, double b)
+{
+	return b > 0 && isfinite(a) && isfinite(b) ? a / b : NAN;
+}
+
+static void print_run(const char *name, const struct sim_result *r, uint64_t want, int json,
+		      int first)
+{
+	if (json) {
+		printf("%s\"%s\":{", first ? "" : ",", name);
+		jnum("throughput", 2, r->tput, 0);
+		jnum("tpot_p50_ms", 3, 1e3 * r->tpot_p50, 1);
+		jnum("tpot_p95_ms", 3, 1e3 * r->tpot_p95, 1);
+		jnum("tpot_p99_ms", 3, 1e3 * r->tpot_p99, 1);
+		printf(",\"done\":%u,\"lost\":%u,\"tokens\":%llu,\"tokens_expected\":%llu,"
+		       "\"preemptions\":%llu,\"migrations\":%llu", r->done, r->lost,
+		       (unsigned long long)r->tokens, (unsigned long long)want,
+		       (unsigned long long)r->preemptions, (unsigned long long)r->migrations);
+		jnum("max_kv_util", 4, r->max_kv_util, 1);
+		jnum("makespan_s", 2, r->makespan, 1);
+		printf("}");
+		return;
+	}
+	printf("%-8s %10.1f %9.2f %9.2f %9.2f %6u %6u %8llu %8llu %7.3f\n", name, r->tput,
+	       1e3 * r->tpot_p50, 1e3 * r->tpot_p95, 1e3 * r->tpot_p99, r->done, r->lost,
+	       (unsigned long long)r->preemptions, (unsigned long long)r->migrations,
+	       r->max_kv_util);
+}
+
+static int write_outputs(const struct opts *o, struct sim_result *res, const char *const *names,
+			 int runs)
+{
+	if (o->csv) {
+		FILE *f = fopen(o->csv, "w");
+
+		if (!f) {
+			fprintf(stderr, PROG ": cannot write %s\n", o->csv);
+			return 1;
+		}
+		fprintf(f, "run,t,tokens_per_s,kv_util,batch,queue,pnm_batch,t_input\n");
+		for (int k = 0; k < runs; k++)
+			for (uint32_t i = 0; i < res[k].n_series; i++) {
+				const struct sim_point *p = &res[k].series[i];
+
+				fprintf(f, "%s,%.3f,%.2f,%.4f,%.0f,%.0f,%.0f,%.0f\n", names[k], p->t,
+					p->tokens_per_s, p->kv_util, p->batch, p->queue, p->pnm_batch,
+					p->t_input);
+			}
+		if (fclose(f)) {
+			fprintf(stderr, PROG ": cannot write %s\n", o->csv);
+			return 1;
+		}
+	}
+	if (o->svg) {
+		static const char *const what[4][3] = {
+			{ "throughput", "decode throughput", "tokens/s" },
+			{ "kv", "GPU KV memory in use", "fraction" },
+			{ "batch", "running batch", "requests" },
+			{ "queue", "waiting requests", "requests" },
+		};
+		const struct sim_result *rp[2] = { &res[0], &res[1] };
+
+		for (int k = 0; k < 4; k++) {
+			char path[1024];
+
+			snprintf(path, sizeof(path), "%s-%s.svg", o->svg, what[k][0]);
+			if (sim_plot_svg(path, what[k][1], what[k][2], rp, names, runs, k)) {
+				fprintf(stderr, PROG ": cannot write %s\n", path);
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	FILE *rf = NULL;
+	struct sim_config cfg;
+	struct sim_trace tr;
+	struct sim_result res[2];
+	const char *names[2];
+	int runs = 0, ret, progress;
+	uint64_t want = 0;
+
+	ret = parse(argc, argv, &o);
+	if (ret)
+		return ret == 1 ? 0 : 2;
+	ret = build(&o, &cfg, &tr);
+	if (ret)
+		return ret;
+	if (tr.skipped)
+		fprintf(stderr, PROG ": %s: skipped %llu bad line%s (the first: %s)\n", o.trace,
+			(unsigned long long)tr.skipped, tr.skipped == 1 ? "" : "s", tr.first_skip);
+	progress = !o.quiet && isatty(STDERR_FILENO);
 	for (uint32_t i = 0; i < tr.n; i++)
 		want += tr.req[i].output;
-	if (reqs) {
-		rf = fopen(reqs, "w");
+	if (o.reqs) {
+		rf = fopen(o.reqs, "w");
 		if (!rf) {
-			fprintf(stderr, PROG ": cannot write %s\n", reqs);
+			fprintf(stderr, PROG ": cannot write %s\n", o.reqs);
 			return 1;
 		}
 		fprintf(rf, "run,id,arrival,input,output,start,finish,tpot,pnm,preemptions\n");
 	}
 	for (int m = 0; m < 2; m++) {
-		if ((m == 0 && !strcmp(mode, "nelssa")) || (m == 1 && !strcmp(mode, "gpu")))
+		char err[256];
+
+		if ((m == 0 && !strcmp(o.mode, "nelssa")) || (m == 1 && !strcmp(o.mode, "gpu")))
 			continue;
 		cfg.nelssa = m;
 		names[runs] = m ? "nelssa" : "gpu-only";
-		if (!quiet && !json)
-			fprintf(stderr, "%s: %u requests at %.1f req/s...\n", names[runs], tr.n, rps);
-		if (sim_run(&cfg, &tr, &res[runs], !quiet && !json)) {
-			fprintf(stderr, PROG ": the node cannot run this configuration (no KV room)\n");
+		if (progress)
+			fprintf(stderr, "%s: %u requests at %.1f req/s...\n", names[runs], tr.n, o.rps);
+		if (sim_run(&cfg, &tr, &res[runs], progress, err, sizeof(err))) {
+			fprintf(stderr, PROG ": the node cannot run this configuration: %s\n", err);
 			return 1;
 		}
 		for (uint32_t i = 0; rf && i < tr.n; i++) {
@@ -281,80 +493,47 @@ int main(int argc, char **argv)
 		}
 		runs++;
 	}
-	if (json) {
-		const double tin = nelssa_crossover(&cfg.hw, &cfg.model, n_dev);
+	if (o.json) {
+		const double tin = nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev);
 
-		printf("{\"requests\":%u,\"rps\":%.3f,\"scale\":%.3f,\"devices\":%u,\"profile\":\"%s\","
-		       "\"pnm_bw\":%.4g,\"skipped_lines\":%llu,", tr.n, rps, scale, n_dev, cfg.hw.name,
-		       cfg.hw.pnm_bw, (unsigned long long)tr.skipped);
-		if (isinf(tin))
-			printf("\"t_input\":null,\"runs\":{");	/* the PNM tier never wins */
-		else
-			printf("\"t_input\":%.1f,\"runs\":{", tin);
+		printf("{\"requests\":%u,\"rps\":%.3f,\"scale\":%.3f,\"devices\":%u,\"profile\":\"",
+		       tr.n, o.rps, o.scale, o.n_dev);
+		for (const char *p = cfg.hw.name; *p; p++)	/* a profile's name is the user's */
+			if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\')
+				printf("\\u%04x", (unsigned char)*p);
+			else
+				putchar(*p);
+		printf("\"");
+		jnum("pnm_bw", -4, cfg.hw.pnm_bw, 1);
+		jnum("t_input", 1, tin, 1);	/* null: the PNM tier never wins */
+		printf(",\"skipped_lines\":%llu,\"runs\":{", (unsigned long long)tr.skipped);
 		for (int k = 0; k < runs; k++)
 			print_run(names[k], &res[k], want, 1, k == 0);
 		printf("}");
-		if (runs == 2)
-			printf(",\"throughput_ratio\":%.4f,\"p99_tpot_ratio\":%.4f",
-			       res[1].tput / res[0].tput,
-			       res[1].tpot_p99 > 0 ? res[0].tpot_p99 / res[1].tpot_p99 : 0.0);
+		if (runs == 2) {
+			jnum("throughput_ratio", 4, ratio(res[1].tput, res[0].tput), 1);
+			jnum("p99_tpot_ratio", 4, ratio(res[0].tpot_p99, res[1].tpot_p99), 1);
+		}
 		printf("}\n");
 	} else {
 		printf("%u requests at %.1f req/s (input scale %.2f), %s, %u PNM devices, "
-		       "T_input %.0f tokens\n", tr.n, rps, scale, cfg.hw.name, n_dev,
-		       nelssa_crossover(&cfg.hw, &cfg.model, n_dev));
+		       "T_input %.0f tokens\n", tr.n, o.rps, o.scale, cfg.hw.name, o.n_dev,
+		       nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev));
 		printf("%-8s %10s %9s %9s %9s %6s %6s %8s %8s %7s\n", "run", "tokens/s",
 		       "TPOT p50", "p95", "p99 ms", "done", "lost", "preempt", "migrate", "max KV");
 		for (int k = 0; k < runs; k++)
 			print_run(names[k], &res[k], want, 0, 0);
 		if (runs == 2)
 			printf("NELSSA / GPU-only: throughput x%.2f, P99 TPOT x%.2f lower\n",
-			       res[1].tput / res[0].tput,
-			       res[1].tpot_p99 > 0 ? res[0].tpot_p99 / res[1].tpot_p99 : 0.0);
+			       ratio(res[1].tput, res[0].tput), ratio(res[0].tpot_p99, res[1].tpot_p99));
 	}
-	if (csv) {
-		FILE *f = fopen(csv, "w");
-
-		if (!f) {
-			fprintf(stderr, PROG ": cannot write %s\n", csv);
-			return 1;
-		}
-		fprintf(f, "run,t,tokens_per_s,kv_util,batch,queue,pnm_batch,t_input\n");
-		for (int k = 0; k < runs; k++)
-			for (uint32_t i = 0; i < res[k].n_series; i++) {
-				const struct sim_point *p = &res[k].series[i];
-
-				fprintf(f, "%s,%.3f,%.2f,%.4f,%.0f,%.0f,%.0f,%.0f\n", names[k], p->t,
-					p->tokens_per_s, p->kv_util, p->batch, p->queue, p->pnm_batch,
-					p->t_input);
-			}
-		fclose(f);
-	}
-	if (svg) {
-		static const char *const what[4][3] = {
-			{ "throughput", "decode throughput", "tokens/s" },
-			{ "kv", "GPU KV memory in use", "fraction" },
-			{ "batch", "running batch", "requests" },
-			{ "queue", "waiting requests", "requests" },
-		};
-		const struct sim_result *rp[2] = { &res[0], &res[1] };
-
-		for (int k = 0; k < 4; k++) {
-			char path[1024];
-
-			snprintf(path, sizeof(path), "%s-%s.svg", svg, what[k][0]);
-			if (sim_plot_svg(path, what[k][1], what[k][2], rp, names, runs, k)) {
-				fprintf(stderr, PROG ": cannot write %s\n", path);
-				return 1;
-			}
-		}
-	}
+	ret = write_outputs(&o, res, names, runs);
 	if (rf && fclose(rf)) {
-		fprintf(stderr, PROG ": cannot write %s\n", reqs);
-		return 1;
+		fprintf(stderr, PROG ": cannot write %s\n", o.reqs);
+		ret = 1;
 	}
 	for (int k = 0; k < runs; k++)
 		sim_result_free(&res[k]);
 	sim_trace_free(&tr);
-	return 0;
+	return ret;
 }

@@ -7,6 +7,7 @@
 #ifndef NELSSA_SIM_H
 #define NELSSA_SIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <nelssa/policy.h>
@@ -112,9 +113,13 @@ struct sim_result {
 };
 
 void sim_config_default(struct sim_config *c);
-/* Runs the trace; 0, or -EINVAL when the configuration cannot run. */
+/*
+ * Runs the trace; 0, or -EINVAL / -ERANGE when the configuration cannot
+ * run (no KV room, or a node larger than the simulator counts), with the
+ * reason in @err.
+ */
 int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *r,
-	    int progress);
+	    int progress, char *err, size_t err_len);
 void sim_result_free(struct sim_result *r);
 
 /* Writes a line chart of one series per result (SVG). */
