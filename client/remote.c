@@ -68,8 +68,9 @@ struct nelssa_step_pending {
 	uint64_t t0;
 };
 
+/* A session of this connection; @token goes in every KV and STEP header. */
 struct csession {
-	uint64_t id;
+	uint64_t id, token;
 	struct nelssa_session_cfg cfg;
 };
 
@@ -697,6 +698,7 @@ int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_c
 	if (ret)
 		return ret;
 	c->sess[c->n_sess].id = r.u.session_ok.session;
+	c->sess[c->n_sess].token = r.u.session_ok.token;
 	c->sess[c->n_sess++].cfg = *cfg;
 	*session = r.u.session_ok.session;
 	return 0;
@@ -766,7 +768,8 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	c->ack_base = c->next_cookie + 1;
 	/* Chunks of whole clusters, each about CHUNK_BYTES (one big cluster alone). */
 	for (uint32_t cl = from; cl < ix->n_clusters && !ret;) {
-		struct nelssa_kv_hdr h = { .session = session, .request = request, .layer = layer,
+		struct nelssa_kv_hdr h = { .session = session, .token = s->token,
+					   .request = request, .layer = layer,
 					   .head = head, .first_cluster = cl,
 					   .first_token = ix->table[cl].first };
 		uint8_t hdr[NELSSA_KV_HDR_BYTES];
@@ -888,8 +891,8 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 		memcpy(q + q_bytes, in[i].sel, 4ull * in[i].nr_sel);
 		q += q_bytes + 4ull * in[i].nr_sel;
 	}
-	h = (struct nelssa_step_hdr){ .session = session, .step = ++c->next_step, .layer = layer,
-				      .nr_items = n };
+	h = (struct nelssa_step_hdr){ .session = session, .token = s->token,
+				      .step = ++c->next_step, .layer = layer, .nr_items = n };
 	nelssa_step_hdr_put(hdr, &h);
 	p->id = h.step;
 	p->done = 0;

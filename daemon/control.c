@@ -136,7 +136,12 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	s->capacity_tokens = m->u.create.capacity_tokens;
 	s->ctl_fd = c->fd;
 	s->peer = c->peer;
-	ret = nd_session_open(nd, s, why, sizeof(why));
+	/* Its data path is bound to it: only this connection learns the token. */
+	ret = nd_token_new(&s->token);
+	if (ret)
+		snprintf(why, sizeof(why), "no random token for the session: %s", strerror(-ret));
+	else
+		ret = nd_session_open(nd, s, why, sizeof(why));
 	if (ret) {
 		pthread_mutex_unlock(&nd->lock);
 		free(s);
@@ -154,6 +159,7 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	       (unsigned long long)s->id, s->shape.layers, s->shape.q_heads, s->shape.kv_heads,
 	       s->shape.head_dim, (unsigned long long)s->capacity_tokens);
 	r.u.session_ok.session = s->id;
+	r.u.session_ok.token = s->token;
 	r.u.session_ok.devices = nd->n_dev;
 	return send_frame(c->fd, &r);
 }

@@ -12,6 +12,12 @@
  * marked by the control thread, and then sleeps in epoll on the worker's
  * event fd, the devices' event fds and a wake-up eventfd -- or spins, in
  * busy-poll mode, where a core can be spared for latency.
+ *
+ * Every KV and STEP message names its session by id and token; the token
+ * went to the session's own connection alone (SESSION_OK), so a message
+ * that does not carry both is answered exactly as one naming a session
+ * that never existed: -ENOENT, before anything else about it -- request,
+ * layer, head, lengths -- is looked at.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +26,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "nelssad.h"
@@ -38,18 +45,72 @@ struct rndv_ctx {
 	int slot;		/* staging slot, or -1 for a malloc'd buffer */
 };
 
+/* A session's token: 64 random bits, never 0 (which no message may use). */
+int nd_token_new(uint64_t *token)
+{
+	do {
+		ssize_t n = getrandom(token, sizeof(*token), 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof(*token))
+			return n < 0 ? -errno : -EIO;
+	} while (!*token);
+	return 0;
+}
+
+/*
+ * The session a KV or STEP header names, if the header also carries its
+ * token and it is not closing; NULL otherwise, whatever the reason.  Every
+ * session is compared in full, without stopping at the first id that
+ * matches, so neither the answer nor its time says which part was wrong.
+ * With the lock held.
+ */
 static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, size_t hdr_len)
 {
-	uint64_t id = 0;
+	struct nd_session *found = NULL;
+	uint64_t id, token;
 
-	if (hdr_len < 8)
+	if (nelssa_am_session_get(hdr, hdr_len, &id, &token))
 		return NULL;
-	for (int i = 7; i >= 0; i--)
-		id = id << 8 | hdr[i];
-	for (struct nd_session *s = nd->sessions; s; s = s->next)
-		if (s->id == id && !s->closing)
-			return s;
-	return NULL;
+	for (struct nd_session *s = nd->sessions; s; s = s->next) {
+		const uint64_t diff = (s->id ^ id) | (s->token ^ token);
+
+		found = diff || s->closing ? found : s;
+	}
+	return found;
+}
+
+static void kv_ack(struct nelssad *nd, ucp_ep_h ep, uint64_t cookie, int status)
+{
+	const struct nelssa_ack_hdr a = { .cookie = cookie, .status = status };
+	uint8_t out[NELSSA_ACK_HDR_BYTES];
+
+	nelssa_ack_hdr_put(out, &a);
+	nd_send(nd, ep, NELSSA_AM_KV_ACK, out, sizeof(out), NULL, 0, 0);
+}
+
+/*
+ * Answers a KV or STEP message refused on arrival with @status: an ack with
+ * its cookie, or a step reply with its step id, as far as the header holds
+ * them -- read the same way whichever session it names.
+ */
+static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
+		   size_t hdr_len, size_t len, int status)
+{
+	if (id == NELSSA_AM_KV) {
+		struct nelssa_kv_hdr h = { 0 };
+
+		nelssa_kv_hdr_get(hdr, hdr_len, len, 1, &h);
+		kv_ack(nd, ep, h.cookie, status);
+	} else {
+		uint64_t step = 0;
+
+		/* The step id, bytes 16..23 (nelssa_step_hdr_put()). */
+		for (int i = 23; i >= 16 && hdr_len >= NELSSA_STEP_HDR_BYTES; i--)
+			step = step << 8 | hdr[i];
+		nd_step_reply_error(nd, ep, step, status);
+	}
 }
 
 /*
@@ -123,30 +184,29 @@ static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size
 		       const uint8_t *data, size_t len)
 {
 	struct nelssa_kv_hdr h = { 0 };
-	struct nelssa_ack_hdr a;
-	uint8_t out[NELSSA_ACK_HDR_BYTES];
 	struct nd_session *s;
-	int ret = -ENOENT;
+	int ret;
 
 	pthread_mutex_lock(&nd->lock);
 	s = find_session(nd, hdr, hdr_len);
-	if (s) {
-		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
-		if (!ret)
-			ret = check_rdma(nd, s, ep);
-		if (!ret)
-			ret = nd_kv_ingest(nd, s, &h, data);
-		if (!ret)
-			nd->stats.kv_bytes += len;
-	} else if (hdr_len == NELSSA_KV_HDR_BYTES) {
-		nelssa_kv_hdr_get(hdr, hdr_len, len, 1, &h);	/* for the cookie */
+	if (!s) {
+		pthread_mutex_unlock(&nd->lock);
+		if (nd->cfg.verbose)
+			nd_log(nd, "KV message refused: no such session");
+		refuse(nd, NELSSA_AM_KV, ep, hdr, hdr_len, len, -ENOENT);
+		return;
 	}
+	ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
+	if (!ret)
+		ret = check_rdma(nd, s, ep);
+	if (!ret)
+		ret = nd_kv_ingest(nd, s, &h, data);
+	if (!ret)
+		nd->stats.kv_bytes += len;
 	pthread_mutex_unlock(&nd->lock);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "KV message refused: %s", strerror(-ret));
-	a = (struct nelssa_ack_hdr){ .cookie = h.cookie, .status = ret };
-	nelssa_ack_hdr_put(out, &a);
-	nd_send(nd, ep, NELSSA_AM_KV_ACK, out, sizeof(out), NULL, 0, 0);
+	kv_ack(nd, ep, h.cookie, ret);
 }
 
 /*
@@ -177,15 +237,10 @@ static void process_step(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, si
 		s->peer->want = 1;	/* opened before any device completion is reaped */
 		s->peer->seen = ep;
 	}
-	if (!ret) {
+	if (!ret)
 		nd_step_start(nd, s, ep, hdr, hdr_len, data, len, t_arrive);
-	} else {
-		uint64_t step = 0;
-
-		for (int i = 15; i >= 8 && hdr_len >= 16; i--)
-			step = step << 8 | hdr[i];
-		nd_step_reply_error(nd, ep, step, ret);
-	}
+	else
+		refuse(nd, NELSSA_AM_STEP, ep, hdr, hdr_len, len, ret);
 	pthread_mutex_unlock(&nd->lock);
 }
 

@@ -111,9 +111,16 @@ struct nd_sdev {
 	uint64_t stage_bytes, in_off, out_off;
 };
 
+/*
+ * A session is its connection's alone (Documentation/daemon.rst, Tenants):
+ * on the control path it is named only on the connection that created it
+ * (@ctl_fd), on the data path only together with @token, which SESSION_OK
+ * gave that connection alone.  Anything else naming it finds nothing.
+ */
 struct nd_session {
 	uint64_t id;
-	uint32_t tenant;
+	uint64_t token;			/* random, never 0: nd_token_new() */
+	uint32_t tenant;		/* the client's label, for logs and tests only */
 	struct nelssa_shape shape;
 	uint32_t group, max_batch, max_sel, local_heads;
 	uint8_t placement;
@@ -206,6 +213,7 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
 	     void *data, size_t len, int free_data);
 
 /* dataplane.c */
+int nd_token_new(uint64_t *token);
 ucp_ep_h nd_peer_ep(const struct nd_session *s);
 int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);

@@ -15,7 +15,7 @@
 /* Fixed payload bytes per type (HELLO, HELLO_OK: without the address). */
 static const uint32_t payload_len[NELSSA_MSG_MAX] = {
 	[NELSSA_MSG_HELLO] = 40,	[NELSSA_MSG_HELLO_OK] = 48,
-	[NELSSA_MSG_SESSION_CREATE] = 32, [NELSSA_MSG_SESSION_OK] = 16,
+	[NELSSA_MSG_SESSION_CREATE] = 32, [NELSSA_MSG_SESSION_OK] = 24,
 	[NELSSA_MSG_REQ_ALLOC] = 24,	[NELSSA_MSG_REQ_FREE] = 16,
 	[NELSSA_MSG_OK] = 0,		[NELSSA_MSG_STATS] = 8,
 	[NELSSA_MSG_STATS_REPLY] = 72,	[NELSSA_MSG_CLOSE] = 8,
@@ -117,7 +117,8 @@ static int fields_ok(const struct nelssa_msg *m)
 		       m->u.create.capacity_tokens >= 1 &&
 		       m->u.create.capacity_tokens <= 1ull << 40;
 	case NELSSA_MSG_SESSION_OK:
-		return m->u.session_ok.session != 0 && m->u.session_ok.devices >= 1;
+		return m->u.session_ok.session != 0 && m->u.session_ok.token != 0 &&
+		       m->u.session_ok.devices >= 1;
 	case NELSSA_MSG_REQ_ALLOC:
 		return m->u.req.session && m->u.req.max_tokens >= 1 && m->u.req.max_clusters >= 1 &&
 		       m->u.req.max_clusters <= m->u.req.max_tokens;
@@ -187,7 +188,8 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		break;
 	case NELSSA_MSG_SESSION_OK:
 		put64(p, m->u.session_ok.session);
-		put32(p + 8, m->u.session_ok.devices);
+		put64(p + 8, m->u.session_ok.token);
+		put32(p + 16, m->u.session_ok.devices);
 		break;
 	case NELSSA_MSG_REQ_ALLOC:
 	case NELSSA_MSG_REQ_FREE:
@@ -306,10 +308,11 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		m->u.create.capacity_tokens = get64(p + 24);
 		break;
 	case NELSSA_MSG_SESSION_OK:
-		if (!zero(p + 12, 4))
+		if (!zero(p + 20, 4))
 			return -EINVAL;
 		m->u.session_ok.session = get64(p);
-		m->u.session_ok.devices = get32(p + 8);
+		m->u.session_ok.token = get64(p + 8);
+		m->u.session_ok.devices = get32(p + 16);
 		break;
 	case NELSSA_MSG_REQ_ALLOC:
 	case NELSSA_MSG_REQ_FREE:
@@ -352,14 +355,24 @@ void nelssa_kv_hdr_put(uint8_t *p, const struct nelssa_kv_hdr *h)
 {
 	memset(p, 0, NELSSA_KV_HDR_BYTES);
 	put64(p, h->session);
-	put64(p + 8, h->request);
-	put64(p + 16, h->cookie);
-	put16(p + 24, h->layer);
-	put16(p + 26, h->head);
-	put32(p + 28, h->first_token);
-	put32(p + 32, h->nr_tokens);
-	put32(p + 36, h->first_cluster);
-	put32(p + 40, h->nr_clusters);
+	put64(p + 8, h->token);
+	put64(p + 16, h->request);
+	put64(p + 24, h->cookie);
+	put16(p + 32, h->layer);
+	put16(p + 34, h->head);
+	put32(p + 36, h->first_token);
+	put32(p + 40, h->nr_tokens);
+	put32(p + 44, h->first_cluster);
+	put32(p + 48, h->nr_clusters);
+}
+
+int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint64_t *token)
+{
+	if (len < 16)
+		return -EBADMSG;
+	*session = get64(p);
+	*token = get64(p + 8);
+	return 0;
 }
 
 int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t head_dim,
@@ -367,17 +380,18 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t he
 {
 	uint64_t want;
 
-	if (len != NELSSA_KV_HDR_BYTES || !zero(p + 44, 12))
+	if (len != NELSSA_KV_HDR_BYTES || !zero(p + 52, 12))
 		return -EBADMSG;
 	h->session = get64(p);
-	h->request = get64(p + 8);
-	h->cookie = get64(p + 16);
-	h->layer = get16(p + 24);
-	h->head = get16(p + 26);
-	h->first_token = get32(p + 28);
-	h->nr_tokens = get32(p + 32);
-	h->first_cluster = get32(p + 36);
-	h->nr_clusters = get32(p + 40);
+	h->token = get64(p + 8);
+	h->request = get64(p + 16);
+	h->cookie = get64(p + 24);
+	h->layer = get16(p + 32);
+	h->head = get16(p + 34);
+	h->first_token = get32(p + 36);
+	h->nr_tokens = get32(p + 40);
+	h->first_cluster = get32(p + 44);
+	h->nr_clusters = get32(p + 48);
 	if ((uint64_t)h->first_token + h->nr_tokens > UINT32_MAX ||
 	    (uint64_t)h->first_cluster + h->nr_clusters > UINT32_MAX)
 		return -EINVAL;
@@ -405,9 +419,10 @@ void nelssa_step_hdr_put(uint8_t *p, const struct nelssa_step_hdr *h)
 {
 	memset(p, 0, NELSSA_STEP_HDR_BYTES);
 	put64(p, h->session);
-	put64(p + 8, h->step);
-	put16(p + 16, h->layer);
-	put32(p + 20, h->nr_items);
+	put64(p + 8, h->token);
+	put64(p + 16, h->step);
+	put16(p + 24, h->layer);
+	put32(p + 28, h->nr_items);
 }
 
 void nelssa_step_item_put(uint8_t *p, const struct nelssa_step_item *it)
@@ -426,12 +441,13 @@ int nelssa_step_parse(const uint8_t *hdr, size_t hdr_len, const uint8_t *data, s
 	const uint64_t q_bytes = 4ull * group * head_dim;
 	uint64_t off;
 
-	if (hdr_len != NELSSA_STEP_HDR_BYTES || !zero(hdr + 18, 2) || !zero(hdr + 24, 8))
+	if (hdr_len != NELSSA_STEP_HDR_BYTES || !zero(hdr + 26, 2) || !zero(hdr + 32, 8))
 		return -EBADMSG;
 	h->session = get64(hdr);
-	h->step = get64(hdr + 8);
-	h->layer = get16(hdr + 16);
-	h->nr_items = get32(hdr + 20);
+	h->token = get64(hdr + 8);
+	h->step = get64(hdr + 16);
+	h->layer = get16(hdr + 24);
+	h->nr_items = get32(hdr + 28);
 	if (h->nr_items > max_items)
 		return -E2BIG;
 	off = (uint64_t)h->nr_items * NELSSA_STEP_ITEM_BYTES;

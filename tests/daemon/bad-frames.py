@@ -10,15 +10,16 @@ import struct
 import sys
 
 MAGIC = 0x41534C4E
+VERSION = 2  # NELSSA_PROTO_VERSION
 HELLO, ERROR, STATS = 1, 11, 8
 
 
-def frame(typ, payload, version=1, magic=MAGIC, length=None, seq=7):
+def frame(typ, payload, version=VERSION, magic=MAGIC, length=None, seq=7):
     n = len(payload) if length is None else length
     return struct.pack("<IHHII", magic, version, typ, n, seq) + payload
 
 
-def hello(version=1, lo=1, hi=1):
+def hello(version=VERSION, lo=VERSION, hi=VERSION):
     return frame(HELLO, struct.pack("<HHI", lo, hi, 0) + b"bad-frames".ljust(32, b"\0"),
                  version=version)
 
@@ -61,12 +62,16 @@ def main():
         ("wrong magic", frame(HELLO, b"\0" * 40, magic=0xDEADBEEF)),
         ("unknown type", good_hello + frame(99, b"")),
         ("oversized length", good_hello + frame(STATS, b"", length=1 << 20)),
-        ("wrong version on a request", good_hello + frame(STATS, b"\0" * 8, version=2)),
+        ("wrong version on a request", good_hello + frame(STATS, b"\0" * 8, version=VERSION + 1)),
+        ("the previous version on a request", good_hello + frame(STATS, b"\0" * 8,
+                                                                 version=VERSION - 1)),
+        ("HELLO speaking only the previous version", hello(lo=VERSION - 1, hi=VERSION - 1)),
         ("HELLO speaking only version 5", hello(version=5, lo=5, hi=5)),
         ("a request before HELLO", frame(STATS, b"\0" * 8)),
         ("payload too short for its type", good_hello + frame(STATS, b"\0" * 4)),
-        ("non-zero reserved bytes", frame(HELLO, struct.pack("<HHI", 1, 1, 1) + b"x".ljust(32, b"\0"))),
-        ("name without a NUL", frame(HELLO, struct.pack("<HHI", 1, 1, 0) + b"y" * 32)),
+        ("non-zero reserved bytes", frame(HELLO, struct.pack("<HHI", VERSION, VERSION, 1) +
+                                          b"x".ljust(32, b"\0"))),
+        ("name without a NUL", frame(HELLO, struct.pack("<HHI", VERSION, VERSION, 0) + b"y" * 32)),
         ("a second HELLO", good_hello + good_hello),
         ("a reply type sent as a request", good_hello + frame(7, b"")),
     ]

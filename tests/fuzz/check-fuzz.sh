@@ -35,15 +35,17 @@ fi
 python3 - "$dir/corpus" <<'PY'
 import struct, sys, os
 d = sys.argv[1]
+VERSION = 2  # NELSSA_PROTO_VERSION
 def frame(t, p):
-    return struct.pack("<IHHII", 0x41534C4E, 1, t, len(p), 1) + p
+    return struct.pack("<IHHII", 0x41534C4E, VERSION, t, len(p), 1) + p
 seeds = {
-    "hello": frame(1, struct.pack("<HHI", 1, 1, 0) + b"seed".ljust(32, b"\0")),
+    "hello": frame(1, struct.pack("<HHI", VERSION, VERSION, 0) + b"seed".ljust(32, b"\0")),
+    "session_ok": frame(4, struct.pack("<QQII", 7, 0x5EC2E7, 4, 0)),
     "create": frame(3, struct.pack("<IHHHHBBHIIQ", 1, 2, 8, 2, 64, 1, 0, 0, 4, 16, 4096)),
     "alloc": frame(5, struct.pack("<QQII", 1, 2, 100, 10)),
     "stats": frame(8, struct.pack("<Q", 0)),
     "error": frame(11, struct.pack("<iI", -28, 0) + b"no room".ljust(128, b"\0")),
-    "hello_ok": frame(2, struct.pack("<HHIQ", 1, 4, 3, 1 << 30) + b"nelssad".ljust(32, b"\0") + b"abc"),
+    "hello_ok": frame(2, struct.pack("<HHIQ", VERSION, 4, 3, 1 << 30) + b"nelssad".ljust(32, b"\0") + b"abc"),
 }
 for k, v in seeds.items():
     open(os.path.join(d, k), "wb").write(v)

@@ -36,6 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct nelssa_kv_hdr kv;
 		struct nelssa_reply_hdr r;
 		struct nelssa_ack_hdr a;
+		uint64_t sid, token;
 		size_t q[64], s[64];
 		const uint32_t group = 1 + data[0] % 8, dim = 1 + data[1] % 64;
 
@@ -46,6 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		nelssa_reply_hdr_get(data, size < NELSSA_REPLY_HDR_BYTES ? size : NELSSA_REPLY_HDR_BYTES,
 				     &r);
 		nelssa_ack_hdr_get(data, NELSSA_ACK_HDR_BYTES, &a);
+		nelssa_am_session_get(data, size, &sid, &token);
 	}
 	return 0;
 }

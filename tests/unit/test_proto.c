@@ -57,6 +57,7 @@ static struct nelssa_msg sample(uint16_t type)
 		break;
 	case NELSSA_MSG_SESSION_OK:
 		m.u.session_ok.session = 77;
+		m.u.session_ok.token = 0x8877665544332211ull;
 		m.u.session_ok.devices = 4;
 		break;
 	case NELSSA_MSG_REQ_ALLOC:
@@ -143,9 +144,11 @@ static void header_checks(void **state)
 	buf[0] ^= 1;
 	assert_int_equal(-EPROTO, nelssa_msg_decode_hdr(buf, &h));
 	buf[0] ^= 1;
-	buf[4] = 2;	/* version 2 */
+	buf[4] = NELSSA_PROTO_VERSION + 1;
 	assert_int_equal(-EPROTONOSUPPORT, nelssa_msg_decode(buf, len, &d));
-	buf[4] = 1;
+	buf[4] = NELSSA_PROTO_VERSION - 1;
+	assert_int_equal(-EPROTONOSUPPORT, nelssa_msg_decode(buf, len, &d));
+	buf[4] = NELSSA_PROTO_VERSION;
 	buf[6] = NELSSA_MSG_MAX;
 	assert_int_equal(-EPROTO, nelssa_msg_decode_hdr(buf, &h));
 	buf[6] = 0;
@@ -174,6 +177,20 @@ static void refused_with(uint16_t type, size_t off, uint8_t val, int want)
 		fail_msg("%s: byte %zu = %u: expected %d", nelssa_msg_type_str(type), off, val, want);
 }
 
+/* The same with @n bytes from @off all set to 0 (a field of several bytes). */
+static void refused_with_all(uint16_t type, size_t off, size_t n, int want)
+{
+	struct nelssa_msg m = sample(type), d;
+	uint8_t buf[BUF];
+	size_t len;
+
+	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	memset(buf + NELSSA_PROTO_HDR_BYTES + off, 0, n);
+	if (nelssa_msg_decode(buf, len, &d) != want)
+		fail_msg("%s: bytes %zu..%zu = 0: expected %d", nelssa_msg_type_str(type), off,
+			 off + n - 1, want);
+}
+
 static void fields_checked(void **state)
 {
 	struct nelssa_msg m;
@@ -196,7 +213,8 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 31, 1, -EINVAL);	/* capacity > 2^40 */
 	refused_with(NELSSA_MSG_SESSION_OK, 0, 0, -EINVAL);		/* session 0 */
-	refused_with(NELSSA_MSG_SESSION_OK, 12, 1, -EINVAL);		/* reserved */
+	refused_with(NELSSA_MSG_SESSION_OK, 20, 1, -EINVAL);		/* reserved */
+	refused_with_all(NELSSA_MSG_SESSION_OK, 8, 8, -EINVAL);		/* token 0 */
 	refused_with(NELSSA_MSG_REQ_ALLOC, 23, 0xff, -EINVAL);		/* clusters > tokens */
 	refused_with(NELSSA_MSG_ERROR, 3, 0, -EINVAL);			/* code > 0 */
 	refused_with(NELSSA_MSG_ERROR, 4, 5, -EINVAL);			/* reserved */
@@ -223,19 +241,25 @@ static void fields_checked(void **state)
 
 static void kv_header_lengths(void **state)
 {
-	struct nelssa_kv_hdr h = { 5, 6, 7, 1, 2, 100, 30, 4, 3 }, d;
+	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3 }, d;
+	uint64_t session, token;
 	uint8_t p[NELSSA_KV_HDR_BYTES];
 	const size_t data = 4u * 30 * 64 + 8u * 3;
 
 	(void)state;
 	nelssa_kv_hdr_put(p, &h);
 	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
-	assert_true(d.session == 5 && d.request == 6 && d.cookie == 7 && d.layer == 1 &&
+	assert_true(d.session == 5 && d.token == 0xa5a5a5a55a5a5a5aull && d.request == 6 &&
+		    d.cookie == 7 && d.layer == 1 &&
 		    d.head == 2 && d.first_token == 100 && d.nr_tokens == 30 &&
 		    d.first_cluster == 4 && d.nr_clusters == 3);
 	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data - 1, 64, &d));
 	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p) - 1, data, 64, &d));
-	p[50] = 1;
+	/* Session and token lead, for a receiver to check before anything else. */
+	assert_int_equal(0, nelssa_am_session_get(p, sizeof(p), &session, &token));
+	assert_true(session == 5 && token == 0xa5a5a5a55a5a5a5aull);
+	assert_int_equal(-EBADMSG, nelssa_am_session_get(p, 15, &session, &token));
+	p[56] = 1;
 	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
 	h.first_token = UINT32_MAX;
 	nelssa_kv_hdr_put(p, &h);
@@ -245,7 +269,8 @@ static void kv_header_lengths(void **state)
 static void step_lengths(void **state)
 {
 	const uint32_t g = 4, dim = 8, nsel[3] = { 2, 0, 5 };
-	struct nelssa_step_hdr h = { 9, 10, 3, 3 }, dh;
+	struct nelssa_step_hdr h = { 9, 0x0102030405060708ull, 10, 3, 3 }, dh;
+	uint64_t session, token;
 	struct nelssa_step_item it[3], di[3];
 	uint8_t hdr[NELSSA_STEP_HDR_BYTES], data[1024];
 	size_t len = 3 * NELSSA_STEP_ITEM_BYTES, q[3], s[3];
@@ -261,6 +286,10 @@ static void step_lengths(void **state)
 	assert_int_equal(0, nelssa_step_parse(hdr, sizeof(hdr), data, len, g, dim, 3, 5, &dh, di, q, s));
 	assert_int_equal(3, dh.nr_items);
 	assert_int_equal(10, dh.step);
+	assert_int_equal(3, dh.layer);
+	assert_true(dh.session == 9 && dh.token == 0x0102030405060708ull);
+	assert_int_equal(0, nelssa_am_session_get(hdr, sizeof(hdr), &session, &token));
+	assert_true(session == 9 && token == 0x0102030405060708ull);
 	assert_int_equal(5, di[2].nr_sel);
 	assert_int_equal(3 * NELSSA_STEP_ITEM_BYTES, q[0]);
 	assert_int_equal(q[0] + 4 * g * dim, s[0]);

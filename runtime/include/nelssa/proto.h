@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define NELSSA_PROTO_MAGIC	0x41534c4eu	/* "NLSA" */
-#define NELSSA_PROTO_VERSION	1u
+#define NELSSA_PROTO_VERSION	2u
 #define NELSSA_PROTO_HDR_BYTES	16u
 #define NELSSA_PROTO_MAX_PAYLOAD 8192u
 #define NELSSA_PROTO_MAX_ADDR	4096u	/* UCX worker address */
@@ -43,7 +43,7 @@ extern "C" {
  * @NELSSA_MSG_HELLO_OK: the version chosen, the devices, the daemon's
  *	UCX worker address.
  * @NELSSA_MSG_SESSION_CREATE: model shape and capacity.
- * @NELSSA_MSG_SESSION_OK: the session id.
+ * @NELSSA_MSG_SESSION_OK: the session id and its token.
  * @NELSSA_MSG_REQ_ALLOC: reserve device memory for one request's KV.
  * @NELSSA_MSG_REQ_FREE: release it.
  * @NELSSA_MSG_OK: success without data.
@@ -147,8 +147,12 @@ struct nelssa_msg {
 			uint32_t max_batch, max_sel;
 			uint64_t capacity_tokens;
 		} create;
+		/*
+		 * @token: the session's secret, random and never 0; every KV
+		 * and STEP message of the session must carry it.
+		 */
 		struct {
-			uint64_t session;
+			uint64_t session, token;
 			uint32_t devices;
 		} session_ok;
 		struct {
@@ -222,9 +226,9 @@ int nelssa_shape_check(const struct nelssa_shape *s);
 #define NELSSA_AM_STEP		3u	/* client -> daemon: one layer's queries */
 #define NELSSA_AM_STEP_REPLY	4u	/* daemon -> client: outputs and LSEs */
 
-#define NELSSA_KV_HDR_BYTES	56u
+#define NELSSA_KV_HDR_BYTES	64u
 #define NELSSA_ACK_HDR_BYTES	16u
-#define NELSSA_STEP_HDR_BYTES	32u
+#define NELSSA_STEP_HDR_BYTES	40u
 #define NELSSA_STEP_ITEM_BYTES	16u
 #define NELSSA_REPLY_HDR_BYTES	48u
 
@@ -233,6 +237,8 @@ int nelssa_shape_check(const struct nelssa_shape *s);
  *	tokens [@first_token, +@nr_tokens) and table entries
  *	[@first_cluster, +@nr_clusters).
  * @session: the session.
+ * @token: its token (SESSION_OK): a message whose session and token do not
+ *	both match a session of the daemon is refused with -ENOENT.
  * @request: the request (from REQ_ALLOC).
  * @cookie: echoed in the ack.
  * @layer: layer.
@@ -246,7 +252,7 @@ int nelssa_shape_check(const struct nelssa_shape *s);
  * Data length must be exactly 2 * nr_tokens * head_dim * 2 + 8 * nr_clusters.
  */
 struct nelssa_kv_hdr {
-	uint64_t session, request, cookie;
+	uint64_t session, token, request, cookie;
 	uint16_t layer, head;
 	uint32_t first_token, nr_tokens, first_cluster, nr_clusters;
 };
@@ -264,6 +270,7 @@ struct nelssa_ack_hdr {
 /**
  * struct nelssa_step_hdr - NELSSA_AM_STEP: one layer of one decode step.
  * @session: the session.
+ * @token: its token, as in &struct nelssa_kv_hdr.
  * @step: echoed in the reply.
  * @layer: the layer.
  * @nr_items: (request, KV head) items that follow.
@@ -273,7 +280,7 @@ struct nelssa_ack_hdr {
  * u32 cluster ids.
  */
 struct nelssa_step_hdr {
-	uint64_t session, step;
+	uint64_t session, token, step;
 	uint16_t layer;
 	uint32_t nr_items;
 };
@@ -326,6 +333,21 @@ void nelssa_reply_hdr_put(uint8_t *p, const struct nelssa_reply_hdr *h);
  */
 int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t head_dim,
 		      struct nelssa_kv_hdr *h);
+
+/**
+ * nelssa_am_session_get() - the session and token a KV or STEP header names.
+ * @p: the header bytes.
+ * @len: their length.
+ * @session: receives the session id.
+ * @token: receives its token.
+ *
+ * Both headers start with them, so a receiver can find the session, and
+ * check that the sender holds its token, before it decodes the rest
+ * against the session's shape.
+ *
+ * Return: 0, or -EBADMSG when @len is too short to hold them.
+ */
+int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint64_t *token);
 
 /* Decoders of the fixed headers; 0 or -EBADMSG when @len is not exact. */
 int nelssa_ack_hdr_get(const uint8_t *p, size_t len, struct nelssa_ack_hdr *h);
