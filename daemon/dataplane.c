@@ -6,7 +6,9 @@
  * poller receives into a buffer first: one of a few staging slots
  * registered with UCX once at start (no registration per message; with
  * RDMA the client's rendezvous writes land there directly), or a plain
- * allocation when all are busy or the message is larger.  The poller's loop progresses the
+ * allocation when all are busy or the message is larger -- but only once
+ * the message has shown it is its session's (below) and no larger than
+ * that session could send.  The poller's loop progresses the
  * worker, opens and closes the endpoints step replies go to (tend_peers()),
  * reaps device completions (which finish steps), closes sessions
  * marked by the control thread, and then sleeps in epoll on the worker's
@@ -38,7 +40,9 @@ struct rndv_ctx {
 	struct nelssad *nd;
 	unsigned int id;
 	ucp_ep_h ep;
-	uint8_t hdr[64];
+	uint64_t session;	/* whose count of receives in flight it is on */
+	uint8_t hdr[NELSSA_KV_HDR_BYTES > NELSSA_STEP_HDR_BYTES ? NELSSA_KV_HDR_BYTES
+								: NELSSA_STEP_HDR_BYTES];
 	size_t hdr_len, len;
 	uint64_t t_arrive;
 	uint8_t *buf;
@@ -79,6 +83,15 @@ static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, s
 		found = diff || s->closing ? found : s;
 	}
 	return found;
+}
+
+/* A session by id alone, closing or not: for the daemon's own bookkeeping. */
+static struct nd_session *session_by_id(struct nelssad *nd, uint64_t id)
+{
+	for (struct nd_session *s = nd->sessions; s; s = s->next)
+		if (s->id == id)
+			return s;
+	return NULL;
 }
 
 static void kv_ack(struct nelssad *nd, ucp_ep_h ep, uint64_t cookie, int status)
@@ -253,11 +266,84 @@ static void dispatch_msg(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const
 		process_step(nd, ep, hdr, hdr_len, data, len, t_arrive);
 }
 
+/*
+ * Most bytes a step message of @s can have: every item it may hold with
+ * every cluster it may select (the session's device staging holds as much).
+ */
+static uint64_t step_bytes_max(const struct nd_session *s)
+{
+	const uint64_t items = (uint64_t)s->max_batch * s->shape.kv_heads;
+
+	return items * (NELSSA_STEP_ITEM_BYTES + 4ull * s->group * s->shape.head_dim +
+			4ull * s->max_sel);
+}
+
+/*
+ * A rendezvous message, before anything is allocated or fetched for it:
+ * 0 when its data may come, counted as in flight; else the status it is
+ * refused with.  That is what the whole message would get from what its
+ * header says alone -- -ENOENT for a session that is not the sender's,
+ * with nothing else looked at; for the session's own, its header checked
+ * against the session (a KV message's request, layer, head and ranges,
+ * and its length, exactly; a step's length against step_bytes_max()) --
+ * or -EMSGSIZE beyond ND_RNDV_BYTES, or -EBUSY when too many receives
+ * are in flight, the session's or the daemon's.  With the lock held.
+ */
+static int rndv_admit(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
+		      size_t hdr_len, size_t len, uint64_t *session)
+{
+	struct nd_session *s = find_session(nd, hdr, hdr_len);
+	int ret;
+
+	if (!s)
+		return -ENOENT;
+	ret = check_rdma(nd, s, ep);
+	if (!ret && id == NELSSA_AM_KV) {
+		struct nelssa_kv_hdr h;
+
+		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
+		if (!ret)
+			ret = nd_kv_check(s, &h);
+	} else if (!ret) {
+		if (hdr_len != NELSSA_STEP_HDR_BYTES)
+			ret = -EBADMSG;
+		else if (len > step_bytes_max(s))
+			ret = -EMSGSIZE;
+	}
+	if (!ret && len > ND_RNDV_BYTES)
+		ret = -EMSGSIZE;
+	if (!ret && (s->rndv >= ND_RNDV_PER_SESSION || nd->rndv >= ND_RNDV_MAX ||
+		     nd->rndv_bytes + len > ND_RNDV_BYTES))
+		ret = -EBUSY;
+	if (ret)
+		return ret;
+	s->rndv++;
+	nd->rndv++;
+	nd->rndv_bytes += len;
+	*session = s->id;
+	return 0;
+}
+
+/* A rendezvous receive is over: off the counts (its session may be gone). */
+static void rndv_retire(struct nelssad *nd, uint64_t session, size_t len)
+{
+	struct nd_session *s;
+
+	pthread_mutex_lock(&nd->lock);
+	s = session_by_id(nd, session);
+	if (s)
+		s->rndv--;
+	nd->rndv--;
+	nd->rndv_bytes -= len;
+	pthread_mutex_unlock(&nd->lock);
+}
+
 static void rndv_done(void *request, ucs_status_t status, size_t length, void *user_data)
 {
 	struct rndv_ctx *c = user_data;
 
 	(void)length;
+	rndv_retire(c->nd, c->session, c->len);
 	if (status == UCS_OK)
 		dispatch_msg(c->nd, c->id, c->ep, c->hdr, c->hdr_len, c->buf, c->len, c->t_arrive);
 	else
@@ -292,6 +378,8 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	ucp_request_param_t prm = { 0 };
 	struct rndv_ctx *c;
 	ucs_status_ptr_t sp;
+	uint64_t session = 0;
+	int ret;
 
 	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
 		nd_log(nd, "message %u without a reply endpoint dropped", id);
@@ -301,7 +389,23 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 		dispatch_msg(nd, id, param->reply_ep, header, header_length, data, length, t);
 		return UCS_OK;
 	}
-	/* Rendezvous: bounded header, then pull the data into a buffer. */
+	/*
+	 * Rendezvous: the header decides whether the data is fetched at all.
+	 * One refused is answered as a whole message would be, and UCX drops
+	 * its data and completes the sender's send when this returns UCS_OK
+	 * without a receive (ucp_def.h, ucp_am_recv_callback_t): the sender
+	 * waits for nothing and learns why from the answer.
+	 */
+	pthread_mutex_lock(&nd->lock);
+	ret = rndv_admit(nd, id, param->reply_ep, header, header_length, length, &session);
+	pthread_mutex_unlock(&nd->lock);
+	if (ret) {
+		if (nd->cfg.verbose)
+			nd_log(nd, "rendezvous message %u of %zu bytes refused: %s", id, length,
+			       ret == -ENOENT ? "no such session" : strerror(-ret));
+		refuse(nd, id, param->reply_ep, header, header_length, length, ret);
+		return UCS_OK;
+	}
 	c = calloc(1, sizeof(*c));
 	if (c && header_length <= sizeof(c->hdr)) {
 		c->slot = stage_get(nd, length);
@@ -310,11 +414,13 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	}
 	if (!c || header_length > sizeof(c->hdr) || !c->buf) {
 		free(c);
-		nd_log(nd, "message %u of %zu bytes dropped (header %zu bytes, or no memory)", id,
-		       length, header_length);
+		rndv_retire(nd, session, length);
+		nd_log(nd, "message %u of %zu bytes refused: no memory for it", id, length);
+		refuse(nd, id, param->reply_ep, header, header_length, length, -ENOMEM);
 		return UCS_OK;
 	}
 	c->nd = nd;
+	c->session = session;
 	c->id = id;
 	c->ep = param->reply_ep;
 	memcpy(c->hdr, header, header_length);
@@ -351,7 +457,12 @@ static ucs_status_t am_step(void *arg, const void *header, size_t header_length,
 	return on_am(arg, NELSSA_AM_STEP, header, header_length, data, length, param);
 }
 
-/* Any other id: dropped (a rendezvous message's data is never fetched). */
+/*
+ * Any other id: dropped.  A rendezvous message's data is never fetched;
+ * the status returned completes the sender's send (ucp_def.h), so it
+ * learns the message was refused, not delivered -- there is no header
+ * format to answer in.  An eager message may only be given UCS_OK.
+ */
 static ucs_status_t am_refuse(void *arg, const void *header, size_t header_length, void *data,
 			      size_t length, const ucp_am_recv_param_t *param)
 {
@@ -359,11 +470,10 @@ static ucs_status_t am_refuse(void *arg, const void *header, size_t header_lengt
 
 	(void)header;
 	(void)data;
-	(void)param;
 	if (nd->cfg.verbose)
 		nd_log(nd, "active message of an id this daemon does not take dropped "
 		       "(header %zu, data %zu bytes)", header_length, length);
-	return UCS_OK;
+	return param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV ? UCS_ERR_UNSUPPORTED : UCS_OK;
 }
 
 /*

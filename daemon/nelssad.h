@@ -33,6 +33,15 @@
 #define ND_NAME "nelssad"
 #define ND_STAGE_SLOTS 8
 #define ND_STAGE_BYTES (1u << 20)	/* more than a client's 256 KiB KV chunk */
+/*
+ * Rendezvous receives in flight (started, data not yet all here): at most
+ * this many per session and in all, and at most this many bytes in all;
+ * beyond, a message is refused with -EBUSY (larger than the bytes alone:
+ * -EMSGSIZE).  A client keeps 8 KV chunks and a step or so in flight.
+ */
+#define ND_RNDV_PER_SESSION 16u
+#define ND_RNDV_MAX 256u
+#define ND_RNDV_BYTES (1ull << 30)
 
 struct nd_config {
 	char devices[1024];	/* "sim:4", "kdev", or a list of device names */
@@ -130,6 +139,7 @@ struct nd_session {
 	int closing;			/* set by control, acted on by the poller */
 	struct nd_step *step;		/* in flight, at most one */
 	int held;			/* test hook: @step is done, its reply parked */
+	uint32_t rndv;			/* rendezvous receives in flight (poller) */
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
 	struct nd_sdev dev[ND_MAX_DEVICES];
@@ -163,6 +173,8 @@ struct nelssad {
 	uint8_t *stage;
 	ucp_mem_h stage_memh;
 	uint32_t stage_free;		/* bitmap of free slots */
+	uint32_t rndv;			/* rendezvous receives in flight, in all */
+	uint64_t rndv_bytes;		/* ... and their bytes */
 	pthread_t poller;
 	int wake_fd;			/* eventfd: wakes the poller */
 	/*
@@ -185,6 +197,7 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 		     uint32_t max_clusters, char *why, size_t why_len);
 int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id);
 struct nd_request *nd_request_find(struct nd_session *s, uint64_t id);
+int nd_kv_check(struct nd_session *s, const struct nelssa_kv_hdr *h);
 int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
 		 const uint8_t *data);
 /* Device of a head (head-wise placement); the store index of a head on a device. */

@@ -316,6 +316,24 @@ static int ingest_clusters(struct nelssad *nd, struct nd_session *s, struct nd_r
 	return 0;
 }
 
+/*
+ * Whether @h names a request of @s and stays inside its room: what a KV
+ * message is checked against before its data is taken (a rendezvous one
+ * before its data is even fetched).
+ */
+int nd_kv_check(struct nd_session *s, const struct nelssa_kv_hdr *h)
+{
+	const struct nd_request *r = nd_request_find(s, h->request);
+
+	if (!r)
+		return -ENOENT;
+	if (h->layer >= s->shape.layers || h->head >= s->shape.kv_heads ||
+	    (uint64_t)h->first_token + h->nr_tokens > r->max_tokens ||
+	    (uint64_t)h->first_cluster + h->nr_clusters > r->max_clusters)
+		return -ERANGE;
+	return 0;
+}
+
 int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
 		 const uint8_t *data)
 {
@@ -325,14 +343,10 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 	uint64_t k, v, t;
 	uint32_t d, cell, *nt, *nc;
 	struct nd_device *dev;
-	int ret;
+	int ret = nd_kv_check(s, h);
 
-	if (!r)
-		return -ENOENT;
-	if (h->layer >= s->shape.layers || h->head >= s->shape.kv_heads ||
-	    (uint64_t)h->first_token + h->nr_tokens > r->max_tokens ||
-	    (uint64_t)h->first_cluster + h->nr_clusters > r->max_clusters)
-		return -ERANGE;
+	if (ret)
+		return ret;
 	cell = (uint32_t)h->layer * s->shape.kv_heads + h->head;
 	if (s->placement == NELSSA_PLACE_CLUSTERS)
 		return ingest_clusters(nd, s, r, h, data, cell);
