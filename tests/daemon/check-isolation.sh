@@ -1,0 +1,60 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Tier T1: tenant isolation on nelssad's data and control paths, once with
+# UCX over TCP and once over shared memory, in TAP.  The checks are
+# isolation.c's (a victim and an attacker guessing at its session); here:
+# a daemon per transport, each of the program's subtests counted even when
+# it dies early, and the daemon alive afterwards, exiting cleanly on
+# SIGTERM without a sanitizer report.
+#
+#   check-isolation.sh NELSSAD ISOLATION
+set -u
+
+nd=${1:?usage: check-isolation.sh NELSSAD ISOLATION}
+iso=${2:?}
+out=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+
+# shellcheck source=../../scripts/nelssad-lib.sh
+. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
+export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
+
+k=$("$iso" --count) || exit 1
+per=$((k + 2))
+echo "1..$((2 * per))"
+n=0
+for tls in tcp shm; do
+	first=$((n + 1))
+	if ! UCX_TLS=$tls nelssad_start "$nd" "$out/daemon.log" "$out/port" \
+		--sim-opts mem=256M,cores=1 --verbose; then
+		sed 's/^/# /' "$out/daemon.log" | tail -20
+		i=0
+		while [ $i -lt $per ]; do
+			echo "not ok $((n += 1)) - $tls: daemon listening"
+			i=$((i + 1))
+		done
+		continue
+	fi
+	echo "ok $((n += 1)) - $tls: daemon listening on port $port"
+	UCX_TLS=$tls timeout 300 "$iso" 127.0.0.1 "$port" "$pid" $((first + 1)) >"$out/iso" 2>&1
+	st=$?
+	cat "$out/iso"
+	got=$(grep -cE '^(not )?ok ' "$out/iso")
+	n=$((n + got))
+	while [ "$got" -lt "$k" ]; do
+		echo "not ok $((n += 1)) - $tls: isolation ended early (exit $st)"
+		got=$((got + 1))
+	done
+	kill -TERM $pid
+	if wait $pid && ! grep -q "Sanitizer" "$out/daemon.log"; then
+		echo "ok $((n += 1)) - $tls: the daemon alive to the end, clean exit, no sanitizer report"
+	else
+		sed 's/^/# /' "$out/daemon.log" | tail -30
+		echo "not ok $((n += 1)) - $tls: the daemon alive to the end, clean exit"
+	fi
+	pid=
+done

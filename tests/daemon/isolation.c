@@ -1,0 +1,913 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Tenant isolation on nelssad's data and control paths (tier T1), as raw
+ * UCX peers, in TAP.  A victim opens a session, allocates a request,
+ * writes its KV and runs a step, checked against float64 attention.  An
+ * attacker -- its own control connection, HELLO'd, with a session of its
+ * own -- then guesses: the victim's session id with token 0, with random
+ * tokens, with its own token; the victim's token with other ids; each on
+ * KV writes, steps and, on the control path, REQ_ALLOC, REQ_FREE and
+ * CLOSE.  Every guess must get exactly what a session that never existed
+ * gets (-ENOENT; the same ERROR message on the control path), whatever
+ * else in the message is wrong (request, layer, head, lengths), and the
+ * victim's steps must still succeed and give bit for bit the outputs they
+ * gave before.  Then rendezvous messages of 64 MiB naming no session of
+ * the sender's: each send completes within a bounded wait, is answered
+ * -ENOENT, and the daemon's resident memory does not grow by them; a step
+ * beyond what the attacker's own session could send is refused with
+ * -EMSGSIZE; a rendezvous message of an id the daemon does not take
+ * completes its send with an error.
+ *
+ * usage: isolation --count               the number of subtests
+ *        isolation HOST PORT PID FIRST   runs them, numbered from FIRST,
+ *                                        against the daemon of pid PID
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include <nelssa/proto.h>
+
+#include "testutil.h"
+
+#define NR_CHECKS 17
+
+#define LAYERS 2
+#define KV_HEADS 2
+#define GROUP 2
+#define DIM 64
+#define TOKENS 64
+#define CLUSTER 16
+#define CLUSTERS (TOKENS / CLUSTER)
+#define REQUEST 100
+#define NEVER 987654321ull	/* a session id no daemon of this test reaches */
+#define WAIT_MS 10000
+#define BIG (64u << 20)		/* rendezvous messages to refuse */
+
+#define NO_ANSWER 1		/* a status no daemon sends: nothing came */
+
+struct tenant {
+	const char *name;
+	int fd;
+	uint32_t seq;
+	ucp_worker_h w;
+	ucp_ep_h ep;
+	uint64_t session, token;
+	/* the last KV ack */
+	int acked;
+	uint64_t ack_cookie;
+	int32_t ack_status;
+	/* the last step reply */
+	int replied, receiving;
+	struct nelssa_reply_hdr reply;
+	uint8_t rbuf[4096];
+	size_t rlen;
+};
+
+static ucp_context_h ucp;
+static struct tenant victim = { .name = "victim" }, attacker = { .name = "attacker" };
+static int test_no;
+static uint64_t next_cookie = 1, next_step = 1;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void report(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void report(int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s %d - %s: ", ok ? "ok" : "not ok", ++test_no, getenv("UCX_TLS") ?
+	       getenv("UCX_TLS") : "?");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+/* Both workers: the daemon may wait on either while a test waits on one. */
+static void progress(void)
+{
+	if (victim.w)
+		while (ucp_worker_progress(victim.w))
+			;
+	if (attacker.w)
+		while (ucp_worker_progress(attacker.w))
+			;
+}
+
+/* Control path */
+
+static int ctl_connect(const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *res;
+	int fd;
+
+	if (getaddrinfo(host, port, &hints, &res))
+		return -1;
+	fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+	if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen)) {
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+static int read_all(int fd, uint8_t *p, size_t n)
+{
+	while (n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&pfd, 1, WAIT_MS) != 1)
+			return -ETIMEDOUT;
+		r = recv(fd, p, n, 0);
+		if (r <= 0)
+			return -ECONNRESET;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* One request, one reply frame in @r (an ERROR too): 0 or a transport error. */
+static int ctl_call(struct tenant *t, struct nelssa_msg *m, struct nelssa_msg *r)
+{
+	static uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	struct nelssa_msg_hdr h;
+	size_t len;
+	int ret;
+
+	m->seq = ++t->seq;
+	ret = nelssa_msg_encode(m, buf, sizeof(buf), &len);
+	if (ret)
+		return ret;
+	if (send(t->fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return -EIO;
+	ret = read_all(t->fd, buf, NELSSA_PROTO_HDR_BYTES);
+	if (!ret)
+		ret = nelssa_msg_decode_hdr(buf, &h);
+	if (!ret)
+		ret = read_all(t->fd, buf + NELSSA_PROTO_HDR_BYTES, h.length);
+	if (!ret)
+		ret = nelssa_msg_decode(buf, NELSSA_PROTO_HDR_BYTES + h.length, r);
+	return ret;
+}
+
+/* Data path */
+
+static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,
+			   size_t length, const ucp_am_recv_param_t *param)
+{
+	struct tenant *t = arg;
+	struct nelssa_ack_hdr a;
+
+	(void)data;
+	(void)length;
+	(void)param;
+	if (!nelssa_ack_hdr_get(header, header_length, &a)) {
+		t->ack_cookie = a.cookie;
+		t->ack_status = a.status;
+		t->acked = 1;
+	}
+	return UCS_OK;
+}
+
+static void reply_recvd(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+	struct tenant *t = user_data;
+
+	(void)length;
+	if (status != UCS_OK)
+		t->reply.status = -EIO;
+	t->receiving = 0;
+	t->replied = 1;
+	if (request)
+		ucp_request_free(request);
+}
+
+static ucs_status_t on_reply(void *arg, const void *header, size_t header_length, void *data,
+			     size_t length, const ucp_am_recv_param_t *param)
+{
+	struct tenant *t = arg;
+	ucp_request_param_t prm = { 0 };
+	ucs_status_ptr_t sp;
+
+	if (nelssa_reply_hdr_get(header, header_length, &t->reply) || length > sizeof(t->rbuf)) {
+		t->reply.status = -EPROTO;
+		t->replied = 1;
+		return UCS_OK;
+	}
+	t->rlen = length;
+	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+		memcpy(t->rbuf, data, length);
+		t->replied = 1;
+		return UCS_OK;
+	}
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	prm.cb.recv_am = reply_recvd;
+	prm.user_data = t;
+	t->receiving = 1;
+	sp = ucp_am_recv_data_nbx(t->w, data, t->rbuf, length, &prm);
+	if (sp == NULL)
+		reply_recvd(NULL, UCS_OK, length, t);
+	else if (UCS_PTR_IS_ERR(sp))
+		reply_recvd(NULL, UCS_PTR_STATUS(sp), 0, t);
+	return UCS_OK;
+}
+
+static ucs_status_t on_other(void *arg, const void *header, size_t header_length, void *data,
+			     size_t length, const ucp_am_recv_param_t *param)
+{
+	(void)arg;
+	(void)header;
+	(void)header_length;
+	(void)data;
+	(void)length;
+	(void)param;
+	return UCS_OK;
+}
+
+struct sent {
+	int done;
+	ucs_status_t status;
+};
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+	struct sent *s = user_data;
+
+	(void)request;
+	s->status = status;
+	s->done = 1;
+}
+
+/*
+ * Sends one active message and waits (WAIT_MS at most) for UCX to be done
+ * with it.  Return: the send's status, UCS_ERR_TIMED_OUT when it never
+ * completed (then cancelled).  *@ms receives how long it took.
+ */
+static ucs_status_t am_send(struct tenant *t, unsigned int id, const void *hdr, size_t hdr_len,
+			    const void *data, size_t len, uint32_t flags, uint64_t *ms)
+{
+	ucp_request_param_t prm = { 0 };
+	const uint64_t start = now_ms();
+	struct sent s = { 0 };
+	ucs_status_ptr_t sp;
+
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+			   UCP_OP_ATTR_FIELD_FLAGS;
+	prm.flags = UCP_AM_SEND_FLAG_REPLY | flags;
+	prm.cb.send = send_cb;
+	prm.user_data = &s;
+	sp = ucp_am_send_nbx(t->ep, id, hdr, hdr_len, data, len, &prm);
+	if (!UCS_PTR_IS_PTR(sp)) {
+		if (ms)
+			*ms = now_ms() - start;
+		return UCS_PTR_STATUS(sp);
+	}
+	while (!s.done && now_ms() < start + WAIT_MS)
+		progress();
+	if (ms)
+		*ms = now_ms() - start;
+	if (!s.done) {
+		ucp_request_cancel(t->w, sp);
+		while (!s.done)
+			progress();
+		s.status = UCS_ERR_TIMED_OUT;
+	}
+	ucp_request_free(sp);
+	return s.status;
+}
+
+/* Opens @t's control connection and worker, says HELLO, reaches the daemon's worker. */
+static int tenant_open(struct tenant *t, const char *host, const char *port)
+{
+	static struct nelssa_msg m, r;
+	ucp_worker_params_t wp = { 0 };
+	ucp_ep_params_t ep = { 0 };
+	ucp_am_handler_param_t ap = { 0 };
+	ucp_address_t *addr;
+	size_t addr_len;
+
+	t->fd = ctl_connect(host, port);
+	if (t->fd < 0)
+		return -ECONNREFUSED;
+	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+	if (ucp_worker_create(ucp, &wp, &t->w) != UCS_OK)
+		return -EIO;
+	/* In ascending order, as the daemon does (see nd_dataplane_start()). */
+	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+			UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+	ap.arg = t;
+	for (ap.id = 0; ap.id <= NELSSA_AM_STEP_REPLY; ap.id++) {
+		ap.cb = ap.id == NELSSA_AM_KV_ACK ? on_ack :
+			ap.id == NELSSA_AM_STEP_REPLY ? on_reply : on_other;
+		if (ucp_worker_set_am_recv_handler(t->w, &ap) != UCS_OK)
+			return -EIO;
+	}
+	if (ucp_worker_get_address(t->w, &addr, &addr_len) != UCS_OK ||
+	    addr_len > NELSSA_PROTO_MAX_ADDR)
+		return -EIO;
+	memset(&m, 0, sizeof(m));
+	m.type = NELSSA_MSG_HELLO;
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "isolation-%s", t->name);
+	m.u.hello.addr_len = (uint32_t)addr_len;
+	memcpy(m.u.hello.addr, addr, addr_len);
+	ucp_worker_release_address(t->w, addr);
+	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_HELLO_OK)
+		return -EPROTO;
+	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+	ep.address = (const ucp_address_t *)r.u.hello_ok.addr;
+	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	if (ucp_ep_create(t->w, &ep, &t->ep) == UCS_ERR_UNREACHABLE) {
+		/* Shared memory has no peer-failure detection. */
+		ep.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+		if (ucp_ep_create(t->w, &ep, &t->ep) != UCS_OK)
+			return -EIO;
+	}
+	return 0;
+}
+
+static void tenant_close(struct tenant *t)
+{
+	if (t->ep) {
+		ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+					    .flags = UCP_EP_CLOSE_FLAG_FORCE };
+		ucs_status_ptr_t sp = ucp_ep_close_nbx(t->ep, &prm);
+		const uint64_t end = now_ms() + WAIT_MS;
+
+		while (UCS_PTR_IS_PTR(sp) && ucp_request_check_status(sp) == UCS_INPROGRESS &&
+		       now_ms() < end)
+			progress();
+		if (UCS_PTR_IS_PTR(sp) && ucp_request_check_status(sp) != UCS_INPROGRESS)
+			ucp_request_free(sp);
+		t->ep = NULL;
+	}
+	if (t->fd >= 0)
+		close(t->fd);
+}
+
+/* SESSION_CREATE and REQ_ALLOC of request REQUEST on @t's connection. */
+static int tenant_session(struct tenant *t, uint32_t label)
+{
+	static struct nelssa_msg m, r;
+
+	memset(&m, 0, sizeof(m));
+	m.type = NELSSA_MSG_SESSION_CREATE;
+	m.u.create.tenant = label;
+	m.u.create.shape = (struct nelssa_shape){ LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM,
+						  NELSSA_KV_BF16 };
+	m.u.create.placement = NELSSA_PLACE_HEADS;
+	m.u.create.max_batch = 4;
+	m.u.create.max_sel = 64;
+	m.u.create.capacity_tokens = 4096;
+	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_SESSION_OK)
+		return -EPROTO;
+	t->session = r.u.session_ok.session;
+	t->token = r.u.session_ok.token;
+	memset(&m, 0, sizeof(m));
+	m.type = NELSSA_MSG_REQ_ALLOC;
+	m.u.req.session = t->session;
+	m.u.req.request = REQUEST;
+	m.u.req.max_tokens = TOKENS;
+	m.u.req.max_clusters = CLUSTERS;
+	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_OK)
+		return -EPROTO;
+	return 0;
+}
+
+/*
+ * A control request naming @session (and request REQUEST) on @t's
+ * connection; the ERROR's code and message into @code and @msg (0 and ""
+ * for an OK).  Return: 0, or a transport error.
+ */
+static int ctl_naming(struct tenant *t, uint16_t type, uint64_t session, int32_t *code,
+		      char *msg, size_t msg_len)
+{
+	static struct nelssa_msg m, r;
+	int ret;
+
+	memset(&m, 0, sizeof(m));
+	m.type = type;
+	if (type == NELSSA_MSG_CLOSE) {
+		m.u.session.session = session;
+	} else {
+		m.u.req.session = session;
+		m.u.req.request = REQUEST;
+		m.u.req.max_tokens = TOKENS;
+		m.u.req.max_clusters = CLUSTERS;
+	}
+	ret = ctl_call(t, &m, &r);
+	if (ret)
+		return ret;
+	*code = r.type == NELSSA_MSG_ERROR ? r.u.error.code : 0;
+	snprintf(msg, msg_len, "%s", r.type == NELSSA_MSG_ERROR ? r.u.error.msg : "");
+	return 0;
+}
+
+/* The KV data: K rows, V rows (token order = store order), the table. */
+static uint16_t kv_k[LAYERS][KV_HEADS][TOKENS * DIM], kv_v[LAYERS][KV_HEADS][TOKENS * DIM];
+static uint8_t kv_msg[4 * TOKENS * DIM + 8 * CLUSTERS];
+
+static size_t kv_data(uint32_t l, uint32_t h)
+{
+	memcpy(kv_msg, kv_k[l][h], sizeof(kv_k[l][h]));
+	memcpy(kv_msg + sizeof(kv_k[l][h]), kv_v[l][h], sizeof(kv_v[l][h]));
+	for (uint32_t c = 0; c < CLUSTERS; c++) {
+		const uint32_t e[2] = { c * CLUSTER, CLUSTER };
+
+		memcpy(kv_msg + 4 * TOKENS * DIM + 8 * c, e, sizeof(e));
+	}
+	return sizeof(kv_msg);
+}
+
+/*
+ * A KV message from @t naming @session/@token with @h's other fields (the
+ * cookie is set here) and @len bytes of @data; returns the ack's status,
+ * NO_ANSWER when none came, -ETIMEDOUT / -EIO when the send itself did
+ * not complete or failed.
+ */
+static int kv_send(struct tenant *t, uint64_t session, uint64_t token, struct nelssa_kv_hdr h,
+		   const void *data, size_t len, uint32_t flags)
+{
+	uint8_t hdr[NELSSA_KV_HDR_BYTES];
+	uint64_t end;
+	ucs_status_t st;
+
+	h.session = session;
+	h.token = token;
+	h.cookie = next_cookie++;
+	nelssa_kv_hdr_put(hdr, &h);
+	t->acked = 0;
+	st = am_send(t, NELSSA_AM_KV, hdr, sizeof(hdr), data, len, flags, NULL);
+	if (st == UCS_ERR_TIMED_OUT)
+		return -ETIMEDOUT;
+	if (st != UCS_OK)
+		return -EIO;
+	end = now_ms() + WAIT_MS;
+	while (!(t->acked && t->ack_cookie == h.cookie) && now_ms() < end)
+		progress();
+	return t->acked && t->ack_cookie == h.cookie ? t->ack_status : NO_ANSWER;
+}
+
+/* A whole, valid KV message of (@l, @h) of request REQUEST. */
+static struct nelssa_kv_hdr kv_whole(uint16_t l, uint16_t h)
+{
+	return (struct nelssa_kv_hdr){ .request = REQUEST, .layer = l, .head = h,
+				       .nr_tokens = TOKENS, .nr_clusters = CLUSTERS };
+}
+
+/* The step: every head of request REQUEST at @layer, clusters 0 and 2 selected. */
+static float step_q[KV_HEADS][GROUP * DIM];
+static const uint32_t step_sel[2] = { 0, 2 };
+static uint8_t step_msg[KV_HEADS * (NELSSA_STEP_ITEM_BYTES + 4 * GROUP * DIM + 4 * 2)];
+
+static size_t step_data(uint64_t request, uint16_t head_offset)
+{
+	uint8_t *p = step_msg + KV_HEADS * NELSSA_STEP_ITEM_BYTES;
+
+	for (uint32_t i = 0; i < KV_HEADS; i++) {
+		const struct nelssa_step_item it = { request, (uint16_t)(i + head_offset), 2 };
+
+		nelssa_step_item_put(step_msg + i * NELSSA_STEP_ITEM_BYTES, &it);
+		memcpy(p, step_q[i], sizeof(step_q[i]));
+		memcpy(p + sizeof(step_q[i]), step_sel, sizeof(step_sel));
+		p += sizeof(step_q[i]) + sizeof(step_sel);
+	}
+	return sizeof(step_msg);
+}
+
+/* Sends a step from @t naming @session/@token; returns the reply's status or NO_ANSWER. */
+static int step_send(struct tenant *t, uint64_t session, uint64_t token, uint16_t layer,
+		     const void *data, size_t len, uint32_t flags)
+{
+	const struct nelssa_step_hdr h = { .session = session, .token = token,
+					   .step = next_step++, .layer = layer,
+					   .nr_items = KV_HEADS };
+	uint8_t hdr[NELSSA_STEP_HDR_BYTES];
+	uint64_t end;
+	ucs_status_t st;
+
+	nelssa_step_hdr_put(hdr, &h);
+	t->replied = 0;
+	st = am_send(t, NELSSA_AM_STEP, hdr, sizeof(hdr), data, len, flags, NULL);
+	if (st != UCS_OK)
+		return st == UCS_ERR_TIMED_OUT ? -ETIMEDOUT : -EIO;
+	end = now_ms() + WAIT_MS;
+	while (!(t->replied && t->reply.step == h.step) && now_ms() < end)
+		progress();
+	return t->replied && t->reply.step == h.step ? t->reply.status : NO_ANSWER;
+}
+
+/* The victim's step at layer 0; its outputs and LSEs into @out (rlen bytes). */
+static int victim_step(uint8_t *out)
+{
+	int ret = step_send(&victim, victim.session, victim.token, 0, step_msg, step_data(REQUEST, 0),
+			    0);
+
+	if (!ret && victim.rlen == KV_HEADS * (4 * GROUP * DIM + 4 * GROUP))
+		memcpy(out, victim.rbuf, victim.rlen);
+	else if (!ret)
+		ret = -EPROTO;
+	return ret;
+}
+
+/* Checks @out against float64 attention over clusters 0 and 2. */
+static int victim_reference(const uint8_t *out)
+{
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	uint32_t tok[2 * CLUSTER], bad = 0;
+
+	for (uint32_t c = 0; c < 2; c++)
+		for (uint32_t j = 0; j < CLUSTER; j++)
+			tok[c * CLUSTER + j] = step_sel[c] * CLUSTER + j;
+	for (uint32_t h = 0; h < KV_HEADS; h++) {
+		const uint8_t *p = out + h * (4 * GROUP * DIM + 4 * GROUP);
+		float o[GROUP * DIM], lse[GROUP];
+		char what[32];
+
+		memcpy(o, p, sizeof(o));
+		memcpy(lse, p + sizeof(o), sizeof(lse));
+		snprintf(what, sizeof(what), "victim head %u", h);
+		bad |= (uint32_t)tu_check_attn(&g, step_q[h], kv_k[0][h], kv_v[0][h], tok,
+					      2 * CLUSTER, o, lse, what);
+	}
+	return bad ? -EDOM : 0;
+}
+
+static long vm_rss_kib(const char *pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%s/status", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kib = strtol(line + 6, NULL, 10);
+	fclose(f);
+	return kib;
+}
+
+/* The guesses at the victim's session a tenant without its token can make. */
+struct guess {
+	uint64_t session, token;
+};
+
+static uint32_t guesses(struct tu_rng *rng, struct guess *g)
+{
+	uint32_t n = 0;
+
+	g[n++] = (struct guess){ victim.session, 0 };
+	g[n++] = (struct guess){ victim.session, attacker.token };
+	g[n++] = (struct guess){ victim.session, victim.token ^ 1 };
+	g[n++] = (struct guess){ victim.session, ~victim.token };
+	for (int i = 0; i < 8; i++)
+		g[n++] = (struct guess){ victim.session, tu_next(rng) | 1 };
+	/* The victim's token with the wrong id. */
+	g[n++] = (struct guess){ attacker.session, victim.token };
+	g[n++] = (struct guess){ victim.session + 1, victim.token };
+	g[n++] = (struct guess){ victim.session - 1, victim.token };
+	g[n++] = (struct guess){ 0, victim.token };
+	g[n++] = (struct guess){ NEVER, victim.token };
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	static uint8_t before[4096], after[4096];
+	static struct guess g[32];
+	struct tu_rng rng;
+	ucp_params_t up = { 0 };
+	const char *pid;
+	uint32_t ng;
+	int ret, all;
+
+	if (argc == 2 && !strcmp(argv[1], "--count")) {
+		printf("%d\n", NR_CHECKS);
+		return 0;
+	}
+	if (argc != 5) {
+		fprintf(stderr, "usage: isolation --count | isolation HOST PORT PID FIRST\n");
+		return 2;
+	}
+	pid = argv[3];
+	test_no = atoi(argv[4]) - 1;
+	tu_init("isolation");
+	tu_rng_for(&rng, "isolation", 0);
+	up.field_mask = UCP_PARAM_FIELD_FEATURES;
+	up.features = UCP_FEATURE_AM;
+	if (ucp_init(&up, NULL, &ucp) != UCS_OK) {
+		printf("# UCX init failed\n");
+		return 1;
+	}
+
+	/* 1: the victim's session, request, KV and a step, exact. */
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KV_HEADS; h++) {
+			tu_fill_kv(&rng, kv_k[l][h], TOKENS * DIM, 1.0, NELSSA_KV_BF16);
+			tu_fill_kv(&rng, kv_v[l][h], TOKENS * DIM, 1.0, NELSSA_KV_BF16);
+		}
+	for (uint32_t h = 0; h < KV_HEADS; h++)
+		tu_fill_f32(&rng, step_q[h], GROUP * DIM, 1.0);
+	ret = tenant_open(&victim, argv[1], argv[2]);
+	if (!ret)
+		ret = tenant_session(&victim, 1);
+	for (uint16_t l = 0; l < LAYERS && !ret; l++)
+		for (uint16_t h = 0; h < KV_HEADS && !ret; h++) {
+			size_t len = kv_data(l, h);
+
+			ret = kv_send(&victim, victim.session, victim.token, kv_whole(l, h), kv_msg,
+				      len, 0);
+		}
+	if (!ret)
+		ret = victim_step(before);
+	if (!ret)
+		ret = victim_reference(before);
+	report(!ret, "the victim's session %llu: KV written, a step equal to float64 attention "
+	       "(%d)", (unsigned long long)victim.session, ret);
+	ret = tenant_open(&attacker, argv[1], argv[2]);
+	if (!ret)
+		ret = tenant_session(&attacker, 2);
+	if (ret) {
+		printf("# the attacker could not connect: %d\n", ret);
+		return 1;
+	}
+	printf("# victim session %llu, attacker session %llu\n", (unsigned long long)victim.session,
+	       (unsigned long long)attacker.session);
+	ng = guesses(&rng, g);
+
+	/* 2: the baseline, a session that never existed. */
+	ret = kv_send(&attacker, NEVER, 0, kv_whole(0, 0), kv_msg, kv_data(0, 0), 0);
+	report(ret == -ENOENT, "a KV message naming a session that never existed: -ENOENT (%d)",
+	       ret);
+
+	/* 3: KV writes into the victim's request under every guess. */
+	all = 1;
+	for (uint32_t i = 0; i < ng; i++) {
+		ret = kv_send(&attacker, g[i].session, g[i].token, kv_whole(0, 0), kv_msg,
+			      kv_data(1, 1), 0);
+		if (ret != -ENOENT) {
+			printf("# guess %u (session %llu, token %#llx): %d\n", i,
+			       (unsigned long long)g[i].session, (unsigned long long)g[i].token, ret);
+			all = 0;
+		}
+	}
+	report(all, "%u guessed (session, token) pairs writing KV into the victim's request: "
+	       "each -ENOENT", ng);
+
+	/* 4: a wrong request, layer, head or length on a guessed session: still -ENOENT. */
+	all = 1;
+	for (uint32_t i = 0; i < ng; i++) {
+		struct nelssa_kv_hdr bad[4] = { kv_whole(0, 0), kv_whole(LAYERS, 0),
+						kv_whole(0, KV_HEADS), kv_whole(0, 0) };
+
+		bad[0].request = REQUEST + 1;
+		for (int b = 0; b < 4; b++) {
+			ret = kv_send(&attacker, g[i].session, g[i].token, bad[b], kv_msg,
+				      kv_data(0, 0) - (b == 3 ? 8 : 0), 0);
+			if (ret != -ENOENT) {
+				printf("# guess %u, fault %d: %d\n", i, b, ret);
+				all = 0;
+			}
+		}
+	}
+	report(all, "... with a wrong request, layer, head or length: -ENOENT all the same");
+
+	/* 5: the attacker's own session does check all that (after its token). */
+	{
+		struct nelssa_kv_hdr l = kv_whole(LAYERS, 0);
+		int own = kv_send(&attacker, attacker.session, attacker.token, kv_whole(0, 0), kv_msg,
+				  kv_data(1, 0), 0);
+		int lay = kv_send(&attacker, attacker.session, attacker.token, l, kv_msg,
+				  kv_data(0, 0), 0);
+		int len = kv_send(&attacker, attacker.session, attacker.token, kv_whole(0, 0), kv_msg,
+				  kv_data(0, 0) - 8, 0);
+		int req;
+
+		l = kv_whole(0, 0);
+		l.request = REQUEST + 1;
+		req = kv_send(&attacker, attacker.session, attacker.token, l, kv_msg, kv_data(0, 0),
+			      0);
+		report(!own && lay == -ERANGE && len == -EBADMSG && req == -ENOENT,
+		       "the attacker's own session: its KV taken, a bad layer -ERANGE, a bad length "
+		       "-EBADMSG, an unknown request -ENOENT (%d %d %d %d)", own, lay, len, req);
+	}
+
+	/* 6: steps under every guess, the baseline first. */
+	{
+		int base = step_send(&attacker, NEVER, 0, 0, step_msg, step_data(REQUEST, 0), 0);
+
+		all = base == -ENOENT;
+		for (uint32_t i = 0; i < ng; i++) {
+			ret = step_send(&attacker, g[i].session, g[i].token, 0, step_msg,
+					step_data(REQUEST, 0), 0);
+			if (ret != base) {
+				printf("# step guess %u: %d\n", i, ret);
+				all = 0;
+			}
+		}
+		report(all, "a step naming no session: %d; %u guessed steps of the victim's "
+		       "session: each the same", base, ng);
+	}
+
+	/* 7: ... with an unknown request, a head or layer beyond the shape. */
+	all = 1;
+	for (uint32_t i = 0; i < ng; i++) {
+		int a = step_send(&attacker, g[i].session, g[i].token, 0, step_msg,
+				  step_data(REQUEST + 1, 0), 0);
+		int b = step_send(&attacker, g[i].session, g[i].token, 0, step_msg,
+				  step_data(REQUEST, KV_HEADS), 0);
+		int c = step_send(&attacker, g[i].session, g[i].token, LAYERS, step_msg,
+				  step_data(REQUEST, 0), 0);
+		int d = step_send(&attacker, g[i].session, g[i].token, 0, step_msg,
+				  step_data(REQUEST, 0) - 4, 0);
+
+		if (a != -ENOENT || b != -ENOENT || c != -ENOENT || d != -ENOENT) {
+			printf("# step guess %u: %d %d %d %d\n", i, a, b, c, d);
+			all = 0;
+		}
+	}
+	report(all, "... with an unknown request, a head or layer beyond the shape, a bad length: "
+	       "-ENOENT all the same");
+
+	/* 8: the victim's steps, each right after a guessed one, are never -EBUSY. */
+	all = 1;
+	for (uint32_t i = 0; i < ng; i++) {
+		const struct nelssa_step_hdr h = { .session = g[i].session, .token = g[i].token,
+						   .step = next_step++, .nr_items = KV_HEADS };
+		uint8_t hdr[NELSSA_STEP_HDR_BYTES];
+
+		nelssa_step_hdr_put(hdr, &h);
+		am_send(&attacker, NELSSA_AM_STEP, hdr, sizeof(hdr), step_msg, step_data(REQUEST, 0),
+			0, NULL);
+		ret = victim_step(after);
+		if (ret || memcmp(before, after, sizeof(before))) {
+			printf("# the victim's step after guess %u: %d\n", i, ret);
+			all = 0;
+		}
+	}
+	report(all, "%u victim steps, each sent right behind a guessed step of its session: all "
+	       "served, outputs unchanged", ng);
+
+	/* 9..11: the control path: REQ_ALLOC, REQ_FREE, CLOSE of the victim's session. */
+	{
+		static const uint16_t types[] = { NELSSA_MSG_REQ_ALLOC, NELSSA_MSG_REQ_FREE,
+						  NELSSA_MSG_CLOSE };
+
+		for (int k = 0; k < 3; k++) {
+			char want[NELSSA_PROTO_ERR_LEN], got[NELSSA_PROTO_ERR_LEN];
+			int32_t wc = 0, gc = 0;
+			/* Not + 1: ids are sequential, that is the attacker's own. */
+			const uint64_t ids[] = { victim.session, victim.session + 1000 };
+
+			ret = ctl_naming(&attacker, types[k], NEVER, &wc, want, sizeof(want));
+			all = !ret && wc == -ENOENT;
+			for (int j = 0; j < 2 && all; j++) {
+				ret = ctl_naming(&attacker, types[k], ids[j], &gc, got, sizeof(got));
+				if (ret || gc != wc || strcmp(got, want)) {
+					printf("# %s of session %llu: %d '%s'\n",
+					       nelssa_msg_type_str(types[k]),
+					       (unsigned long long)ids[j], gc, got);
+					all = 0;
+				}
+			}
+			report(all, "%s of the victim's session from another connection: %d '%s', as "
+			       "for a session that never existed", nelssa_msg_type_str(types[k]), gc,
+			       got);
+		}
+	}
+
+	/* 12..14: 64 MiB rendezvous KV messages naming no session of the sender's. */
+	{
+		uint8_t *big = calloc(1, BIG);
+		const long rss0 = vm_rss_kib(pid);
+		const struct guess rg[4] = { { NEVER, 0 }, { victim.session, 0 },
+					     { victim.session, tu_next(&rng) | 1 },
+					     { attacker.session, victim.token } };
+		uint64_t worst = 0;
+		int completed = 1, answered = 1;
+		long rss1;
+
+		if (!big) {
+			printf("# out of memory\n");
+			return 1;
+		}
+		for (int i = 0; i < 4; i++) {
+			struct nelssa_kv_hdr h = kv_whole(0, 0);
+			uint8_t hdr[NELSSA_KV_HDR_BYTES];
+			uint64_t ms, end;
+			ucs_status_t st;
+
+			h.session = rg[i].session;
+			h.token = rg[i].token;
+			h.cookie = next_cookie++;
+			nelssa_kv_hdr_put(hdr, &h);
+			attacker.acked = 0;
+			st = am_send(&attacker, NELSSA_AM_KV, hdr, sizeof(hdr), big, BIG,
+				     UCP_AM_SEND_FLAG_RNDV, &ms);
+			worst = ms > worst ? ms : worst;
+			if (st != UCS_OK) {
+				printf("# rendezvous %d: send %s after %llu ms\n", i,
+				       ucs_status_string(st), (unsigned long long)ms);
+				completed = 0;
+			}
+			end = now_ms() + WAIT_MS;
+			while (!(attacker.acked && attacker.ack_cookie == h.cookie) && now_ms() < end)
+				progress();
+			if (!attacker.acked || attacker.ack_cookie != h.cookie ||
+			    attacker.ack_status != -ENOENT) {
+				printf("# rendezvous %d: ack %s, status %d\n", i,
+				       attacker.acked ? "came" : "missing", attacker.ack_status);
+				answered = 0;
+			}
+		}
+		rss1 = vm_rss_kib(pid);
+		report(completed, "4 rendezvous KV messages of 64 MiB naming no session of the "
+		       "sender's: every send completes (slowest %llu ms)", (unsigned long long)worst);
+		report(answered, "... each answered -ENOENT");
+		report(rss0 > 0 && rss1 > 0 && rss1 - rss0 < 16 * 1024,
+		       "... the daemon's resident memory grew %ld KiB by them (from %ld KiB), not "
+		       "by their 256 MiB", rss1 - rss0, rss0);
+
+		/* 15: a step larger than the attacker's own session could send. */
+		{
+			const struct nelssa_step_hdr h = { .session = attacker.session,
+							   .token = attacker.token,
+							   .step = next_step++, .nr_items = 1 };
+			uint8_t hdr[NELSSA_STEP_HDR_BYTES];
+			uint64_t ms, end;
+			ucs_status_t st;
+			long rss2;
+
+			nelssa_step_hdr_put(hdr, &h);
+			attacker.replied = 0;
+			st = am_send(&attacker, NELSSA_AM_STEP, hdr, sizeof(hdr), big, BIG,
+				     UCP_AM_SEND_FLAG_RNDV, &ms);
+			end = now_ms() + WAIT_MS;
+			while (!(attacker.replied && attacker.reply.step == h.step) && now_ms() < end)
+				progress();
+			rss2 = vm_rss_kib(pid);
+			ret = attacker.replied && attacker.reply.step == h.step ?
+				attacker.reply.status : NO_ANSWER;
+			report(st == UCS_OK && ret == -EMSGSIZE && rss2 - rss1 < 16 * 1024,
+			       "a 64 MiB step on the sender's own session, beyond what it could send: "
+			       "-EMSGSIZE (%d), send %s in %llu ms, RSS +%ld KiB", ret,
+			       ucs_status_string(st), (unsigned long long)ms, rss2 - rss1);
+		}
+
+		/* 16: a rendezvous message of an id the daemon does not take. */
+		{
+			uint8_t hdr[NELSSA_KV_HDR_BYTES] = { 0 };
+			uint64_t ms;
+			ucs_status_t st = am_send(&attacker, 9, hdr, sizeof(hdr), big, 4u << 20,
+						  UCP_AM_SEND_FLAG_RNDV, &ms);
+
+			report(st != UCS_OK && st != UCS_ERR_TIMED_OUT && ms < WAIT_MS,
+			       "a 4 MiB rendezvous message of id 9: its send completes, refused (%s, "
+			       "%llu ms)", ucs_status_string(st), (unsigned long long)ms);
+		}
+		free(big);
+	}
+
+	/* 17: after all that, the victim's data as it was. */
+	ret = victim_step(after);
+	if (!ret)
+		ret = memcmp(before, after, sizeof(before)) ? -EDOM : victim_reference(after);
+	report(!ret, "the victim's step after every attack: outputs bit for bit as before, equal "
+	       "to float64 attention (%d)", ret);
+
+	tenant_close(&attacker);
+	tenant_close(&victim);
+	ucp_worker_destroy(attacker.w);
+	ucp_worker_destroy(victim.w);
+	ucp_cleanup(ucp);
+	return 0;
+}
