@@ -1,107 +1,25 @@
 // SPDX-License-Identifier: MIT
 /*
- * The control path (DESIGN §3.6): a TCP listener and its connections in
- * one poll() loop on the main thread.  Frames are read into a per-
- * connection buffer and decoded only when whole; anything malformed,
- * oversized, out of order (no HELLO first) or of another version gets an
- * ERROR frame and the connection is closed -- the daemon and every other
+ * The control messages (DESIGN §3.6): HELLO, sessions, KV allocation,
+ * stats.  conn.c owns the connections -- sockets, buffers, timeouts, the
+ * poll loop -- and hands each whole, decoded frame to
+ * nd_control_handle(); replies are queued on the connection, never
+ * written here.  Anything out of order (no HELLO first) gets an ERROR
+ * frame and the connection is closed -- the daemon and every other
  * connection carry on.  A session belongs to the connection that created
- * it: when that connection goes (client exit, crash, kill), its sessions
- * are marked closing and the poller thread frees them once no step of
- * theirs is in flight.
+ * it: when that connection goes (client exit, crash, kill), its
+ * sessions are marked closing and the poller thread frees them once no
+ * step of theirs is in flight.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "nelssad.h"
 
-struct conn {
-	int fd;
-	int hello;
-	struct nd_peer *peer;	/* from HELLO's address; NULL: none */
-	size_t have;
-	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
-};
-
-int nd_control_listen(struct nelssad *nd)
-{
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	struct addrinfo *res, *ai;
-	char port[8];
-	int fd = -1, one = 1, err;
-
-	snprintf(port, sizeof(port), "%u", nd->cfg.port);
-	err = getaddrinfo(nd->cfg.listen_host[0] ? nd->cfg.listen_host : NULL, port, &hints, &res);
-	if (err) {
-		nd_log(nd, "cannot resolve %s: %s", nd->cfg.listen_host, gai_strerror(err));
-		return -EINVAL;
-	}
-	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-		if (fd < 0)
-			continue;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (!bind(fd, ai->ai_addr, ai->ai_addrlen) && !listen(fd, 64))
-			break;
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
-	if (fd < 0) {
-		nd_log(nd, "cannot listen on %s:%u: %s", nd->cfg.listen_host, nd->cfg.port,
-		       strerror(errno));
-		return -errno;
-	}
-	return fd;
-}
-
-static int send_frame(int fd, const struct nelssa_msg *m)
-{
-	uint8_t buf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
-	size_t len, off = 0;
-
-	if (nelssa_msg_encode(m, buf, sizeof(buf), &len))
-		return -EINVAL;
-	while (off < len) {
-		ssize_t n = send(fd, buf + off, len - off, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EIO;
-		off += (size_t)n;
-	}
-	return 0;
-}
-
-static int send_error(int fd, uint32_t seq, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int send_error(int fd, uint32_t seq, int code, const char *fmt, ...)
-{
-	struct nelssa_msg m = { .type = NELSSA_MSG_ERROR, .seq = seq };
-	va_list ap;
-
-	m.u.error.code = code < 0 ? code : -EPROTO;
-	va_start(ap, fmt);
-	vsnprintf(m.u.error.msg, sizeof(m.u.error.msg), fmt, ap);
-	va_end(ap);
-	return send_frame(fd, &m);
-}
-
-static struct nd_session *owned(struct nelssad *nd, struct conn *c, uint64_t id)
+static struct nd_session *owned(struct nelssad *nd, struct nd_conn *c, uint64_t id)
 {
 	for (struct nd_session *s = nd->sessions; s; s = s->next)
 		if (s->id == id && s->ctl_fd == c->fd && !s->closing)
@@ -109,7 +27,7 @@ static struct nd_session *owned(struct nelssad *nd, struct conn *c, uint64_t id)
 	return NULL;
 }
 
-static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m)
+static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
 	struct nelssa_msg r = { .type = NELSSA_MSG_SESSION_OK, .seq = m->seq };
 	struct nd_session *s;
@@ -119,13 +37,13 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	pthread_mutex_lock(&nd->lock);
 	if (nd->n_sessions >= nd->cfg.max_sessions) {
 		pthread_mutex_unlock(&nd->lock);
-		return send_error(c->fd, m->seq, -EBUSY, "the daemon serves its limit of %u sessions",
-				  nd->cfg.max_sessions);
+		return nd_conn_error(nd, c, m->seq, -EBUSY, "the daemon serves its limit of %u sessions",
+				     nd->cfg.max_sessions);
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
 		pthread_mutex_unlock(&nd->lock);
-		return send_error(c->fd, m->seq, -ENOMEM, "out of memory");
+		return nd_conn_error(nd, c, m->seq, -ENOMEM, "out of memory");
 	}
 	s->tenant = m->u.create.tenant;
 	s->shape = m->u.create.shape;
@@ -146,7 +64,7 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 		pthread_mutex_unlock(&nd->lock);
 		free(s);
 		nd_log(nd, "session refused: %s", why);
-		return send_error(c->fd, m->seq, ret, "%s", why);
+		return nd_conn_error(nd, c, m->seq, ret, "%s", why);
 	}
 	s->id = ++nd->next_session;
 	s->next = nd->sessions;
@@ -161,11 +79,11 @@ static int do_create(struct nelssad *nd, struct conn *c, const struct nelssa_msg
 	r.u.session_ok.session = s->id;
 	r.u.session_ok.token = s->token;
 	r.u.session_ok.devices = nd->n_dev;
-	return send_frame(c->fd, &r);
+	return nd_conn_send(nd, c, &r);
 }
 
 /* The data-path end of @c, for the poller to open when a step needs it. */
-static int add_peer(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m)
+static int add_peer(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
 	struct nd_peer *p = calloc(1, sizeof(*p));
 
@@ -186,7 +104,7 @@ static int add_peer(struct nelssad *nd, struct conn *c, const struct nelssa_msg 
 	return 0;
 }
 
-static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m)
+int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
 	struct nelssa_msg r = { .type = NELSSA_MSG_OK, .seq = m->seq };
 	char why[NELSSA_PROTO_ERR_LEN] = "";
@@ -194,25 +112,26 @@ static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m
 	int ret = 0;
 
 	if (!c->hello && m->type != NELSSA_MSG_HELLO) {
-		send_error(c->fd, m->seq, -EPROTO, "HELLO must come first");
+		nd_conn_error(nd, c, m->seq, -EPROTO, "HELLO must come first");
 		return -EPROTO;
 	}
 	switch (m->type) {
 	case NELSSA_MSG_HELLO:
 		if (c->hello) {
-			send_error(c->fd, m->seq, -EPROTO, "HELLO was already exchanged");
+			nd_conn_error(nd, c, m->seq, -EPROTO, "HELLO was already exchanged");
 			return -EPROTO;
 		}
 		if (m->u.hello.min_version > NELSSA_PROTO_VERSION ||
 		    m->u.hello.max_version < NELSSA_PROTO_VERSION) {
-			send_error(c->fd, m->seq, -EPROTONOSUPPORT,
-				   "this daemon speaks protocol version %u only", NELSSA_PROTO_VERSION);
+			nd_conn_error(nd, c, m->seq, -EPROTONOSUPPORT,
+				      "this daemon speaks protocol version %u only",
+				      NELSSA_PROTO_VERSION);
 			return -EPROTONOSUPPORT;
 		}
 		if (m->u.hello.addr_len) {
 			ret = add_peer(nd, c, m);
 			if (ret) {
-				send_error(c->fd, m->seq, ret, "out of memory");
+				nd_conn_error(nd, c, m->seq, ret, "out of memory");
 				return ret;
 			}
 		}
@@ -225,7 +144,7 @@ static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m
 		snprintf(r.u.hello_ok.name, sizeof(r.u.hello_ok.name), "%s", ND_NAME);
 		r.u.hello_ok.addr_len = (uint32_t)nd->addr_len;
 		memcpy(r.u.hello_ok.addr, nd->addr, nd->addr_len);
-		return send_frame(c->fd, &r);
+		return nd_conn_send(nd, c, &r);
 	case NELSSA_MSG_SESSION_CREATE:
 		return do_create(nd, c, m);
 	case NELSSA_MSG_REQ_ALLOC:
@@ -250,8 +169,8 @@ static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m
 		if (m->type == NELSSA_MSG_CLOSE && !ret)
 			nd_dataplane_wake(nd);
 		if (ret)
-			return send_error(c->fd, m->seq, ret, "%s", why);
-		return send_frame(c->fd, &r);
+			return nd_conn_error(nd, c, m->seq, ret, "%s", why);
+		return nd_conn_send(nd, c, &r);
 	case NELSSA_MSG_STATS:
 		r.type = NELSSA_MSG_STATS_REPLY;
 		pthread_mutex_lock(&nd->lock);
@@ -266,57 +185,20 @@ static int handle(struct nelssad *nd, struct conn *c, const struct nelssa_msg *m
 		r.u.stats.sessions = nd->n_sessions;
 		r.u.stats.devices = nd->n_dev;
 		pthread_mutex_unlock(&nd->lock);
-		return send_frame(c->fd, &r);
+		return nd_conn_send(nd, c, &r);
 	default:
-		send_error(c->fd, m->seq, -EPROTO, "%s is not a request",
-			   nelssa_msg_type_str(m->type));
+		nd_conn_error(nd, c, m->seq, -EPROTO, "%s is not a request",
+			      nelssa_msg_type_str(m->type));
 		return -EPROTO;
 	}
 }
 
-/* Reads what is there; handles every whole frame.  Non-zero: close it. */
-static int on_readable(struct nelssad *nd, struct conn *c)
-{
-	ssize_t n = recv(c->fd, c->buf + c->have, sizeof(c->buf) - c->have, 0);
-
-	if (n == 0)
-		return -ECONNRESET;
-	if (n < 0)
-		return errno == EINTR || errno == EAGAIN ? 0 : -errno;
-	c->have += (size_t)n;
-	while (c->have >= NELSSA_PROTO_HDR_BYTES) {
-		struct nelssa_msg_hdr h;
-		struct nelssa_msg m;
-		size_t len;
-		int ret = nelssa_msg_decode_hdr(c->buf, &h);
-
-		if (ret) {
-			send_error(c->fd, h.seq, ret, "bad frame header: %s", strerror(-ret));
-			return ret;
-		}
-		len = NELSSA_PROTO_HDR_BYTES + h.length;
-		if (c->have < len)
-			return 0;
-		ret = nelssa_msg_decode(c->buf, len, &m);
-		if (ret) {
-			send_error(c->fd, h.seq, ret, "malformed %s: %s", nelssa_msg_type_str(h.type),
-				   strerror(-ret));
-			return ret;
-		}
-		ret = handle(nd, c, &m);
-		if (ret)
-			return ret;
-		memmove(c->buf, c->buf + len, c->have - len);
-		c->have -= len;
-	}
-	return 0;
-}
-
 /*
- * The connection is gone: its sessions close and no reply goes to its
- * client any more (the poller closes the peer's endpoint).
+ * The connection is going: its sessions close and no reply goes to its
+ * client any more (the poller closes the peer's endpoint).  Once per
+ * connection, before conn.c closes its socket.
  */
-static void drop(struct nelssad *nd, struct conn *c)
+void nd_control_gone(struct nelssad *nd, struct nd_conn *c)
 {
 	int marked = 0;
 
@@ -330,70 +212,8 @@ static void drop(struct nelssad *nd, struct conn *c)
 		c->peer->gone = 1;
 	pthread_mutex_unlock(&nd->lock);
 	if (marked)
-		nd_log(nd, "connection closed: reclaiming %d session(s)", marked);
+		nd_log(nd, "connection %llu closed: reclaiming %d session(s)",
+		       (unsigned long long)c->id, marked);
 	if (marked || c->peer)
 		nd_dataplane_wake(nd);
-	close(c->fd);
-	free(c);
-}
-
-int nd_control_run(struct nelssad *nd, int listen_fd)
-{
-	const uint32_t max = nd->cfg.max_conns;
-	struct pollfd *pfd = calloc(max + 1, sizeof(*pfd));
-	struct conn **conns = calloc(max + 1, sizeof(*conns));
-	uint32_t n = 0;
-
-	if (!pfd || !conns) {
-		free(pfd);
-		free(conns);
-		return -ENOMEM;
-	}
-	while (!nd->stop) {
-		int r;
-
-		pfd[0] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
-		for (uint32_t i = 0; i < n; i++)
-			pfd[i + 1] = (struct pollfd){ .fd = conns[i]->fd, .events = POLLIN };
-		r = poll(pfd, n + 1, 200);
-		if (r < 0 && errno != EINTR)
-			break;
-		if (r <= 0)
-			continue;
-		for (uint32_t i = n; i-- > 0;) {
-			if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			if (on_readable(nd, conns[i])) {
-				drop(nd, conns[i]);
-				conns[i] = conns[--n];
-			}
-		}
-		if (pfd[0].revents & POLLIN) {
-			int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC), one = 1;
-			struct timeval tv = { .tv_sec = 5 };
-
-			if (fd < 0)
-				continue;
-			if (n >= max) {
-				send_error(fd, 0, -EBUSY, "the daemon serves its limit of %u connections",
-					   max);
-				close(fd);
-				continue;
-			}
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-			/* A client that stops reading cannot stall the daemon. */
-			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-			conns[n] = calloc(1, sizeof(**conns));
-			if (!conns[n]) {
-				close(fd);
-				continue;
-			}
-			conns[n++]->fd = fd;
-		}
-	}
-	for (uint32_t i = 0; i < n; i++)
-		drop(nd, conns[i]);
-	free(pfd);
-	free(conns);
-	return 0;
 }

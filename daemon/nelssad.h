@@ -5,12 +5,14 @@
  * shared by its parts:
  *
  *   main.c      options, config file, devices, signals, start and stop
- *   control.c   the TCP control path: hello, sessions, KV allocation, stats
+ *   conn.c      control connections: accept, buffers, timeouts, the poll loop
+ *   control.c   the control messages: hello, sessions, KV allocation, stats
  *   dataplane.c the UCX worker and its poller thread: KV ingest, steps
  *   partition.c the KV Partitioner: device arenas, request stores, ingest
  *   dispatch.c  the Job Dispatcher and Output Aggregator of a decode step
  *
- * Threads: the control thread (main) owns the sessions table's structure;
+ * Threads: the control thread (main) owns the connections and the
+ * sessions table's structure;
  * the poller thread owns the UCX worker and runs every step.  Both take
  * nd->lock around the sessions and peers tables; a session closes on the
  * poller thread (reap_sessions()), never while a step of it is in flight,
@@ -186,6 +188,40 @@ struct nelssad {
 	volatile int stop;
 };
 
+/*
+ * A control connection (conn.c): its socket, its buffers and timers, and
+ * what control.c keeps of it.
+ */
+struct nd_conn {
+	int fd;
+	uint64_t id;			/* for logs */
+	char name[64];			/* "ADDR:PORT", for logs */
+	/* control.c */
+	int hello;
+	struct nd_peer *peer;		/* from HELLO's address; NULL: none */
+	/* conn.c */
+	uint64_t t_wrote, t_close;
+	int closing;			/* a last ERROR queued: flush, then close */
+	int gone;			/* nd_control_gone() done */
+	int overflow;			/* a reply found no room in @out */
+	size_t have;
+	uint8_t in[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	/* Replies, queued; written once the frames of a read are handled. */
+	uint8_t *out;
+	size_t out_off, out_len, out_cap;
+};
+
+/* The most a connection's replies may wait in the daemon, not read. */
+#define ND_OUT_MAX (256u << 10)
+
+/* conn.c */
+int nd_control_listen(struct nelssad *nd);
+int nd_control_run(struct nelssad *nd, int listen_fd);
+int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
+int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
+		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void nd_conn_refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* main.c */
 void nd_log(struct nelssad *nd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t nd_now_ns(void);
@@ -232,8 +268,8 @@ int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);
 void nd_dataplane_wake(struct nelssad *nd);
 
-/* control.c */
-int nd_control_run(struct nelssad *nd, int listen_fd);
-int nd_control_listen(struct nelssad *nd);
+/* control.c: a frame of @c's; non-zero closes @c (after what it queued). */
+int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
+void nd_control_gone(struct nelssad *nd, struct nd_conn *c);
 
 #endif /* NELSSAD_H */

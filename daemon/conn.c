@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Control connections (DESIGN §3.6): the TCP listener and every
+ * connection in one poll() loop on the main thread, which never blocks on
+ * any of them.
+ *
+ * A connection's bytes are read into its input buffer and each whole
+ * frame goes to nd_control_handle() (control.c); a frame's header is
+ * checked as soon as its 16 bytes are in, so a length beyond the
+ * protocol's NELSSA_PROTO_MAX_PAYLOAD is refused before any of its
+ * payload is buffered.  Replies are queued in the connection's output
+ * buffer and written once the frames of a read are handled, as much as
+ * the socket takes; the loop asks for POLLOUT only while some wait.  A
+ * client that does not read its replies stalls nothing but itself: once
+ * ND_OUT_MAX bytes wait for it, or replies have waited with none taken
+ * for REPLY_TIMEOUT, its connection is closed.
+ *
+ * A connection closed for an error -- a bad frame, a refused HELLO -- gets
+ * an ERROR frame first: its input is then ignored, its output flushed, its
+ * socket shut down for writing (so the client reads the ERROR, then the
+ * end), and closed when the client closes its end or after REPLY_TIMEOUT.
+ * Its sessions close at once (control.c), whichever way it goes.
+ *
+ * Connections beyond --max-conns are accepted, told why in an ERROR frame
+ * and closed.  Out of file descriptors, the listener pauses briefly, so it
+ * never spins on a listener it cannot serve and picks up again once
+ * descriptors are back.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nelssad.h"
+
+#define MS 1000000ull			/* ns */
+#define ACCEPTS_PER_ROUND 64		/* then the connections' turn */
+#define ACCEPT_PAUSE (100 * MS)		/* out of descriptors */
+#define POLL_MAX_MS 200			/* the stop flag is looked at this often */
+#define REPLY_TIMEOUT (10000 * MS)	/* replies waiting untouched; an ERROR's last words */
+
+static uint64_t next_conn;
+
+int nd_control_listen(struct nelssad *nd)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *res, *ai;
+	char port[8];
+	int fd = -1, one = 1, err;
+
+	snprintf(port, sizeof(port), "%u", nd->cfg.port);
+	err = getaddrinfo(nd->cfg.listen_host[0] ? nd->cfg.listen_host : NULL, port, &hints, &res);
+	if (err) {
+		nd_log(nd, "cannot resolve %s: %s", nd->cfg.listen_host, gai_strerror(err));
+		return -EINVAL;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (!bind(fd, ai->ai_addr, ai->ai_addrlen) && !listen(fd, 512))
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		nd_log(nd, "cannot listen on %s:%u: %s", nd->cfg.listen_host, nd->cfg.port,
+		       strerror(errno));
+		return -errno;
+	}
+	return fd;
+}
+
+/* Appends @m to @c's output; -ENOBUFS when ND_OUT_MAX bytes would wait. */
+int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
+{
+	uint8_t frame[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	size_t len;
+
+	(void)nd;
+	if (nelssa_msg_encode(m, frame, sizeof(frame), &len))
+		return -EINVAL;
+	if (c->out_len - c->out_off + len > ND_OUT_MAX) {
+		c->overflow = 1;
+		return -ENOBUFS;
+	}
+	if (c->out_off == c->out_len) {
+		c->out_off = c->out_len = 0;
+		c->t_wrote = nd_now_ns();	/* waiting from now */
+	}
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap ? c->out_cap : 4096;
+		uint8_t *p;
+
+		if (c->out_off) {		/* what went out makes room first */
+			memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+			c->out_len -= c->out_off;
+			c->out_off = 0;
+		}
+		while (cap < c->out_len + len)
+			cap *= 2;
+		if (cap > c->out_cap) {
+			p = realloc(c->out, cap);
+			if (!p)
+				return -ENOMEM;
+			c->out = p;
+			c->out_cap = cap;
+		}
+	}
+	memcpy(c->out + c->out_len, frame, len);
+	c->out_len += len;
+	return 0;
+}
+
+int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
+		  const char *fmt, ...)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_ERROR, .seq = seq };
+	va_list ap;
+
+	m.u.error.code = code < 0 ? code : -EPROTO;
+	va_start(ap, fmt);
+	vsnprintf(m.u.error.msg, sizeof(m.u.error.msg), fmt, ap);
+	va_end(ap);
+	return nd_conn_send(nd, c, &m);
+}
+
+/* Writes what the socket takes; 0, or -errno when the connection broke. */
+static int flush(struct nd_conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		c->out_off += (size_t)n;
+		c->t_wrote = nd_now_ns();
+	}
+	/* All out: the buffer goes too (500 quiet connections hold none). */
+	free(c->out);
+	c->out = NULL;
+	c->out_off = c->out_len = c->out_cap = 0;
+	return 0;
+}
+
+static int pending(const struct nd_conn *c)
+{
+	return c->out_off < c->out_len;
+}
+
+/* Closes @c now, its sessions with it; @why for the log, NULL: quietly. */
+static void drop(struct nelssad *nd, struct nd_conn *c, const char *why)
+{
+	if (why)
+		nd_log(nd, "connection %llu (%s): %s: closed", (unsigned long long)c->id, c->name,
+		       why);
+	if (!c->gone)
+		nd_control_gone(nd, c);
+	close(c->fd);
+	free(c->out);
+	free(c);
+}
+
+/*
+ * Ends @c after the ERROR it queued: its sessions close now, its input is
+ * ignored from here, and the socket closes once the ERROR is out and the
+ * client has closed its end, or after REPLY_TIMEOUT.
+ */
+static void end(struct nelssad *nd, struct nd_conn *c, const char *why)
+{
+	if (why)
+		nd_log(nd, "connection %llu (%s): %s: closing", (unsigned long long)c->id, c->name,
+		       why);
+	nd_control_gone(nd, c);
+	c->gone = 1;
+	c->closing = 1;
+	c->have = 0;
+	c->t_close = nd_now_ns() + REPLY_TIMEOUT;
+	if (!flush(c) && !pending(c))
+		shutdown(c->fd, SHUT_WR);
+}
+
+/*
+ * Reads what is there and handles every whole frame.  0: @c goes on;
+ * otherwise @c is gone or going: -ECONNRESET for a client that closed or
+ * broke its end, -ENOBUFS for one whose replies found no room, any other
+ * for an ERROR queued (ended).
+ */
+static int on_readable(struct nelssad *nd, struct nd_conn *c)
+{
+	ssize_t n;
+	int ret = 0;
+
+	if (c->closing) {		/* waiting for the client's end: discard */
+		uint8_t junk[4096];
+
+		n = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
+		return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) ? -ECONNRESET : 0;
+	}
+	n = recv(c->fd, c->in + c->have, sizeof(c->in) - c->have, MSG_DONTWAIT);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN ? 0 : -ECONNRESET;
+	c->have += (size_t)n;
+	while (c->have >= NELSSA_PROTO_HDR_BYTES && !ret) {
+		struct nelssa_msg_hdr h;
+		struct nelssa_msg m;
+		size_t len;
+
+		ret = nelssa_msg_decode_hdr(c->in, &h);
+		if (ret) {
+			nd_conn_error(nd, c, h.seq, ret, "bad frame header: %s", strerror(-ret));
+			break;
+		}
+		len = NELSSA_PROTO_HDR_BYTES + h.length;
+		if (c->have < len)
+			break;
+		ret = nelssa_msg_decode(c->in, len, &m);
+		if (ret) {
+			nd_conn_error(nd, c, h.seq, ret, "malformed %s: %s",
+				      nelssa_msg_type_str(h.type), strerror(-ret));
+			break;
+		}
+		ret = nd_control_handle(nd, c, &m);
+		memmove(c->in, c->in + len, c->have - len);
+		c->have -= len;
+	}
+	if (c->overflow)
+		return -ENOBUFS;
+	if (!ret && flush(c))
+		return -ECONNRESET;
+	return ret;
+}
+
+/* "ADDR:PORT" of @ss in @name, for logs. */
+static void peer_name(const struct sockaddr_storage *ss, char *name, size_t len)
+{
+	char text[INET6_ADDRSTRLEN] = "?";
+	unsigned int port = 0;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+		inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+		port = ntohs(in->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+		port = ntohs(in6->sin6_port);
+	}
+	snprintf(name, len, ss->ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", text, port);
+}
+
+/*
+ * Tells a connection the daemon does not take why, as far as a fresh
+ * socket's buffer takes it without waiting, and closes it.
+ */
+void nd_conn_refuse(int fd, int code, const char *fmt, ...)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_ERROR };
+	uint8_t frame[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	size_t len;
+	va_list ap;
+
+	m.u.error.code = code;
+	va_start(ap, fmt);
+	vsnprintf(m.u.error.msg, sizeof(m.u.error.msg), fmt, ap);
+	va_end(ap);
+	if (!nelssa_msg_encode(&m, frame, sizeof(frame), &len) &&
+	    send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len)
+		shutdown(fd, SHUT_WR);
+	close(fd);
+}
+
+/*
+ * Takes the connections waiting on the listener, or refuses them.  Returns
+ * when none waits, after ACCEPTS_PER_ROUND, or, out of descriptors, with
+ * @pause_until set.
+ */
+static void accept_some(struct nelssad *nd, int lfd, struct nd_conn **conns, uint32_t *n,
+			uint64_t *pause_until)
+{
+	for (int round = 0; round < ACCEPTS_PER_ROUND; round++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct nd_conn *c;
+		char name[sizeof(c->name)];
+		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int one = 1;
+
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+			nd_log(nd, "out of file descriptors: not accepting for %llu ms",
+			       ACCEPT_PAUSE / MS);
+			*pause_until = nd_now_ns() + ACCEPT_PAUSE;
+			return;
+		}
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;		/* EAGAIN: none waits; an error: next round */
+		}
+		peer_name(&ss, name, sizeof(name));
+		if (*n >= nd->cfg.max_conns) {
+			nd_conn_refuse(fd, -EBUSY,
+				       "the daemon serves its limit of %u connections (max-conns)",
+				       nd->cfg.max_conns);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			nd_conn_refuse(fd, -ENOMEM, "out of memory");
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd;
+		c->id = ++next_conn;
+		memcpy(c->name, name, sizeof(c->name));
+		conns[(*n)++] = c;
+		if (nd->cfg.verbose)
+			nd_log(nd, "connection %llu from %s", (unsigned long long)c->id, c->name);
+	}
+}
+
+/* Whether @when has come; if not, *@next is lowered to it. */
+static int due(uint64_t when, uint64_t now, uint64_t *next)
+{
+	if (when <= now)
+		return 1;
+	if (when < *next)
+		*next = when;
+	return 0;
+}
+
+/*
+ * The timers of @c at @now: 1 when @c was closed (and freed), 0 while it
+ * goes on.  *@next is lowered to when they are due next.
+ */
+static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uint64_t *next)
+{
+	if (c->closing) {
+		if (!due(c->t_close, now, next))
+			return 0;
+		drop(nd, c, NULL);
+		return 1;
+	}
+	if (pending(c) && due(c->t_wrote + REPLY_TIMEOUT, now, next)) {
+		drop(nd, c, "its replies not read for 10 s");
+		return 1;
+	}
+	return 0;
+}
+
+int nd_control_run(struct nelssad *nd, int listen_fd)
+{
+	const uint32_t max = nd->cfg.max_conns;
+	struct pollfd *pfd = calloc(max + 1, sizeof(*pfd));
+	struct nd_conn **conns = calloc(max + 1, sizeof(*conns));
+	uint64_t pause_until = 0;
+	uint32_t n = 0;
+
+	if (!pfd || !conns) {
+		free(pfd);
+		free(conns);
+		return -ENOMEM;
+	}
+	while (!nd->stop) {
+		uint64_t now = nd_now_ns(), next = now + POLL_MAX_MS * MS;
+		const int listening = now >= pause_until;
+		int r;
+
+		for (uint32_t i = n; i-- > 0;)
+			if (check_timers(nd, conns[i], now, &next))
+				conns[i] = conns[--n];
+		if (!listening && pause_until < next)
+			next = pause_until;
+		pfd[0] = (struct pollfd){ .fd = listening ? listen_fd : -1, .events = POLLIN };
+		for (uint32_t i = 0; i < n; i++) {
+			const struct nd_conn *c = conns[i];
+			short ev = c->closing && pending(c) ? 0 : POLLIN;
+
+			pfd[i + 1] = (struct pollfd){ .fd = c->fd,
+						      .events = ev | (pending(c) ? POLLOUT : 0) };
+		}
+		r = poll(pfd, n + 1, (int)((next - now + MS - 1) / MS));
+		if (r < 0 && errno != EINTR)
+			break;
+		if (r <= 0)
+			continue;
+		for (uint32_t i = n; i-- > 0;) {
+			struct nd_conn *c = conns[i];
+			const short ev = pfd[i + 1].revents;
+			int ret = 0;
+
+			if (!ev)
+				continue;
+			if (ev & POLLOUT) {
+				ret = flush(c) ? -ECONNRESET : 0;
+				if (!ret && c->closing && !pending(c))
+					shutdown(c->fd, SHUT_WR);
+			}
+			if (!ret && (ev & (POLLIN | POLLHUP | POLLERR)))
+				ret = on_readable(nd, c);
+			if (!ret)
+				continue;
+			if (ret != -ECONNRESET && ret != -ENOBUFS && !c->closing) {
+				end(nd, c, NULL);	/* its ERROR is queued */
+				continue;
+			}
+			drop(nd, c, ret == -ENOBUFS ? "more than 256 KiB of its replies not read" :
+				    NULL);
+			conns[i] = conns[--n];
+		}
+		if (pfd[0].revents & POLLIN)
+			accept_some(nd, listen_fd, conns, &n, &pause_until);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		drop(nd, conns[i], NULL);
+	free(pfd);
+	free(conns);
+	return 0;
+}
