@@ -13,18 +13,24 @@
  * the socket takes; the loop asks for POLLOUT only while some wait.  A
  * client that does not read its replies stalls nothing but itself: once
  * ND_OUT_MAX bytes wait for it, or replies have waited with none taken
- * for REPLY_TIMEOUT, its connection is closed.
+ * for the frame timeout, its connection is closed.
  *
- * A connection closed for an error -- a bad frame, a refused HELLO -- gets
- * an ERROR frame first: its input is then ignored, its output flushed, its
- * socket shut down for writing (so the client reads the ERROR, then the
- * end), and closed when the client closes its end or after REPLY_TIMEOUT.
- * Its sessions close at once (control.c), whichever way it goes.
+ * Timers close a connection that gives no HELLO within the HELLO
+ * timeout, that holds a partial frame for longer than the frame timeout
+ * (slowloris), or that sits idle, with no session and no frame, for the
+ * idle timeout; a connection with a session is never idle -- a long pause
+ * between decode steps is normal.  A connection closed for an error --
+ * these, a bad frame, a refused HELLO -- gets an ERROR frame first: its
+ * input is then ignored, its output flushed, its socket shut down for
+ * writing (so the client reads the ERROR, then the end), and closed when
+ * the client closes its end or after the frame timeout.  Its sessions
+ * close at once (control.c), whichever way it goes.
  *
- * Connections beyond --max-conns are accepted, told why in an ERROR frame
- * and closed.  Out of file descriptors, the listener pauses briefly, so it
- * never spins on a listener it cannot serve and picks up again once
- * descriptors are back.
+ * Connections are limited in all (--max-conns) and per client address
+ * (--max-conns-per-addr); one beyond is accepted, told why in an ERROR
+ * frame and closed.  Out of file descriptors, the listener pauses
+ * briefly, so it never spins on a listener it cannot serve and picks up
+ * again once descriptors are back.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -47,7 +53,6 @@
 #define ACCEPTS_PER_ROUND 64		/* then the connections' turn */
 #define ACCEPT_PAUSE (100 * MS)		/* out of descriptors */
 #define POLL_MAX_MS 200			/* the stop flag is looked at this often */
-#define REPLY_TIMEOUT (10000 * MS)	/* replies waiting untouched; an ERROR's last words */
 
 static uint64_t next_conn;
 
@@ -139,6 +144,22 @@ int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
 	return nd_conn_send(nd, c, &m);
 }
 
+/* What @c has queued and not written: a mark for nd_conn_unsend(). */
+size_t nd_conn_queued(const struct nd_conn *c)
+{
+	return c->out_len - c->out_off;
+}
+
+/*
+ * Takes back the replies queued after @mark.  Nothing is written while a
+ * read's frames are handled, so a reply queued there can still be.
+ */
+void nd_conn_unsend(struct nd_conn *c, size_t mark)
+{
+	if (c->out_off + mark < c->out_len)
+		c->out_len = c->out_off + mark;
+}
+
 /* Writes what the socket takes; 0, or -errno when the connection broke. */
 static int flush(struct nd_conn *c)
 {
@@ -183,7 +204,7 @@ static void drop(struct nelssad *nd, struct nd_conn *c, const char *why)
 /*
  * Ends @c after the ERROR it queued: its sessions close now, its input is
  * ignored from here, and the socket closes once the ERROR is out and the
- * client has closed its end, or after REPLY_TIMEOUT.
+ * client has closed its end, or after the frame timeout.
  */
 static void end(struct nelssad *nd, struct nd_conn *c, const char *why)
 {
@@ -194,7 +215,7 @@ static void end(struct nelssad *nd, struct nd_conn *c, const char *why)
 	c->gone = 1;
 	c->closing = 1;
 	c->have = 0;
-	c->t_close = nd_now_ns() + REPLY_TIMEOUT;
+	c->t_close = nd_now_ns() + nd->cfg.frame_timeout_ms * MS;
 	if (!flush(c) && !pending(c))
 		shutdown(c->fd, SHUT_WR);
 }
@@ -207,6 +228,7 @@ static void end(struct nelssad *nd, struct nd_conn *c, const char *why)
  */
 static int on_readable(struct nelssad *nd, struct nd_conn *c)
 {
+	const uint64_t now = nd_now_ns();
 	ssize_t n;
 	int ret = 0;
 
@@ -221,6 +243,8 @@ static int on_readable(struct nelssad *nd, struct nd_conn *c)
 		return -ECONNRESET;
 	if (n < 0)
 		return errno == EINTR || errno == EAGAIN ? 0 : -ECONNRESET;
+	if (!c->have)
+		c->t_partial = now;
 	c->have += (size_t)n;
 	while (c->have >= NELSSA_PROTO_HDR_BYTES && !ret) {
 		struct nelssa_msg_hdr h;
@@ -244,6 +268,7 @@ static int on_readable(struct nelssad *nd, struct nd_conn *c)
 		ret = nd_control_handle(nd, c, &m);
 		memmove(c->in, c->in + len, c->have - len);
 		c->have -= len;
+		c->t_frame = c->t_partial = now;
 	}
 	if (c->overflow)
 		return -ENOBUFS;
@@ -252,24 +277,40 @@ static int on_readable(struct nelssad *nd, struct nd_conn *c)
 	return ret;
 }
 
-/* "ADDR:PORT" of @ss in @name, for logs. */
-static void peer_name(const struct sockaddr_storage *ss, char *name, size_t len)
+/* Numeric address of @ss, v4-mapped IPv6 as IPv4; "ADDR:PORT" in @name. */
+static void peer_addr(const struct sockaddr_storage *ss, struct nd_addr *a, char *name,
+		      size_t len)
 {
 	char text[INET6_ADDRSTRLEN] = "?";
 	unsigned int port = 0;
 
+	memset(a, 0, sizeof(*a));
 	if (ss->ss_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
 
-		inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+		a->family = AF_INET;
+		memcpy(a->a, &in->sin_addr, 4);
 		port = ntohs(in->sin_port);
 	} else if (ss->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
 
-		inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+			a->family = AF_INET;
+			memcpy(a->a, in6->sin6_addr.s6_addr + 12, 4);
+		} else {
+			a->family = AF_INET6;
+			memcpy(a->a, &in6->sin6_addr, 16);
+		}
 		port = ntohs(in6->sin6_port);
 	}
-	snprintf(name, len, ss->ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", text, port);
+	if (a->family)
+		inet_ntop(a->family, a->a, text, sizeof(text));
+	snprintf(name, len, a->family == AF_INET6 ? "[%s]:%u" : "%s:%u", text, port);
+}
+
+static int same_addr(const struct nd_addr *x, const struct nd_addr *y)
+{
+	return x->family == y->family && !memcmp(x->a, y->a, sizeof(x->a));
 }
 
 /*
@@ -305,7 +346,9 @@ static void accept_some(struct nelssad *nd, int lfd, struct nd_conn **conns, uin
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		struct nd_conn *c;
+		struct nd_addr a;
 		char name[sizeof(c->name)];
+		uint32_t same = 0;
 		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		int one = 1;
 
@@ -320,11 +363,18 @@ static void accept_some(struct nelssad *nd, int lfd, struct nd_conn **conns, uin
 				continue;
 			return;		/* EAGAIN: none waits; an error: next round */
 		}
-		peer_name(&ss, name, sizeof(name));
+		peer_addr(&ss, &a, name, sizeof(name));
 		if (*n >= nd->cfg.max_conns) {
 			nd_conn_refuse(fd, -EBUSY,
 				       "the daemon serves its limit of %u connections (max-conns)",
 				       nd->cfg.max_conns);
+			continue;
+		}
+		for (uint32_t i = 0; i < *n; i++)
+			same += same_addr(&conns[i]->addr, &a);
+		if (same >= nd->cfg.max_conns_per_addr) {
+			nd_conn_refuse(fd, -EBUSY, "this address holds its limit of %u connections "
+				       "(max-conns-per-addr)", nd->cfg.max_conns_per_addr);
 			continue;
 		}
 		c = calloc(1, sizeof(*c));
@@ -335,10 +385,15 @@ static void accept_some(struct nelssad *nd, int lfd, struct nd_conn **conns, uin
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->id = ++next_conn;
+		c->addr = a;
 		memcpy(c->name, name, sizeof(c->name));
+		for (uint32_t i = 0; i < nd->cfg.n_admin && !c->admin; i++)
+			c->admin = same_addr(&nd->cfg.admin[i], &a);
+		c->t_open = c->t_frame = nd_now_ns();
 		conns[(*n)++] = c;
 		if (nd->cfg.verbose)
-			nd_log(nd, "connection %llu from %s", (unsigned long long)c->id, c->name);
+			nd_log(nd, "connection %llu from %s%s", (unsigned long long)c->id, c->name,
+			       c->admin ? " (admin)" : "");
 	}
 }
 
@@ -354,19 +409,41 @@ static int due(uint64_t when, uint64_t now, uint64_t *next)
 
 /*
  * The timers of @c at @now: 1 when @c was closed (and freed), 0 while it
- * goes on.  *@next is lowered to when they are due next.
+ * goes on, ended perhaps.  *@next is lowered to when they are due next.
  */
 static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uint64_t *next)
 {
+	const struct nd_config *cfg = &nd->cfg;
+
 	if (c->closing) {
 		if (!due(c->t_close, now, next))
 			return 0;
 		drop(nd, c, NULL);
 		return 1;
 	}
-	if (pending(c) && due(c->t_wrote + REPLY_TIMEOUT, now, next)) {
-		drop(nd, c, "its replies not read for 10 s");
+	if (pending(c) && due(c->t_wrote + cfg->frame_timeout_ms * MS, now, next)) {
+		drop(nd, c, "its replies not read for the frame timeout (frame-timeout-ms)");
 		return 1;
+	}
+	if (!c->hello && due(c->t_open + cfg->hello_timeout_ms * MS, now, next)) {
+		nd_conn_error(nd, c, 0, -ETIMEDOUT, "no HELLO within %u ms (hello-timeout-ms)",
+			      cfg->hello_timeout_ms);
+		end(nd, c, "no HELLO within the HELLO timeout");
+	} else if (c->have && due(c->t_partial + cfg->frame_timeout_ms * MS, now, next)) {
+		nd_conn_error(nd, c, 0, -ETIMEDOUT,
+			      "a frame took longer than %u ms to arrive (frame-timeout-ms)",
+			      cfg->frame_timeout_ms);
+		end(nd, c, "a partial frame held past the frame timeout");
+	} else if (c->hello && cfg->idle_timeout_ms &&
+		   due(c->t_frame + cfg->idle_timeout_ms * MS, now, next)) {
+		if (nd_control_sessions(nd, c)) {
+			c->t_frame = now;	/* not idle: look again a timeout later */
+			return 0;
+		}
+		nd_conn_error(nd, c, 0, -ETIMEDOUT,
+			      "idle for %u ms without a session (idle-timeout-ms)",
+			      cfg->idle_timeout_ms);
+		end(nd, c, "idle without a session for the idle timeout");
 	}
 	return 0;
 }

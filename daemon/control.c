@@ -7,9 +7,16 @@
  * written here.  Anything out of order (no HELLO first) gets an ERROR
  * frame and the connection is closed -- the daemon and every other
  * connection carry on.  A session belongs to the connection that created
- * it: when that connection goes (client exit, crash, kill), its
+ * it: when that connection goes (client exit, crash, kill, a limit), its
  * sessions are marked closing and the poller thread frees them once no
  * step of theirs is in flight.
+ *
+ * A connection is a tenant (the SESSION_CREATE tenant field is a label
+ * the client chooses, not an identity), and the per-connection limits
+ * bound it: sessions, requests per session, device memory.  A request
+ * beyond one is refused with -EDQUOT and a message naming the limit;
+ * nothing else changes.  STATS shows a connection its own counters, and
+ * the whole daemon's only to a connection from an --admin-addr.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -104,6 +111,168 @@ static int add_peer(struct nelssad *nd, struct nd_conn *c, const struct nelssa_m
 	return 0;
 }
 
+/* Sessions @c holds, closing ones aside.  With the lock held. */
+static uint32_t held_sessions(const struct nelssad *nd, const struct nd_conn *c)
+{
+	uint32_t n = 0;
+
+	for (const struct nd_session *s = nd->sessions; s; s = s->next)
+		n += s->ctl_fd == c->fd && !s->closing;
+	return n;
+}
+
+uint32_t nd_control_sessions(struct nelssad *nd, const struct nd_conn *c)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&nd->lock);
+	n = held_sessions(nd, c);
+	pthread_mutex_unlock(&nd->lock);
+	return n;
+}
+
+/* Device memory @s reserves, on all devices together. */
+static uint64_t session_bytes(const struct nelssad *nd, const struct nd_session *s)
+{
+	uint64_t b = 0;
+
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		b += s->dev[d].arena_bytes + s->dev[d].stage_bytes;
+	return b;
+}
+
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1 << 20);
+}
+
+/*
+ * SESSION_CREATE within the connection's limits.  The count is checked
+ * first.  The memory only nd_session_open() computes, so it is checked
+ * once the session exists: one that takes the connection past
+ * max-memory-per-conn is closed again at once (the poller frees it; no
+ * client knows its token) and its SESSION_OK, still queued -- conn.c
+ * writes a connection's replies only once the frames of a read are
+ * handled -- is taken back (nd_conn_unsend()) and the refusal queued.
+ */
+static int create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
+{
+	const size_t mark = nd_conn_queued(c);
+	struct nd_session *s = NULL;
+	uint64_t first, bytes = 0, total = 0;
+	uint32_t held;
+	int ret;
+
+	pthread_mutex_lock(&nd->lock);
+	held = held_sessions(nd, c);
+	first = nd->next_session;
+	pthread_mutex_unlock(&nd->lock);
+	if (held >= nd->cfg.max_sessions_per_conn)
+		return nd_conn_error(nd, c, m->seq, -EDQUOT,
+				     "this connection holds its limit of %u sessions "
+				     "(max-sessions-per-conn)", nd->cfg.max_sessions_per_conn);
+	ret = do_create(nd, c, m);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&nd->lock);
+	for (s = nd->next_session != first ? nd->sessions : NULL; s; s = s->next)
+		if (s->id == nd->next_session)
+			break;
+	if (s && s->ctl_fd == c->fd && !s->closing) {
+		bytes = session_bytes(nd, s);
+		for (const struct nd_session *o = nd->sessions; o; o = o->next)
+			if (o->ctl_fd == c->fd && !o->closing)
+				total += session_bytes(nd, o);
+	}
+	if (s && total > nd->memory_per_conn)
+		s->closing = 1;
+	else
+		s = NULL;
+	pthread_mutex_unlock(&nd->lock);
+	if (!s)
+		return 0;
+	nd_dataplane_wake(nd);
+	nd_conn_unsend(c, mark);
+	nd_log(nd, "connection %llu: session refused: max-memory-per-conn",
+	       (unsigned long long)c->id);
+	return nd_conn_error(nd, c, m->seq, -EDQUOT,
+			     "max-memory-per-conn: this session (%.1f MiB) would take the "
+			     "connection's device memory to %.1f MiB, over %.1f MiB",
+			     mib(bytes), mib(total), mib(nd->memory_per_conn));
+}
+
+/* Requests @s holds. */
+static uint32_t held_requests(const struct nd_session *s)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->n_req; i++)
+		n += s->req[i].used != 0;
+	return n;
+}
+
+/* A session's counters go to its connection's when it closes. */
+static void close_session(struct nd_conn *c, struct nd_session *s)
+{
+	s->closing = 1;
+	c->done_steps += s->steps;
+	c->done_items += s->items;
+	c->done_kv += s->kv_bytes;
+}
+
+/*
+ * STATS: for session 0, the connection's own counters -- its sessions
+ * open and closed -- or, on an admin connection (--admin-addr), the
+ * daemon's, with the summed times; for a session, that session's, if the
+ * connection holds it (an admin's: any session).
+ */
+static int stats(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
+{
+	struct nelssa_msg r = { .type = NELSSA_MSG_STATS_REPLY, .seq = m->seq };
+	const uint64_t id = m->u.session.session;
+	const struct nd_session *s;
+
+	pthread_mutex_lock(&nd->lock);
+	if (id) {
+		for (s = nd->sessions; s; s = s->next)
+			if (s->id == id && !s->closing && (c->admin || s->ctl_fd == c->fd))
+				break;
+		if (!s) {
+			pthread_mutex_unlock(&nd->lock);
+			return nd_conn_error(nd, c, m->seq, -ENOENT,
+					     "no such session on this connection");
+		}
+		r.u.stats.steps = s->steps;
+		r.u.stats.items = s->items;
+		r.u.stats.kv_bytes = s->kv_bytes;
+		r.u.stats.sessions = 1;
+	} else if (c->admin) {
+		r.u.stats.steps = nd->stats.steps;
+		r.u.stats.items = nd->stats.items;
+		r.u.stats.kv_bytes = nd->stats.kv_bytes;
+		r.u.stats.t_recv = nd->stats.t_recv;
+		r.u.stats.t_dispatch = nd->stats.t_dispatch;
+		r.u.stats.t_device = nd->stats.t_device;
+		r.u.stats.t_aggregate = nd->stats.t_aggregate;
+		r.u.stats.t_send = nd->stats.t_send;
+		r.u.stats.sessions = nd->n_sessions;
+	} else {
+		r.u.stats.steps = c->done_steps;
+		r.u.stats.items = c->done_items;
+		r.u.stats.kv_bytes = c->done_kv;
+		for (s = nd->sessions; s; s = s->next)
+			if (s->ctl_fd == c->fd && !s->closing) {
+				r.u.stats.steps += s->steps;
+				r.u.stats.items += s->items;
+				r.u.stats.kv_bytes += s->kv_bytes;
+				r.u.stats.sessions++;
+			}
+	}
+	r.u.stats.devices = nd->n_dev;
+	pthread_mutex_unlock(&nd->lock);
+	return nd_conn_send(nd, c, &r);
+}
+
 int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
 	struct nelssa_msg r = { .type = NELSSA_MSG_OK, .seq = m->seq };
@@ -146,7 +315,7 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 		memcpy(r.u.hello_ok.addr, nd->addr, nd->addr_len);
 		return nd_conn_send(nd, c, &r);
 	case NELSSA_MSG_SESSION_CREATE:
-		return do_create(nd, c, m);
+		return create(nd, c, m);
 	case NELSSA_MSG_REQ_ALLOC:
 	case NELSSA_MSG_REQ_FREE:
 	case NELSSA_MSG_CLOSE:
@@ -155,6 +324,12 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 		if (!s) {
 			ret = -ENOENT;
 			snprintf(why, sizeof(why), "no such session on this connection");
+		} else if (m->type == NELSSA_MSG_REQ_ALLOC &&
+			   held_requests(s) >= nd->cfg.max_requests_per_session) {
+			ret = -EDQUOT;
+			snprintf(why, sizeof(why), "session %llu holds its limit of %u requests "
+				 "(max-requests-per-session)", (unsigned long long)s->id,
+				 nd->cfg.max_requests_per_session);
 		} else if (m->type == NELSSA_MSG_REQ_ALLOC) {
 			ret = nd_request_alloc(nd, s, m->u.req.request, m->u.req.max_tokens,
 					       m->u.req.max_clusters, why, sizeof(why));
@@ -163,7 +338,7 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 			if (ret)
 				snprintf(why, sizeof(why), "no such request");
 		} else {
-			s->closing = 1;
+			close_session(c, s);
 		}
 		pthread_mutex_unlock(&nd->lock);
 		if (m->type == NELSSA_MSG_CLOSE && !ret)
@@ -172,20 +347,7 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 			return nd_conn_error(nd, c, m->seq, ret, "%s", why);
 		return nd_conn_send(nd, c, &r);
 	case NELSSA_MSG_STATS:
-		r.type = NELSSA_MSG_STATS_REPLY;
-		pthread_mutex_lock(&nd->lock);
-		r.u.stats.steps = nd->stats.steps;
-		r.u.stats.items = nd->stats.items;
-		r.u.stats.kv_bytes = nd->stats.kv_bytes;
-		r.u.stats.t_recv = nd->stats.t_recv;
-		r.u.stats.t_dispatch = nd->stats.t_dispatch;
-		r.u.stats.t_device = nd->stats.t_device;
-		r.u.stats.t_aggregate = nd->stats.t_aggregate;
-		r.u.stats.t_send = nd->stats.t_send;
-		r.u.stats.sessions = nd->n_sessions;
-		r.u.stats.devices = nd->n_dev;
-		pthread_mutex_unlock(&nd->lock);
-		return nd_conn_send(nd, c, &r);
+		return stats(nd, c, m);
 	default:
 		nd_conn_error(nd, c, m->seq, -EPROTO, "%s is not a request",
 			      nelssa_msg_type_str(m->type));
@@ -205,7 +367,7 @@ void nd_control_gone(struct nelssad *nd, struct nd_conn *c)
 	pthread_mutex_lock(&nd->lock);
 	for (struct nd_session *s = nd->sessions; s; s = s->next)
 		if (s->ctl_fd == c->fd && !s->closing) {
-			s->closing = 1;
+			close_session(c, s);
 			marked++;
 		}
 	if (c->peer)

@@ -216,6 +216,7 @@ static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size
 		ret = nd_kv_ingest(nd, s, &h, data);
 	if (!ret)
 		nd->stats.kv_bytes += len;
+	s->kv_bytes += ret ? 0 : len;
 	pthread_mutex_unlock(&nd->lock);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "KV message refused: %s", strerror(-ret));

@@ -161,6 +161,8 @@ static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 		r.status ? 0 : st->nr_items * out_slot, buf != NULL);
 	nd->stats.steps++;
 	nd->stats.items += st->nr_items;
+	s->steps++;
+	s->items += st->nr_items;
 	nd->stats.t_recv += r.t_recv;
 	nd->stats.t_dispatch += r.t_dispatch;
 	nd->stats.t_device += r.t_device;

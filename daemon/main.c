@@ -5,11 +5,13 @@
  * Documentation/daemon.rst.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +67,21 @@ static void usage(FILE *f)
 		"                     own options in --devices win)\n"
 		"  --listen HOST:PORT control address (default 127.0.0.1:18515; port 0 picks one)\n"
 		"  --port-file FILE   write the control port there once listening\n"
-		"  --max-sessions N   sessions served at once (default 64)\n"
+		"Limits (a request beyond one is refused with an ERROR naming it):\n"
 		"  --max-conns N      control connections at once (default 256)\n"
+		"  --max-conns-per-addr N      ... from one client address (default 32)\n"
+		"  --max-sessions N   sessions served at once (default 64)\n"
+		"  --max-sessions-per-conn N   ... held by one connection (default 16)\n"
+		"  --max-requests-per-session N  requests one session holds (default 1024)\n"
+		"  --max-memory-per-conn SIZE|PCT%%  device memory one connection's sessions\n"
+		"                     reserve, e.g. 8G or 25%% (default 100%%)\n"
+		"  --hello-timeout-ms MS       a connection must say HELLO within (default 10000)\n"
+		"  --frame-timeout-ms MS       a frame must arrive, and replies be read, within\n"
+		"                     (default 10000)\n"
+		"  --idle-timeout-ms MS        a connection with no session and no frame is closed\n"
+		"                     after (default 300000; 0: never)\n"
+		"  --admin-addr LIST  client addresses whose STATS show the whole daemon, or 'none'\n"
+		"                     (default 127.0.0.1,::1); others see their own counters\n"
 		"  --busy-poll        spin on the UCX worker instead of sleeping (a core per daemon)\n"
 		"  --require-rdma     refuse to run unless UCX can use an RDMA transport\n"
 		"  --config FILE      read options from FILE first: one 'name = value' per line, names\n"
@@ -103,6 +118,14 @@ static const struct opt opts[] = {
 	{ "port-file", OPT_VALUE, "FILE" },
 	{ "max-sessions", OPT_VALUE, "N" },
 	{ "max-conns", OPT_VALUE, "N" },
+	{ "max-conns-per-addr", OPT_VALUE, "N" },
+	{ "max-sessions-per-conn", OPT_VALUE, "N" },
+	{ "max-requests-per-session", OPT_VALUE, "N" },
+	{ "max-memory-per-conn", OPT_VALUE, "SIZE or PERCENT%" },
+	{ "hello-timeout-ms", OPT_VALUE, "MS" },
+	{ "frame-timeout-ms", OPT_VALUE, "MS" },
+	{ "idle-timeout-ms", OPT_VALUE, "MS" },
+	{ "admin-addr", OPT_VALUE, "ADDR[,ADDR...] or none" },
 	{ "busy-poll", OPT_SWITCH, "yes or no" },
 	{ "require-rdma", OPT_SWITCH, "yes or no" },
 	{ "verbose", OPT_SWITCH, "yes or no" },
@@ -157,6 +180,110 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	if (errno || *end || v < lo || v > hi)
 		return -1;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+/* The numeric options: where each goes, and its range. */
+static const struct {
+	const char *name;
+	size_t off;
+	uint32_t lo, hi;
+} num_opts[] = {
+	{ "max-sessions", offsetof(struct nd_config, max_sessions), 1, 100000 },
+	{ "max-conns", offsetof(struct nd_config, max_conns), 1, 100000 },
+	{ "max-conns-per-addr", offsetof(struct nd_config, max_conns_per_addr), 1, 100000 },
+	{ "max-sessions-per-conn", offsetof(struct nd_config, max_sessions_per_conn), 1, 100000 },
+	{ "max-requests-per-session", offsetof(struct nd_config, max_requests_per_session), 1,
+	  1000000 },
+	{ "hello-timeout-ms", offsetof(struct nd_config, hello_timeout_ms), 1, 3600000 },
+	{ "frame-timeout-ms", offsetof(struct nd_config, frame_timeout_ms), 1, 3600000 },
+	{ "idle-timeout-ms", offsetof(struct nd_config, idle_timeout_ms), 0, 86400000 },
+};
+
+/* SIZE (bytes, or with K, M, G, T: binary) or PERCENT% (1..100). */
+static int set_memory(struct nd_config *c, const char *val)
+{
+	const char *units = "KMGT";
+	uint64_t v = 0, mul = 1;
+	const char *p = val;
+
+	if (*p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (!strcmp(p, "%")) {
+		if (v < 1 || v > 100)
+			return -1;
+		c->max_memory_per_conn = 0;
+		c->max_memory_pct = (uint32_t)v;
+		return 0;
+	}
+	if (*p) {
+		const char *u = strchr(units, *p);
+
+		if (!u || p[1])
+			return -1;
+		mul = 1ull << (10 * (u - units + 1));
+	}
+	if (!v || v > UINT64_MAX / mul)
+		return -1;
+	c->max_memory_per_conn = v * mul;
+	return 0;
+}
+
+/* "none", or up to 16 numeric IPv4 and IPv6 addresses, comma separated. */
+static int set_admin(struct nd_config *c, const char *val, char *why, size_t why_len)
+{
+	struct nd_addr a[sizeof(c->admin) / sizeof(c->admin[0])];
+	uint32_t n = 0;
+	const char *p = val;
+
+	if (!strcmp(val, "none")) {
+		c->n_admin = 0;
+		return 0;
+	}
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		char one[INET6_ADDRSTRLEN];
+
+		if (!len || len >= sizeof(one)) {
+			snprintf(why, why_len, "'%.*s' is not a numeric IPv4 or IPv6 address",
+				 (int)(len < 64 ? len : 64), p);
+			return -1;
+		}
+		if (n == sizeof(a) / sizeof(a[0])) {
+			snprintf(why, why_len, "more than %zu addresses", sizeof(a) / sizeof(a[0]));
+			return -1;
+		}
+		memcpy(one, p, len);
+		one[len] = 0;
+		memset(&a[n], 0, sizeof(a[n]));
+		if (inet_pton(AF_INET, one, a[n].a) == 1) {
+			a[n].family = AF_INET;
+		} else if (inet_pton(AF_INET6, one, a[n].a) == 1) {
+			static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+			a[n].family = AF_INET6;
+			if (!memcmp(a[n].a, v4mapped, 12)) {	/* as conn.c sees such a peer */
+				memmove(a[n].a, a[n].a + 12, 4);
+				memset(a[n].a + 4, 0, 12);
+				a[n].family = AF_INET;
+			}
+		} else {
+			snprintf(why, why_len, "'%s' is not a numeric IPv4 or IPv6 address", one);
+			return -1;
+		}
+		n++;
+		p += len;
+		if (!*p)
+			break;
+		p++;
+	}
+	memcpy(c->admin, a, n * sizeof(a[0]));
+	c->n_admin = n;
 	return 0;
 }
 
@@ -322,13 +449,36 @@ static int set_option(struct nd_config *c, const struct opt *opt, const char *va
 		c->port = (uint16_t)v;
 		return 0;
 	}
-	/* max-sessions, max-conns */
-	if (parse_u32(val, 1, 100000, &v)) {
-		opt_error(o, name, "'%s': need 1..100000", val);
-		return -1;
+	if (!strcmp(name, "max-memory-per-conn")) {
+		if (set_memory(c, val)) {
+			opt_error(o, name, "'%s': need a size (512M, 8G) or a percentage of the "
+				  "devices' memory (1%%..100%%)", val);
+			return -1;
+		}
+		return 0;
 	}
-	*(name[4] == 's' ? &c->max_sessions : &c->max_conns) = v;
-	return 0;
+	if (!strcmp(name, "admin-addr")) {
+		char why[128];
+
+		if (set_admin(c, val, why, sizeof(why))) {
+			opt_error(o, name, "%s (need addresses, comma separated, or none)", why);
+			return -1;
+		}
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++) {
+		if (strcmp(name, num_opts[i].name))
+			continue;
+		if (parse_u32(val, num_opts[i].lo, num_opts[i].hi, &v)) {
+			opt_error(o, name, "'%s': need %u..%u", val, num_opts[i].lo,
+				  num_opts[i].hi);
+			return -1;
+		}
+		memcpy((char *)c + num_opts[i].off, &v, sizeof(v));
+		return 0;
+	}
+	opt_error(o, name, "not handled (a bug)");
+	return -1;
 }
 
 static const char *file_kind(mode_t m)
@@ -627,6 +777,35 @@ static int open_devices(struct nelssad *nd)
 	return ret;
 }
 
+/* Resolves max-memory-per-conn and logs the limits in force. */
+static void limits(struct nelssad *nd)
+{
+	const struct nd_config *c = &nd->cfg;
+	char admin[16 * (INET6_ADDRSTRLEN + 2)] = "none", pct[16] = "";
+	uint64_t total = 0;
+
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		total += nd->dev[d].info.mem_size;
+	/* total * pct / 100, without overflowing */
+	nd->memory_per_conn = c->max_memory_per_conn ? c->max_memory_per_conn :
+			      total / 100 * c->max_memory_pct +
+			      total % 100 * c->max_memory_pct / 100;
+	if (!c->max_memory_per_conn)
+		snprintf(pct, sizeof(pct), "%u%%: ", c->max_memory_pct);
+	for (uint32_t i = 0, at = 0; i < c->n_admin; i++) {
+		char one[INET6_ADDRSTRLEN];
+
+		inet_ntop(c->admin[i].family, c->admin[i].a, one, sizeof(one));
+		at += (uint32_t)snprintf(admin + at, sizeof(admin) - at, "%s%s", i ? "," : "", one);
+	}
+	nd_log(nd, "limits: %u connections, %u per address; %u sessions, %u per connection; "
+	       "%u requests per session; %s%.1f MiB of device memory per connection; timeouts: "
+	       "HELLO %u ms, frame %u ms, idle %u ms; admin: %s", c->max_conns,
+	       c->max_conns_per_addr, c->max_sessions, c->max_sessions_per_conn,
+	       c->max_requests_per_session, pct, (double)nd->memory_per_conn / (1 << 20),
+	       c->hello_timeout_ms, c->frame_timeout_ms, c->idle_timeout_ms, admin);
+}
+
 int main(int argc, char **argv)
 {
 	struct nelssad *nd = &the_daemon;
@@ -641,6 +820,14 @@ int main(int argc, char **argv)
 	nd->cfg.port = 18515;
 	nd->cfg.max_sessions = 64;
 	nd->cfg.max_conns = 256;
+	nd->cfg.max_conns_per_addr = 32;
+	nd->cfg.max_sessions_per_conn = 16;
+	nd->cfg.max_requests_per_session = 1024;
+	nd->cfg.max_memory_pct = 100;
+	nd->cfg.hello_timeout_ms = 10000;
+	nd->cfg.frame_timeout_ms = 10000;
+	nd->cfg.idle_timeout_ms = 300000;
+	set_admin(&nd->cfg, "127.0.0.1,::1", NULL, 0);
 	/* The config file first, so the command line overrides it. */
 	ret = parse_args(argc, argv, &nd->cfg, 0, &config);
 	if (ret)
@@ -656,6 +843,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (open_devices(nd))
 		goto out;
+	limits(nd);
 	if (nd_dataplane_start(nd))
 		goto out;
 	lfd = nd_control_listen(nd);

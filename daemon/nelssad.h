@@ -53,6 +53,20 @@ struct nd_config {
 	uint16_t port;
 	uint32_t max_sessions;
 	uint32_t max_conns;
+	/* Limits (Documentation/tools/nelssad.rst, LIMITS). */
+	uint32_t max_conns_per_addr;	/* control connections from one client address */
+	uint32_t max_sessions_per_conn;
+	uint32_t max_requests_per_session;
+	uint64_t max_memory_per_conn;	/* device bytes, all devices; 0: by percent */
+	uint32_t max_memory_pct;	/* ... of the devices' memory, when bytes is 0 */
+	uint32_t hello_timeout_ms;	/* accept to HELLO */
+	uint32_t frame_timeout_ms;	/* a partial frame in, or replies not read */
+	uint32_t idle_timeout_ms;	/* no frame and no session; 0: never */
+	uint32_t n_admin;		/* --admin-addr: who sees daemon-wide STATS */
+	struct nd_addr {
+		int family;		/* AF_INET or AF_INET6 (v4-mapped ones as AF_INET) */
+		uint8_t a[16];
+	} admin[16];
 	int busy_poll;		/* poller spins instead of sleeping on the efd */
 	int require_rdma;
 	int nop_kernel;		/* benchmarks: NOP instead of SPARSE_ATTN */
@@ -141,6 +155,7 @@ struct nd_session {
 	int closing;			/* set by control, acted on by the poller */
 	struct nd_step *step;		/* in flight, at most one */
 	int held;			/* test hook: @step is done, its reply parked */
+	uint64_t steps, items, kv_bytes;	/* served to it (STATS), as nd->stats */
 	uint32_t rndv;			/* rendezvous receives in flight (poller) */
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
@@ -186,21 +201,26 @@ struct nelssad {
 	 */
 	uint32_t hold_tenant;
 	volatile int stop;
+	uint64_t memory_per_conn;	/* max-memory-per-conn in bytes, resolved at start */
 };
 
 /*
  * A control connection (conn.c): its socket, its buffers and timers, and
- * what control.c keeps of it.
+ * what control.c keeps of it.  A connection is a tenant: the sessions it
+ * creates are its own, and the per-connection limits bound it.
  */
 struct nd_conn {
 	int fd;
 	uint64_t id;			/* for logs */
 	char name[64];			/* "ADDR:PORT", for logs */
+	struct nd_addr addr;		/* the client's, for --max-conns-per-addr */
+	int admin;			/* from an --admin-addr: daemon-wide STATS */
 	/* control.c */
 	int hello;
 	struct nd_peer *peer;		/* from HELLO's address; NULL: none */
+	uint64_t done_steps, done_items, done_kv;	/* of its sessions closed */
 	/* conn.c */
-	uint64_t t_wrote, t_close;
+	uint64_t t_open, t_frame, t_partial, t_wrote, t_close;
 	int closing;			/* a last ERROR queued: flush, then close */
 	int gone;			/* nd_control_gone() done */
 	int overflow;			/* a reply found no room in @out */
@@ -220,6 +240,8 @@ int nd_control_run(struct nelssad *nd, int listen_fd);
 int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
 int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+size_t nd_conn_queued(const struct nd_conn *c);
+void nd_conn_unsend(struct nd_conn *c, size_t mark);
 void nd_conn_refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* main.c */
@@ -270,6 +292,7 @@ void nd_dataplane_wake(struct nelssad *nd);
 
 /* control.c: a frame of @c's; non-zero closes @c (after what it queued). */
 int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
+uint32_t nd_control_sessions(struct nelssad *nd, const struct nd_conn *c);
 void nd_control_gone(struct nelssad *nd, struct nd_conn *c);
 
 #endif /* NELSSAD_H */

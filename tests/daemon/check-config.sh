@@ -81,10 +81,14 @@ EOF
 	fi
 }
 
-echo "1..45"
+# The limits (Documentation/tools/nelssad.rst, LIMITS).
+limits="max-conns-per-addr max-sessions-per-conn max-requests-per-session max-memory-per-conn
+hello-timeout-ms frame-timeout-ms idle-timeout-ms admin-addr"
+
+echo "1..82"
 
 # A value option without a value, in a config file: named with file and line.
-for opt in listen max-sessions max-conns port-file devices sim-opts; do
+for opt in listen max-sessions max-conns port-file devices sim-opts $limits; do
 	conf "$opt ="
 	refuse "config '$opt =' refused" "c.conf:2: $opt: needs a value" --config "$out/c.conf"
 done
@@ -123,6 +127,40 @@ refuse "--config without a value refused" "--config: needs a value" --config
 refuse "--config given twice refused" "--config: given twice" --config "$shipped" \
 	--config="$shipped"
 refuse "a stray argument refused" "unexpected argument 'stray'" stray
+
+# The limits: each without a value, out of range, malformed.
+for opt in $limits; do
+	refuse "--$opt without a value refused" "--$opt: needs a value" --$opt
+done
+refuse "--max-conns-per-addr=0 refused" "--max-conns-per-addr: '0': need 1..100000" \
+	--max-conns-per-addr=0
+refuse "--max-sessions-per-conn 100001 refused" \
+	"--max-sessions-per-conn: '100001': need 1..100000" --max-sessions-per-conn 100001
+refuse "--max-requests-per-session=many refused" \
+	"--max-requests-per-session: 'many': need 1..1000000" --max-requests-per-session=many
+refuse "--hello-timeout-ms=0 refused" "--hello-timeout-ms: '0': need 1..3600000" \
+	--hello-timeout-ms=0
+refuse "--frame-timeout-ms 3600001 refused" "--frame-timeout-ms: '3600001': need 1..3600000" \
+	--frame-timeout-ms 3600001
+refuse "--idle-timeout-ms=-1 refused" "--idle-timeout-ms: '-1': need 0..86400000" \
+	--idle-timeout-ms=-1
+for bad in 0 0% 101% 12X 8GB -1 %; do
+	refuse "--max-memory-per-conn=$bad refused" \
+		"--max-memory-per-conn: '$bad': need a size (512M, 8G) or a percentage" \
+		--max-memory-per-conn=$bad
+done
+refuse "--admin-addr=localhost refused (numeric only)" \
+	"--admin-addr: 'localhost' is not a numeric IPv4 or IPv6 address" --admin-addr=localhost
+refuse "--admin-addr with an empty entry refused" "--admin-addr: '' is not a numeric" \
+	--admin-addr=127.0.0.1,,::1
+refuse "--admin-addr of 17 addresses refused" "--admin-addr: more than 16 addresses" \
+	--admin-addr="$(i=1; while [ $i -le 17 ]; do printf '10.0.0.%d,' $i; i=$((i + 1)); done)10.0.1.1"
+conf "max-memory-per-conn = 150%"
+refuse "config 'max-memory-per-conn = 150%' refused" \
+	"c.conf:2: max-memory-per-conn: '150%': need a size" --config "$out/c.conf"
+conf "idle-timeout-ms = soon"
+refuse "config 'idle-timeout-ms = soon' refused" \
+	"c.conf:2: idle-timeout-ms: 'soon': need 0..86400000" --config "$out/c.conf"
 
 # --config on what is not a readable regular file of sane size.
 refuse "--config on a directory refused" "$out: not a regular file (a directory)" --config "$out"
@@ -177,6 +215,27 @@ serves "the command line overrides the file" "with 1 device(s)" "device sim:0,me
 t "the command line overrides the file: no busy-poll" 1 grep -q busy-polling "$out/daemon.log"
 serves "the shipped config file parses (devices overridden)" "with 1 device(s)" -- \
 	--config "$shipped" --devices sim:1 --sim-opts mem=16M
+serves "the limits' defaults in force" \
+	"limits: 256 connections, 32 per address; 64 sessions, 16 per connection; 1024 requests per session; 100%: 64.0 MiB of device memory per connection; timeouts: HELLO 10000 ms, frame 10000 ms, idle 300000 ms; admin: 127.0.0.1,::1" \
+	-- --devices sim:1 --sim-opts mem=64M
+cat >"$out/limits.conf" <<CONF
+max-conns = 10
+max-conns-per-addr = 2
+max-sessions-per-conn = 5
+max-requests-per-session = 7
+max-memory-per-conn = 25%
+hello-timeout-ms = 500
+frame-timeout-ms = 700
+idle-timeout-ms = 0
+admin-addr = none
+CONF
+serves "every limit set from a config file" \
+	"limits: 10 connections, 2 per address; 64 sessions, 5 per connection; 7 requests per session; 25%: 16.0 MiB of device memory per connection; timeouts: HELLO 500 ms, frame 700 ms, idle 0 ms; admin: none" \
+	-- --config "$out/limits.conf" --devices sim:1 --sim-opts mem=64M
+serves "a size for max-memory-per-conn, IPv6 and v4-mapped admin addresses" \
+	"20.0 MiB of device memory per connection" "admin: 10.0.0.1,fe80::1" -- \
+	--devices sim:1 --sim-opts mem=64M --max-memory-per-conn 20M \
+	--admin-addr=::ffff:10.0.0.1,fe80::1
 
 # --devices: a comma starts a device only before sim: or /; no device twice.
 serves "--devices sim:0,mem=64M (the documented example) opens one 64 MiB device" \
