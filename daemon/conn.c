@@ -28,9 +28,10 @@
  *
  * Connections are limited in all (--max-conns) and per client address
  * (--max-conns-per-addr); one beyond is accepted, told why in an ERROR
- * frame and closed.  Out of file descriptors, the listener pauses
- * briefly, so it never spins on a listener it cannot serve and picks up
- * again once descriptors are back.
+ * frame and closed.  Out of file descriptors, the listener refuses
+ * connections the same way through fdlimit.c's reserve descriptor, and
+ * pauses briefly if even that is gone, so it never spins on a listener
+ * it cannot serve and picks up again once descriptors are back.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -51,7 +52,7 @@
 
 #define MS 1000000ull			/* ns */
 #define ACCEPTS_PER_ROUND 64		/* then the connections' turn */
-#define ACCEPT_PAUSE (100 * MS)		/* out of descriptors */
+#define ACCEPT_PAUSE (100 * MS)		/* out of descriptors, no reserve left */
 #define POLL_MAX_MS 200			/* the stop flag is looked at this often */
 
 static uint64_t next_conn;
@@ -336,8 +337,8 @@ void nd_conn_refuse(int fd, int code, const char *fmt, ...)
 
 /*
  * Takes the connections waiting on the listener, or refuses them.  Returns
- * when none waits, after ACCEPTS_PER_ROUND, or, out of descriptors, with
- * @pause_until set.
+ * when none waits, after ACCEPTS_PER_ROUND, or, out of descriptors with no
+ * reserve left, with @pause_until set.
  */
 static void accept_some(struct nelssad *nd, int lfd, struct nd_conn **conns, uint32_t *n,
 			uint64_t *pause_until)
@@ -353,10 +354,17 @@ static void accept_some(struct nelssad *nd, int lfd, struct nd_conn **conns, uin
 		int one = 1;
 
 		if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
-			nd_log(nd, "out of file descriptors: not accepting for %llu ms",
-			       ACCEPT_PAUSE / MS);
-			*pause_until = nd_now_ns() + ACCEPT_PAUSE;
-			return;
+			int ret = nd_fd_refuse(nd, lfd, "the daemon is out of file descriptors");
+
+			if (ret == -EAGAIN)
+				return;
+			if (ret) {
+				nd_log(nd, "out of file descriptors and no reserve: not accepting "
+				       "for %llu ms", ACCEPT_PAUSE / MS);
+				*pause_until = nd_now_ns() + ACCEPT_PAUSE;
+				return;
+			}
+			continue;
 		}
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)

@@ -844,6 +844,7 @@ int main(int argc, char **argv)
 	if (open_devices(nd))
 		goto out;
 	limits(nd);
+	nd_fd_setup(nd);
 	if (nd_dataplane_start(nd))
 		goto out;
 	lfd = nd_control_listen(nd);

@@ -7,6 +7,7 @@
  *   main.c      options, config file, devices, signals, start and stop
  *   conn.c      control connections: accept, buffers, timeouts, the poll loop
  *   control.c   the control messages: hello, sessions, KV allocation, stats
+ *   fdlimit.c   file descriptors: the limit, a reserve, accept(2) for UCX
  *   dataplane.c the UCX worker and its poller thread: KV ingest, steps
  *   partition.c the KV Partitioner: device arenas, request stores, ingest
  *   dispatch.c  the Job Dispatcher and Output Aggregator of a decode step
@@ -243,6 +244,10 @@ int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
 size_t nd_conn_queued(const struct nd_conn *c);
 void nd_conn_unsend(struct nd_conn *c, size_t mark);
 void nd_conn_refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* fdlimit.c */
+void nd_fd_setup(struct nelssad *nd);
+int nd_fd_refuse(struct nelssad *nd, int listen_fd, const char *why);
 
 /* main.c */
 void nd_log(struct nelssad *nd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -217,7 +217,7 @@ serves "the shipped config file parses (devices overridden)" "with 1 device(s)" 
 	--config "$shipped" --devices sim:1 --sim-opts mem=16M
 serves "the limits' defaults in force" \
 	"limits: 256 connections, 32 per address; 64 sessions, 16 per connection; 1024 requests per session; 100%: 64.0 MiB of device memory per connection; timeouts: HELLO 10000 ms, frame 10000 ms, idle 300000 ms; admin: 127.0.0.1,::1" \
-	-- --devices sim:1 --sim-opts mem=64M
+	"file descriptors: limit" -- --devices sim:1 --sim-opts mem=64M
 cat >"$out/limits.conf" <<CONF
 max-conns = 10
 max-conns-per-addr = 2
