@@ -159,9 +159,15 @@ int nelssa_router_init(struct nelssa_router *r, const struct nelssa_hw_profile *
 	r->m = *m;
 	r->n_dev = n_dev;
 	r->t_input = nelssa_crossover(hw, m, n_dev);
+	r->gpu_kv = fmax(0.0, 0.9 * hw->gpu_mem - m->weights);
 	r->cap_pnm_mem = 0.9;
-	r->cap_step = 0.05;		/* 20 tokens/s for a long request, at least */
+	/* The deadline: the GPU's step with its whole KV pool in the batch. */
+	r->cap_step = (m->weights + r->gpu_kv) / hw->gpu_bw;
 	r->cap_gpu_meta = 0.1 * hw->gpu_mem;
+	r->cap_gpu_share = 0.025;
+	r->cap_pnm_share = 0.025;
+	r->net_bw = 50e9;		/* 400 Gb/s RDMA */
+	r->cap_migrate_pause = 0.05;
 	r->window = 4 + 64;
 	return 0;
 }
@@ -182,77 +188,263 @@ static double gpu_meta(const struct nelssa_router *r, double tokens, uint32_t re
 	return tokens * mkv / r->m.compression + (double)reqs * r->window * mkv;
 }
 
+/* Seconds of the tier's devices @tokens of sparse attention take (T_comm apart). */
+static double sparse_time(const struct nelssa_router *r, double tokens)
+{
+	return r->m.select * tokens * nelssa_kv_bytes_per_token(&r->m) / (r->n_dev * r->hw.pnm_bw);
+}
+
 /*
- * 0 when a tier holding @held tokens in @reqs requests can take @len more
- * tokens (one more request); else -1 and the cap in @why.
+ * What the PNM tier holds: all its requests (tokens now, tokens at their
+ * ends, count), and of them the ones only the tier can hold.
  */
-static int admissible(const struct nelssa_router *r, double held, uint32_t reqs, double len,
-		      char *why, size_t why_len)
+struct load {
+	double tokens, final;
+	uint32_t requests;
+	double x_tokens, x_final;
+	uint32_t x_requests;
+};
+
+static struct load load_of(const struct nelssa_router *r)
+{
+	return (struct load){ r->pnm_tokens, r->pnm_final, r->pnm_requests, r->extra_tokens,
+			      r->extra_final, r->extra_requests };
+}
+
+/*
+ * The step the requests the GPU could also hold see: their own sparse
+ * reads and T_comm, stretched by the share of the devices the others may
+ * take (cap_pnm_share, when there are any).
+ */
+static double step_common(const struct nelssa_router *r, const struct load *l)
+{
+	const double t = sparse_time(r, l->tokens - l->x_tokens) + nelssa_t_comm(&r->hw, &r->m, r->n_dev);
+
+	return l->x_requests ? t / (1.0 - r->cap_pnm_share) : t;
+}
+
+enum { ADM_OK, ADM_MEM, ADM_STEP, ADM_META };
+
+/*
+ * Whether a tier holding @l can take one more request of @len tokens now
+ * and @final at its end (@extra: one only the tier can hold): ADM_OK, or
+ * the first cap it breaks, described in @why.  Memory and centroids are
+ * reserved at the final lengths, so they never overflow; the step
+ * deadline is checked at the current ones, each class against its own
+ * step: a request the GPU could hold against step_common(), one only the
+ * tier holds against the others of its kind (they yield to the rest).
+ */
+static int admissible(const struct nelssa_router *r, const struct load *l, double len,
+		      double final, int extra, char *why, size_t why_len)
 {
 	const double mkv = nelssa_kv_bytes_per_token(&r->m);
-	const double tokens = held + len;
+	const double mem = (l->final + final) * mkv, mem_cap = r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem;
+	const double meta = gpu_meta(r, l->final + final, l->requests + 1);
+	struct load with = *l;
+	double step;
 
-	if (tokens * mkv > r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem) {
-		snprintf(why, why_len, "PNM memory cap: %.1f of %.1f GiB", tokens * mkv / (1 << 30),
-			 r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem / (1 << 30));
-		return -1;
+	with.tokens += len;
+	with.requests++;
+	if (extra) {
+		with.x_tokens += len;
+		with.x_requests++;
+		step = sparse_time(r, with.x_tokens) + nelssa_t_comm(&r->hw, &r->m, r->n_dev);
+	} else {
+		step = step_common(r, &with);
 	}
-	if (nelssa_pnm_step_time(r, tokens, reqs + 1) > r->cap_step) {
-		snprintf(why, why_len, "PNM step budget: %.2f ms over %.2f ms",
-			 1e3 * nelssa_pnm_step_time(r, tokens, reqs + 1), 1e3 * r->cap_step);
-		return -1;
+	if (!(mem <= mem_cap)) {
+		snprintf(why, why_len, "PNM memory cap: %.1f of %.1f GiB", mem / (1 << 30),
+			 mem_cap / (1 << 30));
+		return ADM_MEM;
 	}
-	if (gpu_meta(r, tokens, reqs + 1) > r->cap_gpu_meta) {
-		snprintf(why, why_len, "GPU centroid memory cap: %.2f of %.2f GiB",
-			 gpu_meta(r, tokens, reqs + 1) / (1 << 30), r->cap_gpu_meta / (1 << 30));
-		return -1;
+	if (!(meta <= r->cap_gpu_meta)) {
+		snprintf(why, why_len, "GPU centroid memory cap: %.2f of %.2f GiB", meta / (1 << 30),
+			 r->cap_gpu_meta / (1 << 30));
+		return ADM_META;
 	}
-	return 0;
+	if (!(step <= r->cap_step)) {
+		snprintf(why, why_len, "PNM step deadline: %.2f ms over %.2f ms", 1e3 * step,
+			 1e3 * r->cap_step);
+		return ADM_STEP;
+	}
+	return ADM_OK;
+}
+
+int nelssa_router_fits(const struct nelssa_router *r, double final_len)
+{
+	const double mkv = nelssa_kv_bytes_per_token(&r->m);
+	const struct load empty = { 0 };
+	const int gpu = final_len * mkv <= r->gpu_kv;
+	char why[128];
+	int a;
+
+	a = admissible(r, &empty, final_len, final_len, !gpu, why, sizeof(why));
+	return (gpu ? NELSSA_FITS_GPU : 0) |
+	       ((a == ADM_OK || a == ADM_STEP) && gpu_meta(r, final_len, 1) <= r->gpu_kv ?
+		NELSSA_FITS_PNM : 0);
+}
+
+static enum nelssa_route admit_pnm(struct nelssa_router *r, double len, double final, int extra)
+{
+	r->pnm_tokens += len;
+	r->pnm_final += final;
+	r->pnm_requests++;
+	if (extra) {
+		r->extra_tokens += len;
+		r->extra_final += final;
+		r->extra_requests++;
+	}
+	return NELSSA_ROUTE_PNM;
+}
+
+enum nelssa_route nelssa_route(struct nelssa_router *r, const struct nelssa_route_query *q)
+{
+	const double mkv = nelssa_kv_bytes_per_token(&r->m);
+	const double len = q->len, final = q->final_len > len ? q->final_len : len;
+	const int fits = nelssa_router_fits(r, final), extra = !(fits & NELSSA_FITS_GPU);
+	const struct load l = load_of(r);
+	int want_pnm, a = ADM_OK;
+	char why[128] = "";
+
+	r->why[0] = 0;
+	if (!(len >= 0) || !isfinite(final)) {
+		snprintf(r->why, sizeof(r->why), "a length of %g tokens", len);
+		return NELSSA_ROUTE_REFUSE;
+	}
+	if (!fits) {
+		snprintf(r->why, sizeof(r->why),
+			 "%.1f GiB of KV at %.0f tokens fits neither the GPU's %.1f GiB KV pool "
+			 "nor the PNM tier's %.1f GiB", final * mkv / (1 << 30), final,
+			 r->gpu_kv / (1 << 30), r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem / (1 << 30));
+		return NELSSA_ROUTE_REFUSE;
+	}
+	if (q->pinned && (q->prev == NELSSA_ROUTE_GPU || q->prev == NELSSA_ROUTE_PNM) &&
+	    (fits & (q->prev == NELSSA_ROUTE_GPU ? NELSSA_FITS_GPU : NELSSA_FITS_PNM)))
+		want_pnm = q->prev == NELSSA_ROUTE_PNM;
+	else if (!(fits & NELSSA_FITS_PNM))
+		want_pnm = 0;
+	else if (extra)
+		want_pnm = 1;
+	else
+		want_pnm = len >= r->t_input;
+	if (!want_pnm)
+		return NELSSA_ROUTE_GPU;
+	if (q->behind) {
+		snprintf(why, sizeof(why), "an older request waits for the PNM tier");
+	} else {
+		a = admissible(r, &l, len, final, extra, why, sizeof(why));
+		if (a == ADM_OK)
+			return admit_pnm(r, len, final, extra);
+		if (a == ADM_STEP && !(extra ? l.x_requests : l.requests - l.x_requests)) {
+			/*
+			 * Over the deadline alone: waiting would not help.  Where
+			 * the GPU holds it, the GPU serves it (below the
+			 * crossover, or the deadline set below the GPU's own
+			 * step); else nothing serves it sooner than the tier.
+			 */
+			if (extra || (q->pinned && q->prev == NELSSA_ROUTE_PNM))
+				return admit_pnm(r, len, final, extra);
+			snprintf(r->why, sizeof(r->why), "alone over the %.100s: on the GPU", why);
+			return NELSSA_ROUTE_GPU;
+		}
+	}
+	/* The tier cannot take it now: the GPU, if it holds it now, else wait. */
+	if (!extra && !q->pinned && q->gpu_free >= (len + 1) * mkv) {
+		snprintf(r->why, sizeof(r->why), "%.100s: on the GPU, which has room", why);
+		return NELSSA_ROUTE_GPU;
+	}
+	snprintf(r->why, sizeof(r->why), "%.150s", why);
+	return NELSSA_ROUTE_QUEUE;
 }
 
 enum nelssa_route nelssa_route_request(struct nelssa_router *r, double len)
 {
-	char why[96];
+	const struct nelssa_route_query q = { .len = len, .final_len = len, .prev = -1 };
 
-	r->why[0] = 0;
-	if (!(len >= r->t_input))
-		return NELSSA_ROUTE_GPU;
-	if (admissible(r, r->pnm_tokens, r->pnm_requests, len, r->why, sizeof(r->why))) {
-		/*
-		 * Waiting only helps if the tier could take it once others
-		 * leave.  One that breaks a cap on an empty tier would wait
-		 * forever: the GPU serves it.
-		 */
-		if (!admissible(r, 0.0, 0, len, why, sizeof(why)))
-			return NELSSA_ROUTE_QUEUE;
-		snprintf(r->why, sizeof(r->why), "alone over the %.96s: on the GPU", why);
-		return NELSSA_ROUTE_GPU;
+	return nelssa_route(r, &q);
+}
+
+void nelssa_router_leave(struct nelssa_router *r, double len, double final_len)
+{
+	r->pnm_tokens = r->pnm_tokens > len ? r->pnm_tokens - len : 0.0;
+	r->pnm_final = r->pnm_final > final_len ? r->pnm_final - final_len : 0.0;
+	if (r->pnm_requests)
+		r->pnm_requests--;
+	if (!(nelssa_router_fits(r, final_len) & NELSSA_FITS_GPU) && r->extra_requests) {
+		r->extra_tokens = r->extra_tokens > len ? r->extra_tokens - len : 0.0;
+		r->extra_final = r->extra_final > final_len ? r->extra_final - final_len : 0.0;
+		r->extra_requests--;
 	}
-	r->pnm_tokens += len;
-	r->pnm_requests++;
-	return NELSSA_ROUTE_PNM;
+	if (!r->pnm_requests)
+		r->pnm_tokens = r->pnm_final = 0.0;	/* no rounding left over */
+	if (!r->extra_requests)
+		r->extra_tokens = r->extra_final = 0.0;
 }
 
 void nelssa_router_release(struct nelssa_router *r, double len)
 {
-	r->pnm_tokens = r->pnm_tokens > len ? r->pnm_tokens - len : 0.0;
-	if (r->pnm_requests)
-		r->pnm_requests--;
+	nelssa_router_leave(r, len, len);
 }
 
-int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size_t n,
-			  double gpu_kv_used, double high_water)
+void nelssa_router_grow(struct nelssa_router *r, double tokens, double final_len)
 {
+	r->pnm_tokens += tokens;
+	if (!(nelssa_router_fits(r, final_len) & NELSSA_FITS_GPU))
+		r->extra_tokens += tokens;
+}
+
+double nelssa_pnm_step_of(const struct nelssa_router *r, double final_len, double t_gpu_step)
+{
+	const struct load l = load_of(r);
+	const double t_fixed = r->m.weights / r->hw.gpu_bw;
+	double t, pace_gpu, pace_pnm;
+
+	if (nelssa_router_fits(r, final_len) & NELSSA_FITS_GPU)
+		return step_common(r, &l);
+	/* Only the tier holds it: it waits for everyone's attention, and is paced. */
+	t = nelssa_pnm_step_time(r, l.tokens, l.requests);
+	/*
+	 * Their reads may add cap_gpu_share of the step's fixed part (the
+	 * weights) to each step: the step of a loaded GPU grows with its
+	 * batch, which grows with the step, and a share of the whole step
+	 * would come back amplified as 1 / (1 - the batch's part of it).
+	 */
+	pace_gpu = r->cap_gpu_share > 0 ?
+		   gpu_meta(r, l.x_final, l.x_requests) / (r->hw.gpu_bw * r->cap_gpu_share) *
+		   (t_fixed > 0 && t_gpu_step > t_fixed ? t_gpu_step / t_fixed : 1.0) : 0.0;
+	pace_pnm = r->cap_pnm_share > 0 && l.requests > l.x_requests ?
+		   sparse_time(r, l.x_final) / r->cap_pnm_share : 0.0;
+	return fmax(t, fmax(pace_gpu, pace_pnm));
+}
+
+int nelssa_pick_migration_final(const struct nelssa_router *r, const double *ctx,
+				const double *final_ctx, size_t n, double gpu_kv_used,
+				double high_water)
+{
+	const struct load l = load_of(r);
 	char why[128];
 	int best = -1;
 
 	if (gpu_kv_used < high_water)
 		return -1;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		const double fin = final_ctx && final_ctx[i] > ctx[i] ? final_ctx[i] : ctx[i];
+
+		const double pause = ctx[i] * nelssa_kv_bytes_per_token(&r->m) / r->net_bw;
+
+		if (final_ctx && !(pause <= (fin - ctx[i]) * r->cap_migrate_pause * r->cap_step))
+			continue;	/* too close to its end to be worth the pause */
 		if (ctx[i] >= r->t_input && (best < 0 || ctx[i] > ctx[best]) &&
-		    !admissible(r, r->pnm_tokens, r->pnm_requests, ctx[i], why, sizeof(why)))
+		    admissible(r, &l, ctx[i], fin, 0, why, sizeof(why)) == ADM_OK)
 			best = (int)i;
+	}
 	return best;
+}
+
+int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size_t n,
+			  double gpu_kv_used, double high_water)
+{
+	return nelssa_pick_migration_final(r, ctx, NULL, n, gpu_kv_used, high_water);
 }
 
 void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base)

@@ -2,7 +2,10 @@
 /*
  * The placement policy (client/policy.c): the latency model and crossover
  * against values computed by hand from DESIGN §3.7's formulas, the router's
- * caps one at a time, the migration choice, and the profile files.
+ * caps one at a time, where a request's KV fits, the step deadline from
+ * the profile, the fallback to the GPU, preempted requests, the pacing of
+ * requests only the PNM tier holds, the migration choice, and the profile
+ * files.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -92,7 +95,7 @@ static void router_caps_one_at_a_time(void **state)
 	/* Step budget: the tier's step time with the newcomer over the cap. */
 	r.cap_step = nelssa_pnm_step_time(&r, 2 * t, 2) * 0.999;
 	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route_request(&r, t));
-	assert_non_null(strstr(r.why, "step budget"));
+	assert_non_null(strstr(r.why, "step deadline"));
 	r.cap_step = nelssa_pnm_step_time(&r, 2 * t, 2) * 1.001;
 	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route_request(&r, t));
 	/* GPU memory for centroids + windows: (3t x 256 / 16) + 3 x 68 x 256 bytes now. */
@@ -102,13 +105,216 @@ static void router_caps_one_at_a_time(void **state)
 	assert_non_null(strstr(r.why, "GPU centroid"));
 	nelssa_router_release(&r, t);
 	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route_request(&r, t));
-	/* Over a cap even on an empty tier: waiting would be forever, the GPU serves it. */
+	/* Over the step deadline with others on the tier: it waits for them. */
 	r.cap_gpu_meta = 1e18;
 	r.cap_step = nelssa_pnm_step_time(&r, 2 * t, 1) * 0.999;
-	assert_int_equal(NELSSA_ROUTE_GPU, nelssa_route_request(&r, 2 * t));
-	assert_non_null(strstr(r.why, "alone over the PNM step budget"));
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route_request(&r, 2 * t));
+	assert_non_null(strstr(r.why, "step deadline"));
 	assert_int_equal(2, r.pnm_requests);	/* not counted on the tier */
+	/* ... and on an empty tier, where the GPU holds it, the GPU serves it. */
+	nelssa_router_release(&r, t);
+	nelssa_router_release(&r, t);
+	assert_int_equal(0, r.pnm_requests);
+	assert_int_equal(NELSSA_ROUTE_GPU, nelssa_route_request(&r, 2 * t));
+	assert_non_null(strstr(r.why, "alone over the PNM step deadline"));
+	assert_int_equal(0, r.pnm_requests);
 	assert_int_equal(-EINVAL, nelssa_router_init(&r, &hw, &m, 0));
+}
+
+/*
+ * Where a request can run, from its KV at its end: the GPU's pool, the
+ * PNM tier's memory cap (and its centroids within the GPU's cap), both,
+ * or neither -- refused at once, with the reason.
+ */
+static void route_where_the_kv_fits(void **state)
+{
+	struct nelssa_router r;
+	const double pool = 1e9 / 256;	/* tokens of 256 B in a 1 GB GPU pool */
+	const double pnm = 0.9 * 4e9 / 256;	/* tokens in 90 % of four 1 GB devices */
+	struct nelssa_route_query q = { .prev = -1 };
+
+	(void)state;
+	assert_int_equal(0, nelssa_router_init(&r, &hw, &m, 4));
+	r.gpu_kv = 1e9;
+	r.cap_gpu_meta = 1e18;
+	r.cap_step = 1e9;
+	assert_int_equal(NELSSA_FITS_GPU | NELSSA_FITS_PNM, nelssa_router_fits(&r, pool));
+	assert_int_equal(NELSSA_FITS_PNM, nelssa_router_fits(&r, pool + 1));
+	r.gpu_kv = 1e12;
+	assert_int_equal(NELSSA_FITS_GPU, nelssa_router_fits(&r, pnm + 1));
+	r.gpu_kv = 1e9;
+	assert_int_equal(0, nelssa_router_fits(&r, pnm + 1));
+	/* Neither: refused, whatever its current length, and nothing counted. */
+	q.len = 1000;
+	q.final_len = pnm + 1;
+	assert_int_equal(NELSSA_ROUTE_REFUSE, nelssa_route(&r, &q));
+	assert_non_null(strstr(r.why, "fits neither"));
+	assert_int_equal(0, r.pnm_requests);
+	/* Short but over the GPU pool at its end: the PNM tier, below the threshold too. */
+	q.len = 100;
+	q.final_len = pool + 1;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	close_to(r.pnm_final, pool + 1, 1e-12);
+	close_to(r.pnm_tokens, 100, 1e-12);
+	/* Long but over the PNM tier's memory at its end: the GPU. */
+	r.gpu_kv = 1e12;
+	q.len = r.t_input * 2;
+	q.final_len = pnm + 1;
+	assert_int_equal(NELSSA_ROUTE_GPU, nelssa_route(&r, &q));
+	/* Memory is reserved at the final length: the tier holds pnm - (pool + 1) more. */
+	q.final_len = pnm - (pool + 1);
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	q.final_len = q.len;
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route(&r, &q));
+	assert_non_null(strstr(r.why, "PNM memory"));
+	nelssa_router_leave(&r, 100, pool + 1);
+	nelssa_router_leave(&r, r.t_input * 2, pnm - (pool + 1));
+	assert_int_equal(0, r.pnm_requests);
+	assert_true(r.pnm_tokens == 0 && r.pnm_final == 0);
+}
+
+/*
+ * The step deadline is the GPU's step with its whole pool read, from the
+ * profile alone: identical requests get identical answers whatever ran
+ * before, and the tier takes floor((D - T_comm) / c) of them at once
+ * (c: one request's sparse read), not one.
+ */
+static void deadline_from_the_tier_not_from_history(void **state)
+{
+	const struct nelssa_model_profile llama = { 32, 8, 128, 2, 16.06e9, 16.0, 0.04 };
+	struct nelssa_hw_profile h200;
+	struct nelssa_router r;
+	double d, c, comm, len = 131072;
+	uint32_t k = 0, want;
+
+	(void)state;
+	assert_int_equal(0, nelssa_hw_profile_builtin("h200", &h200));
+	assert_int_equal(0, nelssa_router_init(&r, &h200, &llama, 4));
+	/* 0.9 x 141e9 - 16.06e9 = 110.84e9 of KV; (16.06e9 + 110.84e9) / 4.8e12 = 26.4375 ms. */
+	close_to(r.gpu_kv, 110.84e9, 1e-12);
+	d = 126.9e9 / 4.8e12;
+	close_to(r.cap_step, d, 1e-12);
+	/* c = 0.04 x 131072 x 131072 B / (4 x 76.8e9 B/s); T_comm(4) = 32 x 16 us. */
+	c = 0.04 * len * 131072.0 / (4 * 76.8e9);
+	comm = 32 * 16e-6;
+	want = (uint32_t)floor((d - comm) / c);
+	assert_int_equal(11, want);	/* 2.237 ms each, 0.512 ms of communication */
+	while (nelssa_route_request(&r, len) == NELSSA_ROUTE_PNM)
+		k++;
+	assert_int_equal(want, k);
+	close_to(nelssa_pnm_step_time(&r, r.pnm_tokens, r.pnm_requests), comm + want * c, 1e-9);
+	/* One leaves: the next identical request gets its place, the one after waits. */
+	nelssa_router_release(&r, len);
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route_request(&r, len));
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route_request(&r, len));
+}
+
+/*
+ * A request the tier cannot take now starts on the GPU when it has room
+ * for it, else waits; one behind an older request waiting for the tier
+ * does not pass it there.
+ */
+static void full_tier_falls_back_to_a_gpu_with_room(void **state)
+{
+	struct nelssa_router r;
+	const double t = nelssa_crossover(&hw, &m, 4);
+	struct nelssa_route_query q = { .len = t, .final_len = t, .prev = -1 };
+
+	(void)state;
+	assert_int_equal(0, nelssa_router_init(&r, &hw, &m, 4));
+	r.gpu_kv = 1e12;
+	r.cap_gpu_meta = 1e18;
+	r.cap_step = nelssa_pnm_step_time(&r, t, 1) * 1.0001;	/* room for one */
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route(&r, &q));
+	q.gpu_free = (t + 1) * 256 - 1;
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route(&r, &q));
+	q.gpu_free = (t + 1) * 256;
+	assert_int_equal(NELSSA_ROUTE_GPU, nelssa_route(&r, &q));
+	assert_non_null(strstr(r.why, "the GPU, which has room"));
+	/* Room on the tier again, but an older request waits for it. */
+	nelssa_router_release(&r, t);
+	q.behind = 1;
+	q.gpu_free = 0;
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route(&r, &q));
+	assert_non_null(strstr(r.why, "older request"));
+	q.behind = 0;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	assert_int_equal(1, r.pnm_requests);
+}
+
+/*
+ * A preempted request: pinned (no migration), it goes back where it ran
+ * whatever its length; free to move, it is routed afresh.
+ */
+static void preempted_requests_are_routed_explicitly(void **state)
+{
+	struct nelssa_router r;
+	const double t = nelssa_crossover(&hw, &m, 4);
+	struct nelssa_route_query q = { .len = 2 * t, .final_len = 2 * t, .prev = NELSSA_ROUTE_GPU,
+					.pinned = 1 };
+
+	(void)state;
+	assert_int_equal(0, nelssa_router_init(&r, &hw, &m, 4));
+	r.gpu_kv = 1e12;
+	r.cap_gpu_meta = 1e18;
+	r.cap_step = 1e9;
+	assert_int_equal(NELSSA_ROUTE_GPU, nelssa_route(&r, &q));
+	assert_int_equal(0, r.pnm_requests);
+	q.pinned = 0;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	/* Pinned to the PNM tier: below the threshold, and with the tier full, never the GPU. */
+	q.prev = NELSSA_ROUTE_PNM;
+	q.pinned = 1;
+	q.len = q.final_len = t / 2;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	r.cap_step = nelssa_pnm_step_time(&r, r.pnm_tokens, r.pnm_requests);
+	q.gpu_free = 1e18;
+	assert_int_equal(NELSSA_ROUTE_QUEUE, nelssa_route(&r, &q));
+}
+
+/*
+ * Requests only the PNM tier holds are paced: their centroids and windows
+ * take at most cap_gpu_share of the GPU, (L / C + window) M_kv / (BW_gpu
+ * share), and beside requests the GPU could hold their sparse reads at most
+ * cap_pnm_share of the devices, S L M_kv / (N BW_pnm share); the others'
+ * step is stretched by 1 / (1 - cap_pnm_share) meanwhile, no more.
+ */
+static void requests_only_the_tier_holds_are_paced(void **state)
+{
+	struct nelssa_router r;
+	struct nelssa_route_query q = { .len = 1000, .final_len = 5e6, .prev = -1 };
+	const double pace_gpu = (5e6 / 16 + 68) * 256 / (1e12 * 0.025);
+	const double pace_pnm = 0.04 * 5e6 * 256 / (4 * 1e11 * 0.025);
+	double common;
+
+	(void)state;
+	assert_int_equal(0, nelssa_router_init(&r, &hw, &m, 4));
+	r.gpu_kv = 1e9;		/* 3.9M tokens: 5M is over it */
+	r.cap_gpu_meta = 1e18;
+	r.cap_step = 1e9;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	/* Alone on the tier: the GPU's share decides. */
+	close_to(nelssa_pnm_step_of(&r, 5e6, 0), fmax(pace_gpu, nelssa_pnm_step_time(&r, 1000, 1)),
+		 1e-12);
+	/* With a request the GPU could hold: the devices' share too. */
+	q.final_len = 1e6;
+	q.len = 2 * r.t_input;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	close_to(nelssa_pnm_step_of(&r, 5e6, 0), fmax(pace_gpu, pace_pnm), 1e-12);
+	common = nelssa_pnm_step_time(&r, 2 * r.t_input, 1) / (1 - 0.025);
+	close_to(nelssa_pnm_step_of(&r, 1e6, 0), common, 1e-12);
+	nelssa_router_leave(&r, 1000, 5e6);
+	close_to(nelssa_pnm_step_of(&r, 1e6, 0), nelssa_pnm_step_time(&r, 2 * r.t_input, 1), 1e-12);
+	assert_int_equal(1, r.pnm_requests);
+	assert_int_equal(0, r.extra_requests);
+	/* A loaded GPU: the share is of its fixed part, 1 ms of weights in a 3 ms step. */
+	r.m.weights = 1e9;
+	q.len = 1000;
+	q.final_len = 5e6;
+	assert_int_equal(NELSSA_ROUTE_PNM, nelssa_route(&r, &q));
+	close_to(nelssa_pnm_step_of(&r, 5e6, 3e-3), fmax(3 * pace_gpu, pace_pnm), 1e-12);
+	close_to(nelssa_pnm_step_of(&r, 5e6, 0.5e-3), fmax(pace_gpu, pace_pnm), 1e-12);
 }
 
 static void migration_picks_the_largest_admissible(void **state)
@@ -308,6 +514,11 @@ int main(void)
 		cmocka_unit_test(model_matches_hand_values),
 		cmocka_unit_test(crossover_matches_hand_values),
 		cmocka_unit_test(router_caps_one_at_a_time),
+		cmocka_unit_test(route_where_the_kv_fits),
+		cmocka_unit_test(deadline_from_the_tier_not_from_history),
+		cmocka_unit_test(full_tier_falls_back_to_a_gpu_with_room),
+		cmocka_unit_test(preempted_requests_are_routed_explicitly),
+		cmocka_unit_test(requests_only_the_tier_holds_are_paced),
 		cmocka_unit_test(migration_picks_the_largest_admissible),
 		cmocka_unit_test(profiles_builtin_and_files),
 		cmocka_unit_test(threshold_follows_load_steps_without_oscillating),

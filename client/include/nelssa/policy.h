@@ -110,7 +110,8 @@ int nelssa_hw_profile_load(const char *path, struct nelssa_hw_profile *hw, char 
 enum nelssa_route {
 	NELSSA_ROUTE_GPU = 0,
 	NELSSA_ROUTE_PNM = 1,
-	NELSSA_ROUTE_QUEUE = 2,	/* long, but the PNM tier is at a cap */
+	NELSSA_ROUTE_QUEUE = 2,	/* bound for the PNM tier, which is at a cap now */
+	NELSSA_ROUTE_REFUSE = 3,	/* its KV fits neither tier, ever: refuse it */
 };
 
 /**
@@ -120,12 +121,28 @@ enum nelssa_route {
  * @n_dev: PNM devices.
  * @t_input: the threshold in use (starts at nelssa_crossover()).
  * @cap_pnm_mem: PNM memory the tier may fill, fraction of all devices' (0..1].
- * @cap_step: most seconds per decode step the PNM tier may take.
+ * @cap_step: the PNM tier's step deadline: most seconds one decode step of
+ *	the whole tier may take (nelssa_pnm_step_time()), so the most any of
+ *	its requests waits for its attention per token.
  * @cap_gpu_meta: GPU bytes PNM requests' centroids and windows may take.
  * @window: tokens each PNM request keeps on the GPU (sinks + recent).
- * @pnm_tokens: tokens admitted to the PNM tier (state).
+ * @pnm_tokens: tokens of the requests on the PNM tier now (state).
  * @pnm_requests: requests admitted to the PNM tier (state).
- * @why: the reason of the last QUEUE answer.
+ * @why: the reason of the last answer other than a plain GPU or PNM.
+ * @gpu_kv: bytes of GPU memory for KV (the pool a request must fit).
+ * @pnm_final: tokens the PNM tier's requests will have at their ends,
+ *	reserved at admission (state).
+ * @cap_gpu_share: the most of the GPU's time the centroids and windows of
+ *	requests only the PNM tier can hold (their KV is over gpu_kv) may take;
+ *	nelssa_pnm_step_of() spaces their tokens to keep it.
+ * @cap_pnm_share: the same for their share of the PNM devices' time while
+ *	the tier also serves requests the GPU could hold.
+ * @net_bw: bytes/s a migration moves KV at (nelssa_pick_migration_final()).
+ * @cap_migrate_pause: the most a migration's pause may add to each of the
+ *	request's remaining tokens, as a fraction of cap_step.
+ * @extra_tokens: the tokens of those requests now (state).
+ * @extra_final: their tokens at their ends (state).
+ * @extra_requests: how many there are (state).
  */
 struct nelssa_router {
 	struct nelssa_hw_profile hw;
@@ -136,7 +153,13 @@ struct nelssa_router {
 	uint32_t window;
 	double pnm_tokens;
 	uint32_t pnm_requests;
-	char why[128];
+	char why[160];
+	double gpu_kv;
+	double pnm_final;
+	double cap_gpu_share, cap_pnm_share;
+	double net_bw, cap_migrate_pause;
+	double extra_tokens, extra_final;
+	uint32_t extra_requests;
 };
 
 /**
@@ -146,10 +169,12 @@ struct nelssa_router {
  * @m: model.
  * @n_dev: PNM devices, at least 1.
  *
- * Caps default to 90 % of PNM memory, a step budget of T_gpu at twice the
- * threshold (the tier may not make a step slower than the GPU would at
- * that length) and 10 % of GPU memory for centroids and windows; change
- * the fields to set others.
+ * The GPU's KV pool defaults to 90 % of its memory less the weights; the
+ * caps to 90 % of PNM memory, a step deadline of the GPU's own decode step
+ * with its whole pool in the batch ((weights + gpu_kv) / gpu_bw: the
+ * slowest step the GPU alone runs), and 10 % of GPU memory for centroids
+ * and windows.  Change the fields to set others.  Documentation/policy.rst
+ * has the rules and a worked example.
  *
  * Return: 0 or -EINVAL.
  */
@@ -160,22 +185,92 @@ int nelssa_router_init(struct nelssa_router *r, const struct nelssa_hw_profile *
 double nelssa_pnm_step_time(const struct nelssa_router *r, double tokens, uint32_t reqs);
 
 /**
- * nelssa_route_request() - route a request and admit it when it goes to PNM.
+ * struct nelssa_route_query - a request to route.
+ * @len: its context now, tokens (its input, or its current length when it
+ *	is readmitted or migrated).
+ * @final_len: its length at its end (input + output); below @len: @len.
+ *	The router reserves it on the PNM tier, so the tier never runs out.
+ * @gpu_free: GPU KV bytes free now, so that a request the PNM tier cannot
+ *	take yet may start on the GPU instead; 0: do not.
+ * @prev: -1 for a new request; NELSSA_ROUTE_GPU or NELSSA_ROUTE_PNM for one
+ *	preempted there and readmitted.
+ * @pinned: readmit a preempted request only where it was (@prev): no
+ *	migration.
+ * @behind: an older request is waiting for the PNM tier; this one may not
+ *	pass it there (the tier is first come, first served).
+ */
+struct nelssa_route_query {
+	double len, final_len, gpu_free;
+	int prev, pinned, behind;
+};
+
+/* What nelssa_router_fits() answers. */
+enum { NELSSA_FITS_GPU = 1, NELSSA_FITS_PNM = 2 };
+
+/*
+ * Where a request of @final_len tokens at its end can ever run: on the
+ * GPU when its KV fits gpu_kv; on the PNM tier when its KV fits the PNM
+ * memory cap and its centroids and window the GPU memory cap, the tier
+ * otherwise empty.  A bitmask of NELSSA_FITS_*.
+ */
+int nelssa_router_fits(const struct nelssa_router *r, double final_len);
+
+/**
+ * nelssa_route() - route a request and admit it when it goes to PNM.
  * @r: the router.
- * @len: its context length in tokens (input, or current for a migration).
+ * @q: the request.
  *
- * Short requests (len < t_input) go to the GPU.  Long ones go to PNM when
- * every cap still holds with them admitted (the router then counts them
- * until nelssa_router_release()); otherwise QUEUE, with r->why saying
- * which cap -- unless the request breaks a cap even on an empty tier,
- * where waiting would be forever: then GPU, r->why saying so.
+ * A request whose KV fits neither tier is REFUSEd (r->why says why); one
+ * that fits one tier only goes to that tier; one that fits both goes to
+ * the PNM tier from t_input on, else the GPU; a preempted one pinned to
+ * where it ran goes back there.  Bound for the PNM tier, it is admitted
+ * (counted until nelssa_router_leave()) when the tier's memory, its GPU
+ * metadata and its step deadline all hold with it; a request alone over
+ * the deadline is admitted to an empty tier when the GPU cannot hold it
+ * (nothing serves it sooner) and goes to the GPU otherwise.  When the tier
+ * cannot take it now (or an older request waits for it, @behind), it
+ * starts on the GPU if it fits there and @gpu_free holds its KV, else
+ * QUEUE, r->why naming the cap.
  *
  * Return: enum nelssa_route.
  */
+enum nelssa_route nelssa_route(struct nelssa_router *r, const struct nelssa_route_query *q);
+
+/*
+ * nelssa_route() of a new request of @len tokens that ends at @len, the
+ * GPU's free memory unknown.
+ */
 enum nelssa_route nelssa_route_request(struct nelssa_router *r, double len);
 
-/* A PNM request of @len tokens finished (or grew: release, then route the new length). */
+/* A PNM request of @len tokens now and @final_len reserved left the tier. */
+void nelssa_router_leave(struct nelssa_router *r, double len, double final_len);
+
+/* nelssa_router_leave() of a request admitted by nelssa_route_request(). */
 void nelssa_router_release(struct nelssa_router *r, double len);
+
+/* A PNM request ending at @final_len tokens produced @tokens more (its context grew). */
+void nelssa_router_grow(struct nelssa_router *r, double tokens, double final_len);
+
+/**
+ * nelssa_pnm_step_of() - seconds from one token of a PNM request to its next.
+ * @r: the router.
+ * @final_len: the request's length at its end.
+ * @t_gpu_step: the GPU's decode step now, seconds (0: not known).
+ *
+ * The tier serves two classes.  A request the GPU could also hold sees its
+ * class's sparse reads and T_comm, stretched by 1 / (1 - cap_pnm_share)
+ * while requests only the tier holds are on it.  Those wait for the whole
+ * tier's step and are paced further, so that their centroids and windows
+ * add at most cap_gpu_share of the weights' read to each GPU step (a
+ * token every (their GPU bytes / (gpu_bw cap_gpu_share)) x (t_gpu_step /
+ * (weights / gpu_bw)) s) and, beside the other class, their sparse reads
+ * take at most cap_pnm_share of the devices' time: a node serves what the
+ * GPU alone would refuse without taking more than that from what the GPU
+ * alone would serve.
+ *
+ * Return: seconds, at the tier's load now.
+ */
+double nelssa_pnm_step_of(const struct nelssa_router *r, double final_len, double t_gpu_step);
 
 /**
  * nelssa_pick_migration() - the GPU request to move to the PNM tier.
@@ -193,6 +288,18 @@ void nelssa_router_release(struct nelssa_router *r, double len);
  */
 int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size_t n,
 			  double gpu_kv_used, double high_water);
+
+/*
+ * nelssa_pick_migration() with each candidate's length at its end in
+ * @final_ctx (NULL: @ctx), which the PNM tier must reserve, and one more
+ * condition: its pause while ctx M_kv crosses at net_bw, spread over its
+ * remaining tokens, is at most cap_migrate_pause x cap_step per token --
+ * a request near its end is not worth moving.  The caller then routes it
+ * with nelssa_route().
+ */
+int nelssa_pick_migration_final(const struct nelssa_router *r, const double *ctx,
+				const double *final_ctx, size_t n, double gpu_kv_used,
+				double high_water);
 
 /**
  * struct nelssa_threshold_ctl - the load-adaptive threshold's state.
