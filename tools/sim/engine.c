@@ -8,18 +8,23 @@
  * recently admitted request is preempted -- by recompute (its blocks freed,
  * its prefill redone when it is readmitted) or by swap (its KV moved over
  * PCIe and back).  A step takes (weights + the batch's KV) / HBM bandwidth
- * plus 2 x params x batch / FLOPs.
+ * plus 2 x params x batch / FLOPs.  A request whose KV at its end
+ * (input + output) is larger than the whole pool is refused at arrival,
+ * as vLLM refuses a prompt over its pool.
  *
  * NELSSA: the same node with N PNM devices behind the placement policy
- * (<nelssa/policy.h>).  Long requests keep only centroids (1/C of their KV)
+ * (<nelssa/policy.h>), which also decides what to refuse: a request that
+ * fits neither tier.  Long requests keep only centroids (1/C of their KV)
  * and the 68-token window on the GPU; their attention runs on the PNM tier
  * and takes nelssa_pnm_step_time() for the whole tier, in parallel with
  * the GPU's step (split batch: a PNM request produces a token when its
  * attention is back, at the first GPU step boundary after that).  The
- * router's caps queue long requests the tier cannot take; migration moves
- * the largest long GPU request at the high watermark (its KV over the
- * network, the request paused meanwhile); the adaptive threshold follows
- * the tiers' utilisations once per time bucket.
+ * router's caps queue long requests the tier cannot take (or start them
+ * on the GPU when it has room); migration moves the largest long GPU
+ * request at the high watermark (its KV over the network, the request
+ * paused meanwhile); a preempted request is readmitted where the router
+ * says -- only where it ran when migration is off -- and a move is
+ * counted; the adaptive threshold follows the tiers' pressures.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -62,14 +67,16 @@ struct state {
 	uint32_t cap_series;
 	double bucket_start;
 	uint64_t bucket_tokens;
-	double last_t_gpu;
-	double win_min[8];		/* shortest GPU step per recent second */
-	uint32_t win_pos;
 };
 
 static uint32_t len_of(const struct sim_req *q)
 {
 	return q->input + q->generated;
+}
+
+static double final_of(const struct sim_req *q)
+{
+	return (double)q->input + q->output;
 }
 
 static uint64_t blocks_for(const struct state *s, double tokens)
@@ -112,105 +119,194 @@ static void release(struct state *s, struct sim_req *q)
 	s->used_blocks -= q->blocks;
 	q->blocks = 0;
 	if (q->on_pnm)
-		nelssa_router_release(&s->router, len_of(q));
+		nelssa_router_leave(&s->router, len_of(q), final_of(q));
+	q->on_pnm = 0;
 }
 
-/* Preempts the most recently admitted GPU request other than @keep; 0 if none. */
+/* Takes run[@i] off the batch and puts it at the head of the queue. */
+static void requeue(struct state *s, uint32_t i)
+{
+	uint32_t id = s->run[i];
+	struct sim_req *q = &s->t->req[id];
+
+	release(s, q);
+	q->state = SIM_WAITING;
+	q->preemptions++;
+	s->r->preemptions++;
+	memmove(s->run + i, s->run + i + 1, sizeof(*s->run) * (s->n_run - i - 1));
+	s->n_run--;
+	memmove(s->wait + 1, s->wait, sizeof(*s->wait) * s->n_wait);
+	s->wait[0] = id;
+	s->n_wait++;
+}
+
+/*
+ * Preempts a running request other than @keep to make room: the most
+ * recently admitted request only the PNM tier can hold (it yields to the
+ * others), else the most recently admitted GPU request; 0 if none.
+ */
 static int preempt(struct state *s, uint32_t keep)
 {
-	for (uint32_t i = s->n_run; i-- > 0;) {
-		uint32_t id = s->run[i];
-		struct sim_req *q = &s->t->req[id];
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = s->n_run; i-- > 0;) {
+			uint32_t id = s->run[i];
+			struct sim_req *q = &s->t->req[id];
 
-		if (id == keep || q->on_pnm)
-			continue;
-		if (s->c->swap)
-			s->extra += 2.0 * len_of(q) * s->mkv / s->c->pcie_bw;	/* out now, in later */
-		else
-			q->recompute = 1;
-		release(s, q);
-		q->state = SIM_WAITING;
-		q->preemptions++;
-		s->r->preemptions++;
-		memmove(s->run + i, s->run + i + 1, sizeof(*s->run) * (s->n_run - i - 1));
-		s->n_run--;
-		memmove(s->wait + 1, s->wait, sizeof(*s->wait) * s->n_wait);
-		s->wait[0] = id;
-		s->n_wait++;
-		return 1;
-	}
+			if (id == keep || (pass == 0 ? !q->extra : q->on_pnm))
+				continue;
+			if (!q->on_pnm && s->c->swap)
+				s->extra += 2.0 * len_of(q) * s->mkv / s->c->pcie_bw;	/* out, in later */
+			else
+				q->recompute = !q->on_pnm;
+			requeue(s, i);
+			return 1;
+		}
 	return 0;
 }
 
-/* Admits waiting requests in order while they fit. */
+/* Preempts the most recently admitted request only the PNM tier holds; 0 if none. */
+static int preempt_extra(struct state *s)
+{
+	for (uint32_t i = s->n_run; i-- > 0;)
+		if (s->t->req[s->run[i]].extra) {
+			requeue(s, i);
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * Admits waiting requests in order while they fit, in two passes: first
+ * the requests the GPU could hold (FCFS: the first that does not fit in
+ * GPU memory stops the pass; one that finds no GPU memory, batch slot or
+ * room on the PNM tier first has requests only the PNM tier holds
+ * preempted to make room), then -- only if none of those waits for
+ * memory, a batch slot or the PNM tier -- the requests only the PNM tier
+ * holds, in order.  Those yield: they use what the others leave.
+ */
 static void admit(struct state *s)
 {
-	uint32_t i = 0;
+	int behind = 0;		/* an older request waits for the PNM tier */
+	int blocked = 0;	/* a request the GPU could hold waits for memory or a slot */
 
-	while (i < s->n_wait && s->n_run < s->c->max_batch) {
-		struct sim_req *q = &s->t->req[s->wait[i]];
-		const double len = len_of(q);
-		enum nelssa_route route = NELSSA_ROUTE_GPU;
-		uint64_t need;
+	for (int pass = 0; pass < 2 && !(pass == 1 && blocked); pass++) {
+		uint32_t i = 0;
 
-		if (s->c->nelssa)
-			route = nelssa_route_request(&s->router, len);
-		if (route == NELSSA_ROUTE_QUEUE) {
-			i++;		/* the PNM tier is full: later requests may pass */
-			continue;
-		}
-		q->on_pnm = route == NELSSA_ROUTE_PNM;
-		need = need_blocks(s, q, len + 1);
-		if (s->used_blocks + need > s->cap_blocks) {
+		while (i < s->n_wait) {
+			struct sim_req *q = &s->t->req[s->wait[i]];
+			const double len = len_of(q);
+			enum nelssa_route route = NELSSA_ROUTE_GPU;
+			uint64_t need;
+
+			if (q->extra != pass) {
+				i++;
+				continue;
+			}
+			if (s->n_run >= s->c->max_batch) {
+				if (!pass && preempt_extra(s)) {
+					i++;	/* the preempted one went in at the head */
+					continue;
+				}
+				blocked = 1;
+				break;
+			}
+			if (s->c->nelssa) {
+				const struct nelssa_route_query rq = {
+					.len = len, .final_len = final_of(q),
+					.gpu_free = (double)(s->cap_blocks - s->used_blocks) *
+						    s->c->block * s->mkv,
+					.prev = q->tier, .pinned = q->tier >= 0 && !s->c->migrate,
+					.behind = behind,
+				};
+
+				route = nelssa_route(&s->router, &rq);
+			}
+			if (route == NELSSA_ROUTE_QUEUE && !pass && preempt_extra(s)) {
+				i++;	/* what the tier holds for others is theirs: again */
+				continue;
+			}
+			if (route == NELSSA_ROUTE_QUEUE || route == NELSSA_ROUTE_REFUSE) {
+				/* The PNM tier is full: later requests may pass, not on that tier. */
+				behind = 1;
+				i++;
+				continue;
+			}
+			q->on_pnm = route == NELSSA_ROUTE_PNM;
+			need = need_blocks(s, q, len + 1);
+			if (s->used_blocks + need > s->cap_blocks) {
+				if (q->on_pnm)
+					nelssa_router_leave(&s->router, len, final_of(q));
+				q->on_pnm = 0;
+				if (!pass && preempt_extra(s)) {
+					i++;	/* the preempted one went in at the head */
+					continue;
+				}
+				blocked = 1;
+				break;		/* FCFS: the head waits for memory */
+			}
+			if (route == NELSSA_ROUTE_GPU && s->router.why[0])
+				s->r->gpu_fallbacks++;	/* bound for the PNM tier, the GPU had room */
 			if (q->on_pnm)
-				nelssa_router_release(&s->router, len);
-			q->on_pnm = 0;
-			break;		/* FCFS: the head waits for memory */
+				s->r->pnm_requests++;
+			if (q->tier >= 0 && q->tier != (int)route)
+				s->r->moved++;	/* preempted on one tier, readmitted to the other */
+			q->tier = (int)route;
+			if (q->tier_first < 0)
+				q->tier_first = q->tier;
+			s->used_blocks += need;
+			q->blocks = (uint32_t)need;
+			if (q->generated == 0 && q->preemptions == 0)
+				q->start = s->now;
+			/* Readmitted after a recompute preemption: its prefill again. */
+			if (q->recompute)
+				s->extra += 2.0 * s->c->params * len / s->c->gpu_flops;
+			q->recompute = 0;
+			q->pnm_ready = s->now;
+			q->state = SIM_RUNNING;
+			s->run[s->n_run++] = s->wait[i];
+			memmove(s->wait + i, s->wait + i + 1, sizeof(*s->wait) * (s->n_wait - i - 1));
+			s->n_wait--;
 		}
-		s->used_blocks += need;
-		q->blocks = (uint32_t)need;
-		if (q->start == 0.0 && q->generated == 0)
-			q->start = s->now;
-		/* Readmitted after a recompute preemption: its prefill again. */
-		if (q->recompute)
-			s->extra += 2.0 * s->c->params * len / s->c->gpu_flops;
-		q->recompute = 0;
-		q->pnm_ready = s->now;
-		q->state = SIM_RUNNING;
-		s->run[s->n_run++] = s->wait[i];
-		memmove(s->wait + i, s->wait + i + 1, sizeof(*s->wait) * (s->n_wait - i - 1));
-		s->n_wait--;
 	}
 }
 
 static void migrate(struct state *s)
 {
-	double *ctx;
+	double *ctx, *fin;
 	int best;
 
 	if ((double)s->used_blocks / s->cap_blocks < s->c->high_water)
 		return;
-	ctx = calloc(s->n_run + 1, sizeof(double));
+	ctx = calloc(2 * (size_t)s->n_run + 1, sizeof(double));
 	if (!ctx)
 		return;
+	fin = ctx + s->n_run;
 	for (uint32_t i = 0; i < s->n_run; i++) {
 		const struct sim_req *q = &s->t->req[s->run[i]];
 
 		ctx[i] = q->on_pnm ? 0.0 : len_of(q);	/* PNM requests are not candidates */
+		fin[i] = q->on_pnm ? 0.0 : final_of(q);
 	}
-	best = nelssa_pick_migration(&s->router, ctx, s->n_run, 1.0, 0.0);
-	if (best >= 0 && nelssa_route_request(&s->router, ctx[best]) == NELSSA_ROUTE_PNM) {
+	best = nelssa_pick_migration_final(&s->router, ctx, fin, s->n_run, 1.0, 0.0);
+	if (best >= 0) {
 		struct sim_req *q = &s->t->req[s->run[best]];
-		uint64_t need;
+		const struct nelssa_route_query rq = { .len = ctx[best], .final_len = fin[best],
+						       .prev = NELSSA_ROUTE_GPU };
 
-		s->used_blocks -= q->blocks;
-		q->on_pnm = 1;
-		need = need_blocks(s, q, len_of(q) + 1);
-		q->blocks = (uint32_t)need;
-		s->used_blocks += need;
-		/* Paused while its KV crosses the network; the GPU part stays. */
-		q->pnm_ready = s->now + len_of(q) * s->mkv / s->c->net_bw;
-		s->r->migrations++;
+		if (nelssa_route(&s->router, &rq) == NELSSA_ROUTE_PNM) {
+			uint64_t need;
+
+			s->used_blocks -= q->blocks;
+			q->on_pnm = 1;
+			q->tier = NELSSA_ROUTE_PNM;
+			need = need_blocks(s, q, len_of(q) + 1);
+			q->blocks = (uint32_t)need;
+			s->used_blocks += need;
+			/* Paused while its KV crosses the network; the GPU part stays. */
+			q->pnm_ready = s->now + len_of(q) * s->mkv / s->c->net_bw;
+			s->r->migrations++;
+			s->r->pnm_requests++;
+		}
 	}
 	free(ctx);
 }
@@ -219,12 +315,8 @@ static void migrate(struct state *s)
  * Each tier's pressure for the adaptive threshold, from what is its own:
  * its memory use -- 0 up to half full, 1 at 90 %, more beyond -- and at
  * least its longest wait of a request bound for it, over a 2 s target.
- * The PNM tier's step time is left out on purpose: its budget follows the
- * GPU's step, so it measures how fast the GPU is, not how busy the PNM tier
- * is, and feeding it back made the threshold chase the GPU's own swings.
- * When the step budget is what limits the PNM tier, the router queues its
- * requests and their wait says so.  Both tiers at most half full and
- * nobody waiting: no pressure either way, the threshold stays put.
+ * Both tiers at most half full and nobody waiting: no pressure either
+ * way, the threshold stays put.
  */
 #define PRESSURE_FROM 0.5
 #define PRESSURE_FULL 0.9
@@ -258,6 +350,56 @@ static int cmp_double(const void *a, const void *b)
 	return tl_cmp_double(a, b);
 }
 
+/* The nearest-rank @p-quantile of @n sorted values: the smallest with at least p n at or below. */
+static double rank(const double *v, size_t n, double p)
+{
+	size_t k = (size_t)ceil(p * (double)n);
+
+	return v[k ? k - 1 : 0];
+}
+
+/* P50/P95/P99 of @v (sorted in place), nearest rank; 0 when empty. */
+static struct sim_pct percentiles(double *v, size_t n)
+{
+	if (!n)
+		return (struct sim_pct){ 0, 0, 0 };
+	qsort(v, n, sizeof(*v), cmp_double);
+	return (struct sim_pct){ rank(v, n, 0.50), rank(v, n, 0.95), rank(v, n, 0.99) };
+}
+
+/* A request arrives: queued, or refused when it fits no tier it could run on. */
+static void arrive(struct state *s, uint32_t id)
+{
+	struct sim_req *q = &s->t->req[id];
+	const char *why = NULL;
+	char buf[200];
+
+	if (s->c->nelssa) {
+		if (!nelssa_router_fits(&s->router, final_of(q))) {
+			/* nelssa_route() says why in the router's words. */
+			const struct nelssa_route_query rq = { .len = q->input,
+							       .final_len = final_of(q), .prev = -1 };
+
+			nelssa_route(&s->router, &rq);
+			why = s->router.why;
+		}
+	} else if (blocks_for(s, final_of(q)) > s->cap_blocks) {
+		snprintf(buf, sizeof(buf), "%.1f GiB of KV at %.0f tokens is over the GPU's %.1f GiB "
+			 "KV pool", final_of(q) * s->mkv / (1 << 30), final_of(q),
+			 (double)s->cap_blocks * s->c->block * s->mkv / (1 << 30));
+		why = buf;
+	}
+	if (why) {
+		q->state = SIM_REFUSED;
+		if (!s->r->refused++)
+			snprintf(s->r->refuse_why, sizeof(s->r->refuse_why), "%s", why);
+		return;
+	}
+	q->state = SIM_WAITING;
+	q->extra = s->c->nelssa && !(nelssa_router_fits(&s->router, final_of(q)) & NELSSA_FITS_GPU);
+	s->wait[s->n_wait++] = id;
+}
+
 /* Blocks the simulator counts at most: 2^40 blocks of 16 tokens (> 10^16 bytes of KV). */
 #define SIM_MAX_BLOCKS (1ull << 40)
 
@@ -267,12 +409,16 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	struct state s = { .c = c, .t = t, .r = r };
 	const double usable = 0.9 * c->hw.gpu_mem - c->model.weights;
 	uint32_t reported = 0;
-	double *tpot;
-	uint64_t want = 0, got = 0;
+	uint64_t got = 0;
+	double *v;
 
 	memset(r, 0, sizeof(*r));
 	s.mkv = nelssa_kv_bytes_per_token(&c->model);
-	if (!(usable > 0) || !c->block || !c->max_batch || !t->n) {
+	if (!t->n || !c->block || !c->max_batch) {
+		snprintf(err, err_len, "no requests, or no block size or batch");
+		return -EINVAL;
+	}
+	if (!(usable > 0)) {
 		snprintf(err, err_len, "no GPU memory for KV (%.3g GB usable after the weights)",
 			 usable / 1e9);
 		return -EINVAL;
@@ -291,80 +437,113 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		snprintf(err, err_len, "the policy refuses this node (bandwidths must be > 0)");
 		return -EINVAL;
 	}
+	/* The pool a request must fit is the simulator's, to the block. */
+	s.router.gpu_kv = (double)s.cap_blocks * c->block * s.mkv;
+	s.router.net_bw = c->net_bw;
 	nelssa_threshold_init(&s.ctl, s.router.t_input);
 	s.run = calloc(t->n, sizeof(uint32_t));
 	s.wait = calloc(t->n, sizeof(uint32_t));
-	if (!s.run || !s.wait) {
+	r->req = calloc(t->n, sizeof(*r->req));
+	if (!s.run || !s.wait || !r->req) {
 		free(s.run);
 		free(s.wait);
+		free(r->req);
+		r->req = NULL;
+		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
 	}
+	r->n_req = t->n;
 	for (uint32_t i = 0; i < t->n; i++) {
 		struct sim_req *q = &t->req[i];
 
 		q->generated = 0;
-		q->state = SIM_WAITING;
+		q->state = SIM_NEW;
 		q->on_pnm = 0;
+		q->tier = q->tier_first = -1;
 		q->blocks = 0;
-		q->start = q->finish = q->pnm_ready = 0.0;
+		q->start = q->first = q->finish = q->pnm_ready = 0.0;
 		q->preemptions = 0;
 		q->recompute = 0;
-		want += q->output;
-		/* A request whose KV cannot fit even alone is never admitted. */
-		if (blocks_for(&s, q->input + q->output) > s.cap_blocks && !c->nelssa)
-			r->lost++;
+		q->extra = 0;
 	}
-	while (r->done + r->lost < t->n) {
-		double t_gpu, t_pnm = 0.0, bytes, pnm_tokens = 0.0;
-		uint32_t n_pnm = 0;
+	for (;;) {
+		double t_gpu, t0, t_pnm = 0.0, t_pnm_x = 0.0, bytes, x_bytes = 0.0, due = INFINITY;
+		uint32_t n_pnm = 0, n_in = 0;
 
-		while (s.next < t->n && t->req[s.next].arrival <= s.now) {
-			if (c->nelssa || blocks_for(&s, t->req[s.next].input + t->req[s.next].output) <=
-					 s.cap_blocks)
-				s.wait[s.n_wait++] = s.next;
-			s.next++;
-		}
-		/*
-		 * The PNM tier's attention must be back within the GPU's step, or
-		 * its requests skip a step per token: the budget follows the
-		 * last GPU step, with a margin for the step changing.
-		 */
-		if (s.last_t_gpu > 0) {
-			double lo = s.last_t_gpu;
-
-			for (int w = 0; w < 8; w++)
-				if (s.win_min[w] > 0 && s.win_min[w] < lo)
-					lo = s.win_min[w];
-			s.router.cap_step = 0.9 * lo;
-		}
+		while (s.next < t->n && t->req[s.next].arrival <= s.now)
+			arrive(&s, s.next++);
 		admit(&s);
 		if (c->nelssa && c->migrate)
 			migrate(&s);
 		if (!s.n_run) {
 			if (s.next >= t->n)
-				break;	/* waiting requests that can never run */
+				break;	/* done, or waiting requests that can never run (lost) */
 			s.now = t->req[s.next].arrival > s.now ? t->req[s.next].arrival : s.now;
 			continue;
 		}
+		/*
+		 * The step's batch: the GPU requests, and the PNM requests whose
+		 * attention is back by the time the step without them ends (t0) --
+		 * a PNM request still waiting for its attention rejoins a later
+		 * batch, as in the client's split batch, and costs this step
+		 * nothing.  Only PNM requests, none of them due: the GPU idles
+		 * until the first is, or a request arrives.
+		 */
 		bytes = c->model.weights;
 		for (uint32_t i = 0; i < s.n_run; i++) {
 			const struct sim_req *q = &t->req[s.run[i]];
 
 			if (q->on_pnm) {
-				bytes += (len_of(q) / c->model.compression + s.router.window) * s.mkv;
-				pnm_tokens += len_of(q);
 				n_pnm++;
 			} else {
 				bytes += len_of(q) * s.mkv;
+				n_in++;
 			}
 		}
-		t_gpu = bytes / c->hw.gpu_bw + 2.0 * c->params * s.n_run / c->gpu_flops + s.extra;
+		t0 = bytes / c->hw.gpu_bw + 2.0 * c->params * n_in / c->gpu_flops + s.extra;
+		if (n_pnm) {
+			/* Each class's step, at the load this step starts with. */
+			t_pnm = nelssa_pnm_step_of(&s.router, 0.0, t0);
+			t_pnm_x = nelssa_pnm_step_of(&s.router, INFINITY, t0);
+		}
+		for (uint32_t i = 0; i < s.n_run; i++) {
+			struct sim_req *q = &t->req[s.run[i]];
+			const double meta = (len_of(q) / c->model.compression + s.router.window) * s.mkv;
+
+			/* The same expression as the jump below: no rounding gap between them. */
+			q->in_step = !q->on_pnm || q->pnm_ready - t0 <= s.now;
+			if (q->on_pnm && q->in_step)
+				n_in++;
+			else if (q->on_pnm)
+				due = fmin(due, q->pnm_ready);
+			/*
+			 * A PNM request reads its centroids and window in the step
+			 * of its token -- but one paced to a token every t_pnm_x
+			 * does it layer by layer through that time, so each step
+			 * carries its share t0 / t_pnm_x of that read.
+			 */
+			if (q->on_pnm && q->extra)
+				x_bytes += meta * fmin(1.0, t0 / t_pnm_x);
+			else if (q->on_pnm && q->in_step)
+				bytes += meta;
+		}
+		if (!n_in) {
+			double at = due - t0;
+
+			if (s.next < t->n && t->req[s.next].arrival < at)
+				at = t->req[s.next].arrival;
+			if (!(at > s.now)) {
+				snprintf(err, err_len, "internal error: no progress at %.6f s", s.now);
+				free(s.run);
+				free(s.wait);
+				return -EFAULT;
+			}
+			s.now = at;
+			continue;
+		}
+		bytes += x_bytes;
+		t_gpu = bytes / c->hw.gpu_bw + 2.0 * c->params * n_in / c->gpu_flops + s.extra;
 		s.extra = 0.0;
-		if (n_pnm)
-			t_pnm = nelssa_pnm_step_time(&s.router, pnm_tokens, n_pnm);
-		s.last_t_gpu = t_gpu;
-		if (s.win_min[s.win_pos] == 0 || t_gpu < s.win_min[s.win_pos])
-			s.win_min[s.win_pos] = t_gpu;
 		s.now += t_gpu;
 		for (uint32_t i = 0; i < s.n_run;) {
 			uint32_t id = s.run[i];
@@ -372,20 +551,22 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 			uint64_t need;
 
 			if (q->on_pnm) {
-				if (q->pnm_ready > s.now) {
+				if (!q->in_step) {
 					i++;
 					continue;
 				}
-				q->pnm_ready = s.now + t_pnm;
-				s.router.pnm_tokens += 1.0;
+				q->pnm_ready = s.now + (q->extra ? t_pnm_x : t_pnm);
+				nelssa_router_grow(&s.router, 1.0, final_of(q));
 			}
+			if (!q->generated)
+				q->first = s.now;
 			q->generated++;
 			got++;
 			s.bucket_tokens++;
 			if (q->generated >= q->output) {
 				q->finish = s.now;
-				q->state = SIM_DONE;
 				release(&s, q);
+				q->state = SIM_DONE;
 				r->done++;
 				memmove(s.run + i, s.run + i + 1, sizeof(*s.run) * (s.n_run - i - 1));
 				s.n_run--;
@@ -395,31 +576,22 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 			while (need > q->blocks && s.used_blocks + (need - q->blocks) > s.cap_blocks)
 				if (!preempt(&s, id))
 					break;
+			/* run[] may have shifted under a preemption: find this request again. */
+			for (i = 0; i < s.n_run && s.run[i] != id; i++)
+				;
 			if (need > q->blocks && s.used_blocks + (need - q->blocks) > s.cap_blocks) {
 				/* Nothing else to evict: this request waits itself. */
 				if (!q->on_pnm && s.c->swap)
 					s.extra += 2.0 * len_of(q) * s.mkv / s.c->pcie_bw;
 				else
 					q->recompute = !q->on_pnm;
-				release(&s, q);
-				q->on_pnm = 0;
-				q->state = SIM_WAITING;
-				q->preemptions++;
-				r->preemptions++;
-				memmove(s.run + i, s.run + i + 1, sizeof(*s.run) * (s.n_run - i - 1));
-				s.n_run--;
-				memmove(s.wait + 1, s.wait, sizeof(*s.wait) * s.n_wait);
-				s.wait[0] = id;
-				s.n_wait++;
+				requeue(&s, i);
 				continue;
 			}
 			if (need > q->blocks) {
 				s.used_blocks += need - q->blocks;
 				q->blocks = (uint32_t)need;
 			}
-			/* run[] may have shifted under a preemption: find this request again. */
-			for (i = 0; i < s.n_run && s.run[i] != id; i++)
-				;
 			i++;
 		}
 		if ((double)s.used_blocks / s.cap_blocks > r->max_kv_util)
@@ -433,8 +605,6 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 									   s.now - s.bucket_start);
 			}
 			series_point(&s, n_pnm);
-			s.win_pos = (s.win_pos + 1) % 8;
-			s.win_min[s.win_pos] = 0.0;
 			s.bucket_start = s.now;
 			s.bucket_tokens = 0;
 		}
@@ -446,33 +616,96 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	}
 	if (progress)
 		fprintf(stderr, "\r%40s\r", "");
-	r->lost = t->n - r->done;
+	r->lost = t->n - r->done - r->refused;
 	r->tokens = got;
 	r->makespan = s.now;
 	r->tput = s.now > 0 ? got / s.now : 0.0;
-	tpot = calloc(r->done + 1, sizeof(double));
-	if (tpot) {
+	for (uint32_t i = 0; i < t->n; i++) {
+		const struct sim_req *q = &t->req[i];
+
+		r->req[i] = (struct sim_outcome){ .start = q->start, .first = q->first,
+			.finish = q->finish, .preemptions = q->preemptions, .state = (uint8_t)q->state,
+			.tier = q->tier == NELSSA_ROUTE_PNM ? NELSSA_ROUTE_PNM : NELSSA_ROUTE_GPU,
+			.tier_first = q->tier_first == NELSSA_ROUTE_PNM ? NELSSA_ROUTE_PNM
+								       : NELSSA_ROUTE_GPU };
+	}
+	v = calloc(r->done + 1, sizeof(double));
+	if (v) {
 		uint32_t n = 0;
 
 		for (uint32_t i = 0; i < t->n; i++)
 			if (t->req[i].state == SIM_DONE)
-				tpot[n++] = (t->req[i].finish - t->req[i].start) / t->req[i].output;
-		qsort(tpot, n, sizeof(double), cmp_double);
-		if (n) {
-			r->tpot_p50 = tpot[(size_t)(0.50 * (n - 1))];
-			r->tpot_p95 = tpot[(size_t)(0.95 * (n - 1))];
-			r->tpot_p99 = tpot[(size_t)(0.99 * (n - 1))];
-		}
-		free(tpot);
+				v[n++] = (t->req[i].finish - t->req[i].start) / t->req[i].output;
+		r->tpot = percentiles(v, n);
+		n = 0;
+		for (uint32_t i = 0; i < t->n; i++)
+			if (t->req[i].state == SIM_DONE)
+				v[n++] = (t->req[i].finish - t->req[i].arrival) / t->req[i].output;
+		r->tpot_q = percentiles(v, n);
+		n = 0;
+		for (uint32_t i = 0; i < t->n; i++)
+			if (t->req[i].state == SIM_DONE)
+				v[n++] = t->req[i].first - t->req[i].arrival;
+		r->ttft = percentiles(v, n);
+		free(v);
 	}
-	(void)want;
+	r->tpot_p50 = r->tpot.p50;
+	r->tpot_p95 = r->tpot.p95;
+	r->tpot_p99 = r->tpot.p99;
 	free(s.run);
 	free(s.wait);
 	return 0;
 }
 
+void sim_compare(const struct sim_trace *t, const struct sim_result *gpu,
+		 const struct sim_result *nelssa, struct sim_cmp *c)
+{
+	double *vg = calloc(t->n + 1, sizeof(double)), *vn = calloc(t->n + 1, sizeof(double));
+	double end_g = 0.0, end_n = 0.0, tokens = 0.0;
+	uint32_t n = 0;
+
+	memset(c, 0, sizeof(*c));
+	for (uint32_t i = 0; i < t->n; i++) {
+		const struct sim_outcome *g = &gpu->req[i], *s = &nelssa->req[i];
+		const struct sim_req *q = &t->req[i];
+
+		if (g->state != SIM_DONE) {
+			c->extra += s->state == SIM_DONE;
+			continue;
+		}
+		c->common++;
+		tokens += q->output;
+		end_g = fmax(end_g, g->finish);
+		if (vg)
+			vg[n] = (g->finish - q->arrival) / q->output;
+		if (s->state != SIM_DONE) {
+			c->lost_more++;
+			if (vn)
+				vn[n] = INFINITY;	/* served never: the worst TPOT there is */
+		} else {
+			end_n = fmax(end_n, s->finish);
+			if (vn)
+				vn[n] = (s->finish - q->arrival) / q->output;
+		}
+		n++;
+	}
+	c->tput_gpu = end_g > 0 ? tokens / end_g : 0.0;
+	c->tput_nelssa = c->lost_more ? 0.0 : end_n > 0 ? tokens / end_n : 0.0;
+	if (vg && vn) {
+		c->p99q_gpu = percentiles(vg, n).p99;
+		c->p99q_nelssa = percentiles(vn, n).p99;
+	} else {
+		c->p99q_gpu = c->p99q_nelssa = NAN;
+	}
+	c->tput_ratio = c->tput_gpu > 0 ? c->tput_nelssa / c->tput_gpu : NAN;
+	c->p99q_ratio = c->p99q_nelssa > 0 ? c->p99q_gpu / c->p99q_nelssa : NAN;
+	free(vg);
+	free(vn);
+}
+
 void sim_result_free(struct sim_result *r)
 {
 	free(r->series);
+	free(r->req);
 	memset(r, 0, sizeof(*r));
 }

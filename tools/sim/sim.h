@@ -19,13 +19,18 @@ struct sim_req {
 	uint32_t generated;
 	int state;			/* enum sim_state */
 	int on_pnm;
+	int tier;			/* where it ran last: -1, NELSSA_ROUTE_GPU or _PNM */
 	uint32_t blocks;		/* GPU KV blocks held */
-	double start, finish, pnm_ready;
+	double start, first, finish, pnm_ready;
 	uint32_t preemptions;
 	int recompute;			/* its prefill is redone on readmission */
+	int in_step;			/* in the batch of the step being run */
+	int extra;			/* only the PNM tier can hold it (NELSSA) */
+	int tier_first;			/* where it was first admitted, -1 before */
 };
 
-enum sim_state { SIM_WAITING, SIM_RUNNING, SIM_DONE };
+/* NEW: not arrived yet; WAITING; RUNNING; DONE; REFUSED at arrival (fits no tier). */
+enum sim_state { SIM_NEW, SIM_WAITING, SIM_RUNNING, SIM_DONE, SIM_REFUSED };
 
 struct sim_trace {
 	struct sim_req *req;
@@ -104,13 +109,57 @@ struct sim_point {
 	double t, tokens_per_s, kv_util, batch, queue, pnm_batch, t_input;
 };
 
+/* P50, P95 and P99 of one metric over the requests done, seconds. */
+struct sim_pct {
+	double p50, p95, p99;
+};
+
+/* What became of one request in one run. */
+struct sim_outcome {
+	double start, first, finish;	/* first admission, first token, last token (s) */
+	uint32_t preemptions;
+	uint8_t state;			/* SIM_DONE, SIM_REFUSED, or lost (anything else) */
+	uint8_t tier;			/* where it ran last: NELSSA_ROUTE_GPU or _PNM */
+	uint8_t tier_first;		/* where it was first admitted */
+};
+
+/*
+ * One run.  TPOT is (finish - start) / output: the time per token once
+ * admitted; TPOT with queueing is (finish - arrival) / output, the wait
+ * for admission included; TTFT is first - arrival.  tpot_p50/95/99 are
+ * tpot.p50/95/99 (kept for the callers that read them).
+ */
 struct sim_result {
 	uint64_t tokens, preemptions, migrations;
-	uint32_t done, lost;
+	uint64_t moved;			/* preempted requests readmitted to the other tier */
+	uint64_t gpu_fallbacks;		/* bound for PNM, started on the GPU: the tier was full */
+	uint64_t pnm_requests;		/* admissions to the PNM tier (migrations included) */
+	uint32_t done, lost, refused;
 	double makespan, tput, tpot_p50, tpot_p95, tpot_p99, max_kv_util;
+	struct sim_pct tpot, tpot_q, ttft;
+	char refuse_why[200];		/* the first refusal's reason */
+	struct sim_outcome *req;	/* one per request of the trace */
+	uint32_t n_req;
 	struct sim_point *series;
 	uint32_t n_series;
 };
+
+/*
+ * NELSSA against GPU-only on the requests GPU-only serves (the common
+ * set): how many of them NELSSA does not serve, and for the rest each
+ * run's throughput (their tokens over the time the last of them
+ * finishes) and P99 TPOT with queueing; requests only NELSSA serves are
+ * counted apart.  The ratios are NELSSA / GPU-only for throughput and
+ * GPU-only / NELSSA for P99, so that above 1 is better for NELSSA.
+ */
+struct sim_cmp {
+	uint32_t common, lost_more, extra;
+	double tput_gpu, tput_nelssa, p99q_gpu, p99q_nelssa;
+	double tput_ratio, p99q_ratio;
+};
+
+void sim_compare(const struct sim_trace *t, const struct sim_result *gpu,
+		 const struct sim_result *nelssa, struct sim_cmp *c);
 
 void sim_config_default(struct sim_config *c);
 /*
