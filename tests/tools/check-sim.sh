@@ -346,4 +346,26 @@ else
 	echo "not ok $((n += 1)) - TPOT, TPOT with queueing and TTFT are what their times say"
 fi
 
+# Preempted requests: 30K-token requests growing to 90K on 8 devices
+# (T_input 37.5K) fill the GPU and are preempted past the threshold.
+# With --no-migrate none may move to the PNM tier (the re-prefill onto it
+# moved 24 of 100 before); with migration every tier change is counted.
+grow="--synthetic 100 --long-frac 0.3 --long-len 30000 --grow 2 --rps 5 --devices 8 --no-adaptive"
+# shellcheck disable=SC2086 # the options are words
+t "preempted requests, no migration" 0 "$sim" $grow --no-migrate --quiet --json \
+	--requests "$out/nomig.csv"
+json_check "none moved or migrated, GPU-only's result exactly" \
+	"s['moved'] == 0 and s['migrations'] == 0 and s['pnm_requests'] == 0 and \
+	 s['preemptions'] == g['preemptions'] > 0 and s['throughput'] == g['throughput']"
+if awk -F, '$1 == "nelssa" && ($12 == 1 || $15 == 1) { c++ } END { exit c > 0 }' "$out/nomig.csv"
+then
+	echo "ok $((n += 1)) - no request ran on the PNM tier"
+else
+	echo "not ok $((n += 1)) - no request ran on the PNM tier"
+fi
+# shellcheck disable=SC2086
+t "preempted requests, migration" 0 "$sim" $grow --quiet --json --requests "$out/mig.csv"
+changed=$(awk -F, '$1 == "nelssa" && $12 != $15 { c++ } END { print c + 0 }' "$out/mig.csv")
+json_check "every change of tier counted ($changed requests changed)" \
+	"0 < $changed <= s['moved'] + s['migrations']"
 echo "1..$n"
