@@ -12,10 +12,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim.h"
@@ -58,7 +60,14 @@ static void usage(FILE *f)
 		"  --csv FILE        the time series of every run\n"
 		"  --requests FILE   one CSV line per request and run (times, TPOT, tier, preemptions)\n"
 		"  --svg PREFIX      plots: PREFIX-throughput.svg, -kv.svg, -batch.svg, -queue.svg\n"
-		"  --quiet           no progress bar (there is one only when stderr is a terminal)\n");
+		"  --quiet           no progress bar (there is one only when stderr is a terminal)\n"
+		"the property (Documentation/simulator.rst):\n"
+		"  --property N      N random workloads and nodes from --seed (and --trace, for\n"
+		"                    the trace cases); check on each that NELSSA loses nothing\n"
+		"                    GPU-only serves and keeps throughput and P99 TPOT with\n"
+		"                    queueing within 5 %%; print each failing case's command;\n"
+		"                    with --json one line per case\n"
+		"  --first-case K    start at case K (--property 1 --first-case K: case K alone)\n");
 }
 
 /* Options given, for the checks that each acts in the mode chosen. */
@@ -66,7 +75,7 @@ enum {
 	G_MAX = 1 << 0, G_SCALE = 1 << 1, G_LONG_FRAC = 1 << 2, G_LONG_LEN = 1 << 3,
 	G_OUT_LEN = 1 << 4, G_BURST = 1 << 5, G_GROW = 1 << 6, G_PNM_BW = 1 << 7,
 	G_COMM = 1 << 8, G_DEVICES = 1 << 9, G_NO_MIGRATE = 1 << 10, G_NO_ADAPTIVE = 1 << 11,
-	G_SKIP_BAD = 1 << 12,
+	G_SKIP_BAD = 1 << 12, G_OTHER = 1 << 13,
 };
 
 struct opts {
@@ -78,6 +87,8 @@ struct opts {
 	double burst[3];
 	int swap, migrate, adaptive, json, quiet, skip_bad;
 	unsigned given;
+	uint32_t property;	/* --property N: cases */
+	uint32_t first_case;	/* --first-case K: start at case K */
 };
 
 /* A real option value in [@lo, @hi] (finite); -1 with a message otherwise. */
@@ -154,16 +165,25 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "requests", required_argument, NULL, 'R' }, { "burst", required_argument, NULL, 'u' },
 		{ "rps-step", required_argument, NULL, 'T' },
 		{ "grow", required_argument, NULL, 'G' }, { "comm-scale", required_argument, NULL, 'C' },
-		{ "skip-bad", no_argument, NULL, 'k' }, 
+		{ "skip-bad", no_argument, NULL, 'k' }, { "property", required_argument, NULL, 'P' },
+		{ "first-case", required_argument, NULL, 'K' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, bad = 0;
 
 	opts_default(o);
-	optind = 0;		/* glibc: start over */
+	optind = 0;		/* glibc: start over (parse() also runs the property's cases) */
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (!strchr("PKstjqh", c))
+			o->given |= G_OTHER;	/* the property's cases make their own */
 		switch (c) {
+		case 'P':
+			bad |= tl_parse_u32(PROG, optarg, 1, 1u << 20, &o->property, "--property");
+			break;
+		case 'K':
+			bad |= tl_parse_u32(PROG, optarg, 0, 1u << 30, &o->first_case, "--first-case");
+			break;
 		case 't': o->trace = optarg; break;
 		case 'p': o->profile = optarg; break;
 		case 'M': o->mode = optarg; break;
@@ -258,6 +278,18 @@ static int parse(int argc, char **argv, struct opts *o)
 			fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
 		fprintf(stderr, "Try '" PROG " --help'.\n");
 		return 2;
+	}
+	if (o->first_case && !o->property) {
+		fprintf(stderr, PROG ": --first-case acts only with --property\n");
+		return 2;
+	}
+	if (o->property) {
+		if (o->given & G_OTHER) {
+			fprintf(stderr, PROG ": --property takes only --first-case, --seed, --trace, "
+				"--json and --quiet: its cases make the rest\n");
+			return 2;
+		}
+		return 0;
 	}
 	if (!o->trace == !o->synth) {
 		fprintf(stderr, PROG ": give one of --trace and --synthetic\n");
@@ -477,6 +509,259 @@ static int write_outputs(const struct opts *o, struct sim_result *res, const cha
 	return 0;
 }
 
+/*
+ * The property, for real: random workloads and nodes from wide
+ * distributions, each run GPU-only and NELSSA through the same parse()
+ * and build() as a command line, so that a failing case's command
+ * reproduces it exactly.
+ */
+struct case_args {
+	char *argv[64];
+	int argc;
+	char store[4096];
+	size_t used;
+};
+
+static void __attribute__((format(printf, 2, 3))) arg(struct case_args *a, const char *fmt, ...)
+{
+	va_list ap;
+	int len;
+
+	if (a->argc == 63)
+		return;
+	va_start(ap, fmt);
+	len = vsnprintf(a->store + a->used, sizeof(a->store) - a->used, fmt, ap);
+	va_end(ap);
+	if (len < 0 || (size_t)len >= sizeof(a->store) - a->used)
+		return;
+	a->argv[a->argc++] = a->store + a->used;
+	a->argv[a->argc] = NULL;
+	a->used += (size_t)len + 1;
+}
+
+static double unif(uint64_t *s, double lo, double hi)
+{
+	return lo + (hi - lo) * ((tl_next(s) >> 11) * 0x1.0p-53);
+}
+
+static double log_unif(uint64_t *s, double lo, double hi)
+{
+	return exp(unif(s, log(lo), log(hi)));
+}
+
+static int chance(uint64_t *s, double p)
+{
+	return unif(s, 0, 1) < p;
+}
+
+/*
+ * Case @k of the property's seed @seed: a synthetic mix (rate 2-40 req/s,
+ * long fraction 0-45 %, long lengths 16K-1M fixed or in a range, outputs
+ * 16-1024 or growing 0.2-2x, bursts) or a replay of @trace (rate 2-40
+ * req/s, inputs scaled 1-8x in some, bursts of 64K-1M requests) on a node
+ * with 1/2/4/8 devices, PNM bandwidth 0.4-2.5x, communication 0.25-4x,
+ * sometimes a small batch, swap, no migration, no adaptive threshold or
+ * the H100 NVL.  Sizes keep a case to a fraction of a second of CPU
+ * (growing contexts, whose outputs are as long as their inputs, have
+ * long requests of 16K-128K).
+ */
+static void make_case(uint64_t seed, uint32_t k, const char *trace, struct case_args *a)
+{
+	uint64_t s = sim_seed_stream(seed ^ ((uint64_t)k << 32), SIM_STREAM_PROPERTY);
+	static const uint32_t devs[] = { 1, 2, 4, 8 };
+	const double rps = log_unif(&s, 2, 40);
+	const uint32_t lo = (uint32_t)log_unif(&s, 16384, 1048576);
+
+	*a = (struct case_args){ .argc = 0 };
+	arg(a, PROG);
+	if (trace && chance(&s, 0.35)) {
+		arg(a, "--trace");
+		arg(a, "%s", trace);
+		arg(a, "--max");
+		arg(a, "%u", (uint32_t)unif(&s, 200, 800));
+		if (chance(&s, 0.3)) {
+			arg(a, "--scale");
+			arg(a, "%.3g", log_unif(&s, 1, 8));
+		}
+		if (chance(&s, 0.4)) {
+			arg(a, "--burst");
+			arg(a, "%.0f,%.0f,%.2f", unif(&s, 0, 20), unif(&s, 5, 40), unif(&s, 0.05, 0.6));
+			arg(a, "--long-len");
+			arg(a, "%u", lo);
+		}
+	} else {
+		const double f = chance(&s, 0.1) ? 0.0 : unif(&s, 0.01, 0.45);
+		const int grow = chance(&s, 0.12);
+		/* Growing contexts make outputs as long as inputs: keep those small. */
+		const uint32_t l = grow ? (uint32_t)log_unif(&s, 16384, 131072) : lo;
+
+		arg(a, "--synthetic");
+		arg(a, "%u", (uint32_t)unif(&s, 100, grow ? 250 : 500));
+		arg(a, "--long-frac");
+		arg(a, "%.3f", f);
+		if (f > 0 || chance(&s, 0.2)) {
+			arg(a, "--long-len");
+			if (chance(&s, 0.5))
+				arg(a, "%u", l);
+			else
+				arg(a, "%u-%u", l, (uint32_t)fmin(grow ? 131072 : 1048576,
+								 l * unif(&s, 1, 4)));
+			if (!(f > 0)) {
+				arg(a, "--burst");
+				arg(a, "%.0f,%.0f,%.2f", unif(&s, 0, 20), unif(&s, 5, 40),
+				    unif(&s, 0.05, 0.6));
+			}
+		}
+		if (grow) {
+			arg(a, "--grow");
+			arg(a, "%.2f", unif(&s, 0.2, 2));
+		} else {
+			arg(a, "--out-len");
+			arg(a, "%u", (uint32_t)log_unif(&s, 16, 1024));
+		}
+	}
+	arg(a, "--rps");
+	arg(a, "%.3g", rps);
+	arg(a, "--seed");
+	arg(a, "%u", (uint32_t)(tl_next(&s) >> 32));
+	arg(a, "--devices");
+	arg(a, "%u", devs[tl_next(&s) % 4]);
+	arg(a, "--pnm-bw");
+	arg(a, "%.4g", 76.8e9 * log_unif(&s, 0.4, 2.5));
+	arg(a, "--comm-scale");
+	arg(a, "%.3g", log_unif(&s, 0.25, 4));
+	if (chance(&s, 0.15)) {
+		arg(a, "--max-batch");
+		arg(a, "%u", (uint32_t)log_unif(&s, 16, 256));
+	}
+	if (chance(&s, 0.15))
+		arg(a, "--swap");
+	if (chance(&s, 0.15))
+		arg(a, "--no-migrate");
+	if (chance(&s, 0.2))
+		arg(a, "--no-adaptive");
+	if (chance(&s, 0.2)) {
+		arg(a, "--profile");
+		arg(a, "h100-nvl");
+	}
+}
+
+/* The case's command, for a shell: words with odd characters single-quoted. */
+static void print_command(FILE *f, const struct case_args *a)
+{
+	for (int i = 0; i < a->argc; i++) {
+		const char *w = a->argv[i];
+
+		fputs(i ? " " : "", f);
+		if (w[strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+			     "-_.,/=+:")]) {
+			fputc('\'', f);
+			for (; *w; w++)
+				fputs(*w == '\'' ? "'\\''" : (char[2]){ *w, 0 }, f);
+			fputc('\'', f);
+		} else {
+			fputs(w, f);
+		}
+	}
+}
+
+static int property(const struct opts *po)
+{
+	uint32_t pass = 0, fail = 0, errors = 0, with_extra = 0, with_pnm = 0;
+	double worst_t = INFINITY, worst_p = INFINITY;
+	uint32_t worst_t_case = 0, worst_p_case = 0;
+
+	for (uint32_t k = po->first_case; k < po->first_case + po->property; k++) {
+		struct case_args a;
+		struct opts o;
+		struct sim_config cfg;
+		struct sim_trace tr;
+		struct sim_result res[2];
+		struct sim_cmp cmp;
+		const clock_t c0 = clock();
+		char err[256];
+		int ok;
+
+		make_case(po->seed, k, po->trace, &a);
+		if (parse(a.argc, a.argv, &o) || build(&o, &cfg, &tr)) {
+			fprintf(stderr, PROG ": property case %u is not a valid command: ", k);
+			print_command(stderr, &a);
+			fputc('\n', stderr);
+			errors++;
+			continue;
+		}
+		cfg.nelssa = 0;
+		if (sim_run(&cfg, &tr, &res[0], 0, err, sizeof(err))) {
+			fprintf(stderr, PROG ": property case %u: %s\n", k, err);
+			sim_trace_free(&tr);
+			errors++;
+			continue;
+		}
+		cfg.nelssa = 1;
+		if (sim_run(&cfg, &tr, &res[1], 0, err, sizeof(err))) {
+			fprintf(stderr, PROG ": property case %u: %s\n", k, err);
+			sim_result_free(&res[0]);
+			sim_trace_free(&tr);
+			errors++;
+			continue;
+		}
+		sim_compare(&tr, &res[0], &res[1], &cmp);
+		ok = property_holds(&cmp) && res[1].lost == 0;
+		pass += ok;
+		fail += !ok;
+		with_extra += cmp.extra > 0;
+		with_pnm += res[1].pnm_requests > 0;
+		if (cmp.common && cmp.tput_ratio < worst_t) {
+			worst_t = cmp.tput_ratio;
+			worst_t_case = k;
+		}
+		if (cmp.common && cmp.p99q_ratio < worst_p) {
+			worst_p = cmp.p99q_ratio;
+			worst_p_case = k;
+		}
+		if (po->json) {
+			printf("{\"case\":%u,\"holds\":%s,\"common\":%u,\"lost_more\":%u,\"extra\":%u,"
+			       "\"refused\":%u,\"pnm_requests\":%llu", k, ok ? "true" : "false",
+			       cmp.common, cmp.lost_more, cmp.extra, res[1].refused,
+			       (unsigned long long)res[1].pnm_requests);
+			jnum("throughput_ratio", 4, cmp.tput_ratio, 1);
+			jnum("p99_tpot_q_ratio", 4, cmp.p99q_ratio, 1);
+			jnum("p99_tpot_q_gpu_ms", 3, 1e3 * cmp.p99q_gpu, 1);
+			jnum("p99_tpot_q_nelssa_ms", 3, 1e3 * cmp.p99q_nelssa, 1);
+			jnum("cpu_s", 3, (double)(clock() - c0) / CLOCKS_PER_SEC, 1);
+			{
+				char *cmd = NULL;
+				size_t len = 0;
+				FILE *m = open_memstream(&cmd, &len);
+
+				if (m) {
+					print_command(m, &a);
+					fclose(m);
+					jstr("command", cmd ? cmd : "", 1);
+					free(cmd);
+				}
+			}
+			printf("}\n");
+		}
+		if (!ok) {
+			fprintf(po->json ? stderr : stdout, "FAIL case %u: throughput x%.3f, P99 TPOT "
+				"with queueing x%.3f, %u of %u lost by NELSSA, %u lost in all; "
+				"reproduce:\n  ", k, cmp.tput_ratio, cmp.p99q_ratio, cmp.lost_more,
+				cmp.common, res[1].lost);
+			print_command(po->json ? stderr : stdout, &a);
+			fputs("\n", po->json ? stderr : stdout);
+		}
+		sim_result_free(&res[0]);
+		sim_result_free(&res[1]);
+		sim_trace_free(&tr);
+	}
+	fprintf(po->json ? stderr : stdout,
+		"property, seed %u, cases from %u: %u cases, %u hold, %u fail, %u not run; %u used the PNM tier, "
+		"%u had requests only NELSSA serves; worst throughput x%.3f (case %u), worst P99 "
+		"TPOT with queueing x%.3f (case %u)\n", po->seed, po->first_case, po->property, pass, fail, errors,
+		with_pnm, with_extra, worst_t, worst_t_case, worst_p, worst_p_case);
+	return fail || errors ? 1 : 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -494,6 +779,8 @@ int main(int argc, char **argv)
 	ret = parse(argc, argv, &o);
 	if (ret)
 		return ret == 1 ? 0 : 2;
+	if (o.property)
+		return property(&o);
 	ret = build(&o, &cfg, &tr);
 	if (ret)
 		return ret;
