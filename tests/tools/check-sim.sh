@@ -369,6 +369,46 @@ changed=$(awk -F, '$1 == "nelssa" && $12 != $15 { c++ } END { print c + 0 }' "$o
 json_check "every change of tier counted ($changed requests changed)" \
 	"0 < $changed <= s['moved'] + s['migrations']"
 
+# Communication cost and PNM bandwidth act, and the right way: cheaper
+# communication or a faster tier never makes NELSSA worse (throughput
+# within 1 %, P99 TPOT with queueing within 2 %, for noise), and where the
+# tier serves nobody the run says so.
+: >"$out/mono.txt"
+for c in 0.25 0.5 1 1.5 2 3; do
+	"$sim" --synthetic 500 --long-frac 0.1 --rps 10 --comm-scale "$c" --mode nelssa --quiet \
+		--json 2>>"$out/mono.err" | python3 -c "import json, sys; j = json.load(sys.stdin)
+r = j['runs']['nelssa']; print('comm', $c, r['throughput'], r['tpot_q_p99_ms'], r['pnm_requests'])" \
+		>>"$out/mono.txt"
+done
+for b in 0.6 0.8 1 1.5 2.5; do
+	"$sim" --synthetic 500 --long-frac 0.1 --rps 10 --pnm-bw "$(awk -v b=$b 'BEGIN { print b * 76.8e9 }')" \
+		--mode nelssa --quiet --json 2>>"$out/mono.err" | python3 -c "import json, sys
+j = json.load(sys.stdin); r = j['runs']['nelssa']
+print('bw', -$b, r['throughput'], r['tpot_q_p99_ms'], r['pnm_requests'])" >>"$out/mono.txt"
+done
+if python3 - "$out/mono.txt" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+for kind in ("comm", "bw"):	# in order of rising cost (bandwidth negated)
+    r = sorted((float(a), float(t), float(p), int(n)) for k, a, t, p, n in rows if k == kind)
+    for (a0, t0, p0, n0), (a1, t1, p1, n1) in zip(r, r[1:]):
+        if t1 > t0 * 1.01 or p1 < p0 / 1.02:
+            sys.exit("%s %g -> %g: throughput %g -> %g, P99 %g -> %g" % (kind, a0, a1, t0, t1, p0, p1))
+c = {float(a): (t, p) for k, a, t, p, n in rows if k == "comm"}
+assert c[0.25] != c[1.5], "--comm-scale 0.25 and 1.5 give the same result"
+PY
+then
+	echo "ok $((n += 1)) - cheaper communication and faster PNM devices never make NELSSA worse"
+else
+	sed 's/^/# /' "$out/mono.txt"
+	echo "not ok $((n += 1)) - cheaper communication and faster PNM devices never make NELSSA worse"
+fi
+if grep -q "PNM tier served no request" "$out/mono.err"; then
+	echo "ok $((n += 1)) - where the PNM tier serves nobody, the run says its options did nothing"
+else
+	echo "not ok $((n += 1)) - where the PNM tier serves nobody, the run says its options did nothing"
+fi
+
 # --- The property (issue 18), on random workloads and nodes: synthetic
 # mixes at 2-40 req/s with 0-45 % of long requests of 16K-1M tokens (fixed
 # or in ranges), growing contexts, bursts, and replays of the Mooncake
