@@ -42,8 +42,22 @@
  *             there, decode-time chunks clustered and appended; every output
  *             before and after the handoff must equal float64 attention
  *             over exactly the tokens it covered
+ *   probe     prints "sessions N" (the daemon's STATS) and "free_mib X", the
+ *             device memory the daemon has left (its own figure, from the
+ *             refusal of a session too large for any device): what the crash
+ *             tests compare before and after
+ *   busy      (for the crash tests, which kill it) offloads requests and steps
+ *             them, round after round, forever: prints "offload N" before its
+ *             N-th offload call and "step N" before its N-th step, so that a
+ *             test can kill it at a point of its own progress
+ *   load MODE (for the SIGTERM test) offloads (MODE offload) or steps (MODE
+ *             step) until a call fails -- the daemon went -- timing each; then
+ *             an offload, a step and a control call, each of which must fail
+ *             too; every failing call must return within the 3 s timeout plus
+ *             2 s of slack.  Prints "running" once served, then "worst_ms N"
+ *             (the slowest failing call); exit 0 when all of that held
  *
- * usage: e2e_client HOST PORT SCENARIO [SEED]
+ * usage: e2e_client HOST PORT SCENARIO [ARG]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -52,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nelssa/client.h>
@@ -73,6 +88,7 @@ struct req {
 };
 
 static struct nelssa_client *cli;
+static const char *scenario_arg;	/* argv[4], where a scenario takes one */
 static int failures;
 static uint8_t placement = NELSSA_PLACE_HEADS;
 
@@ -810,6 +826,168 @@ static int scenario_migrate(struct tu_rng *rng)
 	return failures ? 1 : 0;
 }
 
+/* Sessions and free device memory as the daemon counts them (scenario "probe"). */
+static int scenario_probe(struct tu_rng *rng)
+{
+	/* Far beyond any device, within what a session may ask for. */
+	struct nelssa_session_cfg cfg = session_cfg(UINT32_MAX / 2);
+	int64_t sessions = daemon_sessions();
+	const char *msg, *at;
+	uint64_t session;
+	double free_mib;
+	int ret;
+
+	(void)rng;
+	if (sessions < 0) {
+		printf("# stats: %s\n", nelssa_client_error(cli));
+		return 1;
+	}
+	ret = nelssa_client_session(cli, &cfg, &session);
+	msg = nelssa_client_error(cli);
+	at = strstr(msg, "MiB per device, ");
+	if (ret != -ENOSPC || !at || sscanf(at, "MiB per device, %lf MiB are free", &free_mib) != 1) {
+		printf("# an oversized session gave %d (%s), not -ENOSPC naming the free memory\n",
+		       ret, msg);
+		return 1;
+	}
+	printf("sessions %lld\nfree_mib %.1f\n", (long long)sessions, free_mib);
+	return 0;
+}
+
+/* Offloads and steps round after round until killed, saying where it is. */
+static int scenario_busy(struct tu_rng *rng)
+{
+	enum { TOKENS = 8192 };
+	struct nelssa_session_cfg cfg = session_cfg(1u << 14);
+	float q[KV_HEADS * GROUP * DIM], o[KV_HEADS * GROUP * DIM], lse[KV_HEADS * GROUP];
+	uint32_t sel[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, offloads = 0, steps = 0;
+	struct nelssa_step_in in[KV_HEADS];
+	struct req r;
+	uint64_t session;
+	int ret = nelssa_client_session(cli, &cfg, &session);
+
+	if (ret) {
+		printf("# session: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	/* One request's data, made once: each round offloads it again, anew. */
+	r.n = TOKENS;
+	r.k = tu_alloc(2ull * LAYERS * KV_HEADS * TOKENS * DIM);
+	r.v = tu_alloc(2ull * LAYERS * KV_HEADS * TOKENS * DIM);
+	tu_fill_kv(rng, r.k, (size_t)LAYERS * KV_HEADS * TOKENS * DIM, 1.0, NELSSA_KV_BF16);
+	tu_fill_kv(rng, r.v, (size_t)LAYERS * KV_HEADS * TOKENS * DIM, 1.0, NELSSA_KV_BF16);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < KV_HEADS; h++)
+			make_index(rng, &r.ix[l][h], TOKENS, 0);
+	tu_fill_f32(rng, q, sizeof(q) / sizeof(q[0]), 1.0);
+	for (uint64_t round = 1;; round++) {
+		r.id = round;
+		ret = nelssa_client_request(cli, session, r.id, TOKENS, TOKENS);
+		for (uint32_t l = 0; l < LAYERS && !ret; l++)
+			for (uint32_t h = 0; h < KV_HEADS && !ret; h++) {
+				printf("offload %u\n", ++offloads);
+				ret = nelssa_client_offload(cli, session, r.id, (uint16_t)l, (uint16_t)h,
+							    &r.ix[l][h], 0, rows(&r, r.k, l, h),
+							    rows(&r, r.v, l, h));
+			}
+		for (uint32_t h = 0; h < KV_HEADS; h++)
+			in[h] = (struct nelssa_step_in){ r.id, (uint16_t)h, q + (size_t)h * GROUP * DIM,
+							 sel, 8 };
+		for (uint32_t s = 0; s < 4 && !ret; s++) {
+			printf("step %u\n", ++steps);
+			ret = nelssa_client_step(cli, session, (uint16_t)(s % LAYERS), in, KV_HEADS, o,
+						 lse, NULL);
+		}
+		if (!ret)
+			ret = nelssa_client_request_free(cli, session, r.id);
+		if (ret) {
+			printf("# round %llu: %d (%s)\n", (unsigned long long)round, ret,
+			       nelssa_client_error(cli));
+			return 1;
+		}
+	}
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Works until the daemon goes, then checks that every call fails, each
+ * within its timeout (plus slack for a loaded machine), none hanging.
+ */
+static int scenario_load(struct tu_rng *rng)
+{
+	enum { TIMEOUT_MS = 3000, SLACK_MS = 2000, TOKENS = 4096 };
+	const int offload = scenario_arg && !strcmp(scenario_arg, "offload");
+	struct nelssa_session_cfg cfg = session_cfg(1u << 15);
+	float q[KV_HEADS * GROUP * DIM], o[KV_HEADS * GROUP * DIM], lse[KV_HEADS * GROUP];
+	uint32_t sel[4] = { 0, 1, 2, 3 };
+	struct nelssa_step_in in[KV_HEADS];
+	uint64_t session, t0, ms, worst = 0, calls = 0, id = 1;
+	struct req r;
+	int ret;
+
+	ret = nelssa_client_session(cli, &cfg, &session);
+	if (!ret)
+		ret = make_request(rng, session, &r, id, TOKENS, 0);
+	if (ret) {
+		printf("# setup: %d (%s)\n", ret, nelssa_client_error(cli));
+		return 1;
+	}
+	for (uint32_t h = 0; h < KV_HEADS; h++)
+		in[h] = (struct nelssa_step_in){ 1, (uint16_t)h, q + (size_t)h * GROUP * DIM, sel, 4 };
+	tu_fill_f32(rng, q, sizeof(q) / sizeof(q[0]), 1.0);
+	nelssa_client_set_timeout(cli, TIMEOUT_MS);
+	printf("running\n");
+	for (;;) {
+		t0 = mono_ms();
+		if (offload) {
+			/* A second request offloaded over and over (heads-wise: rewrites). */
+			ret = calls ? 0 : nelssa_client_request(cli, session, 2, TOKENS, TOKENS);
+			for (uint32_t h = 0; h < KV_HEADS && !ret; h++)
+				ret = nelssa_client_offload(cli, session, 2, 0, (uint16_t)h, &r.ix[0][h], 0,
+							    rows(&r, r.k, 0, h), rows(&r, r.v, 0, h));
+		} else {
+			ret = nelssa_client_step(cli, session, 0, in, KV_HEADS, o, lse, NULL);
+		}
+		ms = mono_ms() - t0;
+		calls++;
+		if (ret)
+			break;
+	}
+	printf("# after %llu calls: %d in %llu ms (%s)\n", (unsigned long long)calls, ret,
+	       (unsigned long long)ms, nelssa_client_error(cli));
+	worst = ms;
+	/* Then each kind of call once more: all fail, none hangs. */
+	for (int k = 0; k < 3; k++) {
+		t0 = mono_ms();
+		if (k == 0)
+			ret = nelssa_client_offload(cli, session, 1, 1, 0, &r.ix[1][0], 0,
+						    rows(&r, r.k, 1, 0), rows(&r, r.v, 1, 0));
+		else if (k == 1)
+			ret = nelssa_client_step(cli, session, 1, in, KV_HEADS, o, lse, NULL);
+		else
+			ret = nelssa_client_request(cli, session, 9, 10, 10);
+		ms = mono_ms() - t0;
+		printf("# %s afterwards: %d in %llu ms (%s)\n",
+		       k == 0 ? "offload" : k == 1 ? "step" : "REQ_ALLOC", ret,
+		       (unsigned long long)ms, nelssa_client_error(cli));
+		CHECK(ret < 0, "a call to a daemon that is gone succeeded");
+		if (ms > worst)
+			worst = ms;
+	}
+	printf("worst_ms %llu\n", (unsigned long long)worst);
+	CHECK(worst <= TIMEOUT_MS + SLACK_MS, "a call took %llu ms, beyond its %u ms timeout",
+	      (unsigned long long)worst, TIMEOUT_MS);
+	free_request(&r);
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct nelssa_client_opts o = { 0 };
@@ -819,7 +997,8 @@ int main(int argc, char **argv)
 
 	if (argc < 4) {
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|refused|"
-			"bad-step|zero-items|stall|die|held|outlive|migrate|split\n");
+			"bad-step|zero-items|stall|die|held|outlive|migrate|split|probe|busy|"
+			"load offload|step\n");
 		return 2;
 	}
 	o.host = argv[1];
@@ -827,6 +1006,7 @@ int main(int argc, char **argv)
 	o.timeout_ms = 60000;
 	o.name = "e2e";
 	sc = argv[3];
+	scenario_arg = argc > 4 ? argv[4] : NULL;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	tu_init("e2e");
 	tu_rng_for(&rng, sc, 0);
@@ -860,6 +1040,12 @@ int main(int argc, char **argv)
 		ret = scenario_migrate(&rng);
 	else if (!strcmp(sc, "split"))
 		ret = scenario_split(&rng);
+	else if (!strcmp(sc, "probe"))
+		ret = scenario_probe(&rng);
+	else if (!strcmp(sc, "busy"))
+		ret = scenario_busy(&rng);
+	else if (!strcmp(sc, "load"))
+		ret = scenario_load(&rng);
 	else
 		ret = 2;
 	nelssa_client_close(cli);
