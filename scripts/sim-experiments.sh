@@ -74,6 +74,11 @@ for f in 0 0.04 0.08 0.12 0.16 0.20 0.24; do
 	# shellcheck disable=SC2086
 	run "long fraction $f" --synthetic 1000 --long-frac $f $len --rps 10
 done
+# Saturated: all 1000 requests within a second, so both run at capacity
+# (at 10 req/s NELSSA serves the offered load, whatever it could do more).
+for f in 0.04 0.12 0.24; do
+	run "saturated, long fraction $f" --synthetic 1000 --long-frac $f --long-len 131072 --rps 1000
+done
 
 header "2. mixed traffic, 10 req/s, a 60 s burst of 50 % long (128K) at 60 s (paper: up to 15x lower P99)"
 # shellcheck disable=SC2086 # the options are words
