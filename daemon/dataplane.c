@@ -345,7 +345,7 @@ static void rndv_done(void *request, ucs_status_t status, size_t length, void *u
 
 	(void)length;
 	rndv_retire(c->nd, c->session, c->len);
-	if (status == UCS_OK)
+	if (status == UCS_OK && !c->nd->draining)
 		dispatch_msg(c->nd, c->id, c->ep, c->hdr, c->hdr_len, c->buf, c->len, c->t_arrive);
 	else
 		nd_log(c->nd, "receiving a message failed: %s", ucs_status_string(status));
@@ -382,6 +382,8 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	uint64_t session = 0;
 	int ret;
 
+	if (nd->draining)
+		return UCS_OK;	/* shutting down: nothing new starts */
 	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
 		nd_log(nd, "message %u without a reply endpoint dropped", id);
 		return UCS_OK;
@@ -781,6 +783,19 @@ void nd_dataplane_stop(struct nelssad *nd)
 	nd->stop = 1;
 	nd_dataplane_wake(nd);
 	pthread_join(nd->poller, NULL);
+	/*
+	 * UCX 1.13 aborts in ucp_worker_destroy() (ucp_ep.c:437) while a
+	 * rendezvous receive or a send is still in flight, which SIGTERM
+	 * under load leaves: let them finish first, taking no new message,
+	 * for at most 5 s.
+	 */
+	nd->draining = 1;
+	for (uint64_t end = nd_now_ns() + 5000000000ull;
+	     (nd->rndv || nd_sends_in_flight()) && nd_now_ns() < end;)
+		ucp_worker_progress(nd->worker);
+	if (nd->rndv || nd_sends_in_flight())
+		nd_log(nd, "stopping with %u receive(s) and %u send(s) still in flight",
+		       nd->rndv, nd_sends_in_flight());
 	/* Steps still on devices: wait them out so their memory can go. */
 	for (uint32_t d = 0; d < nd->n_dev; d++) {
 		struct npnm_completion c[64];

@@ -28,9 +28,21 @@ struct send_ctx {
 	void *buf;
 };
 
+/*
+ * Sends UCX still holds: touched on the poller thread only, and read by
+ * nd_dataplane_stop() once the poller is gone (it drains them).
+ */
+static uint32_t sends_in_flight;
+
+uint32_t nd_sends_in_flight(void)
+{
+	return sends_in_flight;
+}
+
 static void send_done(void *request, ucs_status_t status, void *user_data)
 {
 	(void)status;
+	sends_in_flight--;
 	free(user_data);
 	ucp_request_free(request);
 }
@@ -75,7 +87,9 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
 		prm.user_data = copy;
 	}
 	sp = ucp_am_send_nbx(ep, id, copy, hdr_len, data, len, &prm);
-	if (!UCS_PTR_IS_PTR(sp)) {
+	if (UCS_PTR_IS_PTR(sp)) {
+		sends_in_flight++;
+	} else {
 		if (UCS_PTR_IS_ERR(sp))
 			nd_log(nd, "send of message %u failed: %s", id,
 			       ucs_status_string(UCS_PTR_STATUS(sp)));

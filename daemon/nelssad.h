@@ -202,6 +202,7 @@ struct nelssad {
 	 */
 	uint32_t hold_tenant;
 	volatile int stop;
+	int draining;			/* stopping: new messages are dropped */
 	uint64_t memory_per_conn;	/* max-memory-per-conn in bytes, resolved at start */
 };
 
@@ -285,6 +286,8 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c);
 void nd_step_release(struct nelssad *nd, struct nd_session *s);
 void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int status);
+/* Sends UCX has not finished yet (nd_send()'s). */
+uint32_t nd_sends_in_flight(void);
 void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len,
 	     void *data, size_t len, int free_data);
 
