@@ -456,72 +456,109 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 	return 0;
 }
 
-int nd_control_run(struct nelssad *nd, int listen_fd)
+/*
+ * The control loop's state: the listener and the connections, and the
+ * pollfd array poll() gets.  nd_control_run() is nd_control_init(), then
+ * nd_control_poll_once() until the stop flag, then nd_control_fini();
+ * the daemon's fuzz target (tests/fuzz/fuzz_daemon.c) drives the same
+ * calls itself, one iteration at a time.
+ */
+int nd_control_init(struct nelssad *nd, struct nd_ctl *ctl, int listen_fd)
 {
 	const uint32_t max = nd->cfg.max_conns;
-	struct pollfd *pfd = calloc(max + 1, sizeof(*pfd));
-	struct nd_conn **conns = calloc(max + 1, sizeof(*conns));
-	uint64_t pause_until = 0;
-	uint32_t n = 0;
 
-	if (!pfd || !conns) {
-		free(pfd);
-		free(conns);
+	memset(ctl, 0, sizeof(*ctl));
+	ctl->listen_fd = listen_fd;
+	ctl->pfd = calloc(max + 1, sizeof(*ctl->pfd));
+	ctl->conns = calloc(max + 1, sizeof(*ctl->conns));
+	if (!ctl->pfd || !ctl->conns) {
+		free(ctl->pfd);
+		free(ctl->conns);
 		return -ENOMEM;
 	}
-	while (!nd->stop) {
-		uint64_t now = nd_now_ns(), next = now + POLL_MAX_MS * MS;
-		const int listening = now >= pause_until;
-		int r;
-
-		for (uint32_t i = n; i-- > 0;)
-			if (check_timers(nd, conns[i], now, &next))
-				conns[i] = conns[--n];
-		if (!listening && pause_until < next)
-			next = pause_until;
-		pfd[0] = (struct pollfd){ .fd = listening ? listen_fd : -1, .events = POLLIN };
-		for (uint32_t i = 0; i < n; i++) {
-			const struct nd_conn *c = conns[i];
-			short ev = c->closing && pending(c) ? 0 : POLLIN;
-
-			pfd[i + 1] = (struct pollfd){ .fd = c->fd,
-						      .events = ev | (pending(c) ? POLLOUT : 0) };
-		}
-		r = poll(pfd, n + 1, (int)((next - now + MS - 1) / MS));
-		if (r < 0 && errno != EINTR)
-			break;
-		if (r <= 0)
-			continue;
-		for (uint32_t i = n; i-- > 0;) {
-			struct nd_conn *c = conns[i];
-			const short ev = pfd[i + 1].revents;
-			int ret = 0;
-
-			if (!ev)
-				continue;
-			if (ev & POLLOUT) {
-				ret = flush(c) ? -ECONNRESET : 0;
-				if (!ret && c->closing && !pending(c))
-					shutdown(c->fd, SHUT_WR);
-			}
-			if (!ret && (ev & (POLLIN | POLLHUP | POLLERR)))
-				ret = on_readable(nd, c);
-			if (!ret)
-				continue;
-			if (ret != -ECONNRESET && ret != -ENOBUFS && !c->closing) {
-				end(nd, c, NULL);	/* its ERROR is queued */
-				continue;
-			}
-			drop(nd, c, ret == -ENOBUFS ? "more than 256 KiB of its replies not read" :
-				    NULL);
-			conns[i] = conns[--n];
-		}
-		if (pfd[0].revents & POLLIN)
-			accept_some(nd, listen_fd, conns, &n, &pause_until);
-	}
-	for (uint32_t i = 0; i < n; i++)
-		drop(nd, conns[i], NULL);
-	free(pfd);
-	free(conns);
 	return 0;
+}
+
+/*
+ * One turn of the loop: the timers at nd_now_ns(), one poll() of the
+ * listener and every connection, then each connection's events and the
+ * listener's.  poll() waits for the next timer (at most POLL_MAX_MS) when
+ * @wait is set, and not at all otherwise.  0, or -errno when poll() failed.
+ */
+int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
+{
+	struct pollfd *pfd = ctl->pfd;
+	struct nd_conn **conns = ctl->conns;
+	uint64_t now = nd_now_ns(), next = now + POLL_MAX_MS * MS;
+	const int listening = now >= ctl->pause_until;
+	uint32_t n = ctl->n;
+	int r;
+
+	for (uint32_t i = n; i-- > 0;)
+		if (check_timers(nd, conns[i], now, &next))
+			conns[i] = conns[--n];
+	if (!listening && ctl->pause_until < next)
+		next = ctl->pause_until;
+	pfd[0] = (struct pollfd){ .fd = listening ? ctl->listen_fd : -1, .events = POLLIN };
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nd_conn *c = conns[i];
+		short ev = c->closing && pending(c) ? 0 : POLLIN;
+
+		pfd[i + 1] = (struct pollfd){ .fd = c->fd,
+					      .events = ev | (pending(c) ? POLLOUT : 0) };
+	}
+	r = poll(pfd, n + 1, wait ? (int)((next - now + MS - 1) / MS) : 0);
+	if (r <= 0) {
+		ctl->n = n;
+		return r < 0 && errno != EINTR ? -errno : 0;
+	}
+	for (uint32_t i = n; i-- > 0;) {
+		struct nd_conn *c = conns[i];
+		const short ev = pfd[i + 1].revents;
+		int ret = 0;
+
+		if (!ev)
+			continue;
+		if (ev & POLLOUT) {
+			ret = flush(c) ? -ECONNRESET : 0;
+			if (!ret && c->closing && !pending(c))
+				shutdown(c->fd, SHUT_WR);
+		}
+		if (!ret && (ev & (POLLIN | POLLHUP | POLLERR)))
+			ret = on_readable(nd, c);
+		if (!ret)
+			continue;
+		if (ret != -ECONNRESET && ret != -ENOBUFS && !c->closing) {
+			end(nd, c, NULL);	/* its ERROR is queued */
+			continue;
+		}
+		drop(nd, c, ret == -ENOBUFS ? "more than 256 KiB of its replies not read" : NULL);
+		conns[i] = conns[--n];
+	}
+	if (pfd[0].revents & POLLIN)
+		accept_some(nd, ctl->listen_fd, conns, &n, &ctl->pause_until);
+	ctl->n = n;
+	return 0;
+}
+
+/* Closes every connection, their sessions with them, and frees the loop's state. */
+void nd_control_fini(struct nelssad *nd, struct nd_ctl *ctl)
+{
+	for (uint32_t i = 0; i < ctl->n; i++)
+		drop(nd, ctl->conns[i], NULL);
+	free(ctl->pfd);
+	free(ctl->conns);
+	memset(ctl, 0, sizeof(*ctl));
+}
+
+int nd_control_run(struct nelssad *nd, int listen_fd)
+{
+	struct nd_ctl ctl;
+	int ret = nd_control_init(nd, &ctl, listen_fd);
+
+	while (!ret && !nd->stop)
+		ret = nd_control_poll_once(nd, &ctl, 1);
+	if (ctl.pfd)
+		nd_control_fini(nd, &ctl);
+	return ret == -ENOMEM ? ret : 0;
 }

@@ -620,6 +620,20 @@ static void reap_devices(struct nelssad *nd)
 	}
 }
 
+/*
+ * One turn of the poller: everything the worker has, then the endpoints
+ * that steps started there asked for, the device completions (which finish
+ * steps) and the sessions that may close now.
+ */
+void nd_dataplane_poll_once(struct nelssad *nd)
+{
+	while (ucp_worker_progress(nd->worker))
+		;
+	tend_peers(nd);
+	reap_devices(nd);
+	reap_sessions(nd);
+}
+
 static void *poller(void *arg)
 {
 	struct nelssad *nd = arg;
@@ -636,11 +650,7 @@ static void *poller(void *arg)
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		epoll_ctl(epfd, EPOLL_CTL_ADD, nelssa_pnm_event_fd(nd->dev[d].pnm), &ev);
 	while (!nd->stop) {
-		while (ucp_worker_progress(nd->worker))
-			;
-		tend_peers(nd);
-		reap_devices(nd);
-		reap_sessions(nd);
+		nd_dataplane_poll_once(nd);
 		if (nd->cfg.busy_poll)
 			continue;
 		if (ucp_worker_arm(nd->worker) == UCS_ERR_BUSY)
@@ -693,7 +703,7 @@ static void list_transports(struct nelssad *nd)
 	free(text);
 }
 
-int nd_dataplane_start(struct nelssad *nd)
+int nd_dataplane_init(struct nelssad *nd)
 {
 	ucp_params_t up = { 0 };
 	ucp_worker_params_t wp = { 0 };
@@ -771,8 +781,19 @@ int nd_dataplane_start(struct nelssad *nd)
 		       nd->hold_tenant);
 	}
 	nd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (nd->wake_fd < 0 || pthread_create(&nd->poller, NULL, poller, nd))
-		return -errno;
+	return nd->wake_fd < 0 ? -errno : 0;
+}
+
+int nd_dataplane_start(struct nelssad *nd)
+{
+	int ret = nd_dataplane_init(nd);
+
+	if (ret)
+		return ret;
+	ret = pthread_create(&nd->poller, NULL, poller, nd);
+	if (ret)
+		return -ret;
+	nd->poller_running = 1;
 	return 0;
 }
 
@@ -781,8 +802,11 @@ void nd_dataplane_stop(struct nelssad *nd)
 	if (!nd->worker)
 		goto out;
 	nd->stop = 1;
-	nd_dataplane_wake(nd);
-	pthread_join(nd->poller, NULL);
+	if (nd->poller_running) {
+		nd_dataplane_wake(nd);
+		pthread_join(nd->poller, NULL);
+		nd->poller_running = 0;
+	}
 	/*
 	 * UCX 1.13 aborts in ucp_worker_destroy() (ucp_ep.c:437) while a
 	 * rendezvous receive or a send is still in flight, which SIGTERM

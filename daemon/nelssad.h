@@ -194,6 +194,7 @@ struct nelssad {
 	uint32_t rndv;			/* rendezvous receives in flight, in all */
 	uint64_t rndv_bytes;		/* ... and their bytes */
 	pthread_t poller;
+	int poller_running;		/* nd_dataplane_start() started it */
 	int wake_fd;			/* eventfd: wakes the poller */
 	/*
 	 * Test hook, from NELSSAD_TEST_HOLD_TENANT (0: off): the replies of
@@ -236,9 +237,27 @@ struct nd_conn {
 /* The most a connection's replies may wait in the daemon, not read. */
 #define ND_OUT_MAX (256u << 10)
 
+/*
+ * The control loop (conn.c): its listener and connections.  The daemon
+ * runs it with nd_control_run(); a test drives it a turn at a time
+ * (nd_control_init(), nd_control_poll_once() with @wait 0, so that poll()
+ * only looks, nd_control_fini()) on the thread that owns it, with the
+ * clock it gives nd_now_ns().
+ */
+struct nd_ctl {
+	int listen_fd;
+	struct pollfd *pfd;		/* [0]: the listener, then one per connection */
+	struct nd_conn **conns;
+	uint32_t n;			/* connections open (or closing) */
+	uint64_t pause_until;		/* out of descriptors: not accepting until */
+};
+
 /* conn.c */
 int nd_control_listen(struct nelssad *nd);
 int nd_control_run(struct nelssad *nd, int listen_fd);
+int nd_control_init(struct nelssad *nd, struct nd_ctl *ctl, int listen_fd);
+int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait);
+void nd_control_fini(struct nelssad *nd, struct nd_ctl *ctl);
 int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
 int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -291,9 +310,19 @@ uint32_t nd_sends_in_flight(void);
 void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len,
 	     void *data, size_t len, int free_data);
 
-/* dataplane.c */
+/*
+ * dataplane.c.  nd_dataplane_start() is nd_dataplane_init() (UCX, the
+ * worker, its handlers, the staging) and the poller thread, whose loop
+ * runs nd_dataplane_poll_once() -- the worker's progress, the peers'
+ * endpoints, the devices' completions, the sessions to close -- and then
+ * sleeps.  A test that calls nd_dataplane_init() alone runs the turns
+ * itself, on one thread with the control loop; nd_dataplane_stop() ends
+ * either.
+ */
 int nd_token_new(uint64_t *token);
 ucp_ep_h nd_peer_ep(const struct nd_session *s);
+int nd_dataplane_init(struct nelssad *nd);
+void nd_dataplane_poll_once(struct nelssad *nd);
 int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);
 void nd_dataplane_wake(struct nelssad *nd);
