@@ -850,7 +850,16 @@ void nd_dataplane_stop(struct nelssad *nd)
 	ucp_worker_release_address(nd->worker, nd->addr);
 	ucp_worker_destroy(nd->worker);
 	close(nd->wake_fd);
+	/* As nd_dataplane_init() found it, for a test that starts it again. */
+	nd->worker = NULL;
+	nd->addr = NULL;
+	nd->stage = NULL;
+	nd->stage_memh = NULL;
+	nd->stage_free = 0;
+	nd->wake_fd = -1;
+	nd->draining = 0;
 out:
 	if (nd->ucp)
 		ucp_cleanup(nd->ucp);
+	nd->ucp = NULL;
 }

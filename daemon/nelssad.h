@@ -317,7 +317,8 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
  * endpoints, the devices' completions, the sessions to close -- and then
  * sleeps.  A test that calls nd_dataplane_init() alone runs the turns
  * itself, on one thread with the control loop; nd_dataplane_stop() ends
- * either.
+ * either, and leaves @nd for nd_dataplane_init() to start again once
+ * @stop is cleared (the test does, to shed what UCX keeps of peers gone).
  */
 int nd_token_new(uint64_t *token);
 ucp_ep_h nd_peer_ep(const struct nd_session *s);
