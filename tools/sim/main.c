@@ -816,6 +816,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: %u requests at %.1f req/s...\n", names[runs], tr.n, o.rps);
 		if (sim_run(&cfg, &tr, &res[runs], progress, err, sizeof(err))) {
 			fprintf(stderr, PROG ": the node cannot run this configuration: %s\n", err);
+			if (rf)
+				fclose(rf);
+			for (int k = 0; k < runs; k++)
+				sim_result_free(&res[k]);
+			sim_trace_free(&tr);
 			return 1;
 		}
 		for (uint32_t i = 0; rf && i < tr.n; i++) {
