@@ -74,6 +74,7 @@ fi
 for f in $files; do
 	case "$f" in
 	LICENSES/*|*/LICENSE-*|Documentation/ABI/*|*.md|*.rst|*.txt|.gitignore|*.json|*.jsonl) continue ;;
+	tests/fuzz/corpus-*/*) continue ;;	# fuzz inputs: bytes, written by corpus-*.py
 	esac
 	[ -f "$f" ] || continue
 	head -n 3 "$f" | grep -q 'SPDX-License-Identifier:' || echo "$f" >>"$tmp"

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Writes the seed corpus of fuzz_daemon (tests/fuzz/corpus-daemon/).
+
+An input of fuzz_daemon.c is a sequence of operations: a kind byte (below,
+modulo their number), a slot byte (the low two bits: connection slot 0..3,
+each with a UCX worker of its own; slots 2 and 3 connect from 127.0.0.2,
+which is not an admin address, 0 and 1 from 127.0.0.1 unless flag 4 is
+set) and the kind's fields, little-endian, zeros past the end.  The
+encoders here mirror the decoders of fuzz_daemon.c field by field; change
+both together.  A session is named by its index among the SESSION_OKs of
+the input (any slot's), or by a literal id (0xe0 + id, id < 16), or
+0xf0 and a u64.
+
+    python3 tests/fuzz/corpus-daemon.py [DIR]   (default: next to this file)
+"""
+import os
+import struct
+import sys
+
+KINDS = ["connect", "hello", "create", "alloc", "free", "close", "stats", "raw", "kv",
+         "step", "am_other", "tick", "disconnect", "ep_close", "settle", "flood"]
+K = {k: i for i, k in enumerate(KINDS)}
+DIMS = [8, 16, 32, 64, 128, 256, 512, 4]
+CAPS = [16, 64, 256, 1024, 4096, 65536, 1 << 22, 1 << 33]
+TOKS = [1, 16, 64, 256, 1024, 4096, 1 << 20]   # index 7: a u32 follows
+TICKS = {"1ms": 0, "100ms": 1, "hello": 2, "frame": 3, "idle": 4, "10s": 5, "0": 6, "500ms": 7}
+# HELLO's worker address: none; the slot's receiving worker (it never sends); the
+# slot's sending worker (the client library's way: the daemon's endpoint pairs with
+# the worker's own); another slot's receiving worker; bytes UCX cannot read.
+ADDR = {"none": 0, "own": 1, "sender": 2, "other": 3, "bad": 4}
+VERSION = {"ok": 0, "range": 1, "future": 2, "old": 3}
+TOKEN = {"right": 0, "zero": 1, "flip": 2, "other": 3, "random": 4}
+SEND = {"auto": 0, "eager": 1, "rndv": 2}
+
+
+def op(kind, slot=0, flags=0, fields=b""):
+    return bytes([K[kind], slot | flags]) + fields
+
+
+def u8(*v):
+    return bytes(v)
+
+
+def sess(s):
+    """A session: an index among those learned, or ('id', n), or ('u64', v)."""
+    if isinstance(s, tuple) and s[0] == "id":
+        return u8(0xe0 + s[1])
+    if isinstance(s, tuple):
+        return u8(0xf0) + struct.pack("<Q", s[1])
+    return u8(s)
+
+
+def tok(t, other=0, value=0):
+    b = u8(TOKEN[t] | other << 3)
+    return b + struct.pack("<Q", value) if t == "random" else b
+
+
+def connect(slot, non_admin=False):
+    return op("connect", slot, 4 if non_admin else 0)
+
+
+def hello(slot, addr="own", version="ok", other=0, bad=b"", cut=None):
+    mode = ADDR[addr] | other << 3
+    if addr == "bad" and cut is not None:
+        return op("hello", slot, 0, u8(mode | 0x80, VERSION[version], cut))
+    if addr == "bad":
+        return op("hello", slot, 0, u8(mode, VERSION[version], len(bad) - 1) + bad)
+    return op("hello", slot, 0, u8(mode, VERSION[version]))
+
+
+def create_fields(layers=1, kv_heads=2, group=2, dim=64, dtype="bf16", placement="heads",
+                  batch=2, sel=8, cap=1024, tenant=0):
+    kind2 = (1 if dtype == "fp16" else 0) | (2 if placement == "clusters" else 0) | tenant << 4
+    return u8(layers - 1, kv_heads - 1, group - 1, DIMS.index(dim), kind2, batch - 1, sel - 1,
+              CAPS.index(cap))
+
+
+def create(slot, **kw):
+    return op("create", slot, 0, create_fields(**kw))
+
+
+def alloc_fields(s=0, req=0, tokens=1024, clusters=256):
+    f = sess(s) + u8(req)
+    extra = b""
+    for v in (tokens, clusters):
+        if v in TOKS:
+            f += u8(TOKS.index(v))
+        else:
+            f += u8(7)
+            extra += struct.pack("<I", v)
+    return f + extra
+
+
+def alloc(slot, s=0, req=0, tokens=1024, clusters=256):
+    return op("alloc", slot, 0, alloc_fields(s, req, tokens, clusters))
+
+
+def free(slot, s=0, req=0):
+    return op("free", slot, 0, sess(s) + u8(req))
+
+
+def close(slot, s=0):
+    return op("close", slot, 0, sess(s))
+
+
+def stats(slot, s=None):
+    return op("stats", slot, 0, u8(0xff) if s is None else sess(s))
+
+
+def tick(what, extra_ms=0):
+    return op("tick", 0, 0, u8(TICKS[what] | extra_ms << 3))
+
+
+def disconnect(slot, rst=False, half=False):
+    return op("disconnect", slot, (4 if rst else 0) | (8 if half else 0))
+
+
+def smode(send="auto", nowait=False, other_worker=False, hdr=0, peer=False, keep_tainted=False):
+    return (SEND[send] | (4 if nowait else 0) | (8 if other_worker else 0) | hdr << 4 |
+            (0x40 if peer else 0) | (0x80 if keep_tainted else 0))
+
+
+def kv(slot, s=0, token="right", other=0, req=0, layer=0, head=0, first_token=0, tokens=64,
+       first_cluster=0, clusters=4, data=0, table=0, send="auto", nowait=False,
+       other_worker=False, hdr=0, hdr_len=0):
+    f = sess(s) + tok(token, other) + u8(req, layer, head)
+    f += struct.pack("<HHHB", first_token, tokens, first_cluster, clusters)
+    f += u8(data, table, smode(send, nowait, other_worker, hdr))
+    if hdr == 1:
+        f += u8(hdr_len)
+    elif hdr == 3:
+        f += u8(0)
+    return op("kv", slot, 0, f)
+
+
+def step(slot, s=0, token="right", other=0, layer=0, items=((0, 0, (0, 1)),), data=0,
+         send="auto", nowait=False, other_worker=False, short_hdr=None):
+    f = sess(s) + tok(token, other) + u8(layer, len(items))
+    for req, head, ids in items:
+        f += u8(req, head, len(ids)) + bytes(ids)
+    f += u8(data, smode(send, nowait, other_worker, 1 if short_hdr is not None else 0))
+    if short_hdr is not None:
+        f += u8(short_hdr)
+    return op("step", slot, 0, f)
+
+
+def am_other(slot, am_id, hdr_len=8, data16=4, send="auto"):
+    return op("am_other", slot, 0, struct.pack("<HBHB", am_id, hdr_len, data16, SEND[send]))
+
+
+def raw_bytes(slot, data):
+    return op("raw", slot, 0, u8(0, len(data)) + data)
+
+
+def raw_mutated(slot, kind, fields, at, xor):
+    return op("raw", slot, 0, u8(1, K[kind] - K["hello"]) + fields + struct.pack("<HB", at, xor))
+
+
+def raw_cut(slot, kind, fields, keep):
+    return op("raw", slot, 0, u8(2, K[kind] - K["hello"]) + fields + u8(keep))
+
+
+def raw_header(slot, version, mtype, length, seq=1, more=b""):
+    return op("raw", slot, 0, u8(3) + struct.pack("<HHII", version, mtype, length, seq) +
+              u8(len(more)) + more)
+
+
+def flood(slot, n):
+    return op("flood", slot, 0, u8(n - 1))
+
+
+def settle():
+    return op("settle")
+
+
+def ep_close(slot):
+    return op("ep_close", slot)
+
+
+def session(slot, non_admin=False, addr="own", **kw):
+    """connect, HELLO, SESSION_CREATE."""
+    return connect(slot, non_admin) + hello(slot, addr) + create(slot, **kw)
+
+
+SEEDS = {
+    # --- the reproducers of issue 16, items 1-6 ---
+    # 1: REQ_ALLOC beyond the session's room (-ENOSPC), then the connection closes:
+    #    the request's arrays were freed twice.
+    "repro1-enospc-then-close": session(0, cap=256) + alloc(0, 0, 0, tokens=1 << 20,
+                                                              clusters=16) + disconnect(0),
+    "repro1-enospc-after-alloc-rst": session(0, cap=1024) + alloc(0, 0, 0, 256, 64) +
+        alloc(0, 0, 1, tokens=1 << 20, clusters=1024) + alloc(0, 0, 2, 64, 16) +
+        disconnect(0, rst=True),
+    "repro1-enospc-close-session": session(0, cap=256) + alloc(0, 0, 3, tokens=4096,
+                                                               clusters=1024) + close(0, 0),
+    # 3: the data path naming another connection's session: token 0, a wrong one, its own.
+    "repro3-kv-other-session": session(0) + alloc(0, 0, 0) + session(2, non_admin=True) +
+        kv(2, 0, "zero") + kv(2, 0, "flip", 5) + kv(2, 0, "other", 1) + kv(2, ("id", 1), "zero") +
+        kv(0, 0),
+    "repro3-step-other-session": session(0) + alloc(0, 0, 0) + kv(0, 0) +
+        session(2, non_admin=True) + step(2, 0, "zero") + step(2, 0, "flip", 9) +
+        step(2, 0, "other", 1) + step(0, 0),
+    "repro3-control-other-session": session(0) + alloc(0, 0, 0) + session(3, non_admin=True) +
+        alloc(3, 0, 1) + free(3, 0, 0) + close(3, 0) + stats(3, 0) + stats(3) + stats(0, 1) +
+        close(0, 0) + alloc(0, 0, 1),
+    # 4: an active message of an unregistered id, eager and rendezvous; a rendezvous
+    #    message to a session that does not exist; a client gone with its step in flight.
+    "repro4-am-unknown-ids": connect(0) + hello(0) + am_other(0, 0) + am_other(0, 2) +
+        am_other(0, 4, 0, 0) + am_other(0, 5, 40, 512, "rndv") + am_other(0, 65535, 64, 4096,
+                                                                           "rndv") +
+        am_other(0, 9, 1, 1, "eager") + am_other(0, 300, 79, 100, "rndv") + settle() +
+        session(1) + alloc(1, 0, 0) + kv(1, 0),
+    "repro4-rndv-no-session": connect(0) + hello(0) + kv(0, ("id", 5), "zero", tokens=1000,
+                                                          clusters=10, send="rndv") +
+        kv(0, ("u64", 1 << 60), "random", tokens=1023, clusters=200, send="rndv") +
+        step(0, ("id", 3), "zero", items=((0, 0, (0,)),) * 8, send="rndv"),
+    "repro4-step-in-flight-close": session(0) + alloc(0, 0, 0) + kv(0, 0) +
+        step(0, 0, nowait=True) + disconnect(0) + settle(),
+    "repro4-step-in-flight-close-paired": session(0, addr="sender") + alloc(0, 0, 0) +
+        kv(0, 0) + step(0, 0) + step(0, 0, nowait=True) + disconnect(0) + settle() +
+        session(0, addr="sender") + alloc(0, 0, 0) + kv(0, 0) + step(0, 0),
+    "repro4-step-in-flight-rst": session(0, kv_heads=4, batch=4) + alloc(0, 0, 0) +
+        alloc(0, 0, 1) + kv(0, 0, head=1) + kv(0, 0, req=1, head=3) +
+        step(0, 0, items=((0, 1, (0, 1, 2, 3)), (1, 3, (3, 2))), nowait=True) +
+        disconnect(0, rst=True),
+    "repro4-step-in-flight-ep-close": session(0) + alloc(0, 0, 0) + kv(0, 0) +
+        step(0, 0, nowait=True) + ep_close(0) + disconnect(0, half=True) + settle(),
+    # 5: connections that never speak (the fourth refused), partial frames.
+    "repro5-silent-connections": connect(0) + connect(1) + connect(2) + connect(3) +
+        tick("hello") + tick("frame") + connect(3) + hello(3),
+    "repro5-partial-frames": connect(0) + raw_cut(0, "hello", u8(1, 0), 20) + connect(1) +
+        hello(1) + raw_cut(1, "create", create_fields(), 30) + tick("500ms") +
+        tick("frame") + connect(2) + raw_cut(2, "stats", u8(0xff), 3) + tick("hello"),
+    "repro5-dribble": connect(0) + raw_bytes(0, struct.pack("<IHH", 0x41534c4e, 2, 1)) +
+        tick("500ms") + raw_bytes(0, b"\x28\x00") + tick("frame"),
+    # 6: a step of no items.
+    "repro6-step-no-items": session(0) + alloc(0, 0, 0) + step(0, 0, items=()) +
+        step(0, 0, items=(), send="rndv") + step(0, 0),
+    # --- the protocol's paths ---
+    "life-paired": session(0, addr="sender", kv_heads=3, group=1, dim=16) + alloc(0, 0, 0) +
+        kv(0, 0, head=2) + step(0, 0, items=((0, 2, (0, 3)),)) + step(0, 0, items=((0, 2, (1,)),)) +
+        kv(0, 0, head=1, other_worker=True) + step(0, 0, items=((0, 1, (2,)),), other_worker=True) +
+        close(0, 0),
+    "life-heads": session(0, layers=2, kv_heads=2, group=4, dim=64) + alloc(0, 0, 0) +
+        kv(0, 0, layer=0, head=0) + kv(0, 0, layer=0, head=1) + kv(0, 0, layer=1, head=0) +
+        step(0, 0, items=((0, 0, (0, 1, 2)), (0, 1, (3,)))) + step(0, 0, layer=1) +
+        stats(0) + stats(0, 0) + free(0, 0, 0) + close(0, 0),
+    "life-clusters": session(0, placement="clusters", kv_heads=1, group=2, dim=32) +
+        alloc(0, 0, 0) + kv(0, 0, clusters=4) + kv(0, 0, first_token=64, first_cluster=4,
+                                                   clusters=3) +
+        kv(0, 0, first_cluster=2, clusters=2) +
+        step(0, 0, items=((0, 0, (0, 1, 5, 6)),)) + close(0, 0),
+    "life-rndv-kv": session(0, kv_heads=1, dim=128) + alloc(0, 0, 0, 4096, 1024) +
+        kv(0, 0, tokens=1000, clusters=10, send="rndv") +
+        kv(0, 0, first_token=1000, tokens=1000, first_cluster=10, clusters=10, send="rndv") +
+        step(0, 0, items=((0, 0, (0, 11, 19)),), send="rndv") + settle(),
+    "life-fp16-big-group": session(0, dtype="fp16", kv_heads=1, group=4, dim=16, sel=16) +
+        alloc(0, 0, 0) + kv(0, 0) + step(0, 0, items=((0, 0, tuple(range(4)) * 4),)),
+    "two-tenants": session(0) + session(2, non_admin=True, kv_heads=3) + alloc(0, 0, 0) +
+        alloc(2, 1, 0) + kv(0, 0) + kv(2, 1, head=2) + step(2, 1, items=((0, 2, (0,)),)) +
+        step(0, 0) + stats(2) + stats(0),
+    "step-busy": session(0) + alloc(0, 0, 0) + kv(0, 0) + step(0, 0, nowait=True) +
+        step(0, 0) + settle(),
+    "step-refusals": session(0) + alloc(0, 0, 0) + kv(0, 0) +
+        step(0, 0, items=((0, 0, (9,)),)) + step(0, 0, items=((5, 0, (0,)),)) +
+        step(0, 0, items=((0, 7, (0,)),)) + step(0, 0, layer=3) +
+        step(0, 0, items=((0, 0, (0,)),) * 5) + step(0, 0, data=1) + step(0, 0, data=6) +
+        step(0, 0, short_hdr=20),
+    "step-no-address": connect(0) + hello(0, "none") + create(0) + alloc(0, 0, 0) + kv(0, 0) +
+        step(0, 0),
+    "step-other-worker": connect(0) + hello(0, "other") + create(0) + alloc(0, 0, 0) +
+        kv(0, 0) + step(0, 0) + step(0, 0, other_worker=True) + disconnect(0) + settle(),
+    "hello-bad-address": connect(0) + hello(0, "bad", bad=bytes(range(40))) + create(0) +
+        alloc(0, 0, 0) + kv(0, 0) + step(0, 0) + step(0, 0),
+    "hello-cut-address": connect(0) + hello(0, "bad", cut=30) + create(0) + alloc(0, 0, 0) +
+        kv(0, 0) + step(0, 0),
+    "kv-refusals": session(0) + alloc(0, 0, 0, 256, 64) + kv(0, 0, req=3) + kv(0, 0, layer=2) +
+        kv(0, 0, head=2) + kv(0, 0, first_token=250) + kv(0, 0, first_cluster=62) +
+        kv(0, 0, data=1) + kv(0, 0, data=2) + kv(0, 0, data=7) + kv(0, 0, hdr=1, hdr_len=20) +
+        kv(0, 0, hdr=2) + kv(0, 0, hdr=3) + kv(0, 0, table=1),
+    "kv-clusters-out-of-order": session(0, placement="clusters") + alloc(0, 0, 0) +
+        kv(0, 0, first_cluster=3) + kv(0, 0, table=1) + kv(0, 0, tokens=1000, clusters=255) +
+        step(0, 0),
+    "limits-sessions": session(0, cap=16) + create(0, cap=16) + create(0, cap=16) +
+        session(1, cap=16) + create(1, cap=16) + session(2, non_admin=True, cap=16) +
+        stats(0),
+    "limits-requests": session(0) + alloc(0, 0, 0, 16, 16) + alloc(0, 0, 1, 16, 16) +
+        alloc(0, 0, 2, 16, 16) + alloc(0, 0, 3, 16, 16) + alloc(0, 0, 0, 16, 16) +
+        free(0, 0, 1) + alloc(0, 0, 3, 16, 16) + free(0, 0, 7),
+    "limits-memory": session(0, layers=4, kv_heads=4, cap=65536) +
+        create(0, layers=4, kv_heads=4, cap=65536) + session(1, layers=4, kv_heads=5, cap=65536),
+    "limits-connections": connect(0) + connect(1, non_admin=True) + connect(2) + connect(3) +
+        hello(0) + hello(1) + hello(2) + disconnect(0) + connect(3) + hello(3),
+    "session-refused-shapes": connect(0) + hello(0) +
+        create(0, dim=512) + create(0, dim=256, group=4) + create(0, cap=1 << 33) +
+        create(0, cap=1 << 22) + create(0, layers=4, kv_heads=5, dim=256, cap=65536) + stats(0),
+    "hello-twice": connect(0) + hello(0) + hello(0) + create(0),
+    "hello-versions": connect(0) + hello(0, version="future") + connect(1) +
+        hello(1, version="range") + connect(2) + hello(2, version="old"),
+    "before-hello": connect(0) + create(0) + connect(1) + stats(1),
+    "timeouts-idle": connect(0) + hello(0) + session(1) + tick("idle") + tick("idle") +
+        stats(1) + alloc(1, 0, 0),
+    "raw-garbage": connect(0) + raw_bytes(0, b"\xff" * 40) + connect(1) +
+        raw_header(1, 2, 9, 0) + connect(2) + raw_header(2, 2, 1, 1 << 20) +
+        connect(3) + raw_header(3, 7, 3, 32, more=bytes(32)),
+    "raw-mutated": session(0) + raw_mutated(0, "alloc", alloc_fields(0, 0), 20, 0x80) +
+        session(1) + raw_mutated(1, "create", create_fields(), 16 + 12, 0xff),
+    "flood-stats": session(0) + flood(0, 64) + flood(0, 10) + stats(0, 0),
+    "close-reopen": session(0) + alloc(0, 0, 0) + close(0, 0) + close(0, 0) + create(0) +
+        alloc(0, 1, 0) + kv(0, 1) + kv(0, 0) + step(0, 1) + disconnect(0, half=True) +
+        connect(0) + hello(0) + create(0) + step(0, 2),
+}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "corpus-daemon")
+    os.makedirs(out, exist_ok=True)
+    for name, data in sorted(SEEDS.items()):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    print(f"{len(SEEDS)} inputs in {out}")
+
+
+if __name__ == "__main__":
+    main()
