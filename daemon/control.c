@@ -89,13 +89,37 @@ static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_
 	return nd_conn_send(nd, c, &r);
 }
 
+/*
+ * UCX reads a worker address (ucp_address_unpack(), from ucp_ep_create())
+ * without knowing its length, and UCX 1.13 aborts the process on a header
+ * of a version it does not know (address.c, ucp_address_unpack_header():
+ * "Assertion `*addr_version == UCP_OBJECT_VERSION_V2' failed").  So HELLO's
+ * address must at least start as one: its low nibble a version UCX has
+ * (UCP_OBJECT_VERSION_V1 0, _V2 1; the high nibble and the next byte are
+ * flags) and room for the header and the worker's 64-bit id after it; and
+ * the daemon's copy is followed by zeros (ND_ADDR_PAD), so that reading a
+ * short one goes on into them, where UCX runs out of transports and
+ * refuses it, not into whatever lies after.  What an address holds beyond
+ * that is UCX's to check, as in the wire-up messages any UCX peer can send
+ * the daemon's worker (Documentation/daemon.rst: the daemon trusts the
+ * network).
+ */
+#define ND_ADDR_PAD 8192u
+
+static int worker_addr_ok(const uint8_t *a, uint32_t len)
+{
+	const unsigned int version = a[0] & 0x0f;
+
+	return version <= 1 && len >= (version ? 2u : 1u) + 8u + 1u;
+}
+
 /* The data-path end of @c, for the poller to open when a step needs it. */
 static int add_peer(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
 	struct nd_peer *p = calloc(1, sizeof(*p));
 
 	if (p)
-		p->addr = malloc(m->u.hello.addr_len);
+		p->addr = calloc(1, m->u.hello.addr_len + ND_ADDR_PAD);
 	if (!p || !p->addr) {
 		free(p);
 		return -ENOMEM;
@@ -296,6 +320,12 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 				      "this daemon speaks protocol version %u only",
 				      NELSSA_PROTO_VERSION);
 			return -EPROTONOSUPPORT;
+		}
+		if (m->u.hello.addr_len && !worker_addr_ok(m->u.hello.addr, m->u.hello.addr_len)) {
+			nd_conn_error(nd, c, m->seq, -EINVAL, "HELLO: the worker address is not one "
+				      "UCX can read (version %u, %u bytes)", m->u.hello.addr[0] & 0x0f,
+				      m->u.hello.addr_len);
+			return -EINVAL;
 		}
 		if (m->u.hello.addr_len) {
 			ret = add_peer(nd, c, m);

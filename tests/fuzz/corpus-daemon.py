@@ -295,6 +295,11 @@ SEEDS = {
     "session-refused-shapes": connect(0) + hello(0) +
         create(0, dim=512) + create(0, dim=256, group=4) + create(0, cap=1 << 33) +
         create(0, cap=1 << 22) + create(0, layers=4, kv_heads=5, dim=256, cap=65536) + stats(0),
+    # Findings (tests/fuzz/README.md), each fixed in the commit that added it here.
+    "finding-hello-address-version": connect(0) +
+        hello(0, "bad", bad=bytes([0x06, 0x00]) + bytes(range(1, 31))) + create(0) +
+        alloc(0, 0, 0) + kv(0, 0) + step(0, 0) + connect(1) +
+        hello(1, "bad", bad=bytes([0x0f]) + bytes(40)) + create(1) + step(1, 1),
     "hello-twice": connect(0) + hello(0) + hello(0) + create(0),
     "hello-versions": connect(0) + hello(0, version="future") + connect(1) +
         hello(1, version="range") + connect(2) + hello(2, version="old"),

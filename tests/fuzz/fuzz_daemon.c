@@ -894,9 +894,9 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 			} else {
 				/*
 				 * Bytes of the input, of a version UCX does not
-				 * have, which the daemon must survive.  (One of a
-				 * version it has is UCX's to read, as the
-				 * addresses in its wire-up are.)
+				 * have: refused at HELLO.  (One of a version it
+				 * has is UCX's to read, as the addresses in its
+				 * wire-up are.)
 				 */
 				m.u.hello.addr_len = 1 + n % 64;
 				for (uint32_t i = 0; i < m.u.hello.addr_len; i++)
