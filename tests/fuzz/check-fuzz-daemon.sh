@@ -21,6 +21,7 @@ dir=${2:?}
 secs=${NELSSA_FUZZ_SECONDS:-${3:-60}}
 seed=${NELSSA_FUZZ_SEED:-1}
 seeds="$src/tests/fuzz/corpus-daemon"
+rm -rf "$dir/corpus"	# every run from the seeds alone: the seed decides what it does
 mkdir -p "$dir/obj" "$dir/corpus"
 dir=$(cd "$dir" && pwd)
 
