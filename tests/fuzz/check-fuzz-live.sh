@@ -15,6 +15,9 @@
 # NELSSA_FUZZ_SEED replays a run (each run prints its seed);
 # NELSSA_FUZZ_SECONDS or SECONDS (default 30) is the time for both runs.
 set -u
+# UCX 1.13's own small leaks per endpoint pair (tests/fuzz/fuzz_daemon.lsan
+# says which): only allocations made inside libucs/libuct are suppressed.
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/fuzz_daemon.lsan:print_suppressions=0}"
 
 nd=${1:?usage: check-fuzz-live.sh NELSSAD FUZZ_LIVE E2E_CLIENT [SECONDS]}
 fz=${2:?}
