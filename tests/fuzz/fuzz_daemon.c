@@ -49,7 +49,7 @@
  * an encoder for each (the reference for the format) and writes the seed
  * corpus, tests/fuzz/corpus-daemon/.  NELSSA_FUZZ_VERBOSE=1 prints every
  * operation and the daemon's log as they come; NELSSA_FUZZ_TLS sets
- * UCX_TLS (default shm).
+ * UCX_TLS (default posix,cma: shared memory without SysV's segments).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -149,6 +149,7 @@ static void fail(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	fflush(NULL);		/* UCX's log lines, on stdout */
 	abort();
 }
 
@@ -406,10 +407,10 @@ static void worker_create(unsigned int i)
 	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
 	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
 	/*
-	 * Shared memory segments are the machine's (SHMMNI, /dev/shm): when
-	 * other processes hold them all, wait a little for some to come back.
+	 * Shared memory is the machine's: when other processes hold it all,
+	 * wait a while (30 s) for some to come back.
 	 */
-	for (int tries = 0; tries < 50; tries++) {
+	for (int tries = 0; tries < 300; tries++) {
 		st = ucp_worker_create(cctx, &wp, &wk[i].w);
 		if (st == UCS_OK)
 			break;
@@ -764,6 +765,25 @@ static void slot_write(struct slot *c, const uint8_t *buf, size_t len)
 	}
 }
 
+/*
+ * A connect() that a signal interrupted -- libFuzzer's SIGALRM, every half
+ * -timeout -- goes on in the background (connect(2)): wait for it there.
+ */
+static void connect_wait(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int err = errno;
+	socklen_t len = sizeof(err);
+
+	if (err != EINTR && err != EINPROGRESS)
+		fail("connect: %s", strerror(err));
+	while (poll(&pfd, 1, -1) < 0)
+		if (errno != EINTR)
+			fail("poll: %s", strerror(errno));
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) || err)
+		fail("connect: %s", strerror(err ? err : errno));
+}
+
 static void slot_connect(unsigned int i, int non_admin)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
@@ -786,7 +806,7 @@ static void slot_connect(unsigned int i, int non_admin)
 	a.sin_addr.s_addr = htonl(0x7f000001);
 	a.sin_port = htons(port);
 	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)))
-		fail("connect: %s", strerror(errno));
+		connect_wait(c->fd);
 	c->seq = 1;
 	c->admin = !non_admin;
 	turn();		/* accepted, or refused */
@@ -1613,7 +1633,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	verbose = getenv("NELSSA_FUZZ_VERBOSE") && atoi(getenv("NELSSA_FUZZ_VERBOSE"));
-	setenv("UCX_TLS", getenv("NELSSA_FUZZ_TLS") ? getenv("NELSSA_FUZZ_TLS") : "shm", 0);
+	/*
+	 * Shared memory, less SysV's: its segments are the machine's
+	 * (kernel.shmmni), which other processes may have taken.
+	 */
+	setenv("UCX_TLS", getenv("NELSSA_FUZZ_TLS") ? getenv("NELSSA_FUZZ_TLS") : "posix,cma", 1);
 	signal(SIGPIPE, SIG_IGN);
 	daemon_setup();
 	workers_setup();
