@@ -7,18 +7,28 @@
 # ASan and UBSan (the daemon and the codec with coverage, the rest with
 # the sanitizers alone; no gcc object, so one runtime); replays every input
 # of tests/fuzz/corpus-daemon/ as a regression test; then fuzzes from that
-# corpus for SECONDS (60; NELSSA_FUZZ_SECONDS wins) with a fixed seed
-# (NELSSA_FUZZ_SEED, default 1) and prints how many inputs ran.  A finding
-# leaves its reproducer in OUTDIR (crash-*); replay it with
-# `OUTDIR/fuzz_daemon FILE`, NELSSA_FUZZ_VERBOSE=1 for every operation.
-# Skipped where clang or its fuzzer runtime is missing.
+# corpus for a fixed number of inputs (RUNS, 20000: a minute or more of
+# fuzzing on this project's machines; NELSSA_FUZZ_RUNS wins) with a fixed
+# seed (NELSSA_FUZZ_SEED, default 1) and prints how many inputs ran and how
+# long it took -- or, with NELSSA_FUZZ_SECONDS set, for that long instead
+# (the longer runs: NELSSA_FUZZ_SECONDS=1800 for half an hour).  A finding
+# leaves its reproducer in OUTDIR (crash-*) and names what broke in the
+# failing subtest; replay it with `OUTDIR/fuzz_daemon FILE`,
+# NELSSA_FUZZ_VERBOSE=1 for every operation.  Skipped where clang or its
+# fuzzer runtime is missing.
 #
-#   check-fuzz-daemon.sh SRCDIR OUTDIR [SECONDS]
+#   check-fuzz-daemon.sh SRCDIR OUTDIR [RUNS]
 set -u
 
 src=${1:?usage: check-fuzz-daemon.sh SRCDIR OUTDIR [SECONDS]}
 dir=${2:?}
-secs=${NELSSA_FUZZ_SECONDS:-${3:-60}}
+runs_max=${NELSSA_FUZZ_RUNS:-${3:-20000}}
+secs=${NELSSA_FUZZ_SECONDS:-}
+if [ -n "$secs" ]; then
+	bound="-max_total_time=$secs" what="$secs s"
+else
+	bound="-runs=$runs_max" what="$runs_max inputs"
+fi
 seed=${NELSSA_FUZZ_SEED:-1}
 seeds="$src/tests/fuzz/corpus-daemon"
 rm -rf "$dir/corpus"	# every run from the seeds alone: the seed decides what it does
@@ -145,15 +155,21 @@ done
 # --- fuzzing, from the corpus (new inputs go to OUTDIR/corpus, never the tree) ---
 cp "$seeds"/* "$dir/corpus/" 2>/dev/null
 rm -f "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* "$dir"/oom-*
-"$dir/fuzz_daemon" -seed="$seed" -max_total_time="$secs" -max_len=4096 -timeout=60 \
+t0=$(date +%s)
+# shellcheck disable=SC2086 # $bound is one option
+"$dir/fuzz_daemon" -seed="$seed" $bound -max_len=4096 -timeout=60 \
 	-rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$dir/" \
 	"$dir/corpus" >"$dir/fuzz.log" 2>&1
 rc=$?
+took=$(($(date +%s) - t0))
 runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/fuzz.log" | grep -o '[0-9]*$')
 if [ "$rc" -eq 0 ]; then
-	echo "ok $i - ${secs} s of fuzzing nelssad (seed $seed): ${runs:-?} inputs, no finding"
+	echo "ok $i - fuzzing nelssad for $what (seed $seed): ${runs:-?} inputs in $took s, no finding"
 else
 	grep -v '^#[0-9]' "$dir/fuzz.log" | tail -60 | sed 's/^/# /'
 	echo "# reproducer: $(ls "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* "$dir"/oom-* 2>/dev/null | head -1)"
-	echo "not ok $i - fuzzing nelssad (seed $seed) found something after ${runs:-?} inputs"
+	# What broke, in the subtest's own line: a summary may show nothing else.
+	why=$(grep -m1 -E 'FINDING:|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' \
+		"$dir/fuzz.log" | sed 's/^.*\(FINDING:\|ERROR:\|runtime error:\) *//' | tr "#" " " | cut -c1-160)
+	echo "not ok $i - fuzzing nelssad (seed $seed) found something after ${runs:-?} inputs: ${why:-see the log}"
 fi
