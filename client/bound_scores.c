@@ -6,7 +6,9 @@
  * strongly matching member among ~16; the bound does not, at twice the
  * metadata.
  */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include <nelssa/sparse.h>
 
@@ -54,4 +56,54 @@ void nelssa_bound_scores(const float *q, uint32_t group, uint32_t head_dim, cons
 			}
 		score[c] = (float)s;
 	}
+}
+
+int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float scale,
+		       const float *lo, const float *hi, const uint32_t *sizes,
+		       uint32_t n_clusters, float *score)
+{
+	double *u;
+
+	if (!group || group > NELSSA_ATTN_MAX_GROUP || !head_dim ||
+	    head_dim > NELSSA_ATTN_MAX_HEAD_DIM || !(scale > 0.0f) || !isfinite(scale))
+		return -EINVAL;
+	if (!n_clusters)
+		return 0;
+	u = malloc(sizeof(*u) * n_clusters);
+	if (!u)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < n_clusters; c++)
+		score[c] = sizes[c] ? 0.0f : -INFINITY;
+	for (uint32_t r = 0; r < group; r++) {
+		const float *qr = q + (size_t)r * head_dim;
+		double m = -INFINITY, sum = 0.0;
+
+		for (uint32_t c = 0; c < n_clusters; c++) {
+			const float *l = lo + (size_t)c * head_dim, *h = hi + (size_t)c * head_dim;
+			double s = 0.0;
+
+			if (!sizes[c])
+				continue;
+			for (uint32_t i = 0; i < head_dim; i++)
+				s += qr[i] >= 0.0f ? (double)qr[i] * h[i] : (double)qr[i] * l[i];
+			u[c] = scale * s;
+			if (!isfinite(u[c])) {
+				free(u);
+				return -EINVAL;
+			}
+			m = fmax(m, u[c]);
+		}
+		if (m == -INFINITY)
+			break;		/* every cluster empty */
+		for (uint32_t c = 0; c < n_clusters; c++)
+			if (sizes[c]) {
+				u[c] = exp(u[c] - m);
+				sum += u[c];
+			}
+		for (uint32_t c = 0; c < n_clusters; c++)
+			if (sizes[c])
+				score[c] += (float)(u[c] / sum);
+	}
+	free(u);
+	return 0;
 }

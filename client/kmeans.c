@@ -110,39 +110,94 @@ uint32_t nelssa_km_outlier_cap(const struct nelssa_kmeans_cfg *cfg, uint32_t len
 	return (uint32_t)((uint64_t)len * cfg->outlier_per_mille / 1000);
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return (x > y) - (x < y);
+}
+
+void nelssa_km_residual_ratio(const uint32_t *asg, float *r, uint32_t len, uint32_t k)
+{
+	uint32_t *start = calloc((size_t)k + 1, sizeof(*start)), *fill;
+	float *by, *med;
+
+	fill = malloc(sizeof(*fill) * (k ? k : 1));
+	by = malloc(sizeof(*by) * (len ? len : 1));
+	med = malloc(sizeof(*med) * (k ? k : 1));
+	if (!start || !fill || !by || !med) {
+		/* No room for the statistics: no token looks unusual. */
+		for (uint32_t t = 0; t < len; t++)
+			r[t] = 1.0f;
+		goto out;
+	}
+	/* Counting sort of the residuals by cluster, then each cluster's median. */
+	for (uint32_t t = 0; t < len; t++)
+		start[asg[t] + 1]++;
+	for (uint32_t j = 0; j < k; j++)
+		start[j + 1] += start[j];
+	memcpy(fill, start, sizeof(*fill) * k);
+	for (uint32_t t = 0; t < len; t++)
+		by[fill[asg[t]]++] = r[t];
+	for (uint32_t j = 0; j < k; j++) {
+		uint32_t n = start[j + 1] - start[j];
+
+		med[j] = 0.0f;
+		if (!n)
+			continue;
+		qsort(by + start[j], n, sizeof(*by), cmp_float);
+		med[j] = n % 2 ? by[start[j] + n / 2] :
+				 0.5f * (by[start[j] + n / 2 - 1] + by[start[j] + n / 2]);
+	}
+	for (uint32_t t = 0; t < len; t++)
+		r[t] = med[asg[t]] > 0.0f ? r[t] / med[asg[t]] : 1.0f;
+out:
+	free(start);
+	free(fill);
+	free(by);
+	free(med);
+}
+
 uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t *asg,
-				  const float *cos, uint32_t len, uint32_t k)
+				  const float *cos, const float *rho, uint32_t len, uint32_t k)
 {
 	const uint32_t cap = nelssa_km_outlier_cap(cfg, len);
+	const float ratio = cfg->outlier_ratio > 0.0f ? cfg->outlier_ratio : INFINITY;
 	uint32_t m = 0;
-	float cut = cfg->outlier_cos;
+	float cut = -INFINITY;	/* candidates need rho above it */
 
 	if (!cap)
 		return 0;
-	for (uint32_t t = 0; t < len; t++)
-		m += cos[t] < cut;
 	/*
-	 * More candidates than room: lower the cut to the cap-th smallest
-	 * cosine by bisection on the values present, so the choice depends on
-	 * the cosines only (ties at the cut all stay or all go).
+	 * A key is a candidate when it points away from its centroid (cosine
+	 * below outlier_cos) or lies unusually far from its cluster's mean
+	 * (residual over outlier_ratio times the cluster's median residual).
+	 * Candidates rank by that residual ratio, the most unusual first.
+	 */
+#define CAND(t) ((cos[t] < cfg->outlier_cos || rho[t] > ratio) && rho[t] > cut)
+	for (uint32_t t = 0; t < len; t++)
+		m += CAND(t);
+	/*
+	 * More candidates than room: raise the cut past the smallest ratio
+	 * present, repeatedly, so the choice depends on the values only (ties
+	 * at the cut all stay or all go).
 	 */
 	while (m > cap) {
 		float lo = INFINITY;
-		uint32_t below = 0;
 
 		for (uint32_t t = 0; t < len; t++)
-			if (cos[t] < cut && (cos[t] > lo || lo == INFINITY))
-				lo = cos[t];
-		/* lo is the largest candidate cosine: drop it and its ties. */
+			if (CAND(t) && rho[t] < lo)
+				lo = rho[t];
 		cut = lo;
+		m = 0;
 		for (uint32_t t = 0; t < len; t++)
-			below += cos[t] < cut;
-		m = below;
+			m += CAND(t);
 	}
 	m = 0;
 	for (uint32_t t = 0; t < len; t++)
-		if (cos[t] < cut)
+		if (CAND(t))
 			asg[t] = k + m++;
+#undef CAND
 	return m;
 }
 
@@ -167,25 +222,45 @@ void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const 
 			if (asg[t] == j)
 				ix->perm[tok_at++] = base + t;
 		for (uint32_t i = 0; i < d; i++)
-			cen[i] = (float)(acc[(size_t)j * d + i] / cnt[j]) + ix->key_mean[i];
+			cen[i] = (float)(acc[(size_t)j * d + i] / cnt[j]);
 		(*added_clusters)++;
 	}
 }
 
+void nelssa_km_channel_weights(const double *var, uint32_t d, float *weight)
+{
+	double sd[NELSSA_ATTN_MAX_HEAD_DIM], sorted[NELSSA_ATTN_MAX_HEAD_DIM], cap;
+
+	for (uint32_t i = 0; i < d; i++)
+		sd[i] = sorted[i] = sqrt(var[i] > 0.0 ? var[i] : 0.0);
+	/* Insertion sort: d <= 256. */
+	for (uint32_t i = 1; i < d; i++)
+		for (uint32_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+			double t = sorted[j];
+
+			sorted[j] = sorted[j - 1];
+			sorted[j - 1] = t;
+		}
+	cap = NELSSA_KM_MASSIVE * (d % 2 ? sorted[d / 2] : 0.5 * (sorted[d / 2 - 1] + sorted[d / 2]));
+	for (uint32_t i = 0; i < d; i++)
+		weight[i] = cap > 0.0 && sd[i] > cap ? (float)(cap / sd[i]) : 1.0f;
+}
+
 /*
- * Cluster the @len centred keys @x (tokens @base..@base+len-1) and append
- * the non-empty clusters to @ix, past its current counts, which the caller
- * advances only once everything succeeded.  *@added_clusters receives how
- * many were appended.
+ * Cluster the @len prepared keys @x (tokens @base..@base+len-1: centred
+ * and channel-weighted; @raw the same keys as they are) and append the
+ * non-empty clusters to @ix, their centroids the float64 means of @raw, past its current counts, which the caller advances
+ * only once everything succeeded.  *@added_clusters receives how many
+ * were appended.
  */
 static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
-			   const float *x, uint32_t base, uint32_t len, uint32_t tok_at,
-			   uint32_t cl_at, uint32_t *added_clusters)
+			   const float *x, const float *raw, uint32_t base, uint32_t len,
+			   uint32_t tok_at, uint32_t cl_at, uint32_t *added_clusters)
 {
 	const uint32_t d = ix->head_dim;
 	const uint32_t k = nelssa_km_centroids(cfg, len), kmax = k + nelssa_km_outlier_cap(cfg, len);
 	uint32_t *asg, *cnt, m = 0;
-	float *c, *cos;
+	float *c, *cos, *rho;
 	double *acc;
 	int ret;
 
@@ -197,7 +272,8 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 	asg = malloc(sizeof(*asg) * len);
 	cnt = malloc(sizeof(*cnt) * kmax);
 	cos = malloc(sizeof(*cos) * len);
-	if (!c || !acc || !asg || !cnt || !cos) {
+	rho = malloc(sizeof(*rho) * len);
+	if (!c || !acc || !asg || !cnt || !cos || !rho) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -218,10 +294,8 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			asg[t] = nearest(xt, c, k, d, &cos[t]);
 			cos[t] = n > 0.0f ? cos[t] / n : 1.0f;
 		}
-		if (last)
-			m = nelssa_km_split_outliers(cfg, asg, cos, len, k);
-		memset(acc, 0, sizeof(*acc) * (k + m) * d);
-		memset(cnt, 0, sizeof(*cnt) * (k + m));
+		memset(acc, 0, sizeof(*acc) * k * d);
+		memset(cnt, 0, sizeof(*cnt) * k);
 		for (uint32_t t = 0; t < len; t++) {
 			cnt[asg[t]]++;
 			for (uint32_t i = 0; i < d; i++)
@@ -237,8 +311,34 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			normalise(c + (size_t)j * d, d);
 		}
 	}
+	/*
+	 * Outliers: each key's distance from its cluster's mean, over the
+	 * cluster's median distance; then the split, and the final sums.
+	 */
+	for (uint32_t t = 0; t < len; t++) {
+		const double *mu = acc + (size_t)asg[t] * d;
+		double r = 0.0;
+
+		for (uint32_t i = 0; i < d; i++) {
+			double e = x[(size_t)t * d + i] - mu[i] / cnt[asg[t]];
+
+			r += e * e;
+		}
+		rho[t] = (float)sqrt(r);
+	}
+	nelssa_km_residual_ratio(asg, rho, len, k);
+	m = nelssa_km_split_outliers(cfg, asg, cos, rho, len, k);
+	/* Centroids from the raw keys: exact means, whatever the preparation. */
+	memset(acc, 0, sizeof(*acc) * (k + m) * d);
+	memset(cnt, 0, sizeof(*cnt) * (k + m));
+	for (uint32_t t = 0; t < len; t++) {
+		cnt[asg[t]]++;
+		for (uint32_t i = 0; i < d; i++)
+			acc[(size_t)asg[t] * d + i] += raw[(size_t)t * d + i];
+	}
 	nelssa_km_emit(ix, asg, cnt, acc, k + m, base, len, tok_at, cl_at, added_clusters);
 out:
+	free(rho);
 	free(cos);
 	free(c);
 	free(acc);
@@ -247,23 +347,48 @@ out:
 	return ret;
 }
 
-/* Centre and cluster tokens [from, from + len) of @k as one segment. */
+/*
+ * Cluster tokens [from, from + len) of @k as one segment: centred on the
+ * segment's own mean (a key mean that drifts along the context would
+ * otherwise leave a position-dependent offset in every key that decides
+ * the assignment), with massive channels damped for the assignment only.
+ */
 static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 		       enum nelssa_kv_dtype dtype, const void *k, uint32_t from, uint32_t len,
 		       uint32_t base, uint32_t tok_at, uint32_t cl_at, uint32_t *added)
 {
 	const uint32_t d = ix->head_dim;
-	float *x = malloc(sizeof(*x) * len * d);
+	float *x = malloc(sizeof(*x) * len * d), *raw = malloc(sizeof(*raw) * len * d);
+	float mean[NELSSA_ATTN_MAX_HEAD_DIM], weight[NELSSA_ATTN_MAX_HEAD_DIM];
+	double sum[NELSSA_ATTN_MAX_HEAD_DIM] = { 0 }, var[NELSSA_ATTN_MAX_HEAD_DIM] = { 0 };
 	int ret;
 
-	if (!x)
+	if (!x || !raw) {
+		free(x);
+		free(raw);
 		return -ENOMEM;
+	}
 	nelssa_kv_widen(x, (const uint16_t *)k + (size_t)from * d, (size_t)len * d, dtype);
+	memcpy(raw, x, sizeof(*raw) * len * d);
 	for (size_t t = 0; t < len; t++)
 		for (uint32_t i = 0; i < d; i++)
-			x[t * d + i] -= ix->key_mean[i];
-	ret = cluster_segment(ix, cfg, x, base, len, tok_at, cl_at, added);
+			sum[i] += x[t * d + i];
+	for (uint32_t i = 0; i < d; i++)
+		mean[i] = (float)(sum[i] / len);
+	for (size_t t = 0; t < len; t++)
+		for (uint32_t i = 0; i < d; i++) {
+			x[t * d + i] -= mean[i];
+			var[i] += (double)x[t * d + i] * x[t * d + i];
+		}
+	for (uint32_t i = 0; i < d; i++)
+		var[i] /= len;
+	nelssa_km_channel_weights(var, d, weight);
+	for (size_t t = 0; t < len; t++)
+		for (uint32_t i = 0; i < d; i++)
+			x[t * d + i] *= weight[i];
+	ret = cluster_segment(ix, cfg, x, raw, base, len, tok_at, cl_at, added);
 	free(x);
+	free(raw);
 	return ret;
 }
 

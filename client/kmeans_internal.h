@@ -27,13 +27,33 @@ uint32_t nelssa_km_segments(const struct nelssa_kmeans_cfg *cfg, uint32_t n_toke
 uint32_t nelssa_km_outlier_cap(const struct nelssa_kmeans_cfg *cfg, uint32_t len);
 
 /*
+ * Channels whose spread over a segment exceeds NELSSA_KM_MASSIVE times the
+ * median channel's (massive activations) are scaled down to that for the
+ * assignment: otherwise two or three channels that queries barely read
+ * decide every cluster.
+ */
+#define NELSSA_KM_MASSIVE 4.0
+
+/* @weight[d] from the per-channel variances @var[d] of a centred segment. */
+void nelssa_km_channel_weights(const double *var, uint32_t d, float *weight);
+
+/*
+ * @r[len] holds each token's distance from its cluster's mean (@asg the
+ * assignment to @k clusters); replaces it by the distance over its
+ * cluster's median distance (1 where that median is 0 or memory is short).
+ */
+void nelssa_km_residual_ratio(const uint32_t *asg, float *r, uint32_t len, uint32_t k);
+
+/*
  * After the final assignment: tokens whose cosine with their centroid
- * (@cos[len]) is below cfg->outlier_cos, at most the cap of them and the
- * lowest cosines first, leave their cluster for one of their own, numbered
- * k, k + 1, ... in token order in @asg.  Returns how many.
+ * (@cos[len]) is below cfg->outlier_cos, or whose residual ratio (@rho,
+ * from nelssa_km_residual_ratio()) is above cfg->outlier_ratio, at most
+ * the cap of them and the largest ratios first, leave their cluster for
+ * one of their own, numbered k, k + 1, ... in token order in @asg.
+ * Returns how many.
  */
 uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t *asg,
-				  const float *cos, uint32_t len, uint32_t k);
+				  const float *cos, const float *rho, uint32_t len, uint32_t k);
 
 /* Grow @ix to hold @tokens tokens and @clusters clusters; 0 or -ENOMEM. */
 int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t clusters);
@@ -41,8 +61,9 @@ int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t
 /*
  * Append a segment's result to @ix (room reserved): @asg[len] the final
  * assignment of tokens @base.., @cnt[k] the member counts and @acc[k][d]
- * the float64 sums of the centred members.  Empty clusters are dropped,
- * members keep token order, centroids are the plain (uncentred) means.
+ * the float64 sums of the members' raw keys (not the centred, damped ones
+ * the assignment used).  Empty clusters are dropped, members keep token
+ * order, centroids are the plain means.
  */
 void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const uint32_t *cnt,
 		    const double *acc, uint32_t k, uint32_t base, uint32_t len, uint32_t tok_at,

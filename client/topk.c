@@ -113,3 +113,94 @@ int nelssa_topk_budget(const float *score, const uint32_t *sizes, uint32_t n_clu
 	}
 	return i;
 }
+
+/*
+ * Take clusters in rank order @ids[0..n_rank) while the budget lasts,
+ * skipping any that would overflow it or that @taken already marks, and
+ * mark what is taken.  Returns how many ids were appended to @out.
+ */
+static uint32_t fill_from(const uint32_t *ids, uint32_t n_rank, const uint32_t *sizes,
+			  uint64_t budget, uint64_t *used, unsigned char *taken, uint32_t *out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < n_rank && *used < budget; i++) {
+		uint32_t c = ids[i];
+
+		if (taken[c] || !sizes[c] || sizes[c] > budget - *used)
+			continue;
+		taken[c] = 1;
+		*used += sizes[c];
+		out[n++] = c;
+	}
+	return n;
+}
+
+int nelssa_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_clusters,
+		     uint64_t budget, uint32_t *ids, uint64_t *tokens)
+{
+	const float *s[1] = { score };
+	const double share[1] = { 1.0 };
+
+	return nelssa_select_hybrid(s, share, 1, sizes, n_clusters, budget, ids, tokens);
+}
+
+int nelssa_select_hybrid(const float *const *score, const double *share, uint32_t n_lists,
+			 const uint32_t *sizes, uint32_t n_clusters, uint64_t budget,
+			 uint32_t *ids, uint64_t *tokens)
+{
+	uint32_t *rank = NULL, n_rank[NELSSA_SELECT_MAX_LISTS], n = 0;
+	unsigned char *taken = NULL;
+	uint64_t used = 0;
+	double acc = 0.0;
+	int ret = 0;
+
+	if (tokens)
+		*tokens = 0;
+	if (!n_lists || n_lists > NELSSA_SELECT_MAX_LISTS)
+		return -EINVAL;
+	for (uint32_t l = 0; l < n_lists; l++)
+		if (!(share[l] >= 0.0 && share[l] <= 1.0))
+			return -EINVAL;
+	if (!n_clusters)
+		return 0;
+	rank = malloc(sizeof(*rank) * n_clusters * n_lists);
+	taken = calloc(n_clusters, 1);
+	if (!rank || !taken) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t l = 0; l < n_lists; l++) {
+		int r = nelssa_topk(score[l], n_clusters, n_clusters, rank + (size_t)l * n_clusters);
+
+		if (r < 0) {
+			ret = r;
+			goto out;
+		}
+		n_rank[l] = (uint32_t)r;
+	}
+	/*
+	 * List l fills the budget up to the running sum of the shares; then
+	 * every list in turn tops up what the others left (a share can fall
+	 * short when its clusters do not fit), so the budget is filled
+	 * whatever the shares.
+	 */
+	for (uint32_t l = 0; l < n_lists; l++) {
+		uint64_t upto;
+
+		acc += share[l];
+		upto = acc >= 1.0 ? budget : (uint64_t)(acc * (double)budget);
+		n += fill_from(rank + (size_t)l * n_clusters, n_rank[l], sizes, upto, &used, taken,
+			       ids + n);
+	}
+	for (uint32_t l = 0; l < n_lists; l++)
+		n += fill_from(rank + (size_t)l * n_clusters, n_rank[l], sizes, budget, &used,
+			       taken, ids + n);
+	if (tokens)
+		*tokens = used;
+	ret = (int)n;
+out:
+	free(rank);
+	free(taken);
+	return ret;
+}

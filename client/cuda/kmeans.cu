@@ -42,11 +42,51 @@ __global__ void mean_kernel(const float *x, uint32_t n, uint32_t d, float *mean)
 	mean[i] = n ? (float)(s / n) : 0.0f;
 }
 
-__global__ void centre_kernel(float *x, const float *mean, size_t n, uint32_t d)
+/* Channel i's mean square about @mean, in token order in float64. */
+__global__ void var_kernel(const float *x, uint32_t n, uint32_t d, const float *mean,
+			   double *var)
+{
+	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+	double s = 0.0;
+
+	if (i >= d)
+		return;
+	for (uint32_t t = 0; t < n; t++) {
+		float e = x[(size_t)t * d + i] - mean[i];
+
+		s += (double)e * e;
+	}
+	var[i] = n ? s / n : 0.0;
+}
+
+/* x <- (x - mean) * weight, per channel. */
+__global__ void prepare_kernel(float *x, const float *mean, const float *weight, size_t n,
+			       uint32_t d)
 {
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		x[i] -= mean[i % d];
+		x[i] = (x[i] - mean[i % d]) * weight[i % d];
+}
+
+/* r[t] = |x_t - mean of its cluster|, a warp per token. */
+__global__ void residual_kernel(const float *x, const uint32_t *asg, const double *acc,
+				const uint32_t *cnt, uint32_t len, uint32_t d, float *r)
+{
+	const uint32_t lane = threadIdx.x % NC_WARP;
+	const uint32_t t = blockIdx.x * (blockDim.x / NC_WARP) + threadIdx.x / NC_WARP;
+	float s = 0.0f;
+
+	if (t >= len)
+		return;
+	for (uint32_t i = lane; i < d; i += NC_WARP) {
+		const uint32_t j = asg[t];
+		float e = (float)(x[(size_t)t * d + i] - acc[(size_t)j * d + i] / cnt[j]);
+
+		s += e * e;
+	}
+	s = nc_warp_sum(s);
+	if (!lane)
+		r[t] = sqrtf(s);
 }
 
 /* c <- c / |c| with the norm in float64 (a block per centroid). */
@@ -162,8 +202,8 @@ __global__ void renorm_kernel(const double *acc, const uint32_t *cnt, uint32_t d
  * splits off the outliers, and goes back for the final sums.
  */
 static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
-		       const float *x, uint32_t base, uint32_t len, uint32_t tok_at,
-		       uint32_t cl_at, uint32_t *added, cudaStream_t st)
+		       const float *x, const float *raw, uint32_t base, uint32_t len,
+		       uint32_t tok_at, uint32_t cl_at, uint32_t *added, cudaStream_t st)
 {
 	const uint32_t d = ix->head_dim, k = nelssa_km_centroids(cfg, len);
 	const uint32_t kmax = k + nelssa_km_outlier_cap(cfg, len);
@@ -171,22 +211,24 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 	uint32_t *cnt = (uint32_t *)malloc(sizeof(*cnt) * kmax);
 	double *acc = (double *)malloc(sizeof(*acc) * kmax * d);
 	float *cos = (float *)malloc(sizeof(*cos) * len);
+	float *rho = (float *)malloc(sizeof(*rho) * len);
 	uint32_t *d_asg = NULL, *d_cnt, m = 0;
 	double *d_acc = NULL;
-	float *d_c, *d_cos;
+	float *d_c, *d_cos, *d_rho;
 	int ret = nelssa_km_reserve(ix, tok_at + len, cl_at + kmax);
 
-	if (!ret && (!asg || !cnt || !acc || !cos))
+	if (!ret && (!asg || !cnt || !acc || !cos || !rho))
 		ret = -ENOMEM;
 	if (!ret)
 		ret = nc_err(cudaMallocAsync((void **)&d_acc, sizeof(double) * kmax * d +
-					     sizeof(float) * ((size_t)k * d + len) +
+					     sizeof(float) * ((size_t)k * d + 2 * (size_t)len) +
 					     sizeof(uint32_t) * (len + kmax), st));
 	if (ret)
 		goto out;
 	d_c = (float *)(d_acc + (size_t)kmax * d);	/* doubles first: alignment */
 	d_cos = d_c + (size_t)k * d;
-	d_cnt = (uint32_t *)(d_cos + len);
+	d_rho = d_cos + len;
+	d_cnt = (uint32_t *)(d_rho + len);
 	d_asg = d_cnt + kmax;
 	init_kernel<<<k, THREADS, 0, st>>>(x, len, k, d, d_c);
 	for (uint32_t it = 0; it + 1 < cfg->iters; it++) {
@@ -196,8 +238,12 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 			x, d_asg, len, k, d, d_acc, d_cnt);
 		renorm_kernel<<<k, THREADS, 0, st>>>(d_acc, d_cnt, d, d_c);
 	}
-	/* The last round only assigns. */
+	/* The last round only assigns; then each key's distance from its mean. */
 	assign_kernel<<<nc_blocks(len, WARPS), THREADS, 0, st>>>(x, d_c, len, k, d, d_asg, d_cos);
+	update_kernel<<<nc_blocks((uint64_t)k * d, THREADS), THREADS, 0, st>>>(x, d_asg, len, k, d,
+									       d_acc, d_cnt);
+	residual_kernel<<<nc_blocks(len, WARPS), THREADS, 0, st>>>(x, d_asg, d_acc, d_cnt, len, d,
+								   d_rho);
 	ret = nc_launched();
 	if (!ret)
 		ret = nc_err(cudaMemcpyAsync(asg, d_asg, sizeof(*asg) * len,
@@ -206,15 +252,20 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 		ret = nc_err(cudaMemcpyAsync(cos, d_cos, sizeof(*cos) * len,
 					     cudaMemcpyDeviceToHost, st));
 	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(rho, d_rho, sizeof(*rho) * len,
+					     cudaMemcpyDeviceToHost, st));
+	if (!ret)
 		ret = nc_err(cudaStreamSynchronize(st));
 	if (!ret) {
-		m = nelssa_km_split_outliers(cfg, asg, cos, len, k);
+		nelssa_km_residual_ratio(asg, rho, len, k);
+		m = nelssa_km_split_outliers(cfg, asg, cos, rho, len, k);
 		ret = nc_err(cudaMemcpyAsync(d_asg, asg, sizeof(*asg) * len,
 					     cudaMemcpyHostToDevice, st));
 	}
 	if (!ret) {
+		/* Centroids from the raw keys, as on the CPU. */
 		update_kernel<<<nc_blocks((uint64_t)(k + m) * d, THREADS), THREADS, 0, st>>>(
-			x, d_asg, len, k + m, d, d_acc, d_cnt);
+			raw, d_asg, len, k + m, d, d_acc, d_cnt);
 		ret = nc_launched();
 	}
 	if (!ret)
@@ -234,6 +285,50 @@ out:
 	free(cnt);
 	free(acc);
 	free(cos);
+	free(rho);
+	return ret;
+}
+
+/*
+ * Copy the segment @raw (@len rows, device) to @x, centred on its own mean
+ * and with its massive channels damped, as the CPU version does.
+ */
+static int prepare_segment(const float *raw, float *x, uint32_t len, uint32_t d, cudaStream_t st)
+{
+	double var[NELSSA_ATTN_MAX_HEAD_DIM], *d_var = NULL;
+	float weight[NELSSA_ATTN_MAX_HEAD_DIM];
+	float *d_mean, *d_w;
+	int ret = nc_err(cudaMallocAsync((void **)&d_var, sizeof(double) * d +
+					 2 * sizeof(float) * d, st));
+
+	if (ret)
+		return ret;
+	d_mean = (float *)(d_var + d);
+	d_w = d_mean + d;
+	mean_kernel<<<nc_blocks(d, THREADS), THREADS, 0, st>>>(raw, len, d, d_mean);
+	var_kernel<<<nc_blocks(d, THREADS), THREADS, 0, st>>>(raw, len, d, d_mean, d_var);
+	ret = nc_launched();
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(var, d_var, sizeof(double) * d, cudaMemcpyDeviceToHost,
+					     st));
+	if (!ret)
+		ret = nc_err(cudaMemcpyAsync(x, raw, sizeof(float) * len * d,
+					     cudaMemcpyDeviceToDevice, st));
+	if (!ret)
+		ret = nc_err(cudaStreamSynchronize(st));
+	if (!ret) {
+		nelssa_km_channel_weights(var, d, weight);
+		ret = nc_err(cudaMemcpyAsync(d_w, weight, sizeof(float) * d,
+					     cudaMemcpyHostToDevice, st));
+	}
+	if (!ret) {
+		prepare_kernel<<<nc_blocks((uint64_t)len * d, THREADS), THREADS, 0, st>>>(
+			x, d_mean, d_w, (size_t)len * d, d);
+		ret = nc_launched();
+	}
+	if (!ret)
+		ret = nc_err(cudaStreamSynchronize(st));	/* before weight goes */
+	cudaFreeAsync(d_var, st);
 	return ret;
 }
 
@@ -256,7 +351,7 @@ int nelssa_cuda_kmeans_build(struct nelssa_cluster_index *ix,
 			     const void *k, uint32_t n_tokens, uint32_t head_dim, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
-	float *x = NULL, *mean = NULL;
+	float *x = NULL, *mean = NULL, *prep = NULL;
 	uint32_t n_seg, cl = 0;
 	int ret;
 
@@ -275,21 +370,27 @@ int nelssa_cuda_kmeans_build(struct nelssa_cluster_index *ix,
 	if (!ret) {
 		mean_kernel<<<nc_blocks(head_dim, THREADS), THREADS, 0, st>>>(x, n_tokens, head_dim,
 									     mean);
-		centre_kernel<<<nc_blocks((uint64_t)n_tokens * head_dim, THREADS), THREADS, 0,
-				st>>>(x, mean, (size_t)n_tokens * head_dim, head_dim);
 		ret = nc_launched();
 	}
 	if (!ret)
 		ret = nc_err(cudaMemcpyAsync(ix->key_mean, mean, sizeof(float) * head_dim,
 					     cudaMemcpyDeviceToHost, st));
 	n_seg = nelssa_km_segments(cfg, n_tokens);
+	/* Room for the longest segment, prepared; the raw keys stay in x. */
+	if (!ret)
+		ret = nc_err(cudaMallocAsync((void **)&prep, sizeof(float) * head_dim *
+					     ((size_t)n_tokens / n_seg + 1), st));
 	for (uint32_t s = 0; s < n_seg && !ret; s++) {
 		uint32_t a = (uint32_t)((uint64_t)n_tokens * s / n_seg);
 		uint32_t b = (uint32_t)((uint64_t)n_tokens * (s + 1) / n_seg), added = 0;
 
-		ret = run_segment(ix, cfg, x + (size_t)a * head_dim, a, b - a, a, cl, &added, st);
+		ret = prepare_segment(x + (size_t)a * head_dim, prep, b - a, head_dim, st);
+		if (!ret)
+			ret = run_segment(ix, cfg, prep, x + (size_t)a * head_dim, a, b - a, a, cl,
+					  &added, st);
 		cl += added;
 	}
+	cudaFreeAsync(prep, st);
 	cudaFreeAsync(mean, st);
 	cudaFreeAsync(x, st);
 	if (!ret)
@@ -309,7 +410,7 @@ int nelssa_cuda_kmeans_append(struct nelssa_cluster_index *ix,
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	const uint32_t d = ix->head_dim;
-	float *x = NULL, *mean = NULL;
+	float *x = NULL, *prep = NULL;
 	uint32_t added = 0;
 	int ret;
 
@@ -319,20 +420,15 @@ int nelssa_cuda_kmeans_append(struct nelssa_cluster_index *ix,
 		return 0;
 	ret = widen(&x, k, n_new, d, dtype, st);
 	if (!ret)
-		ret = nc_err(cudaMallocAsync((void **)&mean, sizeof(float) * d, st));
+		ret = nc_err(cudaMallocAsync((void **)&prep, sizeof(float) * d * n_new, st));
 	if (!ret)
-		ret = nc_err(cudaMemcpyAsync(mean, ix->key_mean, sizeof(float) * d,
-					     cudaMemcpyHostToDevice, st));
-	if (!ret) {
-		centre_kernel<<<nc_blocks((uint64_t)n_new * d, THREADS), THREADS, 0, st>>>(
-			x, mean, (size_t)n_new * d, d);
-		ret = nc_launched();
-	}
+		ret = prepare_segment(x, prep, n_new, d, st);
 	/* On failure the reserved room is unused: counts are what define @ix. */
 	if (!ret)
-		ret = run_segment(ix, cfg, x, ix->n_tokens, n_new, ix->n_tokens, ix->n_clusters,
-				  &added, st);
-	cudaFreeAsync(mean, st);
+		ret = run_segment(ix, cfg, prep, x, ix->n_tokens, n_new, ix->n_tokens,
+				  ix->n_clusters, &added, st);
+	if (prep)
+		cudaFreeAsync(prep, st);
 	cudaFreeAsync(x, st);
 	if (ret)
 		return ret;

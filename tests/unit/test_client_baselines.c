@@ -233,6 +233,76 @@ static void cluster_bound_is_an_upper_bound(void **state)
 	free(f);
 }
 
+/*
+ * Normalised bounds: per row, a float64 softmax over the clusters of the
+ * scaled bound computed here from the boxes; scores sum to the group size.
+ */
+static void bound_probs_match_float64(void **state)
+{
+	struct fx *f = fx_new(__func__);
+	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	float *lo, *hi, *score;
+	uint32_t *sizes;
+	double *u, total = 0.0;
+
+	(void)state;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
+	lo = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	hi = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	score = tu_alloc(sizeof(float) * ix.n_clusters);
+	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	u = tu_alloc(sizeof(double) * ix.n_clusters * (G + 1));
+	nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, f->k, lo, hi);
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		sizes[c] = c % 7 ? ix.table[c].count : 0;	/* some "empty" */
+	assert_int_equal(0, nelssa_bound_probs(f->q, G, D, 0.5f, lo, hi, sizes, ix.n_clusters,
+					       score));
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		u[(size_t)G * ix.n_clusters + c] = 0.0;
+	for (uint32_t r = 0; r < G; r++) {
+		double m = -INFINITY, sum = 0.0;
+
+		for (uint32_t c = 0; c < ix.n_clusters; c++) {
+			double s = 0.0;
+
+			for (uint32_t i = 0; i < D; i++) {
+				double q = f->q[r * D + i];
+
+				s += fmax(q * hi[(size_t)c * D + i], q * lo[(size_t)c * D + i]);
+			}
+			u[(size_t)r * ix.n_clusters + c] = 0.5 * s;
+			if (sizes[c])
+				m = fmax(m, 0.5 * s);
+		}
+		for (uint32_t c = 0; c < ix.n_clusters; c++)
+			if (sizes[c])
+				sum += exp(u[(size_t)r * ix.n_clusters + c] - m);
+		for (uint32_t c = 0; c < ix.n_clusters; c++)
+			if (sizes[c])
+				u[(size_t)G * ix.n_clusters + c] +=
+					exp(u[(size_t)r * ix.n_clusters + c] - m) / sum;
+	}
+	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		if (!sizes[c]) {
+			assert_true(score[c] == -INFINITY);
+			continue;
+		}
+		assert_true(fabs(score[c] - u[(size_t)G * ix.n_clusters + c]) < 1e-5);
+		total += score[c];
+	}
+	assert_true(fabs(total - G) < 1e-4);
+	assert_int_equal(-EINVAL, nelssa_bound_probs(f->q, G, D, 0.0f, lo, hi, sizes,
+						     ix.n_clusters, score));
+	nelssa_kmeans_free(&ix);
+	free(lo);
+	free(hi);
+	free(score);
+	free(sizes);
+	free(u);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -241,6 +311,7 @@ int main(void)
 		cmocka_unit_test(quest_bound_and_ranking),
 		cmocka_unit_test(quest_finds_a_planted_needle),
 		cmocka_unit_test(cluster_bound_is_an_upper_bound),
+		cmocka_unit_test(bound_probs_match_float64),
 	};
 
 	tu_init("client_baselines");

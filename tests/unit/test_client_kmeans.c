@@ -254,6 +254,179 @@ static void needle_becomes_its_own_cluster(void **state)
 }
 
 /*
+ * A key of the separable data given a moderate extra component: it still
+ * points its topic's way (cosine ~0.9, so the cosine rule keeps it) but
+ * lies five times further from the cluster mean than its neighbours.  The
+ * residual rule splits it off; with outlier_ratio = 0 it stays hidden.
+ */
+static void strong_member_splits_by_residual(void **state)
+{
+	const uint32_t n = 1200, member = 203;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D);
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+	double offset[D], dir[D];
+	uint32_t c;
+
+	(void)state;
+	cfg.segment = 400;
+	tu_rng_for(&rng, __func__, 0);
+	make_topics(&rng, k, offset);
+	random_dirs(&rng, dir, 1, 1.5);
+	for (uint32_t i = 0; i < D; i++)
+		k[(size_t)member * D + i] = tu_to_kv(key(k, member, i) + dir[i], NELSSA_KV_BF16);
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	check_layout(&ix, n);
+	check_centroids(&ix, k);
+	c = cluster_of(&ix, member);
+	assert_int_equal(1, ix.table[c].count);
+	for (uint32_t i = 0; i < D; i++)
+		assert_true(ix.centroids[(size_t)c * D + i] == (float)key(k, member, i));
+	nelssa_kmeans_free(&ix);
+
+	cfg.outlier_ratio = 0.0f;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	assert_true(ix.table[cluster_of(&ix, member)].count >= 16);
+	nelssa_kmeans_free(&ix);
+	free(k);
+}
+
+/*
+ * Keys whose mean drifts along the context (a moving offset far larger
+ * than the topics) and which carry a massive channel (value 50, spread
+ * 6): per-segment centring and damping must still find the topics, every
+ * centroid must be the float64 mean of its raw member keys, so that a
+ * query's centroid logit is its members' mean logit exactly, and the LSE
+ * of attention over selected clusters, and of the estimate, must be the
+ * float64 LSEs computed from the raw keys.
+ */
+static void drift_and_massive_channels(void **state)
+{
+	const uint32_t n = 3000, topics = 30, G = 4;
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 0.25f };
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D), *v = tu_alloc(sizeof(uint16_t) * n * D);
+	uint16_t *ck = tu_alloc(sizeof(uint16_t) * n * D), *cv = tu_alloc(sizeof(uint16_t) * n * D);
+	double *dir = tu_alloc(sizeof(double) * topics * D), drift[2][D];
+	uint32_t *topic = tu_alloc(sizeof(uint32_t) * n), *sizes, *sel, pure = 0, n_sel;
+	float q[4 * D], o[4 * D], lse[4], *vsum;
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+
+	(void)state;
+	cfg.segment = 250;
+	tu_rng_for(&rng, __func__, 0);
+	random_dirs(&rng, dir, topics, 6.0);
+	random_dirs(&rng, drift[0], 2, 12.0);
+	for (uint32_t t = 0; t < n; t++) {
+		double ph = 1.5708 * t / n;	/* 1.6 of movement a segment, 12 in all */
+
+		if (t % 16 == 0)
+			topic[t] = tu_below(&rng, topics);
+		else
+			topic[t] = topic[t - 1];
+		for (uint32_t i = 0; i < D; i++) {
+			double x = dir[topic[t] * D + i] + cos(ph) * drift[0][i] +
+				   sin(ph) * drift[1][i] + 0.05 * tu_normal(&rng);
+
+			if (i == 7)
+				x += 50.0 + 6.0 * tu_normal(&rng);
+			k[(size_t)t * D + i] = tu_to_kv(x, NELSSA_KV_BF16);
+		}
+	}
+	tu_fill_kv(&rng, v, (size_t)n * D, 1.0, NELSSA_KV_BF16);
+	tu_fill_f32(&rng, q, G * D, 1.0);
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, n, D));
+	check_layout(&ix, n);
+	check_centroids(&ix, k);
+	/* Most clusters hold one topic only, despite drift and the massive channel. */
+	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		uint32_t t0 = ix.perm[ix.table[c].first], ok = 1;
+
+		for (uint32_t j = 1; j < ix.table[c].count; j++)
+			ok &= topic[ix.perm[ix.table[c].first + j]] == topic[t0];
+		pure += ok;
+	}
+	assert_true(pure >= ix.n_clusters * 3 / 4);
+	/* Centroid logits are the members' mean logits, in float64. */
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		for (uint32_t r = 0; r < G; r++) {
+			double mean = 0.0, cl = 0.0;
+
+			for (uint32_t j = 0; j < ix.table[c].count; j++)
+				for (uint32_t i = 0; i < D; i++)
+					mean += q[r * D + i] * key(k, ix.perm[ix.table[c].first + j], i);
+			mean /= ix.table[c].count;
+			for (uint32_t i = 0; i < D; i++)
+				cl += (double)q[r * D + i] * ix.centroids[(size_t)c * D + i];
+			assert_true(fabs(cl - mean) < 2e-4 * (1.0 + fabs(mean)) * D);
+		}
+	/* Attention over a selection: its LSE is the raw keys' float64 LSE. */
+	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	sel = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	vsum = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		sizes[c] = ix.table[c].count;
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		sel[c] = c;
+	n_sel = ix.n_clusters / 3;
+	nelssa_kv_reorder(&ix, D * 2, k, ck);
+	nelssa_kv_reorder(&ix, D * 2, v, cv);
+	assert_int_equal(0, nelssa_attn_clusters(&g, q, ck, cv, n, ix.table, ix.n_clusters, sel,
+						 n_sel, o, lse));
+	for (uint32_t r = 0; r < G; r++) {
+		double m = -INFINITY, sum = 0.0, *l = tu_alloc(sizeof(double) * n);
+		uint32_t nl = 0;
+
+		for (uint32_t c = 0; c < n_sel; c++)
+			for (uint32_t j = 0; j < ix.table[c].count; j++) {
+				double s = 0.0;
+
+				for (uint32_t i = 0; i < D; i++)
+					s += q[r * D + i] * key(k, ix.perm[ix.table[c].first + j], i);
+				l[nl] = 0.25 * s;
+				m = fmax(m, l[nl++]);
+			}
+		for (uint32_t i = 0; i < nl; i++)
+			sum += exp(l[i] - m);
+		assert_true(fabs(lse[r] - (m + log(sum))) < 1e-4 * (1.0 + fabs(m)));
+		free(l);
+	}
+	/* The estimate's LSE: log sum_c size_c exp(scale q . raw mean_c), float64. */
+	nelssa_cluster_value_sums(&ix, NELSSA_KV_BF16, v, vsum);
+	assert_int_equal(0, nelssa_estimate_attn(&g, q, ix.centroids, vsum, sizes, sel + n_sel,
+						 ix.n_clusters - n_sel, o, lse));
+	for (uint32_t r = 0; r < G; r++) {
+		double m = -INFINITY, sum = 0.0, *l = tu_alloc(sizeof(double) * ix.n_clusters);
+
+		for (uint32_t c = n_sel; c < ix.n_clusters; c++) {
+			double s = 0.0;
+
+			for (uint32_t j = 0; j < ix.table[c].count; j++)
+				for (uint32_t i = 0; i < D; i++)
+					s += q[r * D + i] * key(k, ix.perm[ix.table[c].first + j], i);
+			l[c] = 0.25 * s / ix.table[c].count + log(ix.table[c].count);
+			m = fmax(m, l[c]);
+		}
+		for (uint32_t c = n_sel; c < ix.n_clusters; c++)
+			sum += exp(l[c] - m);
+		assert_true(fabs(lse[r] - (m + log(sum))) < 1e-4 * (1.0 + fabs(m)));
+		free(l);
+	}
+	nelssa_kmeans_free(&ix);
+	free(k);
+	free(v);
+	free(ck);
+	free(cv);
+	free(dir);
+	free(topic);
+	free(sizes);
+	free(sel);
+	free(vsum);
+}
+
+/*
  * When every key qualifies (cut above any cosine) exactly the cap splits
  * off per segment, as the last clusters of the segment; when none does
  * (cut below -1), nothing changes.
@@ -422,6 +595,8 @@ int main(void)
 		cmocka_unit_test(separable_topics_found_exactly),
 		cmocka_unit_test(needle_becomes_its_own_cluster),
 		cmocka_unit_test(outliers_are_capped),
+		cmocka_unit_test(strong_member_splits_by_residual),
+		cmocka_unit_test(drift_and_massive_channels),
 		cmocka_unit_test(random_keys_give_a_valid_deterministic_index),
 		cmocka_unit_test(append_keeps_old_clusters_byte_identical),
 		cmocka_unit_test(reorder_gathers_by_perm),

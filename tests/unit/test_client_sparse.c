@@ -187,6 +187,87 @@ static void budget_is_a_fitting_prefix(void **state)
 	assert_int_equal(5, nelssa_topk_budget(score, sizes, 5, UINT64_MAX, ids));
 }
 
+/*
+ * Filling a budget: against a reference that walks the full sort and
+ * takes every cluster that still fits, on random scores and sizes; the
+ * selection never passes the budget and leaves less room than the
+ * smallest cluster not taken.  With two lists, each id once, the first
+ * list's share taken first, and the whole budget filled likewise.
+ */
+static void fill_reaches_the_budget(void **state)
+{
+	const uint32_t n = 300;
+	float *score = tu_alloc(sizeof(float) * n), *other = tu_alloc(sizeof(float) * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * n), *ids = tu_alloc(sizeof(uint32_t) * n);
+	uint32_t *order = tu_alloc(sizeof(uint32_t) * n), *ref = tu_alloc(sizeof(uint32_t) * n);
+	unsigned char *in = tu_alloc(n);
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	for (int round = 0; round < 20; round++) {
+		uint64_t budget = 1 + tu_below(&rng, 3000), used = 0, tokens, small = UINT64_MAX;
+		const float *lists[2] = { other, score };
+		const double share[2] = { 0.3, 0.7 };
+		uint32_t nr = 0;
+		int ns;
+
+		for (uint32_t c = 0; c < n; c++) {
+			score[c] = (float)tu_below(&rng, 50);	/* many ties */
+			other[c] = (float)tu_normal(&rng);
+			sizes[c] = tu_below(&rng, 8) ? 1 + tu_below(&rng, 40) : 0;
+		}
+		assert_int_equal((int)n, nelssa_topk(score, n, n, order));
+		for (uint32_t i = 0; i < n; i++)
+			if (sizes[order[i]] && sizes[order[i]] <= budget - used) {
+				used += sizes[order[i]];
+				ref[nr++] = order[i];
+			}
+		ns = nelssa_topk_fill(score, sizes, n, budget, ids, &tokens);
+		assert_int_equal((int)nr, ns);
+		assert_memory_equal(ref, ids, sizeof(*ids) * nr);
+		assert_true(tokens == used && used <= budget);
+
+		ns = nelssa_select_hybrid(lists, share, 2, sizes, n, budget, ids, &tokens);
+		assert_true(ns >= 0 && tokens <= budget);
+		memset(in, 0, n);
+		used = 0;
+		for (int i = 0; i < ns; i++) {
+			assert_false(in[ids[i]]);
+			assert_true(sizes[ids[i]] > 0);
+			in[ids[i]] = 1;
+			used += sizes[ids[i]];
+		}
+		assert_true(used == tokens);
+		for (uint32_t c = 0; c < n; c++)
+			if (!in[c] && sizes[c] && sizes[c] < small)
+				small = sizes[c];
+		assert_true(small == UINT64_MAX || budget - tokens < small);
+		/* The first list's share came first, from the first list's order. */
+		assert_int_equal((int)n, nelssa_topk(other, n, n, order));
+		used = 0;
+		for (uint32_t i = 0, j = 0; i < n && used < (uint64_t)(0.3 * budget); i++) {
+			if (!sizes[order[i]] || sizes[order[i]] > (uint64_t)(0.3 * budget) - used)
+				continue;
+			assert_int_equal(order[i], ids[j++]);
+			used += sizes[order[i]];
+		}
+	}
+	assert_int_equal(-EINVAL, nelssa_select_hybrid((const float *const[]){ score },
+						       (const double[]){ 1.5 }, 1, sizes, n, 10,
+						       ids, NULL));
+	assert_int_equal(-EINVAL, nelssa_select_hybrid((const float *const[]){ score },
+						       (const double[]){ 1.0 }, 0, sizes, n, 10,
+						       ids, NULL));
+	free(score);
+	free(other);
+	free(sizes);
+	free(ids);
+	free(order);
+	free(ref);
+	free(in);
+}
+
 struct kv {
 	struct nelssa_attn_geom g;
 	float q[G * D];
@@ -398,6 +479,7 @@ int main(void)
 		cmocka_unit_test(topk_rejects_nan),
 		cmocka_unit_test(ratio_counts),
 		cmocka_unit_test(budget_is_a_fitting_prefix),
+		cmocka_unit_test(fill_reaches_the_budget),
 		cmocka_unit_test(window_matches_float64),
 		cmocka_unit_test(window_plus_clusters_equals_union),
 		cmocka_unit_test(estimate_exact_for_identical_keys),

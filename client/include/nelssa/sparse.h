@@ -83,6 +83,51 @@ int nelssa_topk_budget(const float *score, const uint32_t *sizes, uint32_t n_clu
 		       uint64_t budget, uint32_t *ids);
 
 /**
+ * nelssa_topk_fill() - fill a token budget from a ranking.
+ * @score: [@n_clusters], as for nelssa_topk().
+ * @sizes: tokens per cluster [@n_clusters].
+ * @n_clusters: number of clusters.
+ * @budget: tokens to fill.
+ * @ids: receives the ids taken, in rank order (room for @n_clusters).
+ * @tokens: if not NULL, receives the tokens the selection holds.
+ *
+ * Unlike nelssa_topk_budget(), a cluster that would overflow the budget is
+ * skipped and the ranking read on, so the selection fills the budget to
+ * within the size of the smallest remaining cluster: the budget is what
+ * is read, whatever the cluster sizes.
+ *
+ * Return: the number of ids written, or a negative errno as nelssa_topk().
+ */
+int nelssa_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_clusters,
+		     uint64_t budget, uint32_t *ids, uint64_t *tokens);
+
+#define NELSSA_SELECT_MAX_LISTS 4
+
+/**
+ * nelssa_select_hybrid() - fill a token budget from several rankings.
+ * @score: @n_lists score arrays, each [@n_clusters] (e.g. centroid scores
+ *	and bound scores of the same clusters).
+ * @share: the fraction of @budget each list fills first, in [0, 1].
+ * @n_lists: 1..NELSSA_SELECT_MAX_LISTS.
+ * @sizes: tokens per cluster.
+ * @n_clusters: number of clusters.
+ * @budget: tokens to fill.
+ * @ids: receives the ids taken, each once (room for @n_clusters).
+ * @tokens: if not NULL, receives the tokens the selection holds.
+ *
+ * List l takes its clusters, in its own rank order and as
+ * nelssa_topk_fill() does, until the selection holds the running sum of
+ * the shares up to l of the budget; then each list in turn tops the
+ * selection up to the whole budget.  A cluster is taken once.
+ *
+ * Return: the number of ids written; -EINVAL (bad list count or share,
+ * NaN score), -ENOMEM.
+ */
+int nelssa_select_hybrid(const float *const *score, const double *share, uint32_t n_lists,
+			 const uint32_t *sizes, uint32_t n_clusters, uint64_t budget,
+			 uint32_t *ids, uint64_t *tokens);
+
+/**
  * struct nelssa_window - the tokens the GPU always attends exactly.
  * @sink: leading attention-sink tokens (default 4).
  * @recent: most recent tokens (default 64).
@@ -147,6 +192,10 @@ void nelssa_final_merge(float *o, float *lse, const float *win_o, const float *w
  * @outlier_cos: a token whose cosine with its final centroid is below
  *	this is an outlier (default 0.5): a key unlike its cluster, which
  *	the cluster's mean would hide from every query (a "needle").
+ * @outlier_ratio: so is a token whose distance from its cluster's mean
+ *	is above this many times the cluster's median distance (default
+ *	1.25; 0 disables): a strong member that still points the cluster's
+ *	way.  Over the cap, the largest such ratios split first.
  */
 struct nelssa_kmeans_cfg {
 	uint32_t segment;
@@ -155,11 +204,13 @@ struct nelssa_kmeans_cfg {
 	uint32_t chunk;
 	uint32_t outlier_per_mille;
 	float outlier_cos;
+	float outlier_ratio;
 };
 
 #define NELSSA_KMEANS_DEFAULT                                                                    \
 	((struct nelssa_kmeans_cfg){ .segment = 8192, .cluster_tokens = 16, .iters = 10,         \
-				     .chunk = 1024, .outlier_per_mille = 16, .outlier_cos = 0.5f })
+				     .chunk = 1024, .outlier_per_mille = 16, .outlier_cos = 0.5f, \
+				     .outlier_ratio = 1.25f })
 
 /**
  * struct nelssa_cluster_index - the clustering of one (layer, KV head).
@@ -364,6 +415,31 @@ void nelssa_cluster_bounds(const struct nelssa_cluster_index *ix, enum nelssa_kv
  */
 void nelssa_bound_scores(const float *q, uint32_t group, uint32_t head_dim, const float *lo,
 			 const float *hi, const uint32_t *sizes, uint32_t n_clusters, float *score);
+
+/**
+ * nelssa_bound_probs() - bound scores normalised like centroid scores.
+ * @q: fp32 [@group][@head_dim].
+ * @group: query rows.
+ * @head_dim: elements per row.
+ * @scale: softmax scale, positive and finite.
+ * @lo: channel minima [@n_clusters][@head_dim].
+ * @hi: channel maxima, likewise.
+ * @sizes: tokens per cluster; 0 scores -inf.
+ * @n_clusters: number of clusters.
+ * @score: receives [@n_clusters]: sum over rows r of softmax_c(scale *
+ *	u_rc), u_rc = sum_i max(q_ri hi_ci, q_ri lo_ci) the bound of
+ *	nelssa_bound_scores() for row r alone.
+ *
+ * Summing raw bounds over the rows (nelssa_bound_scores()) lets the
+ * rows' loose bounds outvote the one row a strong key matches; the
+ * per-row softmax gives each row one unit of score, as the centroid
+ * scores do, so a cluster that one row needs ranks high.
+ *
+ * Return: 0; -EINVAL for a bad shape or a non-finite bound; -ENOMEM.
+ */
+int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float scale,
+		       const float *lo, const float *hi, const uint32_t *sizes,
+		       uint32_t n_clusters, float *score);
 
 #ifdef __cplusplus
 }
