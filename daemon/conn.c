@@ -145,22 +145,6 @@ int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
 	return nd_conn_send(nd, c, &m);
 }
 
-/* What @c has queued and not written: a mark for nd_conn_unsend(). */
-size_t nd_conn_queued(const struct nd_conn *c)
-{
-	return c->out_len - c->out_off;
-}
-
-/*
- * Takes back the replies queued after @mark.  Nothing is written while a
- * read's frames are handled, so a reply queued there can still be.
- */
-void nd_conn_unsend(struct nd_conn *c, size_t mark)
-{
-	if (c->out_off + mark < c->out_len)
-		c->out_len = c->out_off + mark;
-}
-
 /* Writes what the socket takes; 0, or -errno when the connection broke. */
 static int flush(struct nd_conn *c)
 {

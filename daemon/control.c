@@ -34,6 +34,17 @@ static struct nd_session *owned(struct nelssad *nd, struct nd_conn *c, uint64_t 
 	return NULL;
 }
 
+/* Device memory the sessions @c holds reserve, on all devices.  With the lock held. */
+static uint64_t held_bytes(const struct nelssad *nd, const struct nd_conn *c)
+{
+	uint64_t b = 0;
+
+	for (const struct nd_session *s = nd->sessions; s; s = s->next)
+		for (uint32_t d = 0; d < nd->n_dev && s->ctl_fd == c->fd && !s->closing; d++)
+			b += s->dev[d].arena_bytes + s->dev[d].stage_bytes;
+	return b;
+}
+
 static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
 	struct nelssa_msg r = { .type = NELSSA_MSG_SESSION_OK, .seq = m->seq };
@@ -66,7 +77,7 @@ static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_
 	if (ret)
 		snprintf(why, sizeof(why), "no random token for the session: %s", strerror(-ret));
 	else
-		ret = nd_session_open(nd, s, why, sizeof(why));
+		ret = nd_session_open(nd, s, held_bytes(nd, c), why, sizeof(why));
 	if (ret) {
 		pthread_mutex_unlock(&nd->lock);
 		free(s);
@@ -155,74 +166,19 @@ uint32_t nd_control_sessions(struct nelssad *nd, const struct nd_conn *c)
 	return n;
 }
 
-/* Device memory @s reserves, on all devices together. */
-static uint64_t session_bytes(const struct nelssad *nd, const struct nd_session *s)
-{
-	uint64_t b = 0;
-
-	for (uint32_t d = 0; d < nd->n_dev; d++)
-		b += s->dev[d].arena_bytes + s->dev[d].stage_bytes;
-	return b;
-}
-
-static double mib(uint64_t bytes)
-{
-	return (double)bytes / (1 << 20);
-}
-
-/*
- * SESSION_CREATE within the connection's limits.  The count is checked
- * first.  The memory only nd_session_open() computes, so it is checked
- * once the session exists: one that takes the connection past
- * max-memory-per-conn is closed again at once (the poller frees it; no
- * client knows its token) and its SESSION_OK, still queued -- conn.c
- * writes a connection's replies only once the frames of a read are
- * handled -- is taken back (nd_conn_unsend()) and the refusal queued.
- */
+/* SESSION_CREATE within the connection's limits: the count, then the memory. */
 static int create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
-	const size_t mark = nd_conn_queued(c);
-	struct nd_session *s = NULL;
-	uint64_t first, bytes = 0, total = 0;
 	uint32_t held;
-	int ret;
 
 	pthread_mutex_lock(&nd->lock);
 	held = held_sessions(nd, c);
-	first = nd->next_session;
 	pthread_mutex_unlock(&nd->lock);
 	if (held >= nd->cfg.max_sessions_per_conn)
 		return nd_conn_error(nd, c, m->seq, -EDQUOT,
 				     "this connection holds its limit of %u sessions "
 				     "(max-sessions-per-conn)", nd->cfg.max_sessions_per_conn);
-	ret = do_create(nd, c, m);
-	if (ret)
-		return ret;
-	pthread_mutex_lock(&nd->lock);
-	for (s = nd->next_session != first ? nd->sessions : NULL; s; s = s->next)
-		if (s->id == nd->next_session)
-			break;
-	if (s && s->ctl_fd == c->fd && !s->closing) {
-		bytes = session_bytes(nd, s);
-		for (const struct nd_session *o = nd->sessions; o; o = o->next)
-			if (o->ctl_fd == c->fd && !o->closing)
-				total += session_bytes(nd, o);
-	}
-	if (s && total > nd->memory_per_conn)
-		s->closing = 1;
-	else
-		s = NULL;
-	pthread_mutex_unlock(&nd->lock);
-	if (!s)
-		return 0;
-	nd_dataplane_wake(nd);
-	nd_conn_unsend(c, mark);
-	nd_log(nd, "connection %llu: session refused: max-memory-per-conn",
-	       (unsigned long long)c->id);
-	return nd_conn_error(nd, c, m->seq, -EDQUOT,
-			     "max-memory-per-conn: this session (%.1f MiB) would take the "
-			     "connection's device memory to %.1f MiB, over %.1f MiB",
-			     mib(bytes), mib(total), mib(nd->memory_per_conn));
+	return do_create(nd, c, m);
 }
 
 /* Requests @s holds. */

@@ -261,8 +261,6 @@ void nd_control_fini(struct nelssad *nd, struct nd_ctl *ctl);
 int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
 int nd_conn_error(struct nelssad *nd, struct nd_conn *c, uint32_t seq, int code,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-size_t nd_conn_queued(const struct nd_conn *c);
-void nd_conn_unsend(struct nd_conn *c, size_t mark);
 void nd_conn_refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* fdlimit.c */
@@ -274,7 +272,13 @@ void nd_log(struct nelssad *nd, const char *fmt, ...) __attribute__((format(prin
 uint64_t nd_now_ns(void);
 
 /* partition.c */
-int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len);
+/*
+ * Reserves @s's device memory, after checking -- before any allocation --
+ * that it fits every device (-ENOSPC) and, with the @held bytes its
+ * connection's other sessions reserve, max-memory-per-conn (-EDQUOT).
+ */
+int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
+		    size_t why_len);
 void nd_session_free(struct nelssad *nd, struct nd_session *s);
 int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint32_t max_tokens,
 		     uint32_t max_clusters, char *why, size_t why_len);

@@ -95,12 +95,24 @@ static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
 	memset(sd, 0, sizeof(*sd));
 }
 
-int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len)
+/* A session's layout on each of its devices. */
+struct session_size {
+	uint64_t arena;		/* KV store of every request */
+	uint64_t stage;		/* work items, then their inputs, then outputs */
+	uint64_t items;		/* work items a step may carry */
+	uint64_t in_slot;	/* bytes of one item's input */
+};
+
+/*
+ * What @s will reserve on each device, from its shape alone -- nothing is
+ * allocated -- or a refusal its devices cannot serve.  Sets the session's
+ * local head count.
+ */
+static int session_size(struct nelssad *nd, struct nd_session *s, struct session_size *z,
+			char *why, size_t why_len)
 {
 	const uint32_t g = s->group, d = s->shape.head_dim;
-	uint64_t items, arena, stage, in_slot, out_slot;
-	int ret;
-
+	uint64_t out_slot;
 	uint32_t st, sc;
 
 	if (s->capacity_tokens > UINT32_MAX / 2) {
@@ -108,33 +120,63 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t 
 			 (unsigned long long)s->capacity_tokens);
 		return -ENOSPC;
 	}
-	s->local_heads = s->placement == NELSSA_PLACE_HEADS ?
-		(s->shape.kv_heads + nd->n_dev - 1) / nd->n_dev : s->shape.kv_heads;
-	items = (uint64_t)s->max_batch * s->local_heads;
-	in_slot = 4ull * g * d + 4ull * s->max_sel;
-	out_slot = 4ull * g * d + 4ull * g;
-	/* Tables: room for a cluster per 4 tokens, far more than k-means makes. */
-	store_dims(nd, s, (uint32_t)s->capacity_tokens, (uint32_t)(s->capacity_tokens / 4 + 64), &st,
-		   &sc);
-	arena = (uint64_t)s->shape.layers * s->local_heads * store_bytes(s, st, sc) + ARENA_SLACK;
-	stage = align_up(items * sizeof(struct npnm_attn_item)) + align_up(items * in_slot) +
-		align_up(items * out_slot);
 	for (uint32_t i = 0; i < nd->n_dev; i++) {
-		struct nd_device *dev = &nd->dev[i];
-		uint64_t free_bytes = dev->info.mem_size - dev->reserved;
+		const struct nd_device *dev = &nd->dev[i];
 
 		if (d > dev->info.max_head_dim || g > dev->info.max_group) {
 			snprintf(why, why_len, "%s supports head_dim <= %u and group <= %u",
 				 dev->name, dev->info.max_head_dim, dev->info.max_group);
 			return -EINVAL;
 		}
+	}
+	s->local_heads = s->placement == NELSSA_PLACE_HEADS ?
+		(s->shape.kv_heads + nd->n_dev - 1) / nd->n_dev : s->shape.kv_heads;
+	z->items = (uint64_t)s->max_batch * s->local_heads;
+	z->in_slot = 4ull * g * d + 4ull * s->max_sel;
+	out_slot = 4ull * g * d + 4ull * g;
+	/* Tables: room for a cluster per 4 tokens, far more than k-means makes. */
+	store_dims(nd, s, (uint32_t)s->capacity_tokens, (uint32_t)(s->capacity_tokens / 4 + 64), &st,
+		   &sc);
+	z->arena = (uint64_t)s->shape.layers * s->local_heads * store_bytes(s, st, sc) + ARENA_SLACK;
+	z->stage = align_up(z->items * sizeof(struct npnm_attn_item)) +
+		   align_up(z->items * z->in_slot) + align_up(z->items * out_slot);
+	return 0;
+}
+
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1 << 20);
+}
+
+int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
+		    size_t why_len)
+{
+	const uint64_t cap = nd->memory_per_conn;
+	struct session_size z;
+	int ret = session_size(nd, s, &z, why, why_len);
+	const uint64_t arena = z.arena, stage = z.stage;
+	uint64_t bytes;
+
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < nd->n_dev; i++) {
+		const struct nd_device *dev = &nd->dev[i];
+		const uint64_t free_bytes = dev->info.mem_size - dev->reserved;
+
 		if (arena + stage > free_bytes) {
 			snprintf(why, why_len,
 				 "%s lacks room: the session needs %.1f MiB per device, %.1f MiB are free",
-				 dev->name, (double)(arena + stage) / (1 << 20),
-				 (double)free_bytes / (1 << 20));
+				 dev->name, mib(arena + stage), mib(free_bytes));
 			return -ENOSPC;
 		}
+	}
+	/* Fits every device (so no product overflows): now the connection's cap. */
+	bytes = (arena + stage) * nd->n_dev;
+	if (bytes > cap || held > cap - bytes) {
+		snprintf(why, why_len, "max-memory-per-conn: this session (%.1f MiB) would take the "
+			 "connection's device memory to %.1f MiB, over %.1f MiB", mib(bytes),
+			 mib(held) + mib(bytes), mib(cap));
+		return -EDQUOT;
 	}
 	for (uint32_t i = 0; i < nd->n_dev; i++) {
 		struct nd_device *dev = &nd->dev[i];
@@ -152,8 +194,8 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, char *why, size_t 
 		}
 		sd->arena_bytes = arena;
 		sd->stage_bytes = stage;
-		sd->in_off = align_up(items * sizeof(struct npnm_attn_item));
-		sd->out_off = sd->in_off + align_up(items * in_slot);
+		sd->in_off = align_up(z.items * sizeof(struct npnm_attn_item));
+		sd->out_off = sd->in_off + align_up(z.items * z.in_slot);
 		dev->reserved += arena + stage;
 		if (ret) {
 			snprintf(why, why_len, "%s: cannot allocate %.1f MiB: %s", dev->name,
