@@ -724,7 +724,15 @@ static int scenario_migrate(struct tu_rng *rng)
 		sel[h] = tu_alloc(sizeof(uint32_t) * MAXT);
 	for (uint32_t n = 1000; n <= MAXT - 100; n += 100) {
 		tu_fill_f32(rng, q, sizeof(q) / sizeof(q[0]), 1.0);
-		if (!on_pnm && nelssa_route_request(&router, n) == NELSSA_ROUTE_PNM) {
+		/*
+		 * Re-routed at its length now, reserving its final length on the
+		 * tier (the router admits nothing it could not carry to its end).
+		 */
+		const struct nelssa_route_query rq = { .len = n, .final_len = MAXT, .prev = -1 };
+
+		if (on_pnm)
+			nelssa_router_grow(&router, 100, MAXT);	/* the last step's tokens */
+		if (!on_pnm && nelssa_route(&router, &rq) == NELSSA_ROUTE_PNM) {
 			/* The handoff: cluster what leaves the window, offload it. */
 			clustered = n - 64;
 			if (nelssa_client_session(cli, &cfg, &session) ||
@@ -816,6 +824,14 @@ static int scenario_migrate(struct tu_rng *rng)
 	printf("# %d steps on the GPU, %d on PNM, %d chunks appended\n", steps_gpu, steps_pnm,
 	       appends);
 	CHECK(steps_gpu > 0 && steps_pnm > 0 && appends > 0, "the request did not cross over");
+	/* The router's count followed the request to its last length, and let go. */
+	CHECK(router.pnm_requests == 1 && router.pnm_tokens == MAXT - 100 &&
+	      router.pnm_final == MAXT, "the router counts %u PNM request(s), %.0f tokens, %.0f "
+	      "reserved, not 1, %u, %u", router.pnm_requests, router.pnm_tokens, router.pnm_final,
+	      MAXT - 100, MAXT);
+	nelssa_router_leave(&router, MAXT - 100, MAXT);
+	CHECK(router.pnm_requests == 0 && router.pnm_tokens == 0 && router.pnm_final == 0,
+	      "the router still counts a PNM request after it left");
 	for (uint32_t h = 0; h < KV_HEADS; h++) {
 		nelssa_kmeans_free(&ix[h]);
 		free(sel[h]);
