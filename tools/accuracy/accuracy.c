@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * nelssa-accuracy: how close the GPU node's sparse attention comes to
- * dense attention on the synthetic generator (synth.c), next to a
- * Quest-style page Top-K and the oracle token Top-K at the same token
- * budget.  Every method attends the local window exactly; they differ in
- * which middle tokens they add.  See Documentation/client.rst.
+ * dense attention, method by method at the same token budget, on the
+ * families of the harder generator (hard.c) or on the first generator
+ * (synth.c).  Every method attends the local window exactly and adds
+ * middle tokens up to the budget; the reference is float64 attention over
+ * the whole context, computed here from the stored bf16 keys, and every
+ * LSE a method returns is checked against the float64 LSE of what it
+ * selected.  See Documentation/client.rst.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -15,37 +18,61 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/half.h>
 #include <nelssa/lse.h>
 #include <nelssa/sparse.h>
 
+#include "hard.h"
 #include "synth.h"
 #include "tool_util.h"
 
 #define D SYNTH_D
 #define G SYNTH_G
-#define MAX_CTX 8
-#define MAX_RATIO 8
+#define MAX_CTX 4
+#define MAX_RATIO 4
+#define MAX_SEEDS 16
+#define N_FAM (HARD_N_FAMILIES + 1)	/* the hard families, then "synth" */
+#define PAGE 16
+/* A planted target counts when it holds this much of a row's mass, on average. */
+#define TARGET_MASS 1e-3
 
-enum method { CLUSTER, CLUSTER_EST, CLUSTER_BOUND, QUEST, ORACLE, N_METHODS };
-static const char *const method_name[N_METHODS] = { "cluster", "cluster+est", "cluster-bound",
-						   "page-topk", "oracle" };
+enum method { CLUSTER, CLUSTER_EST, BOUND, HYBRID, QUEST, ORACLE, N_METHODS };
+static const char *const method_name[N_METHODS] = { "cluster",   "cluster+est", "cluster-bound",
+						   "hybrid",    "page-topk",   "oracle" };
+/* The hybrid's default: half the budget by bounds, half by centroids. */
+#define HYBRID_SHARE 0.5
 
-/* Per (context, ratio, method): summed over trials. */
 struct cell {
-	double *err;		/* relative L2 error per (trial, row) */
+	double *err, *dlse;	/* per (case, row) */
 	uint32_t n_err;
-	double recall, budget;
-	uint32_t hits, needles;
+	double recall, tokens;
+	uint32_t cases, hits, targets, lse_bad;
+	double clusters, singles;	/* of the index the cluster methods used */
 };
 
 struct opts {
 	uint32_t ctx[MAX_CTX], n_ctx;
 	double ratio[MAX_RATIO];
 	uint32_t n_ratio, trials;
-	double est_ratio;
-	uint64_t seed;
+	uint64_t seed[MAX_SEEDS];
+	uint32_t n_seeds;
+	int fam[N_FAM], n_fam;
+	double bound_share;
 	struct nelssa_kmeans_cfg kcfg;
 	int json;
+};
+
+/* Everything about one generated decode step that the methods share. */
+struct step {
+	uint32_t n, mid, off, n_targets, target[HARD_MAX_TARGETS];
+	const uint16_t *k, *v;
+	const float *q;
+	double *logit;		/* float64 [G][n] */
+	double lse[G];		/* float64 dense LSE per row */
+	double o[G * D];	/* float64 dense output */
+	double *mass;		/* [n] summed over rows */
+	float wo[G * D], wl[G];	/* window state */
+	unsigned char *in;	/* scratch [n] */
 };
 
 static void *xcalloc(size_t n, size_t sz)
@@ -53,214 +80,325 @@ static void *xcalloc(size_t n, size_t sz)
 	return tl_calloc("nelssa-accuracy", n, sz);
 }
 
+static void die(const char *what)
+{
+	fprintf(stderr, "nelssa-accuracy: %s failed\n", what);
+	exit(1);
+}
+
 static double median(double *x, uint32_t n)
 {
+	if (!n)
+		return NAN;
 	qsort(x, n, sizeof(*x), tl_cmp_double);
 	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* One method's final state: window merged with attention over @sel of @table. */
-static void finish(const struct nelssa_attn_geom *g, const float *q, const void *k, const void *v,
-		   uint32_t n, const struct nelssa_cluster *table, uint32_t n_tab,
-		   const uint32_t *sel, uint32_t n_sel, const float *win_o, const float *win_l,
-		   const float *est_o, const float *est_l, float *o)
+/* The float64 reference: logits, LSE and output per row, masses per token. */
+static void reference(struct step *s)
 {
-	float po[G * D], pl[G], lse[G];
-	const float *so[2] = { po, est_o }, *sl[2] = { pl, est_l };
+	double kf[D];
 
-	if (nelssa_attn_clusters(g, q, k, v, n, table, n_tab, sel, n_sel, po, pl)) {
-		fprintf(stderr, "nelssa-accuracy: internal error in attention\n");
-		exit(1);
+	for (uint32_t t = 0; t < s->n; t++) {
+		for (uint32_t i = 0; i < D; i++)
+			kf[i] = nelssa_bf16_to_f32(s->k[(size_t)t * D + i]);
+		for (uint32_t r = 0; r < G; r++) {
+			double acc = 0.0;
+
+			for (uint32_t i = 0; i < D; i++)
+				acc += (double)s->q[r * D + i] * kf[i];
+			s->logit[(size_t)r * s->n + t] = acc / sqrt((double)D);
+		}
+		s->mass[t] = 0.0;
 	}
-	nelssa_final_merge(o, lse, win_o, win_l, so, sl, est_o ? 2 : 1, G, D);
+	for (uint32_t r = 0; r < G; r++) {
+		const double *l = s->logit + (size_t)r * s->n;
+		double m = -INFINITY, sum = 0.0;
+
+		for (uint32_t t = 0; t < s->n; t++)
+			m = fmax(m, l[t]);
+		for (uint32_t t = 0; t < s->n; t++)
+			sum += exp(l[t] - m);
+		s->lse[r] = m + log(sum);
+		for (uint32_t i = 0; i < D; i++)
+			s->o[r * D + i] = 0.0;
+		for (uint32_t t = 0; t < s->n; t++) {
+			double p = exp(l[t] - s->lse[r]);
+
+			s->mass[t] += p;
+			for (uint32_t i = 0; i < D; i++)
+				s->o[r * D + i] += p * nelssa_bf16_to_f32(s->v[(size_t)t * D + i]);
+		}
+	}
 }
 
-static void score_method(struct cell *c, const float *o, const float *dense, const double *mass,
-			 const uint32_t *tok, uint32_t n_tok, uint32_t off, double win_mass,
-			 const struct synth *s)
+/*
+ * Score one method's result: @o, @lse its merged state, @tok the middle
+ * tokens it read (ids relative to the middle), @est whether an estimated
+ * term is in the state (then its LSE is not that of the read tokens).
+ */
+static void score(struct cell *c, const struct step *s, const float *o, const float *lse,
+		  const uint32_t *tok, uint32_t n_tok, int est)
 {
-	double m = win_mass;
+	double rec[G] = { 0 };
 
+	memset(s->in, 0, s->n);
+	for (uint32_t t = 0; t < s->n; t++)
+		if (t < s->off || t >= s->off + s->mid)
+			s->in[t] = 1;
+	for (uint32_t i = 0; i < n_tok; i++)
+		s->in[tok[i] + s->off] = 1;
+	for (uint32_t r = 0; r < G; r++)
+		for (uint32_t t = 0; t < s->n; t++)
+			if (s->in[t])
+				rec[r] += exp(s->logit[(size_t)r * s->n + t] - s->lse[r]);
 	for (uint32_t r = 0; r < G; r++) {
 		double e = 0.0, nn = 0.0;
 
 		for (uint32_t i = 0; i < D; i++) {
-			double dv = (double)o[r * D + i] - dense[r * D + i];
+			double dv = (double)o[r * D + i] - s->o[r * D + i];
 
 			e += dv * dv;
-			nn += (double)dense[r * D + i] * dense[r * D + i];
+			nn += s->o[r * D + i] * s->o[r * D + i];
 		}
-		c->err[c->n_err++] = sqrt(e / nn);
+		c->err[c->n_err] = sqrt(e / nn);
+		c->dlse[c->n_err++] = (double)lse[r] - s->lse[r];
+		c->recall += rec[r] / G;
+		/* The LSE of the read tokens, from float64 logits of the raw keys. */
+		if (!est && !(fabs((double)lse[r] - (s->lse[r] + log(rec[r]))) <= 2e-3))
+			c->lse_bad++;
 	}
-	for (uint32_t i = 0; i < n_tok; i++)
-		m += mass[tok[i] + off];
-	c->recall += m / G;
-	c->budget += n_tok;
-	for (uint32_t j = 0; j < SYNTH_NEEDLES; j++) {
-		c->needles++;
-		for (uint32_t i = 0; i < n_tok; i++)
-			if (tok[i] + off == s->needle[j]) {
-				c->hits++;
-				break;
-			}
+	c->tokens += n_tok + (s->n - s->mid);
+	c->cases++;
+	for (uint32_t j = 0; j < s->n_targets; j++) {
+		if (s->mass[s->target[j]] / G < TARGET_MASS)
+			continue;	/* faded: carries no real mass */
+		c->targets++;
+		c->hits += s->in[s->target[j]];
 	}
 }
 
-static void run_context(const struct opts *op, uint32_t ci, struct cell *cells)
+/* Window merged with attention over @sel of @table (and the estimate, if any). */
+static void finish(const struct step *s, const void *k, const void *v,
+		   const struct nelssa_cluster *table, uint32_t n_tab, const uint32_t *sel,
+		   uint32_t n_sel, const float *est_o, const float *est_l, float *o, float *lse)
 {
-	const uint32_t n = op->ctx[ci];
-	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
-	const struct nelssa_kmeans_cfg kcfg = op->kcfg;
 	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
-	const uint32_t off = win.sink, mid = n - win.sink - win.recent;
+	float po[G * D], pl[G];
+	const float *so[2] = { po, est_o }, *sl[2] = { pl, est_l };
+
+	if (nelssa_attn_clusters(&g, s->q, k, v, s->mid, table, n_tab, sel, n_sel, po, pl))
+		die("attention");
+	nelssa_final_merge(o, lse, s->wo, s->wl, so, sl, est_o ? 2 : 1, G, D);
+}
+
+static uint32_t cluster_tokens(const struct nelssa_cluster_index *ix, const uint32_t *sel,
+			       uint32_t n_sel, uint32_t *tok)
+{
+	uint32_t nt = 0;
+
+	for (uint32_t i = 0; i < n_sel; i++)
+		for (uint32_t j = 0; j < ix->table[sel[i]].count; j++)
+			tok[nt++] = ix->perm[ix->table[sel[i]].first + j];
+	return nt;
+}
+
+static void run_step(const struct opts *op, struct step *s, struct cell *cells)
+{
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
 	const size_t row = D * sizeof(uint16_t);
+	const char *mk = (const char *)s->k + s->off * row, *mv = (const char *)s->v + s->off * row;
+	struct nelssa_cluster_index ix;
+	struct nelssa_cluster *pages, *single;
+	uint32_t *sizes, *sel, *tok, *rest, n_pages = (s->mid + PAGE - 1) / PAGE;
+	float *cscore, *bscore, *vsum, *lo, *hi, o[G * D], lse[G], eo[G * D], el[G];
+	uint16_t *ck, *cv;
+	unsigned char *chosen;
 
-	for (uint32_t tr = 0; tr < op->trials; tr++) {
-		struct synth s;
-		struct nelssa_cluster_index ix;
-		float dense[G * D], dl[G], wo[G * D], wl[G], eo[G * D], el[G], o[G * D];
-		double *mass = xcalloc(n, sizeof(double)), win_mass = 0.0;
-		uint16_t *ck, *cv;
-		float *score, *vsum, *lo, *hi, *bscore;
-		uint32_t *rank, *sizes, *tok = xcalloc(mid, sizeof(uint32_t)), *sel;
-		struct nelssa_cluster *pages, *single;
-		uint32_t n_pages = (mid + 15) / 16;
-		int n_rank;
+	s->logit = xcalloc((size_t)G * s->n, sizeof(double));
+	s->mass = xcalloc(s->n, sizeof(double));
+	s->in = xcalloc(s->n, 1);
+	reference(s);
+	if (nelssa_window_attn(&g, s->q, s->k, s->v, s->n, &win, s->wo, s->wl))
+		die("window");
+	if (nelssa_kmeans_build(&ix, &op->kcfg, NELSSA_KV_BF16, mk, s->mid, D))
+		die("k-means");
+	ck = xcalloc(s->mid, row);
+	cv = xcalloc(s->mid, row);
+	nelssa_kv_reorder(&ix, row, mk, ck);
+	nelssa_kv_reorder(&ix, row, mv, cv);
+	sizes = xcalloc(ix.n_clusters, sizeof(uint32_t));
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		sizes[c] = ix.table[c].count;
+	cscore = xcalloc(ix.n_clusters, sizeof(float));
+	bscore = xcalloc(ix.n_clusters, sizeof(float));
+	vsum = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
+	lo = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
+	hi = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
+	nelssa_cluster_value_sums(&ix, NELSSA_KV_BF16, mv, vsum);
+	nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, mk, lo, hi);
+	if (nelssa_centroid_scores(s->q, G, D, g.scale, ix.centroids, sizes, ix.n_clusters,
+				   cscore) ||
+	    nelssa_bound_probs(s->q, G, D, g.scale, lo, hi, sizes, ix.n_clusters, bscore))
+		die("scoring");
+	pages = xcalloc(n_pages, sizeof(*pages));
+	for (uint32_t p = 0; p < n_pages; p++)
+		pages[p] = (struct nelssa_cluster){ p * PAGE,
+						    p * PAGE + PAGE <= s->mid ? PAGE : s->mid - p * PAGE };
+	single = xcalloc(s->mid, sizeof(*single));
+	for (uint32_t t = 0; t < s->mid; t++)
+		single[t] = (struct nelssa_cluster){ t, 1 };
+	sel = xcalloc(s->mid + ix.n_clusters, sizeof(uint32_t));
+	tok = xcalloc(s->mid, sizeof(uint32_t));
+	rest = xcalloc(ix.n_clusters, sizeof(uint32_t));
+	chosen = xcalloc(ix.n_clusters, 1);
+	for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
+		struct cell *cl = &cells[ri * N_METHODS];
 
-		if (synth_make(&s, n, op->seed + 1000003ull * ci + tr) ||
-		    nelssa_attn_dense(&g, s.q, s.k, s.v, n, dense, dl) ||
-		    nelssa_token_mass(&g, s.q, s.k, n, mass) ||
-		    nelssa_window_attn(&g, s.q, s.k, s.v, n, &win, wo, wl)) {
-			fprintf(stderr, "nelssa-accuracy: setup failed\n");
-			exit(1);
-		}
-		for (uint32_t t = 0; t < n; t++)
-			if (t < win.sink || t + win.recent >= n)
-				win_mass += mass[t];
-		if (!op->json)
-			fprintf(stderr, "  context %u, trial %u: clustering %u tokens...\n", n, tr + 1,
-				mid);
-		if (nelssa_kmeans_build(&ix, &kcfg, NELSSA_KV_BF16, (const char *)s.k + off * row,
-					mid, D)) {
-			fprintf(stderr, "nelssa-accuracy: k-means failed\n");
-			exit(1);
-		}
-		ck = xcalloc(mid, row);
-		cv = xcalloc(mid, row);
-		nelssa_kv_reorder(&ix, row, (const char *)s.k + off * row, ck);
-		nelssa_kv_reorder(&ix, row, (const char *)s.v + off * row, cv);
-		sizes = xcalloc(ix.n_clusters, sizeof(uint32_t));
-		for (uint32_t c = 0; c < ix.n_clusters; c++)
-			sizes[c] = ix.table[c].count;
-		score = xcalloc(ix.n_clusters, sizeof(float));
-		rank = xcalloc(ix.n_clusters, sizeof(uint32_t));
-		vsum = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
-		nelssa_cluster_value_sums(&ix, NELSSA_KV_BF16, (const char *)s.v + off * row, vsum);
-		lo = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
-		hi = xcalloc((size_t)ix.n_clusters * D, sizeof(float));
-		bscore = xcalloc(ix.n_clusters, sizeof(float));
-		nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, (const char *)s.k + off * row, lo, hi);
-		nelssa_bound_scores(s.q, G, D, lo, hi, sizes, ix.n_clusters, bscore);
-		if (nelssa_centroid_scores(s.q, G, D, g.scale, ix.centroids, sizes, ix.n_clusters,
-					   score) ||
-		    (n_rank = nelssa_topk(score, ix.n_clusters, ix.n_clusters, rank)) < 0) {
-			fprintf(stderr, "nelssa-accuracy: Top-K failed\n");
-			exit(1);
-		}
-		pages = xcalloc(n_pages, sizeof(*pages));
-		for (uint32_t p = 0; p < n_pages; p++)
-			pages[p] = (struct nelssa_cluster){ p * 16, p * 16 + 16 <= mid ? 16 : mid - p * 16 };
-		single = xcalloc(mid, sizeof(*single));
-		for (uint32_t t = 0; t < mid; t++)
-			single[t] = (struct nelssa_cluster){ t, 1 };
-		sel = xcalloc(mid, sizeof(uint32_t));
-		for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
-			struct cell *cl = &cells[(ci * MAX_RATIO + ri) * N_METHODS];
-			uint32_t k = nelssa_topk_ratio_count(ix.n_clusters, op->ratio[ri]), nt = 0, budget;
-			uint32_t est = nelssa_topk_ratio_count(ix.n_clusters, op->est_ratio);
-			int ns;
-
-			if (k > (uint32_t)n_rank)
-				k = (uint32_t)n_rank;
-			if (est > (uint32_t)n_rank - k)
-				est = (uint32_t)n_rank - k;
-			for (uint32_t i = 0; i < k; i++)
-				for (uint32_t j = 0; j < ix.table[rank[i]].count; j++)
-					tok[nt++] = ix.perm[ix.table[rank[i]].first + j];
-			finish(&g, s.q, ck, cv, mid, ix.table, ix.n_clusters, rank, k, wo, wl, NULL,
-			       NULL, o);
-			score_method(&cl[CLUSTER], o, dense, mass, tok, nt, off, win_mass, &s);
-			budget = nt;
-			nelssa_estimate_attn(&g, s.q, ix.centroids, vsum, sizes, rank + k, est, eo, el);
-			finish(&g, s.q, ck, cv, mid, ix.table, ix.n_clusters, rank, k, wo, wl, eo, el,
-			       o);
-			score_method(&cl[CLUSTER_EST], o, dense, mass, tok, nt, off, win_mass, &s);
-			/* Bound-scored clusters, within the same token budget. */
-			ns = nelssa_topk_budget(bscore, sizes, ix.n_clusters, budget, sel);
-			if (ns < 0) {
-				fprintf(stderr, "nelssa-accuracy: bound Top-K failed\n");
-				exit(1);
+		for (int m = 0; m < N_METHODS; m++)
+			for (uint32_t c = 0; c < ix.n_clusters; c++) {
+				cl[m].clusters += 1.0;
+				cl[m].singles += sizes[c] == 1;
 			}
-			finish(&g, s.q, ck, cv, mid, ix.table, ix.n_clusters, sel, (uint32_t)ns, wo, wl,
-			       NULL, NULL, o);
-			nt = 0;
-			for (int i = 0; i < ns; i++)
-				for (uint32_t j = 0; j < ix.table[sel[i]].count; j++)
-					tok[nt++] = ix.perm[ix.table[sel[i]].first + j];
-			score_method(&cl[CLUSTER_BOUND], o, dense, mass, tok, nt, off, win_mass, &s);
-			/* Same token budget for the baselines. */
-			ns = nelssa_quest_pages(&g, s.q, (const char *)s.k + off * row, mid, 16,
-						budget / 16, sel);
-			finish(&g, s.q, (const char *)s.k + off * row, (const char *)s.v + off * row,
-			       mid, pages, n_pages, sel, (uint32_t)ns, wo, wl, NULL, NULL, o);
-			nt = 0;
-			for (int i = 0; i < ns; i++)
-				for (uint32_t j = 0; j < pages[sel[i]].count; j++)
-					tok[nt++] = pages[sel[i]].first + j;
-			score_method(&cl[QUEST], o, dense, mass, tok, nt, off, win_mass, &s);
-			ns = nelssa_oracle_tokens(&g, s.q, (const char *)s.k + off * row, mid, budget,
-						  sel);
-			finish(&g, s.q, (const char *)s.k + off * row, (const char *)s.v + off * row,
-			       mid, single, mid, sel, (uint32_t)ns, wo, wl, NULL, NULL, o);
-			score_method(&cl[ORACLE], o, dense, mass, sel, (uint32_t)ns, off, win_mass, &s);
-		}
-		nelssa_kmeans_free(&ix);
-		synth_free(&s);
-		free(mass);
-		free(ck);
-		free(cv);
-		free(score);
-		free(rank);
-		free(vsum);
-		free(lo);
-		free(hi);
-		free(bscore);
-		free(sizes);
-		free(tok);
-		free(sel);
-		free(pages);
-		free(single);
 	}
+	for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
+		struct cell *cl = &cells[ri * N_METHODS];
+		const uint64_t budget = (uint64_t)nearbyint(op->ratio[ri] * s->mid);
+		const float *lists[2] = { bscore, cscore };
+		const double share[2] = { op->bound_share, 1.0 - op->bound_share };
+		uint32_t nt, n_rest = 0;
+		int ns;
+
+		/* The shipped selection: centroid scores filling the token budget. */
+		ns = nelssa_topk_fill(cscore, sizes, ix.n_clusters, budget, sel, NULL);
+		if (ns < 0)
+			die("Top-K");
+		finish(s, ck, cv, ix.table, ix.n_clusters, sel, (uint32_t)ns, NULL, NULL, o, lse);
+		nt = cluster_tokens(&ix, sel, (uint32_t)ns, tok);
+		score(&cl[CLUSTER], s, o, lse, tok, nt, 0);
+		/* The estimation term over every cluster not selected. */
+		memset(chosen, 0, ix.n_clusters);
+		for (int i = 0; i < ns; i++)
+			chosen[sel[i]] = 1;
+		for (uint32_t c = 0; c < ix.n_clusters; c++)
+			if (!chosen[c])
+				rest[n_rest++] = c;
+		if (nelssa_estimate_attn(&g, s->q, ix.centroids, vsum, sizes, rest, n_rest, eo, el))
+			die("estimate");
+		finish(s, ck, cv, ix.table, ix.n_clusters, sel, (uint32_t)ns, eo, el, o, lse);
+		score(&cl[CLUSTER_EST], s, o, lse, tok, nt, 1);
+
+		ns = nelssa_topk_fill(bscore, sizes, ix.n_clusters, budget, sel, NULL);
+		if (ns < 0)
+			die("bound Top-K");
+		finish(s, ck, cv, ix.table, ix.n_clusters, sel, (uint32_t)ns, NULL, NULL, o, lse);
+		nt = cluster_tokens(&ix, sel, (uint32_t)ns, tok);
+		score(&cl[BOUND], s, o, lse, tok, nt, 0);
+
+		ns = nelssa_select_hybrid(lists, share, 2, sizes, ix.n_clusters, budget, sel, NULL);
+		if (ns < 0)
+			die("hybrid selection");
+		finish(s, ck, cv, ix.table, ix.n_clusters, sel, (uint32_t)ns, NULL, NULL, o, lse);
+		nt = cluster_tokens(&ix, sel, (uint32_t)ns, tok);
+		score(&cl[HYBRID], s, o, lse, tok, nt, 0);
+
+		ns = nelssa_quest_pages(&g, s->q, mk, s->mid, PAGE, (uint32_t)(budget / PAGE), sel);
+		if (ns < 0)
+			die("page Top-K");
+		finish(s, mk, mv, pages, n_pages, sel, (uint32_t)ns, NULL, NULL, o, lse);
+		nt = 0;
+		for (int i = 0; i < ns; i++)
+			for (uint32_t j = 0; j < pages[sel[i]].count; j++)
+				tok[nt++] = pages[sel[i]].first + j;
+		score(&cl[QUEST], s, o, lse, tok, nt, 0);
+
+		ns = nelssa_oracle_tokens(&g, s->q, mk, s->mid, (uint32_t)budget, sel);
+		if (ns < 0)
+			die("oracle");
+		finish(s, mk, mv, single, s->mid, sel, (uint32_t)ns, NULL, NULL, o, lse);
+		score(&cl[ORACLE], s, o, lse, sel, (uint32_t)ns, 0);
+	}
+	nelssa_kmeans_free(&ix);
+	free(ck);
+	free(cv);
+	free(sizes);
+	free(cscore);
+	free(bscore);
+	free(vsum);
+	free(lo);
+	free(hi);
+	free(pages);
+	free(single);
+	free(sel);
+	free(tok);
+	free(rest);
+	free(chosen);
+	free(s->logit);
+	free(s->mass);
+	free(s->in);
+}
+
+static const char *fam_name(int f)
+{
+	return f < HARD_N_FAMILIES ? hard_family_name[f] : "synth";
+}
+
+static void run_case(const struct opts *op, int f, uint32_t n, uint64_t seed, struct cell *cells)
+{
+	struct step s = { .n = n, .off = SYNTH_SINKS };
+	struct hard_case hc;
+	struct synth sy;
+
+	s.mid = n - SYNTH_SINKS - NELSSA_WINDOW_DEFAULT.recent;
+	if (f < HARD_N_FAMILIES) {
+		if (hard_make(&hc, (enum hard_family)f, n, seed))
+			die("generator");
+		s.k = hc.k;
+		s.v = hc.v;
+		s.q = hc.q;
+		s.n_targets = hc.n_targets;
+		memcpy(s.target, hc.target, sizeof(s.target));
+	} else {
+		if (synth_make(&sy, n, seed))
+			die("generator");
+		s.k = sy.k;
+		s.v = sy.v;
+		s.q = sy.q;
+		s.n_targets = SYNTH_NEEDLES;
+		memcpy(s.target, sy.needle, sizeof(sy.needle));
+	}
+	run_step(op, &s, cells);
+	if (f < HARD_N_FAMILIES)
+		hard_free(&hc);
+	else
+		synth_free(&sy);
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: nelssa-accuracy [--contexts N,N..] [--ratios P,P..] [--trials N]\n"
-		"                       [--estimate R] [--seed S] [--outlier-cos C]\n"
-		"                       [--outliers N] [--json]\n"
+		"usage: nelssa-accuracy [--families F,F..] [--contexts N,N..] [--ratios P,P..]\n"
+		"                       [--seeds S,S..] [--trials N] [--bound-share X]\n"
+		"                       [--outlier-cos C] [--outliers N] [--outlier-ratio X]\n"
+		"                       [--json]\n"
+		"  --families   copy,needle,entropy,drift,hidden,massive (the harder\n"
+		"               generator) and synth (the first one); default all six hard\n"
 		"  --contexts   context lengths in tokens (default 32768,131072)\n"
-		"  --ratios     selection ratios in percent of clusters (default 1,2,4,8)\n"
-		"  --trials     generated decode steps per context (default 4)\n"
-		"  --estimate   estimation-zone ratio for cluster+est (default 0.2)\n"
-		"  --seed       generator seed (default 1)\n"
-		"  --outlier-cos  k-means: keys below this cosine with their centroid\n"
-		"               become clusters of their own (default 0.5)\n"
-		"  --outliers   k-means: at most this many such keys per 1000 (default 16)\n"
-		"  --json       one JSON object instead of the table\n"
-		"Every method attends 4 sink + 64 recent tokens exactly; page-topk and oracle\n"
-		"get the token budget the cluster method selected.  Errors are relative L2 of\n"
-		"the output against dense attention (median over query rows and trials).\n");
+		"  --ratios     token budget in percent of the middle tokens (default 4)\n"
+		"  --seeds      generator seeds (default 1,2,3; 4-6 are held out)\n"
+		"  --trials     decode steps per seed (default 1)\n"
+		"  --bound-share  share of the budget the hybrid fills by cluster bounds\n"
+		"               first, the rest by centroids (default %.2f)\n"
+		"  --outlier-cos, --outliers, --outlier-ratio  k-means outlier splitting\n"
+		"               (defaults %.2f, %u per mille, %.2f; ratio 0 disables it)\n"
+		"  --json       one JSON object per line instead of the table\n"
+		"Every method attends 4 sink + 64 recent tokens exactly and reads the same\n"
+		"token budget from the middle.  Errors are relative L2 of the output against\n"
+		"float64 dense attention (median over query rows, seeds and trials); dLSE is\n"
+		"the LSE returned minus the dense one.\n",
+		HYBRID_SHARE, (double)NELSSA_KMEANS_DEFAULT.outlier_cos,
+		NELSSA_KMEANS_DEFAULT.outlier_per_mille, (double)NELSSA_KMEANS_DEFAULT.outlier_ratio);
 }
 
 static int parse_list(const char *arg, double *out, uint32_t max, uint32_t *n, double lo,
@@ -288,24 +426,128 @@ static int parse_list(const char *arg, double *out, uint32_t max, uint32_t *n, d
 	return 0;
 }
 
+static int parse_families(const char *arg, struct opts *op)
+{
+	char *dup = strdup(arg), *save = NULL, *tokp;
+
+	op->n_fam = 0;
+	for (tokp = strtok_r(dup, ",", &save); tokp; tokp = strtok_r(NULL, ",", &save)) {
+		int f = strcmp(tokp, "synth") ? hard_family_by_name(tokp) : HARD_N_FAMILIES;
+
+		if (f < 0 || op->n_fam == N_FAM) {
+			fprintf(stderr, "nelssa-accuracy: --families: unknown family %s\n", tokp);
+			free(dup);
+			return -1;
+		}
+		op->fam[op->n_fam++] = f;
+	}
+	free(dup);
+	return op->n_fam ? 0 : -1;
+}
+
+static void report(const struct opts *op, struct cell *cells)
+{
+	int all_met = 1, first = 1;
+
+	if (op->json)
+		printf("{\"rows\":[\n");
+	else
+		printf("%-8s %7s %5s %-12s %7s %8s %9s %8s %8s %8s %8s %6s\n", "family", "context",
+		       "ratio", "method", "tokens", "recall", "med.err", "/oracle", "targets",
+		       "|dLSE|", "max", "lse-ok");
+	for (int fi = 0; fi < op->n_fam; fi++)
+		for (uint32_t ci = 0; ci < op->n_ctx; ci++)
+			for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
+				struct cell *cl = &cells[((fi * MAX_CTX + ci) * MAX_RATIO + ri) *
+							 N_METHODS];
+				double med[N_METHODS], adl[N_METHODS], mx[N_METHODS];
+				int met;
+
+				for (int m = 0; m < N_METHODS; m++) {
+					mx[m] = 0.0;
+					for (uint32_t i = 0; i < cl[m].n_err; i++) {
+						cl[m].dlse[i] = fabs(cl[m].dlse[i]);
+						mx[m] = fmax(mx[m], cl[m].dlse[i]);
+					}
+					med[m] = median(cl[m].err, cl[m].n_err);
+					adl[m] = median(cl[m].dlse, cl[m].n_err);
+				}
+				for (int m = 0; m < N_METHODS; m++) {
+					const struct cell *c = &cl[m];
+					double rel = med[ORACLE] > 0 ? med[m] / med[ORACLE] : INFINITY;
+
+					if (op->json)
+						printf("%s{\"family\":\"%s\",\"context\":%u,\"ratio\":%g,"
+						       "\"method\":\"%s\",\"cases\":%u,\"tokens\":%.1f,"
+						       "\"recall\":%.6f,\"median_err\":%.6g,"
+						       "\"err_over_oracle\":%.4g,\"hits\":%u,"
+						       "\"targets\":%u,\"median_abs_dlse\":%.6g,"
+						       "\"max_abs_dlse\":%.6g,\"lse_bad\":%u,"
+						       "\"clusters\":%.1f,\"single_key_clusters\":%.1f}\n",
+						       first ? "" : ",", fam_name(op->fam[fi]), op->ctx[ci],
+						       op->ratio[ri] * 100, method_name[m], c->cases,
+						       c->tokens / c->cases, c->recall / c->cases,
+						       med[m], rel, c->hits, c->targets, adl[m], mx[m],
+						       c->lse_bad, c->clusters / c->cases,
+						       c->singles / c->cases);
+					else
+						printf("%-8s %7u %4g%% %-12s %7.0f %8.4f %8.3f%% %8.2f "
+						       "%4u/%-3u %8.4f %8.4f %6s\n",
+						       fam_name(op->fam[fi]), op->ctx[ci],
+						       op->ratio[ri] * 100, method_name[m],
+						       c->tokens / c->cases, c->recall / c->cases,
+						       100 * med[m], rel, c->hits, c->targets, adl[m],
+						       mx[m], c->lse_bad ? "NO" : "yes");
+					first = 0;
+				}
+				/* Issue 17's targets, for the shipped method with its estimate. */
+				met = cl[CLUSTER_EST].hits == cl[CLUSTER_EST].targets &&
+				      med[CLUSTER_EST] <= 1.5 * med[ORACLE] &&
+				      med[CLUSTER_EST] <= med[QUEST] &&
+				      (adl[ORACLE] > 0.05 || adl[CLUSTER_EST] <= 0.05);
+				all_met &= met;
+				if (!op->json)
+					printf("  -> %s %u: targets %u/%u, error %.2fx oracle, %.2fx "
+					       "page-topk, |dLSE| %.4f (oracle %.4f): %s "
+					       "[%.0f clusters, %.0f single-key]\n",
+					       fam_name(op->fam[fi]), op->ctx[ci],
+					       cl[CLUSTER_EST].hits, cl[CLUSTER_EST].targets,
+					       med[CLUSTER_EST] / med[ORACLE],
+					       med[CLUSTER_EST] / med[QUEST], adl[CLUSTER_EST],
+					       adl[ORACLE], met ? "met" : "NOT MET",
+					       cl[CLUSTER].clusters / cl[CLUSTER].cases,
+					       cl[CLUSTER].singles / cl[CLUSTER].cases);
+			}
+	if (op->json)
+		printf("],\"targets_met\":%s}\n", all_met ? "true" : "false");
+	else
+		printf("issue 17 targets (cluster+est): %s\n", all_met ? "met" : "NOT MET");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "contexts", required_argument, NULL, 'c' }, { "ratios", required_argument, NULL, 'r' },
-		{ "trials", required_argument, NULL, 't' }, { "estimate", required_argument, NULL, 'e' },
-		{ "seed", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'j' },
-		{ "outlier-cos", required_argument, NULL, 'o' },
+		{ "trials", required_argument, NULL, 't' }, { "seeds", required_argument, NULL, 's' },
+		{ "families", required_argument, NULL, 'f' },
+		{ "bound-share", required_argument, NULL, 'b' },
+		{ "json", no_argument, NULL, 'j' }, { "outlier-cos", required_argument, NULL, 'o' },
 		{ "outliers", required_argument, NULL, 'O' },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+		{ "outlier-ratio", required_argument, NULL, 'R' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
-	struct opts op = { .ctx = { 32768, 131072 }, .n_ctx = 2, .ratio = { 0.01, 0.02, 0.04, 0.08 },
-			   .n_ratio = 4, .trials = 4, .est_ratio = 0.2, .seed = 1,
+	struct opts op = { .ctx = { 32768, 131072 }, .n_ctx = 2, .ratio = { 0.04 }, .n_ratio = 1,
+			   .trials = 1, .seed = { 1, 2, 3 }, .n_seeds = 3,
+			   .bound_share = HYBRID_SHARE,
 			   .kcfg = NELSSA_KMEANS_DEFAULT };
-	double tmp[MAX_CTX], v;
+	double tmp[MAX_SEEDS], v;
+	size_t n_cells;
 	struct cell *cells;
 	char *end;
-	int c, fail = 0;
+	int c;
 
+	for (int f = 0; f < HARD_N_FAMILIES; f++)
+		op.fam[op.n_fam++] = f;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'c':
@@ -320,6 +562,16 @@ int main(int argc, char **argv)
 			for (uint32_t i = 0; i < op.n_ratio; i++)
 				op.ratio[i] /= 100.0;
 			break;
+		case 's':
+			if (parse_list(optarg, tmp, MAX_SEEDS, &op.n_seeds, 0, 1e15, "--seeds"))
+				return 2;
+			for (uint32_t i = 0; i < op.n_seeds; i++)
+				op.seed[i] = (uint64_t)tmp[i];
+			break;
+		case 'f':
+			if (parse_families(optarg, &op))
+				return 2;
+			break;
 		case 't':
 			v = strtod(optarg, &end);
 			if (*end || !(v >= 1 && v <= 100) || v != floor(v)) {
@@ -328,19 +580,14 @@ int main(int argc, char **argv)
 			}
 			op.trials = (uint32_t)v;
 			break;
-		case 'e':
-			op.est_ratio = strtod(optarg, &end);
-			if (*end || !(op.est_ratio >= 0 && op.est_ratio <= 1)) {
-				fprintf(stderr, "nelssa-accuracy: --estimate %s: need [0, 1]\n", optarg);
+		case 'b':
+			v = strtod(optarg, &end);
+			if (*end || !*optarg || !(v >= 0 && v <= 1)) {
+				fprintf(stderr, "nelssa-accuracy: --bound-share %s: need [0, 1]\n",
+					optarg);
 				return 2;
 			}
-			break;
-		case 's':
-			op.seed = strtoull(optarg, &end, 0);
-			if (*end || !*optarg) {
-				fprintf(stderr, "nelssa-accuracy: --seed %s: need an integer\n", optarg);
-				return 2;
-			}
+			op.bound_share = v;
 			break;
 		case 'o':
 			v = strtod(optarg, &end);
@@ -359,6 +606,15 @@ int main(int argc, char **argv)
 			}
 			op.kcfg.outlier_per_mille = (uint32_t)v;
 			break;
+		case 'R':
+			v = strtod(optarg, &end);
+			if (*end || !*optarg || !(v >= 0 && v <= 100)) {
+				fprintf(stderr, "nelssa-accuracy: --outlier-ratio %s: need [0, 100]\n",
+					optarg);
+				return 2;
+			}
+			op.kcfg.outlier_ratio = (float)v;
+			break;
 		case 'j': op.json = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -368,53 +624,30 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nelssa-accuracy: unexpected argument %s\n", argv[optind]);
 		return 2;
 	}
-	cells = xcalloc((size_t)MAX_CTX * MAX_RATIO * N_METHODS, sizeof(*cells));
-	for (size_t i = 0; i < (size_t)MAX_CTX * MAX_RATIO * N_METHODS; i++)
-		cells[i].err = xcalloc((size_t)op.trials * G, sizeof(double));
-	for (uint32_t ci = 0; ci < op.n_ctx; ci++)
-		run_context(&op, ci, cells);
-	if (op.json)
-		printf("{\"seed\":%llu,\"trials\":%u,\"rows\":[", (unsigned long long)op.seed,
-		       op.trials);
-	else
-		printf("%-8s %5s %-12s %8s %8s %9s %8s %7s\n", "context", "ratio", "method", "budget",
-		       "recall", "med.err", "/oracle", "needles");
-	for (uint32_t ci = 0; ci < op.n_ctx; ci++)
-		for (uint32_t ri = 0; ri < op.n_ratio; ri++) {
-			struct cell *cl = &cells[(ci * MAX_RATIO + ri) * N_METHODS];
-			double med[N_METHODS];
-
-			for (int m = 0; m < N_METHODS; m++)
-				med[m] = median(cl[m].err, cl[m].n_err);
-			for (int m = 0; m < N_METHODS; m++) {
-				double rec = cl[m].recall / op.trials, bud = cl[m].budget / op.trials;
-				double hit = (double)cl[m].hits / cl[m].needles;
-				double rel = med[ORACLE] > 0 ? med[m] / med[ORACLE] : INFINITY;
-
-				if (op.json)
-					printf("%s{\"context\":%u,\"ratio\":%g,\"method\":\"%s\","
-					       "\"budget\":%.0f,\"recall\":%.6f,\"median_err\":%.6g,"
-					       "\"err_over_oracle\":%.4g,\"needle_hit_rate\":%.4f}",
-					       ci + ri + m ? "," : "", op.ctx[ci], op.ratio[ri] * 100,
-					       method_name[m], bud, rec, med[m], rel, hit);
-				else
-					printf("%-8u %4g%% %-12s %8.0f %8.4f %8.3f%% %8.2f %6.0f%%\n",
-					       op.ctx[ci], op.ratio[ri] * 100, method_name[m], bud, rec,
-					       100 * med[m], rel, 100 * hit);
-			}
-			/* Issue 6's targets at 4 % + window. */
-			if (fabs(op.ratio[ri] - 0.04) < 1e-9 &&
-			    ((double)cl[CLUSTER].hits < cl[CLUSTER].needles || med[CLUSTER] >= 0.02 ||
-			     med[CLUSTER] > med[QUEST]))
-				fail = 1;
-		}
-	if (op.json)
-		printf("],\"targets_met\":%s}\n", fail ? "false" : "true");
-	else
-		printf("targets at 4%% (needles 100%%, median error < 2%%, cluster <= page-topk): %s\n",
-		       fail ? "NOT MET" : "met");
-	for (size_t i = 0; i < (size_t)MAX_CTX * MAX_RATIO * N_METHODS; i++)
+	n_cells = (size_t)N_FAM * MAX_CTX * MAX_RATIO * N_METHODS;
+	cells = xcalloc(n_cells, sizeof(*cells));
+	for (size_t i = 0; i < n_cells; i++) {
+		cells[i].err = xcalloc((size_t)op.trials * op.n_seeds * G, sizeof(double));
+		cells[i].dlse = xcalloc((size_t)op.trials * op.n_seeds * G, sizeof(double));
+	}
+	for (int fi = 0; fi < op.n_fam; fi++)
+		for (uint32_t ci = 0; ci < op.n_ctx; ci++)
+			for (uint32_t si = 0; si < op.n_seeds; si++)
+				for (uint32_t tr = 0; tr < op.trials; tr++) {
+					if (!op.json)
+						fprintf(stderr, "  %s %u, seed %llu, trial %u...\n",
+							fam_name(op.fam[fi]), op.ctx[ci],
+							(unsigned long long)op.seed[si], tr + 1);
+					run_case(&op, op.fam[fi], op.ctx[ci],
+						 op.seed[si] + 1000003ull * tr,
+						 &cells[((size_t)fi * MAX_CTX + ci) * MAX_RATIO *
+							N_METHODS]);
+				}
+	report(&op, cells);
+	for (size_t i = 0; i < n_cells; i++) {
 		free(cells[i].err);
+		free(cells[i].dlse);
+	}
 	free(cells);
 	return 0;
 }

@@ -194,7 +194,7 @@ void nelssa_final_merge(float *o, float *lse, const float *win_o, const float *w
  *	the cluster's mean would hide from every query (a "needle").
  * @outlier_ratio: so is a token whose distance from its cluster's mean
  *	is above this many times the cluster's median distance (default
- *	1.25; 0 disables): a strong member that still points the cluster's
+ *	1.15; 0 disables): a strong member that still points the cluster's
  *	way.  Over the cap, the largest such ratios split first.
  */
 struct nelssa_kmeans_cfg {
@@ -210,7 +210,7 @@ struct nelssa_kmeans_cfg {
 #define NELSSA_KMEANS_DEFAULT                                                                    \
 	((struct nelssa_kmeans_cfg){ .segment = 8192, .cluster_tokens = 16, .iters = 10,         \
 				     .chunk = 1024, .outlier_per_mille = 16, .outlier_cos = 0.5f, \
-				     .outlier_ratio = 1.25f })
+				     .outlier_ratio = 1.15f })
 
 /**
  * struct nelssa_cluster_index - the clustering of one (layer, KV head).
