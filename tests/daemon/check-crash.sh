@@ -10,7 +10,8 @@
 #      and checking every output against float64; afterwards the daemon's
 #      sessions (STATS, as nelssactl stats shows them) and the device memory
 #      it has left (its own figure: e2e_client probe) equal the baseline
-#      exactly, its open fds (/proc/PID/fd) too, and its VmRSS -- less the
+#      exactly, it holds no open fd (/proc/PID/fd, by number and socket or
+#      pipe inode) the baseline lacks, and its VmRSS -- less the
 #      emulated devices' memory, whose pages stay resident once written, as
 #      a card's DRAM -- stays within RSS_BOUND_KB of the baseline.  The
 #      baseline is taken after WARMUP kills and a bystander run, once the
@@ -35,6 +36,10 @@
 #      with no UCX assertion, and serve.
 #
 # Kill points come from the clients' own progress, never from a delay.
+# Every wait is bounded (a client's calls by its timeouts, a client that
+# hangs anyway by a 120 s watchdog, part (a) by 480 s, each settling by
+# 60 s): a daemon that stops answering fails the subtest naming where its
+# threads are (gdb), rather than the whole test timing out.
 # NELSSA_CRASH_SEED replays the seeded choices (the run prints its seed);
 # NELSSA_CRASH_PARTS (default "a b c d") runs some parts only.
 #
@@ -56,7 +61,8 @@ RSS_BOUND_KB=16384
 out=$(mktemp -d)
 pid=
 n=0
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+# NELSSA_CRASH_KEEP=DIR keeps the daemons' logs and the clients' outputs there.
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; [ -n "${NELSSA_CRASH_KEEP:-}" ] && cp -r "$out" "$NELSSA_CRASH_KEEP"; rm -rf "$out"' EXIT
 
 # shellcheck source=../../scripts/nelssad-lib.sh
 . "$(dirname "$0")/../../scripts/nelssad-lib.sh"
@@ -110,29 +116,63 @@ nfds() {
 	ls "/proc/$pid/fd" 2>/dev/null | wc -l
 }
 
-# The daemon's sessions and free device memory, "SESSIONS FREE_MIB" ("- -": no answer).
+# The daemon's open fds, "FD TARGET" a line: a socket or pipe opened again
+# under a reused number reads as new, by its inode.
+fdlist() {
+	for _f in "/proc/$pid/fd/"*; do
+		echo "${_f##*/} $(readlink "$_f" 2>/dev/null)"
+	done | sort
+}
+
+# The fds open now that the baseline FILE (a fdlist) did not have.  A
+# baseline may hold an fd of the client before that was still closing; a
+# leak is an fd the baseline does not have, whatever the count.
+new_fds() {
+	fdlist | comm -23 - "$1"
+}
+
+# The daemon's sessions and free device memory, "SESSIONS FREE_MIB" ("- -":
+# no answer in 10 s, where an idle daemon answers in milliseconds).
 probe() {
-	ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" probe >"$out/probe" 2>&1 &&
+	ASAN_OPTIONS=$cli_asan timeout 10 "$cli" 127.0.0.1 "$port" probe >"$out/probe" 2>&1 &&
 		awk '/^sessions / { s = $2 } /^free_mib / { f = $2 } END { print s, f }' \
 			"$out/probe" || echo "- -"
 }
 
-# Waits (60 s at most) until the daemon is idle: SESSIONS sessions and FREE MiB free.
+# Waits (60 s at most, in all) until the daemon is idle: SESSIONS sessions
+# and FREE MiB free.
 settle() {
-	_i=0
-	while [ "$(probe)" != "$1 $2" ] && [ $_i -lt 120 ] && kill -0 "$pid" 2>/dev/null; do
+	_end=$(($(date +%s) + 60))
+	while [ "$(probe)" != "$1 $2" ] && [ "$(date +%s)" -lt $_end ] &&
+		kill -0 "$pid" 2>/dev/null; do
 		sleep 0.5
-		_i=$((_i + 1))
 	done
 }
 
-# Waits (30 s at most) until the daemon holds FDS open fds.
+# Waits (30 s at most) until the daemon holds no fd the baseline FILE lacks.
 settle_fds() {
-	_i=0
-	while [ "$(nfds)" -ne "$1" ] && [ $_i -lt 60 ] && kill -0 "$pid" 2>/dev/null; do
+	_end=$(($(date +%s) + 30))
+	while [ -n "$(new_fds "$1")" ] && [ "$(date +%s)" -lt $_end ] &&
+		kill -0 "$pid" 2>/dev/null; do
 		sleep 0.5
-		_i=$((_i + 1))
 	done
+}
+
+# Where each of the daemon's threads is, when it stopped answering: TAP
+# diagnostics (gdb's backtraces) in $out/bt.tap, and on stdout one line naming the
+# innermost of the project's own frames per thread, for the subtest's
+# description (a summary may show nothing else).
+stuck_report() {
+	if ! command -v gdb >/dev/null 2>&1; then
+		echo "no gdb to say where"
+		return
+	fi
+	timeout 60 gdb -p "$pid" -batch -ex 'thread apply all bt 20' >"$out/bt" 2>&1
+	sed 's/^/# /' "$out/bt" | grep '^# \(Thread\|#\)' | head -120 >"$out/bt.tap"
+	awk '/^Thread / { if (f != "") l = l " " f; f = "" }
+	     /^#[0-9]+ / && f == "" && /(daemon|runtime|firmware)\// {
+		for (i = 1; i <= NF; i++) if ($i == "in") { f = $(i + 1); break } }
+	     END { if (f != "") l = l " " f; print "threads in:" (l == "" ? " ?" : l) }' "$out/bt"
 }
 
 # One kill of plan line "KIND K": runs the client and kills it at its K-th
@@ -150,7 +190,15 @@ kill_one() {
 		ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" busy >"$out/fifo" 2>&1 &
 		_want="$_kind $_k" ;;
 	esac
+	# The client itself, not a timeout(1) around it, is what is killed; a
+	# watchdog bounds a client that hangs without a word (its calls have
+	# timeouts of their own, so it should not).
 	_c=$! _hit=1
+	(
+		sleep 120 </dev/null >/dev/null 2>&1
+		kill -9 $_c 2>/dev/null && echo "# $_kind $_k: the client hung 120 s; killed"
+	) &
+	_dog=$!
 	while read -r _line; do
 		if [ "$_line" = "$_want" ]; then
 			_hit=0
@@ -163,6 +211,8 @@ kill_one() {
 	done <"$out/fifo"
 	kill -9 $_c 2>/dev/null
 	wait $_c 2>/dev/null
+	kill $_dog 2>/dev/null
+	wait $_dog 2>/dev/null
 	return $_hit
 }
 
@@ -220,11 +270,12 @@ if want a; then
 	head -n $WARMUP "$out/plan" | while read -r kind k; do
 		kill_one "$kind" "$k"
 	done
-	ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" check >"$out/warm" 2>&1
+	ASAN_OPTIONS=$cli_asan timeout 120 "$cli" 127.0.0.1 "$port" check >"$out/warm" 2>&1
 	settle 0 "$full"
 	base=$(probe)
 	rss0=$(host_rss_kb)
 	fd0=$(nfds)
+	fdlist >"$out/fd0"
 	echo "# baseline after $WARMUP kills and one bystander run: sessions and MiB free: $base;" \
 		"VmRSS $(rss_kb) kB, $(dev_rss_kb) kB of it the devices' memory, $fd0 fds"
 	# The bystander: e2e_client check, again and again, until told to stop.
@@ -232,7 +283,8 @@ if want a; then
 		runs=0 bad=0
 		while [ ! -e "$out/stop" ]; do
 			runs=$((runs + 1))
-			if ! ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" check >"$out/by" 2>&1; then
+			if ! ASAN_OPTIONS=$cli_asan timeout 120 "$cli" 127.0.0.1 "$port" check \
+				>"$out/by" 2>&1; then
 				bad=$((bad + 1))
 				sed 's/^/# bystander: /' "$out/by" | tail -10
 			fi
@@ -242,10 +294,21 @@ if want a; then
 	by=$!
 	tail -n +$((WARMUP + 1)) "$out/plan" | {
 		hit=0 offload=0 step=0 held=0
+		# A bound on the whole, for a failure to end in: 50 kills take
+		# seconds each, even under ASan on a loaded machine.
+		end=$(($(date +%s) + 480))
 		while read -r kind k && kill -0 "$pid" 2>/dev/null; do
+			if [ "$(date +%s)" -ge $end ]; then
+				echo "# 480 s and $hit kills: the rest not tried"
+				break
+			fi
 			if kill_one "$kind" "$k"; then
 				hit=$((hit + 1))
 				eval "$kind=\$((\$$kind + 1))"
+			elif [ "$(probe)" = "- -" ]; then
+				# Not a kill's worth of waiting per plan line: stop here.
+				echo "# $kind $k: missed, and the daemon answers no probe"
+				break
 			fi
 		done
 		echo "$hit $offload $step $held" >"$out/hits"
@@ -254,22 +317,29 @@ if want a; then
 	wait $by
 	read -r hit n_off n_step n_held <"$out/hits"
 	echo "# (a) killed where planned: $n_off mid-offload, $n_step mid-step, $n_held with a step held"
+	why=
+	if [ "$(probe)" = "- -" ] && kill -0 "$pid" 2>/dev/null; then
+		echo "# (a) the daemon is alive and answers no probe:"
+		why=": the daemon stopped answering, $(stuck_report)"
+		cat "$out/bt.tap" 2>/dev/null
+	fi
 	[ "$hit" = $KILLS ]
-	ok $? "(a) $KILLS clients killed where planned ($hit)"
+	ok $? "(a) $KILLS clients killed where planned ($hit)$why"
 	settle 0 "$full"
 	after=$(probe)
-	settle_fds "$fd0"
+	settle_fds "$out/fd0"
 	rss1=$(host_rss_kb)
 	fd1=$(nfds)
 	echo "# after: sessions and MiB free: $after; VmRSS $(rss_kb) kB, $(dev_rss_kb) kB of it the" \
 		"devices' memory, $fd1 fds"
 	[ "${after% *}" = "${base% *}" ]
-	ok $? "(a) ... the daemon's sessions back to the baseline (${base% *} -> ${after% *})"
+	ok $? "(a) ... the daemon's sessions back to the baseline (${base% *} -> ${after% *})$why"
 	[ "${after#* }" = "${base#* }" ]
 	ok $? "(a) ... its free device memory back to the baseline (${base#* } -> ${after#* } MiB)"
-	[ "$fd1" = "$fd0" ] || ls -l "/proc/$pid/fd" | sed 's/^/# /'
-	[ "$fd1" = "$fd0" ]
-	ok $? "(a) ... its open fds back to the baseline ($fd0 -> $fd1)"
+	extra=$(new_fds "$out/fd0" | wc -l)
+	[ "$extra" = 0 ] || { echo "# not in the baseline:"; new_fds "$out/fd0" | sed 's/^/#   /'; }
+	[ "$extra" = 0 ]
+	ok $? "(a) ... its open fds back to the baseline ($fd0 -> $fd1, $extra not in it)"
 	[ -n "$rss1" ] && [ "$((rss1 - rss0))" -le $RSS_BOUND_KB ]
 	ok $? "(a) ... its VmRSS less the devices' memory within $RSS_BOUND_KB kB ($rss0 -> $rss1 kB)"
 	read -r runs bad <"$out/bystander"
@@ -344,8 +414,9 @@ if want c; then
 		ok 1 "(c) daemon listening"
 	fi
 	# UCX opens some fds at a worker's first endpoints (its keepalive timer): one client first.
-	ASAN_OPTIONS=$cli_asan "$peer" 127.0.0.1 "$port" eps 1 close >/dev/null 2>&1
+	ASAN_OPTIONS=$cli_asan timeout 120 "$peer" 127.0.0.1 "$port" eps 1 close >/dev/null 2>&1
 	fd0=$(nfds)
+	fdlist >"$out/fd0"
 	# Held open 3 s -- three rounds, each of which visits 128 endpoints (UCX_KEEPALIVE_NUM_EPS)
 	# and stops in the middle of the list -- then the client exits without closing them.
 	ASAN_OPTIONS=$cli_asan timeout 120 "$peer" 127.0.0.1 "$port" eps 300 exit 3000 >"$out/eps" 2>&1
@@ -361,11 +432,12 @@ if want c; then
 	alive "$out/c.log" && rc=0 || rc=1
 	[ $rc = 0 ] || show_log "$out/c.log"
 	ok $rc "(c) ... the daemon alive ten keepalive rounds after the client exited, no assertion"
-	settle_fds "$fd0"
+	settle_fds "$out/fd0"
 	fd1=$(nfds)
-	[ "$fd1" = "$fd0" ] || ls -l "/proc/$pid/fd" | sed 's/^/# /'
-	[ "$fd1" = "$fd0" ]
-	ok $? "(c) ... its open fds back to the baseline ($fd0 -> $fd1)"
+	extra=$(new_fds "$out/fd0" | wc -l)
+	[ "$extra" = 0 ] || { echo "# not in the baseline:"; new_fds "$out/fd0" | sed 's/^/#   /'; }
+	[ "$extra" = 0 ]
+	ok $? "(c) ... its open fds back to the baseline ($fd0 -> $fd1, $extra not in it)"
 	ASAN_OPTIONS=$cli_asan timeout 120 "$cli" 127.0.0.1 "$port" check >"$out/c-check" 2>&1
 	rc=$?
 	[ $rc = 0 ] || sed 's/^/# /' "$out/c-check" | tail -10
