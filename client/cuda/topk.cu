@@ -91,6 +91,37 @@ __global__ void budget_kernel(const uint32_t *ranked, const uint32_t *sizes,
 		count[h] = v < 0 ? v : (int32_t)fit;
 }
 
+/*
+ * Filling a budget skips what does not fit and reads on, so unlike the
+ * prefix above it is a true scan: one thread per head walks its ranking
+ * (heads in parallel) and compacts the ids it takes in place, exactly the
+ * CPU version's loop.
+ */
+__global__ void fill_kernel(uint32_t *ranked, const uint32_t *sizes, const int32_t *valid,
+			    uint32_t n_heads, uint32_t n, uint64_t budget, int32_t *count,
+			    unsigned long long *tokens)
+{
+	const uint32_t h = blockIdx.x * blockDim.x + threadIdx.x;
+	unsigned long long used = 0;
+	uint32_t m = 0;
+	int32_t v;
+
+	if (h >= n_heads)
+		return;
+	v = valid[h];
+	for (uint32_t i = 0; v > 0 && i < (uint32_t)v && used < budget; i++) {
+		uint32_t c = ranked[(size_t)h * n + i], sz = sizes[(size_t)h * n + c];
+
+		if (!sz || sz > budget - used)
+			continue;
+		used += sz;
+		ranked[(size_t)h * n + m++] = c;
+	}
+	count[h] = v < 0 ? v : (int32_t)m;
+	if (tokens)
+		tokens[h] = v < 0 ? 0 : used;
+}
+
 /* Sort every head's (score, id) pairs, best first, into @ranked. */
 static int rank_all(const float *score, uint32_t n_heads, uint32_t n, uint32_t *ranked,
 		    int32_t *valid, cudaStream_t st)
@@ -177,6 +208,36 @@ int nelssa_cuda_topk_budget(const float *score, const uint32_t *sizes, uint32_t 
 	if (!ret) {
 		budget_kernel<<<n_heads, THREADS, 0, st>>>(ids, sizes, valid, n_clusters, budget,
 							   count);
+		ret = nc_launched();
+	}
+	cudaFreeAsync(valid, st);
+	return ret;
+}
+
+int nelssa_cuda_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_heads,
+			  uint32_t n_clusters, uint64_t budget, uint32_t *ids, int32_t *count,
+			  uint64_t *tokens, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	int32_t *valid = NULL;
+	int ret;
+
+	if (!n_heads)
+		return 0;
+	if (!n_clusters) {
+		ret = nc_err(cudaMemsetAsync(count, 0, sizeof(*count) * n_heads, st));
+		if (!ret && tokens)
+			ret = nc_err(cudaMemsetAsync(tokens, 0, sizeof(*tokens) * n_heads, st));
+		return ret;
+	}
+	ret = nc_err(cudaMallocAsync((void **)&valid, sizeof(*valid) * n_heads, st));
+	if (ret)
+		return ret;
+	ret = rank_all(score, n_heads, n_clusters, ids, valid, st);
+	if (!ret) {
+		fill_kernel<<<nc_blocks(n_heads, 128), 128, 0, st>>>(
+			ids, sizes, valid, n_heads, n_clusters, budget, count,
+			(unsigned long long *)tokens);
 		ret = nc_launched();
 	}
 	cudaFreeAsync(valid, st);

@@ -225,6 +225,58 @@ GPU_TEST(budget_matches)
 	free(cpu);
 }
 
+GPU_TEST(fill_matches)
+{
+	const uint32_t n = 2000;
+	const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
+	float *score = tu_alloc(sizeof(float) * H * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
+	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
+	uint64_t tokens[H], *dtok;
+	int32_t count[H];
+	struct tu_rng rng;
+	uint32_t *dids, *dz;
+	int32_t *dcount;
+	float *ds;
+
+	tu_rng_for(&rng, __func__, 0);
+	fill_scores(&rng, score, H * n);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 31) : 0;
+	ds = dev_put(score, sizeof(float) * H * n);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	dids = dev_new(sizeof(uint32_t) * H * n);
+	dcount = dev_new(sizeof(int32_t) * H);
+	dtok = dev_new(sizeof(uint64_t) * H);
+	for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+		assert_int_equal(0, nelssa_cuda_topk_fill(ds, dz, H, n, budgets[i], dids, dcount,
+							  dtok, NULL));
+		dev_get(count, dcount, sizeof(count));
+		dev_get(tokens, dtok, sizeof(tokens));
+		dev_get(ids, dids, sizeof(uint32_t) * H * n);
+		for (uint32_t h = 0; h < H; h++) {
+			uint64_t want_tok;
+			int want = nelssa_topk_fill(score + h * n, sizes + h * n, n, budgets[i], cpu,
+						    &want_tok);
+
+			assert_int_equal(want, count[h]);
+			if (want < 0)
+				continue;
+			assert_true(want_tok == tokens[h]);
+			assert_memory_equal(cpu, ids + (size_t)h * n, sizeof(uint32_t) * (size_t)want);
+		}
+	}
+	cudaFree(ds);
+	cudaFree(dz);
+	cudaFree(dids);
+	cudaFree(dcount);
+	cudaFree(dtok);
+	free(score);
+	free(sizes);
+	free(ids);
+	free(cpu);
+}
+
 GPU_TEST(window_matches)
 {
 	/* Items shorter than, equal to and longer than the window; one empty. */
@@ -502,6 +554,7 @@ int main(void)
 		cmocka_unit_test(centroid_scores_match),
 		cmocka_unit_test(topk_matches),
 		cmocka_unit_test(budget_matches),
+		cmocka_unit_test(fill_matches),
 		cmocka_unit_test(window_matches),
 		cmocka_unit_test(merge_matches),
 		cmocka_unit_test(estimate_matches),

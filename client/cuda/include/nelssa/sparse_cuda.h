@@ -94,6 +94,29 @@ int nelssa_cuda_topk_budget(const float *score, const uint32_t *sizes, uint32_t 
 			    void *stream);
 
 /**
+ * nelssa_cuda_topk_fill() - nelssa_topk_fill() for many heads.
+ * @score: device [@n_heads][@n_clusters].
+ * @sizes: device [@n_heads][@n_clusters].
+ * @n_heads: heads.
+ * @n_clusters: clusters per head.
+ * @budget: tokens to fill per head.
+ * @ids: device [@n_heads][@n_clusters]: the first count[h] entries of a
+ *	head's row are its selection, in rank order (the rest is scratch).
+ * @count: device int32 [@n_heads], as nelssa_cuda_topk().
+ * @tokens: device [@n_heads] or NULL: tokens each selection holds.
+ * @stream: cudaStream_t.
+ *
+ * The same ranking as nelssa_cuda_topk(), then a scan per head (a thread
+ * each) that skips clusters which would overflow the budget and reads on,
+ * as the CPU version does.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_heads,
+			  uint32_t n_clusters, uint64_t budget, uint32_t *ids, int32_t *count,
+			  uint64_t *tokens, void *stream);
+
+/**
  * nelssa_cuda_window_attn() - nelssa_window_attn() for a batch of items.
  * @geom: shape shared by the items.
  * @n_items: work items (sequence x KV head).
