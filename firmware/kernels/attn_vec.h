@@ -638,3 +638,113 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 			a->o[(size_t)r * d + i] = op[(size_t)r * d + deint(i)] / inv;
 	}
 }
+
+/*
+ * The compute ceiling of this kernel (nfw_attn_peak()): the logit loop's
+ * instruction mix with nothing else around it -- no softmax, folds,
+ * prefetches or misses.  Per 2 * VW KV elements one load from L1 and the
+ * two widening ops, and per query row two FMAs whose other operand is a
+ * query vector loaded from L1 (the P.V loop does the same FMAs per element
+ * with a broadcast weight in place of that load).  Query rows go in blocks
+ * of 4, 2 and 1 as in do_tile(), each block against enough tokens at once
+ * for PEAK_ACC independent accumulators: more chains than FMA latency x
+ * FMA ports on the cores this runs on, so the loop is bound by throughput.
+ */
+#if VW == 8
+#define PEAK_ACC 12	/* of AVX2's 16 registers; the rest for the widened row */
+#else
+#define PEAK_ACC 16
+#endif
+#define PEAK_TOKENS 48u	/* a multiple of PEAK_ACC / qb for qb = 4, 2, 1 */
+
+static ALWAYS_INLINE void peak_block(const float *q, const uint16_t *kv, uint32_t d, uint32_t qb,
+				     vf *sink)
+{
+	const uint32_t tb = PEAK_ACC / qb;
+
+	for (uint32_t t0 = 0; t0 < PEAK_TOKENS; t0 += tb) {
+		vf acc[PEAK_ACC];
+
+#pragma GCC unroll 16
+		for (int i = 0; i < PEAK_ACC; i++)
+			acc[i] = splat(0.0f);
+		for (uint32_t j = 0; j < d; j += 2 * VW) {
+#pragma GCC unroll 16
+			for (uint32_t u = 0; u < tb; u++) {
+				const float *qq = q;
+				vf e, o;
+
+				/* Opaque per token: query vectors stay FMA memory operands. */
+				__asm__ volatile("" : "+r"(qq));
+				widen2_bf16(kv + (size_t)(t0 + u) * d + j, &e, &o);
+#pragma GCC unroll 16
+				for (uint32_t r = 0; r < qb; r++) {
+					acc[r * tb + u] += load(qq + (size_t)r * d + j) * e;
+					acc[r * tb + u] += load(qq + (size_t)r * d + j + VW) * o;
+				}
+			}
+		}
+#pragma GCC unroll 16
+		for (int i = 0; i < PEAK_ACC; i++)
+			*sink += acc[i];
+	}
+}
+
+/*
+ * One function per block shape, and per common head dim a copy with the
+ * dim a constant: every query vector is then a fixed displacement from
+ * one base register, as in a hand-scheduled loop, instead of a
+ * recomputed address (a generic copy covers the other dims).
+ */
+#define PEAK_FN(qb, dim)							\
+	static NOINLINE void peak_##qb##_##dim(const float *q, const uint16_t *kv, uint32_t d, \
+					       vf *sink)				\
+	{									\
+		peak_block(q, kv, dim ? dim : d, qb, sink);			\
+	}
+#define PEAK_FNS(dim) PEAK_FN(4, dim) PEAK_FN(2, dim) PEAK_FN(1, dim)
+PEAK_FNS(0)
+PEAK_FNS(64)
+PEAK_FNS(128)
+PEAK_FNS(256)
+
+typedef void (*peak_fn)(const float *q, const uint16_t *kv, uint32_t d, vf *sink);
+
+#define PEAK_NAME_(fn) fn##_peak
+#define PEAK_NAME(fn) PEAK_NAME_(fn)
+
+uint64_t PEAK_NAME(NFW_VEC_FN)(uint32_t d, uint32_t g, uint64_t passes)
+{
+	uint16_t kv[PEAK_TOKENS * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 24 KiB */
+	float q[NFW_MAX_GROUP * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 16 KiB */
+	volatile float out;
+	vf sink = splat(0.0f);
+
+	if (!d || d > NFW_MAX_HEAD_DIM || d % (2 * VW) || !g || g > NFW_MAX_GROUP)
+		return 0;
+	for (uint32_t i = 0; i < PEAK_TOKENS * d; i++)
+		kv[i] = (uint16_t)(0x3f80u + i % 64u);	/* bf16 in [1, 1.5) */
+	for (uint32_t i = 0; i < g * d; i++)
+		q[i] = 1.0f / 1024.0f;
+	/* Compile-time dims where that is possible: peak_fns[dim][4, 2, 1 rows]. */
+	const peak_fn *fns = d == 64 ? (const peak_fn[]){ peak_4_64, peak_2_64, peak_1_64 } :
+			     d == 128 ? (const peak_fn[]){ peak_4_128, peak_2_128, peak_1_128 } :
+			     d == 256 ? (const peak_fn[]){ peak_4_256, peak_2_256, peak_1_256 } :
+			     (const peak_fn[]){ peak_4_0, peak_2_0, peak_1_0 };
+	for (uint64_t n = 0; n < passes; n++) {
+		uint32_t r = 0;
+
+		for (; r + 4 <= g; r += 4)
+			fns[0](q + (size_t)r * d, kv, d, &sink);
+		if (r + 2 <= g) {
+			fns[1](q + (size_t)r * d, kv, d, &sink);
+			r += 2;
+		}
+		if (r < g)
+			fns[2](q + (size_t)r * d, kv, d, &sink);
+		sink *= 0.5f;	/* stays finite, however many passes */
+	}
+	out = hsum(sink);
+	(void)out;
+	return passes * 2u * g * d * PEAK_TOKENS;
+}

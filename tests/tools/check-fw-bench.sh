@@ -17,7 +17,7 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 
 small="--context 4096 --items 2 --resident 256 --iters 2"
-echo "1..7"
+echo "1..8"
 t "--help exits 0" 0 "$bench" --help
 t "a zero selection is a usage error" 2 "$bench" --select 0
 t "a stray argument is a usage error" 2 "$bench" extra
@@ -29,4 +29,12 @@ json_check "every supported ISA, the scalar one last" \
 	"len(j['isas']) >= 1 and j['isas'][-1]['isa'] == 'scalar' and j['random']['items'] == 2"
 json_check "outputs agree with the scalar kernel, timings are positive" \
 	"all(i['max_abs_err'] < 1e-4 and i['random_gbps'] > 0 and i['resident_ns_per_cluster'] > 0
+	     for i in j['isas'])"
+json_check "the roofline is min(streaming read, compute) and the ratios follow from it" \
+	"j['read_baseline_gbps'] > 0 and j['cpu_model'] and j['group'] == 4 and
+	 all(i['peak_gflops'] > 0 and abs(i['compute_gbps'] - i['peak_gflops'] / j['group']) < 1e-3 and
+	     abs(i['roofline_gbps'] - min(i['compute_gbps'], j['read_baseline_gbps'])) < 1e-3 and
+	     abs(i['roofline_ratio'] - i['random_gbps'] / i['roofline_gbps']) < 1e-3 * i['roofline_ratio'] + 1e-4 and
+	     abs(i['resident_compute_ratio'] - i['resident_gbps'] / i['compute_gbps']) <
+	         1e-3 * i['resident_compute_ratio'] + 1e-4
 	     for i in j['isas'])"

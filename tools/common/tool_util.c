@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "tool_util.h"
@@ -69,4 +70,31 @@ int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint
 	}
 	*out = (uint32_t)v;
 	return 0;
+}
+
+const char *tl_cpu_model(char *buf, size_t len)
+{
+	static const char *const keys[] = { "model name", "CPU part" };
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+
+	snprintf(buf, len, "unknown");
+	for (size_t k = 0; f && k < sizeof(keys) / sizeof(keys[0]); k++) {
+		rewind(f);
+		while (fgets(line, sizeof(line), f)) {
+			char *colon = strchr(line, ':');
+			size_t n;
+
+			if (strncmp(line, keys[k], strlen(keys[k])) || !colon)
+				continue;
+			colon += 1 + strspn(colon + 1, " \t");
+			n = strcspn(colon, "\n");
+			snprintf(buf, len, "%.*s", (int)n, colon);
+			fclose(f);
+			return buf;
+		}
+	}
+	if (f)
+		fclose(f);
+	return buf;
 }

@@ -35,4 +35,11 @@ double tl_percentile(double *v, size_t n, double p);
 int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint32_t *out,
 		 const char *what);
 
+/*
+ * This machine's CPU model as /proc/cpuinfo names it ("model name", or
+ * Arm's "CPU part" when that is all there is) into @buf; "unknown" if
+ * neither is there.  Benchmarks print it beside their numbers.
+ */
+const char *tl_cpu_model(char *buf, size_t len);
+
 #endif /* NELSSA_TOOL_UTIL_H */

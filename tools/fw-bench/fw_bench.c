@@ -12,7 +12,12 @@
  *
  * Each ISA the CPU supports is timed (a head dim the ISA cannot tile runs
  * the scalar kernel under its name); outputs are checked against the
- * scalar kernel's.
+ * scalar kernel's.  Two ceilings are measured in the same run: a streaming
+ * read of the random case's stores, and per ISA the compute ceiling of its
+ * kernel (nfw_attn_peak(): the kernel's inner-loop instruction mix on
+ * cache-resident rows).  The roofline is the lower of the two; the random
+ * case is reported against it, the resident case against the compute
+ * ceiling alone.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -133,6 +138,74 @@ struct result {
 	double gbps, ns_per_cluster, max_err;
 };
 
+/*
+ * Best of three single-pass reads of [@p, @p + @bytes) on this thread:
+ * plain 64-bit adds, four chains, as nelssactl's streaming baseline.
+ */
+static double stream_read(const uint8_t *p, uint64_t bytes)
+{
+	const uint64_t *w = (const uint64_t *)p;
+	static volatile uint64_t sink;
+	double best = 0.0;
+
+	for (int pass = 0; pass < 3; pass++) {
+		uint64_t a = 0, b = 0, c = 0, d = 0;
+		double t0 = tl_now(), dt;
+
+		for (uint64_t i = 0; i + 4 <= bytes / 8; i += 4) {
+			a += w[i];
+			b += w[i + 1];
+			c += w[i + 2];
+			d += w[i + 3];
+		}
+		dt = tl_now() - t0;
+		sink += a + b + c + d;
+		if (dt > 0.0 && (double)bytes / dt / 1e9 > best)
+			best = (double)bytes / dt / 1e9;
+	}
+	return best;
+}
+
+/*
+ * The compute ceiling of @isa's kernel, GFLOP/s: passes calibrated to run
+ * at least 20 ms, best of three.
+ */
+static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g)
+{
+	uint64_t passes = 16;
+	double best = 0.0;
+
+	for (;;) {
+		double t0 = tl_now(), dt;
+		uint64_t flops = nfw_attn_peak(isa, d, g, passes);
+
+		dt = tl_now() - t0;
+		if (!flops)
+			return 0.0;
+		if (dt >= 0.02 || passes >= (1ull << 40))
+			break;
+		passes *= dt > 0.002 ? (uint64_t)(0.025 / dt) + 1 : 16;
+	}
+	for (int k = 0; k < 3; k++) {
+		double t0 = tl_now(), dt;
+		uint64_t flops = nfw_attn_peak(isa, d, g, passes);
+
+		dt = tl_now() - t0;
+		if (dt > 0.0 && (double)flops / dt / 1e9 > best)
+			best = (double)flops / dt / 1e9;
+	}
+	return best;
+}
+
+/* @s for a JSON string: quotes and backslashes become spaces. */
+static const char *json_safe(char *s)
+{
+	for (char *c = s; *c; c++)
+		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+			*c = ' ';
+	return s;
+}
+
 /* @iters commands on @isa, alternating selections; outputs vs the scalar kernel's. */
 static int run(struct setup *s, enum nfw_isa isa, uint32_t iters, struct result *r)
 {
@@ -231,6 +304,8 @@ int main(int argc, char **argv)
 	struct setup rnd, res;
 	struct opts o;
 	uint64_t resident_iters;
+	double stream;
+	char cpu[128];
 	int first = 1;
 
 	if (parse(argc, argv, &o))
@@ -242,28 +317,48 @@ int main(int argc, char **argv)
 	if (build(&rnd, &o, o.items, &rst, o.select) || build(&res, &o, 1, &sst, 1.0))
 		return 1;
 	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;
+	/* The random case's own stores: the same memory and pages the kernel reads. */
+	stream = stream_read(rnd.mem.base + rnd.cmd[0].op[NPNM_ATTN_KV].offset,
+			     rnd.cmd[0].op[NPNM_ATTN_KV].len);
+	tl_cpu_model(cpu, sizeof(cpu));
+	json_safe(cpu);
 	if (o.json)
-		printf("{\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
-		       "\"resident\":{\"tokens\":%u},\"isas\":[", o.items, o.context, o.select,
-		       o.resident_tokens);
+		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,"
+		       "\"read_baseline_gbps\":%.4f,"
+		       "\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
+		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group, stream,
+		       o.items, o.context, o.select, o.resident_tokens);
 	else
-		printf("ISA      random GB/s  ns/cluster   resident GB/s  ns/cluster   max |err| vs scalar\n");
+		printf("CPU %s; head dim %u, group %u; streaming read %.2f GB/s (1 thread)\n"
+		       "ISA      random GB/s  ns/cluster   resident GB/s  ns/cluster   "
+		       "peak GFLOP/s  compute GB/s  roofline GB/s  random/roofline  "
+		       "resident/compute  max |err| vs scalar\n", cpu, o.head_dim, o.group, stream);
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		struct result a, b;
+		double peak, compute, roof;
 
 		if (!nfw_isa_supported(isas[i]))
 			continue;
+		peak = peak_gflops(isas[i], o.head_dim, o.group);
+		/* 2 * group flops per 2-byte KV element: group flops per byte. */
+		compute = peak / o.group;
+		roof = compute < stream ? compute : stream;
 		if (run(&rnd, isas[i], o.iters, &a) || run(&res, isas[i], (uint32_t)resident_iters, &b))
 			return 1;
 		if (o.json)
 			printf("%s{\"isa\":\"%s\",\"random_gbps\":%.4f,\"random_ns_per_cluster\":%.2f,"
 			       "\"resident_gbps\":%.4f,\"resident_ns_per_cluster\":%.2f,"
+			       "\"peak_gflops\":%.4f,\"compute_gbps\":%.4f,\"roofline_gbps\":%.4f,"
+			       "\"roofline_ratio\":%.4f,\"resident_compute_ratio\":%.4f,"
 			       "\"max_abs_err\":%.3g}", first ? "" : ",", nfw_isa_name(isas[i]),
-			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster,
+			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster, peak, compute, roof,
+			       roof > 0.0 ? a.gbps / roof : 0.0, compute > 0.0 ? b.gbps / compute : 0.0,
 			       a.max_err > b.max_err ? a.max_err : b.max_err);
 		else
-			printf("%-8s %11.2f  %10.1f   %13.2f  %10.1f   %.3g\n", nfw_isa_name(isas[i]),
-			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster,
+			printf("%-8s %11.2f  %10.1f   %13.2f  %10.1f   %12.2f  %12.2f  %13.2f  %15.3f  "
+			       "%16.3f  %.3g\n", nfw_isa_name(isas[i]), a.gbps, a.ns_per_cluster, b.gbps,
+			       b.ns_per_cluster, peak, compute, roof, roof > 0.0 ? a.gbps / roof : 0.0,
+			       compute > 0.0 ? b.gbps / compute : 0.0,
 			       a.max_err > b.max_err ? a.max_err : b.max_err);
 		first = 0;
 	}

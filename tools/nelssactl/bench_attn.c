@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <nelssa/attention.h>
+#include <nelssa/fw.h>
 #include <nelssa/half.h>
 
 #include "attn_store.h"
@@ -38,7 +39,11 @@ static const char help[] =
 	"of a buffer as large as the KV stores, at most 2 GiB, with the same thread\n"
 	"count on the same CPUs) and their ratio; gather_baseline_gbps (best of 3 reads of\n"
 	"the K and V rows of as many random clusters, prefetched ahead, no arithmetic)\n"
-	"and gather_ratio, for what the access pattern alone costs.\n";
+	"and gather_ratio, for what the access pattern alone costs.  On a sim device\n"
+	"also the compute ceiling of the kernel it runs (isa; peak_gflops: that kernel's\n"
+	"inner-loop instruction mix on cache-resident rows, same threads and CPUs;\n"
+	"compute_gbps = peak_gflops / group), roofline_gbps = min(read baseline,\n"
+	"compute) and roofline_ratio, with cpu_model.\n";
 
 static int parse(struct attn_opts *o, int argc, char **argv)
 {
@@ -291,13 +296,92 @@ out:
 	return rc;
 }
 
+/*
+ * The ISA a sim device named @name runs SPARSE_ATTN with at @head_dim
+ * (its isa= option, else the best this CPU has); -1 for a kernel device,
+ * whose firmware runs elsewhere.
+ */
+static int device_isa(const char *name, uint32_t head_dim)
+{
+	const char *opt = strstr(name, ",isa=");
+	char val[32];
+	int isa = NFW_ISA_AUTO;
+
+	if (strncmp(name, "sim:", 4))
+		return -1;
+	if (opt) {
+		snprintf(val, sizeof(val), "%.*s", (int)strcspn(opt + 5, ","), opt + 5);
+		isa = nfw_isa_parse(val);
+		if (isa < 0)
+			return -1;
+	}
+	return (int)nfw_attn_isa((enum nfw_isa)isa, head_dim);
+}
+
+struct peaker {
+	struct ctl_timed tm;
+	enum nfw_isa isa;
+	uint32_t head_dim, group;
+	uint64_t passes, flops;
+};
+
+static void *peak_slice(void *arg)
+{
+	struct peaker *pk = arg;
+
+	ctl_timed_begin(&pk->tm);
+	pk->flops = nfw_attn_peak(pk->isa, pk->head_dim, pk->group, pk->passes);
+	pk->tm.t_end = tl_now();
+	return NULL;
+}
+
+/*
+ * The compute ceiling of @isa's kernel on @threads threads pinned as the
+ * baselines are: GFLOP/s, passes calibrated on one thread to about 25 ms,
+ * best of 3 runs of all threads together; 0 if it cannot run.
+ */
+static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, unsigned int threads,
+			  unsigned int cpu_first, unsigned int cpu_count)
+{
+	struct peaker pk[256];
+	uint64_t passes = 16;
+	double best = 0.0;
+
+	if (threads == 0 || threads > 256)
+		return 0.0;
+	for (;;) {
+		double t0 = tl_now(), dt;
+
+		if (!nfw_attn_peak(isa, d, g, passes))
+			return 0.0;
+		dt = tl_now() - t0;
+		if (dt >= 0.02 || passes >= (1ull << 40))
+			break;
+		passes *= dt > 0.002 ? (uint64_t)(0.025 / dt) + 1 : 16;
+	}
+	for (int k = 0; k < 3; k++) {
+		uint64_t flops = 0;
+		double dt;
+
+		for (unsigned int i = 0; i < threads; i++)
+			pk[i] = (struct peaker){ .isa = isa, .head_dim = d, .group = g, .passes = passes };
+		dt = ctl_time_threads(threads, peak_slice, pk, sizeof(pk[0]), cpu_first, cpu_count);
+		for (unsigned int i = 0; i < threads; i++)
+			flops += pk[i].flops;
+		if (dt > 0.0 && (double)flops / dt / 1e9 > best)
+			best = (double)flops / dt / 1e9;
+	}
+	return best;
+}
+
 int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 {
 	struct attn_opts o;
 	struct attn_result r;
 	struct gather_shape shape;
-	double baseline, gather;
-	int ret = parse(&o, argc, argv), rc;
+	double baseline, gather, peak = 0.0, compute = 0.0, roof = 0.0;
+	int ret = parse(&o, argc, argv), rc, isa;
+	char cpu[128];
 
 	if (ret)
 		return ret > 0 ? EXIT_OK : EXIT_USAGE;
@@ -309,6 +393,16 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel, o.cluster * o.head_dim * 2 };
 	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
+	isa = device_isa(r.name, (uint32_t)o.head_dim);
+	if (isa >= 0)
+		peak = peak_gflops((enum nfw_isa)isa, (uint32_t)o.head_dim, (uint32_t)o.group, r.threads,
+				   r.cpu_first, r.pinned ? r.threads : 0);
+	if (peak > 0.0) {
+		/* 2 * group flops per 2-byte KV element: group flops per byte. */
+		compute = peak / (double)o.group;
+		roof = compute < baseline ? compute : baseline;
+	}
+	tl_cpu_model(cpu, sizeof(cpu));
 	if (ctl->json) {
 		json_object *j = json_object_new_object();
 
@@ -323,6 +417,15 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 				       gather > 0.0 ? json_object_new_double(gather) : NULL);
 		json_object_object_add(j, "gather_ratio",
 				       gather > 0.0 ? json_object_new_double(r.gbps / gather) : NULL);
+		json_object_object_add(j, "cpu_model", json_object_new_string(cpu));
+		json_object_object_add(j, "isa", isa >= 0 ?
+				       json_object_new_string(nfw_isa_name((enum nfw_isa)isa)) : NULL);
+		json_object_object_add(j, "peak_gflops", peak > 0.0 ? json_object_new_double(peak) : NULL);
+		json_object_object_add(j, "compute_gbps",
+				       peak > 0.0 ? json_object_new_double(compute) : NULL);
+		json_object_object_add(j, "roofline_gbps", peak > 0.0 ? json_object_new_double(roof) : NULL);
+		json_object_object_add(j, "roofline_ratio",
+				       peak > 0.0 ? json_object_new_double(r.gbps / roof) : NULL);
 		json_object_object_add(j, "threads", json_object_new_int64(r.threads));
 		if (r.pinned) {
 			char cpus[32];
@@ -363,6 +466,13 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		if (gather > 0.0)
 			printf("  gather baseline %.2f GB/s (the same clusters' bytes read, no arithmetic; "
 			       "ratio %.3f)\n", gather, r.gbps / gather);
+		if (peak > 0.0)
+			printf("  compute ceiling %.2f GB/s (%s kernel's instruction mix, %.1f GFLOP/s, "
+			       "%u threads, same run)\n"
+			       "  roofline        %.2f GB/s = min(read, compute); ratio %.3f\n",
+			       compute, nfw_isa_name((enum nfw_isa)isa), peak, r.threads, roof,
+			       r.gbps / roof);
+		printf("  CPU             %s\n", cpu);
 		printf("  check           max |o - reference| = %.3g on the warm-up command\n", r.err);
 	}
 	return rc;

@@ -67,6 +67,21 @@ int nfw_isa_supported(enum nfw_isa isa);
 /* @isa, or the best supported one for NFW_ISA_AUTO. */
 enum nfw_isa nfw_isa_resolve(enum nfw_isa isa);
 
+/*
+ * The compute ceiling of the SPARSE_ATTN kernel that @isa runs at
+ * @head_dim (the scalar one where that ISA cannot tile it): @passes passes
+ * of that kernel's inner-loop instruction mix -- bf16 rows widened from L1,
+ * one FMA per element and query row (a multiply and an add for scalar),
+ * @group query rows -- over 48 cache-resident tokens, on the calling
+ * thread.  Time it to get the fp32 flop rate a kernel of this ISA could
+ * reach on this core if memory cost nothing; SPARSE_ATTN does 2 * @group
+ * flops per KV element, so KV bytes/s = flops/s / @group.  Returns the flops
+ * done (an FMA counts 2), 0 for an unsupported ISA or bad shape.
+ */
+uint64_t nfw_attn_peak(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint64_t passes);
+/* The ISA whose SPARSE_ATTN kernel @isa really runs at @head_dim (scalar where it cannot tile). */
+enum nfw_isa nfw_attn_isa(enum nfw_isa isa, uint32_t head_dim);
+
 /* Device memory as the firmware sees it. */
 struct nfw_mem {
 	uint8_t *base;
