@@ -304,47 +304,77 @@ static ALWAYS_INLINE void widen2(const uint16_t *p, int fp16, vf *even, vf *odd)
 }
 
 /*
- * Logits of the @qb query rows from @r0 against the tile, unscaled, into
- * @logit ([row][NFW_TILE]).  VW accumulators -- @qb rows x VW / @qb
- * tokens -- so each K row is widened once straight from device memory for
- * all @qb rows and the FMA chains are independent; one transpose-and-add
- * folds them into VW logits.
+ * A loaded value kept as one register for all its uses: GCC otherwise
+ * folds the load into every FMA that uses it, one load per use, and on
+ * AVX2 the logit loop then waits on the load ports (12 loads per 8 FMAs).
  */
+#if VW == 8 && defined(__x86_64__)
+#define KEEP_IN_REG(v) __asm__("" : "+x"(v))
+#else
+#define KEEP_IN_REG(v) ((void)0)
+#endif
+
+/*
+ * Logits of the @qb query rows from @r0 against the @tb tokens from @t0,
+ * unscaled, into @logit ([row][NFW_TILE]).  @qb x @tb = VW accumulators,
+ * so each K row is widened once straight from device memory for all @qb
+ * rows and the FMA chains are independent; one transpose-and-add folds
+ * them into VW logits.
+ */
+static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struct tile *t,
+					int fp16, uint32_t qb, uint32_t tb, uint32_t r0,
+					uint32_t t0, float *logit)
+{
+	vf acc[VW];
+	float lg[VW] __attribute__((aligned(VW * 4)));
+
+#pragma GCC unroll 16
+	for (uint32_t i = 0; i < qb * tb; i++)
+		acc[i] = splat(0.0f);
+	for (uint32_t j = 0; j < d; j += 2 * VW) {
+		const float *q = qp + (size_t)r0 * d + j;
+		vf e[VW], o[VW];
+
+#pragma GCC unroll 16
+		for (uint32_t u = 0; u < tb; u++) {
+			pf_line(t, t0 + u, j);
+			widen2(t->cur->k[t0 + u] + j, fp16, &e[u], &o[u]);
+		}
+		/*
+		 * Each query vector is loaded for the block's tokens where it
+		 * is used: written as one load of every query vector up front,
+		 * they crowded out accumulators (AVX2 spilled two of its eight;
+		 * this order measured 5-8 % faster there).
+		 */
+#pragma GCC unroll 16
+		for (uint32_t r = 0; r < qb; r++) {
+			vf qe = load(q + (size_t)r * d), qo;
+
+			KEEP_IN_REG(qe);
+#pragma GCC unroll 16
+			for (uint32_t u = 0; u < tb; u++)
+				acc[r * tb + u] += qe * e[u];
+			qo = load(q + (size_t)r * d + VW);
+			KEEP_IN_REG(qo);
+#pragma GCC unroll 16
+			for (uint32_t u = 0; u < tb; u++)
+				acc[r * tb + u] += qo * o[u];
+		}
+	}
+	store(lg, fold_all(acc));
+#pragma GCC unroll 16
+	for (uint32_t r = 0; r < qb; r++)
+#pragma GCC unroll 16
+		for (uint32_t u = 0; u < tb; u++)
+			logit[(r0 + r) * NFW_TILE + t0 + u] = lg[r * tb + u];
+}
+
+/* Logits of the @qb query rows from @r0 against the whole tile. */
 static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct tile *t, int fp16,
 				       uint32_t qb, uint32_t r0, float *logit)
 {
-	const uint32_t tb = VW / qb;
-
-	for (uint32_t t0 = 0; t0 < NFW_TILE; t0 += tb) {
-		vf acc[VW];
-		float lg[VW] __attribute__((aligned(VW * 4)));
-
-#pragma GCC unroll 16
-		for (int i = 0; i < VW; i++)
-			acc[i] = splat(0.0f);
-		for (uint32_t j = 0; j < d; j += 2 * VW) {
-#pragma GCC unroll 16
-			for (uint32_t u = 0; u < tb; u++) {
-				vf e, o;
-
-				pf_line(t, t0 + u, j);
-				widen2(t->cur->k[t0 + u] + j, fp16, &e, &o);
-#pragma GCC unroll 16
-				for (uint32_t r = 0; r < qb; r++) {
-					const float *q = qp + (size_t)(r0 + r) * d + j;
-
-					acc[r * tb + u] += load(q) * e;
-					acc[r * tb + u] += load(q + VW) * o;
-				}
-			}
-		}
-		store(lg, fold_all(acc));
-#pragma GCC unroll 16
-		for (uint32_t r = 0; r < qb; r++)
-#pragma GCC unroll 16
-			for (uint32_t u = 0; u < tb; u++)
-				logit[(r0 + r) * NFW_TILE + t0 + u] = lg[r * tb + u];
-	}
+	for (uint32_t t0 = 0; t0 < NFW_TILE; t0 += VW / qb)
+		logits_tokens(qp, d, t, fp16, qb, VW / qb, r0, t0, logit);
 }
 
 /*
@@ -396,11 +426,12 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 
 /* P.V register blocks: rows x chunks of 2 * VW elements of the value row. */
 #if VW == 8
-#define PV_ROWS 2	/* AVX2 has 16 registers, the others 32 */
+#define PV_ROWS 4	/* AVX2 has 16 registers: 8 accumulators, 4 weights, the chunk */
+#define PV_CHUNKS 1u
 #else
 #define PV_ROWS 4
-#endif
 #define PV_CHUNKS 2u
+#endif
 
 /*
  * o += p V for @rb rows from @r0 and @jb chunks of 2 * VW output elements
@@ -643,15 +674,16 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
  * The compute ceiling of this kernel (nfw_attn_peak()): the logit loop's
  * instruction mix with nothing else around it -- no softmax, folds,
  * prefetches or misses.  Per 2 * VW KV elements one load from L1 and the
- * two widening ops, and per query row two FMAs whose other operand is a
- * query vector loaded from L1 (the P.V loop does the same FMAs per element
- * with a broadcast weight in place of that load).  Query rows go in blocks
- * of 4, 2 and 1 as in do_tile(), each block against enough tokens at once
- * for PEAK_ACC independent accumulators: more chains than FMA latency x
- * FMA ports on the cores this runs on, so the loop is bound by throughput.
+ * two widening ops, and per query row two FMAs with a query vector loaded
+ * from L1 once for the block's tokens (the P.V loop does the same FMAs per
+ * element with a broadcast weight in place of that load).  Query rows go
+ * in blocks of 4, 2 and 1 as in do_tile(), each block against enough
+ * tokens for PEAK_ACC independent accumulators.  Of the variants measured
+ * on AVX2 this one is the fastest: twelve accumulators with the query
+ * vectors as FMA memory operands came 6 % slower (bound by the load ports).
  */
 #if VW == 8
-#define PEAK_ACC 12	/* of AVX2's 16 registers; the rest for the widened row */
+#define PEAK_ACC 8	/* AVX2's 16 registers: 8 accumulators, 4 widened rows, a query */
 #else
 #define PEAK_ACC 16
 #endif
@@ -669,19 +701,24 @@ static ALWAYS_INLINE void peak_block(const float *q, const uint16_t *kv, uint32_
 		for (int i = 0; i < PEAK_ACC; i++)
 			acc[i] = splat(0.0f);
 		for (uint32_t j = 0; j < d; j += 2 * VW) {
-#pragma GCC unroll 16
-			for (uint32_t u = 0; u < tb; u++) {
-				const float *qq = q;
-				vf e, o;
+			vf e[PEAK_ACC], o[PEAK_ACC];
 
-				/* Opaque per token: query vectors stay FMA memory operands. */
-				__asm__ volatile("" : "+r"(qq));
-				widen2_bf16(kv + (size_t)(t0 + u) * d + j, &e, &o);
 #pragma GCC unroll 16
-				for (uint32_t r = 0; r < qb; r++) {
-					acc[r * tb + u] += load(qq + (size_t)r * d + j) * e;
-					acc[r * tb + u] += load(qq + (size_t)r * d + j + VW) * o;
-				}
+			for (uint32_t u = 0; u < tb; u++)
+				widen2_bf16(kv + (size_t)(t0 + u) * d + j, &e[u], &o[u]);
+#pragma GCC unroll 16
+			for (uint32_t r = 0; r < qb; r++) {
+				vf qe = load(q + (size_t)r * d + j), qo;
+
+				KEEP_IN_REG(qe);
+#pragma GCC unroll 16
+				for (uint32_t u = 0; u < tb; u++)
+					acc[r * tb + u] += qe * e[u];
+				qo = load(q + (size_t)r * d + j + VW);
+				KEEP_IN_REG(qo);
+#pragma GCC unroll 16
+				for (uint32_t u = 0; u < tb; u++)
+					acc[r * tb + u] += qo * o[u];
 			}
 		}
 #pragma GCC unroll 16

@@ -506,18 +506,52 @@ static void selftest_passes(void **state)
 	nfw_scratch_free(&sc);
 }
 
+/*
+ * nfw_attn_peak() does the flops it reports (2 per element, token and
+ * query row over its 48 tokens), for every ISA here and the scalar
+ * fallback of a head dim an ISA cannot tile; refuses bad shapes.
+ */
+static void attn_peak_counts(void **state)
+{
+	static const uint32_t shapes[][2] = { { 128, 4 }, { 64, 1 }, { 256, 3 }, { 96, 6 }, { 40, 2 } };
+
+	(void)state;
+	for (int isa = NFW_ISA_AUTO; isa <= NFW_ISA_NEON; isa++) {
+		if (!nfw_isa_supported((enum nfw_isa)isa)) {
+			assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, 128, 4, 1), 0);
+			continue;
+		}
+		for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+			uint32_t d = shapes[i][0], g = shapes[i][1];
+
+			assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, d, g, 3), 3ull * 2 * g * d * 48);
+		}
+		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, 0, 4, 1), 0);
+		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, 128, 0, 1), 0);
+		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, NFW_MAX_HEAD_DIM + 32, 4, 1), 0);
+		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, 128, NFW_MAX_GROUP + 1, 1), 0);
+	}
+	/* 40 is no multiple of 16: AVX2 and AVX-512 run (and measure) the scalar kernel. */
+	assert_int_equal(nfw_attn_isa(NFW_ISA_SCALAR, 128), NFW_ISA_SCALAR);
+	if (nfw_isa_supported(NFW_ISA_AVX2)) {
+		assert_int_equal(nfw_attn_isa(NFW_ISA_AVX2, 128), NFW_ISA_AVX2);
+		assert_int_equal(nfw_attn_isa(NFW_ISA_AVX2, 40), NFW_ISA_SCALAR);
+	}
+}
+
 int main(void)
 {
-	static struct attn_case cases[3 * 6];
-	static char names[3 * 6][32];
+	/* Groups 3 and 6: row blocks of 4, 2 and 1 in the logit and P.V loops. */
+	static struct attn_case cases[3 * 10];
+	static char names[3 * 10][32];
 	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
-	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 4, 8 };
-	struct CMUnitTest tests[3 * 6 + 10];
+	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 3, 4, 6, 8 };
+	struct CMUnitTest tests[3 * 10 + 11];
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++)
 		for (int j = 0; j < 2; j++)
-			for (int k = 0; k < 3; k++) {
+			for (int k = 0; k < 5; k++) {
 				struct attn_case *c = &cases[n];
 
 				*c = (struct attn_case){ isas[i], dims[j], groups[k] };
@@ -536,6 +570,7 @@ int main(void)
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(fill_and_copy);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(exp_accuracy);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(selftest_passes);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_peak_counts);
 
 	tu_init("fw_kernels");
 	return _cmocka_run_group_tests("fw_kernels", tests, n, NULL, NULL);
