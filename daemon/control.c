@@ -319,6 +319,11 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 		} else if (m->type == NELSSA_MSG_REQ_ALLOC) {
 			ret = nd_request_alloc(nd, s, m->u.req.request, m->u.req.max_tokens,
 					       m->u.req.max_clusters, why, sizeof(why));
+		} else if (m->type == NELSSA_MSG_REQ_FREE && nd_step_uses(s, m->u.req.request)) {
+			/* The device may still read it, and its room go to another. */
+			ret = -EBUSY;
+			snprintf(why, sizeof(why), "request %llu is in the step in flight: free it "
+				 "once the step is answered", (unsigned long long)m->u.req.request);
 		} else if (m->type == NELSSA_MSG_REQ_FREE) {
 			ret = nd_request_free(nd, s, m->u.req.request);
 			if (ret)

@@ -830,9 +830,7 @@ void nd_dataplane_stop(struct nelssad *nd)
 	}
 	for (struct nd_session *s = nd->sessions, *n; s; s = n) {
 		n = s->next;
-		free(s->step ? s->step->item_dev : NULL);
-		free(s->step ? s->step->item_slot : NULL);
-		free(s->step);
+		nd_step_free(s->step);
 		nd_session_free(nd, s);
 	}
 	nd->sessions = NULL;

@@ -106,11 +106,22 @@ void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int sta
 	nd_send(nd, ep, NELSSA_AM_STEP_REPLY, hdr, sizeof(hdr), NULL, 0, 0);
 }
 
-static void step_free(struct nd_step *st)
+void nd_step_free(struct nd_step *st)
 {
+	if (!st)
+		return;
 	free(st->item_dev);
 	free(st->item_slot);
+	free(st->item_req);
 	free(st);
+}
+
+int nd_step_uses(const struct nd_session *s, uint64_t id)
+{
+	for (uint32_t i = 0; s->step && i < s->step->nr_items; i++)
+		if (s->step->item_req[i] == id)
+			return 1;
+	return 0;
 }
 
 /*
@@ -132,7 +143,7 @@ static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 		nd_log(nd, "session %llu: the reply to step %llu dropped: its client is gone",
 		       (unsigned long long)s->id, (unsigned long long)st->id);
 		s->step = NULL;
-		step_free(st);
+		nd_step_free(st);
 		return;
 	}
 	if (!r.status) {
@@ -183,7 +194,7 @@ static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 	nd->stats.t_aggregate += r.t_aggregate;
 	nd->stats.t_send += nd_now_ns() - t_ready;
 	s->step = NULL;
-	step_free(st);
+	nd_step_free(st);
 }
 
 void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c)
@@ -327,10 +338,12 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 	st->t_start = nd_now_ns();
 	st->item_dev = calloc(h.nr_items + 1, sizeof(uint32_t));
 	st->item_slot = calloc(h.nr_items + 1, sizeof(uint32_t));
+	st->item_req = calloc(h.nr_items + 1, sizeof(uint64_t));
 	ret = -ENOMEM;
-	if (!st->item_dev || !st->item_slot)
+	if (!st->item_dev || !st->item_slot || !st->item_req)
 		goto fail;
 	for (uint32_t i = 0; i < h.nr_items; i++) {
+		st->item_req[i] = items[i].request;
 		ret = stage_item(nd, s, st, &h, i, &items[i], data + q_off[i], data + sel_off[i],
 				 scratch);
 		if (ret)
@@ -391,7 +404,7 @@ fail:
 	free(sel_off);
 	free(scratch);
 	if (st)
-		step_free(st);
+		nd_step_free(st);
 	nd_step_reply_error(nd, reply_ep, h.step, ret);
 	return ret;
 }

@@ -302,12 +302,16 @@ struct nd_step {
 	int32_t status;
 	uint64_t t_arrive, t_start, t_submitted, t_done;
 	uint32_t *item_dev, *item_slot;		/* per item: device, index there */
+	uint64_t *item_req;			/* ... and its request */
 	uint32_t dev_items[ND_MAX_DEVICES];
 };
 int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
 		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive);
 void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c);
 void nd_step_release(struct nelssad *nd, struct nd_session *s);
+void nd_step_free(struct nd_step *st);
+/* Whether @s's step in flight, if any, reads request @id (REQ_FREE waits for it). */
+int nd_step_uses(const struct nd_session *s, uint64_t id);
 void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int status);
 /* Sends UCX has not finished yet (nd_send()'s). */
 uint32_t nd_sends_in_flight(void);

@@ -572,6 +572,13 @@ static int scenario_held(struct tu_rng *rng)
 		       ret, nelssa_client_error(cli));
 		return 1;
 	}
+	/* The request the step reads stays until the step is answered. */
+	ret = nelssa_client_request_free(cli, session, 4);
+	if (ret != -EBUSY || !strstr(nelssa_client_error(cli), "in flight")) {
+		printf("# freeing the held step's request gave %d (%s), not -EBUSY\n", ret,
+		       nelssa_client_error(cli));
+		return 1;
+	}
 	printf("held\n");
 	fflush(stdout);
 	for (;;)
