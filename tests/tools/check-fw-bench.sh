@@ -32,9 +32,11 @@ json_check "outputs agree with the scalar kernel, timings are positive" \
 	     for i in j['isas'])"
 json_check "the roofline is min(streaming read, compute) and the ratios follow from it" \
 	"j['read_baseline_gbps'] > 0 and j['cpu_model'] and j['group'] == 4 and
-	 all(i['peak_gflops'] > 0 and abs(i['compute_gbps'] - i['peak_gflops'] / j['group']) < 1e-3 and
-	     abs(i['roofline_gbps'] - min(i['compute_gbps'], j['read_baseline_gbps'])) < 1e-3 and
-	     abs(i['roofline_ratio'] - i['random_gbps'] / i['roofline_gbps']) < 1e-3 * i['roofline_ratio'] + 1e-4 and
+	 all(i['peak_gflops'] > 0 and
+	     abs(i['compute_gbps'] - i['peak_gflops'] / j['group']) < 1e-4 * i['compute_gbps'] and
+	     abs(i['roofline_gbps'] - min(i['compute_gbps'], j['read_baseline_gbps'])) <
+	         1e-4 * i['roofline_gbps'] and
+	     abs(i['roofline_ratio'] - i['random_gbps'] / i['roofline_gbps']) < 1e-4 * i['roofline_ratio'] and
 	     abs(i['resident_compute_ratio'] - i['resident_gbps'] / i['compute_gbps']) <
-	         1e-3 * i['resident_compute_ratio'] + 1e-4
+	         1e-4 * i['resident_compute_ratio']
 	     for i in j['isas'])"

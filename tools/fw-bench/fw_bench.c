@@ -324,7 +324,7 @@ int main(int argc, char **argv)
 	json_safe(cpu);
 	if (o.json)
 		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,"
-		       "\"read_baseline_gbps\":%.4f,"
+		       "\"read_baseline_gbps\":%.6g,"
 		       "\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
 		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group, stream,
 		       o.items, o.context, o.select, o.resident_tokens);
@@ -346,10 +346,10 @@ int main(int argc, char **argv)
 		if (run(&rnd, isas[i], o.iters, &a) || run(&res, isas[i], (uint32_t)resident_iters, &b))
 			return 1;
 		if (o.json)
-			printf("%s{\"isa\":\"%s\",\"random_gbps\":%.4f,\"random_ns_per_cluster\":%.2f,"
-			       "\"resident_gbps\":%.4f,\"resident_ns_per_cluster\":%.2f,"
-			       "\"peak_gflops\":%.4f,\"compute_gbps\":%.4f,\"roofline_gbps\":%.4f,"
-			       "\"roofline_ratio\":%.4f,\"resident_compute_ratio\":%.4f,"
+			printf("%s{\"isa\":\"%s\",\"random_gbps\":%.6g,\"random_ns_per_cluster\":%.2f,"
+			       "\"resident_gbps\":%.6g,\"resident_ns_per_cluster\":%.2f,"
+			       "\"peak_gflops\":%.6g,\"compute_gbps\":%.6g,\"roofline_gbps\":%.6g,"
+			       "\"roofline_ratio\":%.6g,\"resident_compute_ratio\":%.6g,"
 			       "\"max_abs_err\":%.3g}", first ? "" : ",", nfw_isa_name(isas[i]),
 			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster, peak, compute, roof,
 			       roof > 0.0 ? a.gbps / roof : 0.0, compute > 0.0 ? b.gbps / compute : 0.0,
