@@ -328,17 +328,29 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 	vf acc[VW];
 	float lg[VW] __attribute__((aligned(VW * 4)));
 
+	const uint16_t *kr[VW], *pn[VW], *pfar[VW];
+
 #pragma GCC unroll 16
 	for (uint32_t i = 0; i < qb * tb; i++)
 		acc[i] = splat(0.0f);
+	/* The rows and the lines to prefetch, once for the block. */
+#pragma GCC unroll 16
+	for (uint32_t u = 0; u < tb; u++) {
+		kr[u] = t->cur->k[t0 + u];
+		pn[u] = t->next->pf[t0 + u];
+		pfar[u] = t->far->pf[t0 + u];
+	}
 	for (uint32_t j = 0; j < d; j += 2 * VW) {
 		const float *q = qp + (size_t)r0 * d + j;
 		vf e[VW], o[VW];
 
 #pragma GCC unroll 16
 		for (uint32_t u = 0; u < tb; u++) {
-			pf_line(t, t0 + u, j);
-			widen2(t->cur->k[t0 + u] + j, fp16, &e[u], &o[u]);
+			/* pf_line() of slot t0 + u, as the P.V loop does it. */
+			__builtin_prefetch(pn[u] + j, 0, 3);
+			if (NFW_FAR_PREFETCH)
+				__builtin_prefetch(pfar[u] + j, 0, 0);
+			widen2(kr[u] + j, fp16, &e[u], &o[u]);
 		}
 		/*
 		 * Each query vector is loaded for the block's tokens where it
@@ -362,11 +374,10 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 		}
 	}
 	store(lg, fold_all(acc));
+	/* A row's @tb logits are adjacent in @lg: one copy each. */
 #pragma GCC unroll 16
 	for (uint32_t r = 0; r < qb; r++)
-#pragma GCC unroll 16
-		for (uint32_t u = 0; u < tb; u++)
-			logit[(r0 + r) * NFW_TILE + t0 + u] = lg[r * tb + u];
+		memcpy(&logit[(r0 + r) * NFW_TILE + t0], &lg[r * tb], tb * sizeof(float));
 }
 
 /* Logits of the @qb query rows from @r0 against the whole tile. */
