@@ -34,6 +34,8 @@ static const char help[] =
 	"  --cpus FIRST    pin the executors and the baseline readers to CPUs FIRST..\n"
 	"                  FIRST+N-1 (default: the first N CPUs this process may use)\n"
 	"  --no-pin        leave thread placement to the scheduler\n"
+	"  --isa NAME      kernel of the sim device: auto, scalar, avx2, avx512, neon\n"
+	"                  (default auto: the best this CPU runs; for DEV sim:N only)\n"
 	"Reports kv_bytes, seconds, effective_gbps (KV bytes read per second, mean over\n"
 	"the timed commands), read_baseline_gbps (best of 3 single-pass streaming reads\n"
 	"of a buffer as large as the KV stores, at most 2 GiB, with the same thread\n"
@@ -53,7 +55,7 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		{ "group", required_argument, NULL, 'g' }, { "cluster", required_argument, NULL, 'k' },
 		{ "select", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'i' },
 		{ "cpus", required_argument, NULL, 'p' }, { "no-pin", no_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' }, { 0 },
+		{ "isa", required_argument, NULL, 'I' }, { "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	uint64_t first = UINT64_MAX;
 	int c, bad = 0;
@@ -73,6 +75,10 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		case 'i': bad |= ctl_parse_uint(optarg, 1, 100000, &o->iters); break;
 		case 'p': bad |= ctl_parse_uint(optarg, 0, 1023, &first); break;
 		case 'P': o->pin = false; break;
+		case 'I':
+			bad |= nfw_isa_parse(optarg) < 0;
+			o->isa = optarg;
+			break;
 		case 'h': fputs(help, stdout); return 1;
 		default: bad = 1; break;
 		}
@@ -177,7 +183,7 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 
 void attn_defaults(struct attn_opts *o)
 {
-	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04, true, 0, false };
+	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04, true, 0, false, NULL };
 }
 
 int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct attn_result *res)
@@ -197,8 +203,9 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 
 	memset(res, 0, sizeof(*res));
 	plan(&o, &l);
-	snprintf(opts, sizeof(opts), "cores=%llu,mem=%lluM", (unsigned long long)o.threads,
-		 (unsigned long long)((l.kv_bytes + l.in_bytes + l.items_bytes + l.out_bytes) / (1 << 20) + 64));
+	snprintf(opts, sizeof(opts), "cores=%llu,mem=%lluM%s%s", (unsigned long long)o.threads,
+		 (unsigned long long)((l.kv_bytes + l.in_bytes + l.items_bytes + l.out_bytes) / (1 << 20) + 64),
+		 o.isa ? ",isa=" : "", o.isa ? o.isa : "");
 	if (o.pin && (o.cpus_given || !ctl_pick_cpus((unsigned int)o.threads, &first))) {
 		size_t n = strlen(opts);
 

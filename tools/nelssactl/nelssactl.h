@@ -39,6 +39,7 @@ struct attn_opts {
 	bool pin;			/* executors (and baseline readers) on fixed CPUs */
 	unsigned int cpu_first;		/* with cpus_given: the first of them */
 	bool cpus_given;		/* else the first CPUs this process may use */
+	const char *isa;		/* SPARSE_ATTN ISA of a sim device it creates; NULL: best */
 };
 
 struct attn_result {
