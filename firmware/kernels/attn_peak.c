@@ -3,15 +3,14 @@
  * nfw_attn_peak(): the compute ceiling of each SPARSE_ATTN kernel, for
  * benchmarks that report a roofline min(memory, compute).  The vector
  * kernels' versions live in attn_vec.h, next to the loops they imitate;
- * this file has the scalar one (the numeric core's kernel: one fp32
- * multiply-add per element and query row, summed in order) and the
- * dispatch, which follows nfw_attn_kernel()'s fallback to scalar.
+ * this file has the scalar one (the numeric core's kernel, see
+ * peak_rows()) and the dispatch, which follows nfw_attn_kernel()'s
+ * fallback to scalar.
  */
 #include <string.h>
 
 #include "../fw_internal.h"
 
-#define PEAK_ACC 12		/* independent accumulators: rows x tokens */
 #define PEAK_TOKENS 48u
 
 static inline float bf16(uint16_t h)
@@ -23,53 +22,69 @@ static inline float bf16(uint16_t h)
 	return f;
 }
 
-static __attribute__((noinline)) void peak_rows(const float *q, const uint16_t *kv, uint32_t d,
-						uint32_t qb, float *sink)
+/*
+ * The scalar kernel (the numeric core's streaming kernel) sums each logit's
+ * dot product in index order, a dependent chain, but its P.V step --
+ * o[i] += w * v[i] for every output element -- is independent across
+ * elements and the compiler vectorises it for the baseline ISA.  The
+ * faster of the two is the ceiling: every element and query row here
+ * goes through that P.V form, the weights of a block of @qb rows held for
+ * each token's row of V.
+ */
+static inline void peak_rows(const uint16_t *restrict kv, uint32_t d, const float *restrict w,
+			     float *restrict o, uint32_t qb)
 {
-	const uint32_t tb = PEAK_ACC / qb;
+	for (uint32_t u = 0; u < PEAK_TOKENS; u++) {
+		const uint16_t *v = kv + (size_t)u * d;
 
-	for (uint32_t t0 = 0; t0 < PEAK_TOKENS; t0 += tb) {
-		float acc[PEAK_ACC] = { 0 };
+		for (uint32_t r = 0; r < qb; r++) {
+			const float wr = w[r * PEAK_TOKENS + u];
+			float *orow = o + (size_t)r * d;
 
-		for (uint32_t j = 0; j < d; j++)
-			for (uint32_t u = 0; u < tb; u++) {
-				float k = bf16(kv[(size_t)(t0 + u) * d + j]);
-
-				for (uint32_t r = 0; r < qb; r++)
-					acc[r * tb + u] += q[(size_t)r * d + j] * k;
-			}
-		for (int i = 0; i < PEAK_ACC; i++)
-			*sink += acc[i];
+			for (uint32_t i = 0; i < d; i++)
+				orow[i] += wr * bf16(v[i]);
+		}
 	}
 }
+
+#define PEAK_ROWS(qb)								\
+	static __attribute__((noinline)) void peak_rows_##qb(const uint16_t *kv, uint32_t d, \
+							     const float *w, float *o) \
+	{									\
+		peak_rows(kv, d, w, o, qb);					\
+	}
+PEAK_ROWS(4)
+PEAK_ROWS(2)
+PEAK_ROWS(1)
 
 static uint64_t peak_scalar(uint32_t d, uint32_t g, uint64_t passes)
 {
 	uint16_t kv[PEAK_TOKENS * NFW_MAX_HEAD_DIM];
-	float q[NFW_MAX_GROUP * NFW_MAX_HEAD_DIM];
+	float w[NFW_MAX_GROUP * PEAK_TOKENS], o[NFW_MAX_GROUP * NFW_MAX_HEAD_DIM];
 	volatile float out;
-	float sink = 0.0f;
 
 	if (!d || d > NFW_MAX_HEAD_DIM || !g || g > NFW_MAX_GROUP)
 		return 0;
 	for (uint32_t i = 0; i < PEAK_TOKENS * d; i++)
-		kv[i] = (uint16_t)(0x3f80u + i % 64u);
-	for (uint32_t i = 0; i < g * d; i++)
-		q[i] = 1.0f / 1024.0f;
+		kv[i] = (uint16_t)(0x3f80u + i % 64u);	/* bf16 in [1, 1.5) */
+	for (uint32_t i = 0; i < g * PEAK_TOKENS; i++)
+		w[i] = 1.0f / 1024.0f;
+	memset(o, 0, sizeof(o));
 	for (uint64_t n = 0; n < passes; n++) {
 		uint32_t r = 0;
 
 		for (; r + 4 <= g; r += 4)
-			peak_rows(q + (size_t)r * d, kv, d, 4, &sink);
+			peak_rows_4(kv, d, w + r * PEAK_TOKENS, o + (size_t)r * d);
 		if (r + 2 <= g) {
-			peak_rows(q + (size_t)r * d, kv, d, 2, &sink);
+			peak_rows_2(kv, d, w + r * PEAK_TOKENS, o + (size_t)r * d);
 			r += 2;
 		}
 		if (r < g)
-			peak_rows(q + (size_t)r * d, kv, d, 1, &sink);
-		sink *= 0.5f;
+			peak_rows_1(kv, d, w + r * PEAK_TOKENS, o + (size_t)r * d);
+		for (uint32_t i = 0; i < g * d; i++)	/* stays finite, however many passes */
+			o[i] *= 0.5f;
 	}
-	out = sink;
+	out = o[0];
 	(void)out;
 	return passes * 2u * g * d * PEAK_TOKENS;
 }

@@ -71,9 +71,9 @@ enum nfw_isa nfw_isa_resolve(enum nfw_isa isa);
  * The compute ceiling of the SPARSE_ATTN kernel that @isa runs at
  * @head_dim (the scalar one where that ISA cannot tile it): @passes passes
  * of that kernel's inner-loop instruction mix -- bf16 rows widened from L1,
- * one FMA per element and query row (a multiply and an add for scalar),
- * @group query rows -- over 48 cache-resident tokens, on the calling
- * thread.  Time it to get the fp32 flop rate a kernel of this ISA could
+ * one FMA per element and query row (scalar: the vectorisable P.V form of
+ * the numeric core's kernel), @group query rows -- over 48 cache-resident
+ * tokens, on the calling thread.  Time it to get the fp32 flop rate a kernel of this ISA could
  * reach on this core if memory cost nothing; SPARSE_ATTN does 2 * @group
  * flops per KV element, so KV bytes/s = flops/s / @group.  Returns the flops
  * done (an FMA counts 2), 0 for an unsupported ISA or bad shape.
