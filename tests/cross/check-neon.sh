@@ -29,7 +29,8 @@ mkdir -p "$out"
 flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -I$src/uapi -I$src/driver \
 -I$src/firmware/include -I$src/runtime/include"
 objs=""
-for f in "$src"/firmware/*.c "$src"/runtime/numeric/*.c "$src"/tests/unit/testutil.c \
+for f in "$src"/firmware/*.c "$src"/firmware/kernels/attn_peak.c "$src"/runtime/numeric/*.c \
+	"$src"/tests/unit/testutil.c \
 	"$src"/tests/unit/fwfixture.c "$src"/tests/cross/neon_check.c; do
 	o="$out/$(basename "$f" .c).o"
 	$cc $flags -c "$f" -o "$o" 2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }

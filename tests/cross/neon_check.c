@@ -67,7 +67,7 @@ int main(void)
 	struct nfw_scratch sc = { 0 };
 
 	tu_init("neon");
-	printf("1..%d\n", 3 + 3 * 3 + 2);
+	printf("1..%d\n", 3 + 3 * 3 + 2 + 1);
 	report(nfw_isa_supported(NFW_ISA_NEON), "NEON path built and supported");
 	report(nfw_isa_resolve(NFW_ISA_AUTO) == NFW_ISA_NEON, "auto selects NEON");
 	for (int i = 0; i < 3; i++)
@@ -76,6 +76,11 @@ int main(void)
 	shape(128, 4, NPNM_DTYPE_FP16);
 	shape(72, 4, NPNM_DTYPE_BF16);	/* not a multiple of 8: scalar fallback */
 	report(nfw_selftest(0, &sc) == 0, "firmware SELFTEST on aarch64");
+	/* The NEON kernel's compute ceiling runs and counts its flops (2 per element, row, token). */
+	report(nfw_attn_isa(NFW_ISA_AUTO, 128) == NFW_ISA_NEON &&
+	       nfw_attn_peak(NFW_ISA_NEON, 128, 4, 2) == 2ull * 2 * 4 * 128 * 48 &&
+	       nfw_attn_peak(NFW_ISA_NEON, 72, 3, 1) == 2ull * 3 * 72 * 48,
+	       "NEON compute ceiling (nfw_attn_peak)");
 	nfw_scratch_free(&sc);
 	return 0;
 }
