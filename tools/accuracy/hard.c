@@ -65,12 +65,12 @@
 
 #include <nelssa/half.h>
 
+#include "gen.h"
 #include "hard.h"
 
 #define D SYNTH_D
 #define G SYNTH_G
 #define RANK 8
-#define ROPE_BASE 500000.0
 #define SCALE (1.0 / 11.313708498984761)	/* 1/sqrt(128) */
 
 /* Background magnitudes (keys before RoPE). */
@@ -86,42 +86,6 @@ const char *const hard_family_name[HARD_N_FAMILIES] = { "copy", "needle", "entro
 
 static const uint32_t bias_ch[] = { 3, 17, 64, 100 };
 static const uint32_t massive_ch[] = { 5, 69 };
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static double uni(struct rng *r)
-{
-	return (next(r) >> 11) * 0x1.0p-53;
-}
-
-static double gauss(struct rng *r)
-{
-	double u = uni(r), v = uni(r);
-
-	return sqrt(-2.0 * log(u + 0x1.0p-60)) * cos(6.283185307179586 * v);
-}
-
-static void rope(double *x, uint32_t pos)
-{
-	for (uint32_t i = 0; i < D / 2; i++) {
-		double th = pos * pow(ROPE_BASE, -2.0 * i / D), c = cos(th), s = sin(th);
-		double a = x[2 * i], b = x[2 * i + 1];
-
-		x[2 * i] = a * c - b * s;
-		x[2 * i + 1] = a * s + b * c;
-	}
-}
 
 static void normalise(double *x, double to)
 {

@@ -35,6 +35,7 @@
 
 #include <nelssa/half.h>
 
+#include "gen.h"
 #include "synth.h"
 
 #define RANK 8
@@ -50,7 +51,6 @@
 #define SINK_Q 1.0	/* every query's sink component */
 #define NEEDLE_K 16.6	/* needle key */
 #define NEEDLE_Q 16.6	/* the matching query row's needle component */
-#define ROPE_BASE 500000.0
 #define SEM_HI 1.0	/* topic weight on the low-frequency half of the channels */
 #define SEM_LO 0.3	/* and on the high-frequency half */
 
@@ -69,43 +69,6 @@ static double semantic_weight(uint32_t i)
 }
 
 static const uint32_t outlier_ch[] = { 3, 17, 64, 100 };
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static double uni(struct rng *r)
-{
-	return (next(r) >> 11) * 0x1.0p-53;
-}
-
-static double gauss(struct rng *r)
-{
-	double u = uni(r), v = uni(r);
-
-	return sqrt(-2.0 * log(u + 0x1.0p-60)) * cos(6.283185307179586 * v);
-}
-
-/* Rotate channel pairs (2i, 2i+1) by pos * base^(-2i/d). */
-static void rope(double *x, uint32_t pos)
-{
-	for (uint32_t i = 0; i < SYNTH_D / 2; i++) {
-		double th = pos * pow(ROPE_BASE, -2.0 * i / SYNTH_D), c = cos(th), s = sin(th);
-		double a = x[2 * i], b = x[2 * i + 1];
-
-		x[2 * i] = a * c - b * s;
-		x[2 * i + 1] = a * s + b * c;
-	}
-}
 
 /*
  * A random unit vector on the 8 lowest-frequency channels, the only ones
