@@ -39,9 +39,12 @@ static uint64_t held_bytes(const struct nelssad *nd, const struct nd_conn *c)
 {
 	uint64_t b = 0;
 
-	for (const struct nd_session *s = nd->sessions; s; s = s->next)
-		for (uint32_t d = 0; d < nd->n_dev && s->ctl_fd == c->fd && !s->closing; d++)
+	for (const struct nd_session *s = nd->sessions; s; s = s->next) {
+		if (s->ctl_fd != c->fd || s->closing)
+			continue;
+		for (uint32_t d = 0; d < nd->n_dev; d++)
 			b += s->dev[d].arena_bytes + s->dev[d].stage_bytes;
+	}
 	return b;
 }
 

@@ -30,6 +30,11 @@ static uint64_t align_up(uint64_t v)
 	return (v + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
 }
 
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1 << 20);
+}
+
 uint32_t nd_head_device(const struct nelssad *nd, uint32_t head)
 {
 	return head % nd->n_dev;
@@ -143,11 +148,6 @@ static int session_size(struct nelssad *nd, struct nd_session *s, struct session
 	return 0;
 }
 
-static double mib(uint64_t bytes)
-{
-	return (double)bytes / (1 << 20);
-}
-
 int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
 		    size_t why_len)
 {
@@ -199,7 +199,7 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, cha
 		dev->reserved += arena + stage;
 		if (ret) {
 			snprintf(why, why_len, "%s: cannot allocate %.1f MiB: %s", dev->name,
-				 (double)(arena + stage) / (1 << 20), nelssa_pnm_strerror());
+				 mib(arena + stage), nelssa_pnm_strerror());
 			for (uint32_t j = 0; j <= i; j++)
 				release_dev(nd, s, j);
 			return ret;
@@ -290,7 +290,7 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 			pnm_alloc_put(&s->dev[j].alloc, r->off[j], r->bytes);
 		snprintf(why, why_len,
 			 "session capacity exhausted: request %llu needs %.1f MiB per device",
-			 (unsigned long long)id, (double)r->bytes / (1 << 20));
+			 (unsigned long long)id, mib(r->bytes));
 		request_clear(r);
 		return -ENOSPC;
 	}
