@@ -131,6 +131,16 @@ new_fds() {
 	fdlist | comm -23 - "$1"
 }
 
+# Whether the daemon holds no fd the baseline FILE lacks; sets $extra to
+# how many it does, and lists them as TAP diagnostics.
+fds_back() {
+	extra=$(new_fds "$1" | wc -l)
+	[ "$extra" = 0 ] && return 0
+	echo "# not in the baseline:"
+	new_fds "$1" | sed 's/^/#   /'
+	return 1
+}
+
 # The daemon's sessions and free device memory, "SESSIONS FREE_MIB" ("- -":
 # no answer in 10 s, where an idle daemon answers in milliseconds).
 probe() {
@@ -336,9 +346,7 @@ if want a; then
 	ok $? "(a) ... the daemon's sessions back to the baseline (${base% *} -> ${after% *})$why"
 	[ "${after#* }" = "${base#* }" ]
 	ok $? "(a) ... its free device memory back to the baseline (${base#* } -> ${after#* } MiB)"
-	extra=$(new_fds "$out/fd0" | wc -l)
-	[ "$extra" = 0 ] || { echo "# not in the baseline:"; new_fds "$out/fd0" | sed 's/^/#   /'; }
-	[ "$extra" = 0 ]
+	fds_back "$out/fd0"
 	ok $? "(a) ... its open fds back to the baseline ($fd0 -> $fd1, $extra not in it)"
 	[ -n "$rss1" ] && [ "$((rss1 - rss0))" -le $RSS_BOUND_KB ]
 	ok $? "(a) ... its VmRSS less the devices' memory within $RSS_BOUND_KB kB ($rss0 -> $rss1 kB)"
@@ -434,9 +442,7 @@ if want c; then
 	ok $rc "(c) ... the daemon alive ten keepalive rounds after the client exited, no assertion"
 	settle_fds "$out/fd0"
 	fd1=$(nfds)
-	extra=$(new_fds "$out/fd0" | wc -l)
-	[ "$extra" = 0 ] || { echo "# not in the baseline:"; new_fds "$out/fd0" | sed 's/^/#   /'; }
-	[ "$extra" = 0 ]
+	fds_back "$out/fd0"
 	ok $? "(c) ... its open fds back to the baseline ($fd0 -> $fd1, $extra not in it)"
 	ASAN_OPTIONS=$cli_asan timeout 120 "$cli" 127.0.0.1 "$port" check >"$out/c-check" 2>&1
 	rc=$?
