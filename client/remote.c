@@ -26,6 +26,7 @@
 #include <ucp/api/ucp.h>
 
 #include <nelssa/client.h>
+#include <nelssa/link.h>
 
 #define MAX_SESSIONS 64
 #define CHUNK_BYTES (256u << 10)
@@ -527,18 +528,68 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
 	return 0;
 }
 
+/*
+ * Waits, within the connection's timeout, for the data endpoint to come
+ * up: a flush completes once UCX's wire-up has.  A daemon that rejected
+ * the connection fails it (peer error handling) or never answers (shared
+ * memory: none); either way connect() says so instead of the first step.
+ */
+static int data_path_up(struct nelssa_client *c, uint16_t port)
+{
+	const uint64_t deadline = now_ms() + c->timeout_ms;
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+						    UCP_OP_ATTR_FIELD_USER_DATA };
+	struct send_op *op = calloc(1, sizeof(*op));
+	char why[sizeof(c->err)];
+	ucs_status_ptr_t sp;
+	int ret;
+
+	if (!op)
+		return fail(c, -ENOMEM, "out of memory");
+	prm.cb.send = sent;
+	prm.user_data = op;
+	sp = ucp_ep_flush_nbx(c->ep, &prm);
+	if (!UCS_PTR_IS_PTR(sp)) {
+		free(op);
+		return UCS_PTR_IS_ERR(sp) ? fail(c, -ECONNREFUSED, "the daemon's UCX data path "
+						 "(port %u): %s", port,
+						 ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
+	}
+	op->req = sp;
+	ret = wait_for(c, &op->done, deadline);
+	if (!op->done) {
+		/* Failed or the deadline: cancel, and give UCX a bounded while. */
+		const uint64_t end = now_ms() + CANCEL_GRACE_MS;
+
+		ucp_request_cancel(c->worker, sp);
+		while (!op->done && now_ms() < end)
+			ucp_worker_progress(c->worker);
+	}
+	if (!ret && op->status != UCS_OK)
+		ret = -ECONNREFUSED;
+	snprintf(why, sizeof(why), "%s", op->done && op->status != UCS_OK
+		 ? ucs_status_string(op->status) : c->err);
+	if (op->done) {
+		ucp_request_free(sp);
+		free(op);
+	} else {
+		op->next = c->orphans;	/* UCX still has it */
+		c->orphans = op;
+	}
+	if (ret)
+		return fail(c, ret == -ETIMEDOUT ? ret : -ECONNREFUSED,
+			    "the daemon's UCX data path (port %u) did not come up: %s", port, why);
+	return 0;
+}
+
 int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_client **out)
 {
 	struct nelssa_client *c = calloc(1, sizeof(*c));
 	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO }, r;
-	ucp_params_t up = { 0 };
-	ucp_worker_params_t wp = { 0 };
-	ucp_ep_params_t ep = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
-	ucp_address_t *addr;
-	size_t addr_len;
+	char tls[256];
 	ucs_status_t st;
-	int ret;
+	int ret, shm;
 
 	*out = c;
 	if (!c)
@@ -549,14 +600,32 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	ret = tcp_connect(c, o->host, o->port);
 	if (ret)
 		return ret;
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-	st = ucp_init(&up, NULL, &c->ucp);
-	if (st == UCS_OK) {
-		wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-		wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-		st = ucp_worker_create(c->ucp, &wp, &c->worker);
+	st = nelssa_link_context(0, &c->ucp);
+	if (st != UCS_OK) {
+		c->ucp = NULL;
+		return fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
 	}
+	/* Shared memory where the daemon is on this host and UCX here has it. */
+	nelssa_link_transports(c->ucp, tls, sizeof(tls));
+	if (!nelssa_link_can_connect(tls))
+		return fail(c, -EPROTONOSUPPORT, "UCX here has no transport to reach the daemon "
+			    "over (only '%s'): UCX_TLS must include tcp or an RDMA transport; "
+			    "on the daemon's host, shared memory is then used", tls);
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	m.u.hello.flags = nelssa_link_has_shm(tls) && nelssa_link_is_local(c->fd)
+			  ? NELSSA_HELLO_SHM : 0;
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", o->name ? o->name : "client");
+	ret = ctl_call(c, &m, &r);
+	if (ret)
+		return ret;
+	if (r.type != NELSSA_MSG_HELLO_OK)
+		return fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
+	c->devices = r.u.hello_ok.devices;
+	shm = !!(r.u.hello_ok.flags & NELSSA_HELLO_SHM);
+	/* The worker carries the connection's key: the daemon takes endpoints by it. */
+	st = nelssa_link_worker(c->ucp, r.u.hello_ok.key, &c->worker);
+	if (st != UCS_OK)
+		c->worker = NULL;
 	if (st == UCS_OK)
 		st = ucp_worker_get_efd(c->worker, &c->efd);
 	if (st == UCS_OK) {
@@ -575,42 +644,13 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	}
 	if (st != UCS_OK)
 		return fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
-	/* The daemon sends the replies of steps to this worker's address. */
-	st = ucp_worker_get_address(c->worker, &addr, &addr_len);
-	if (st != UCS_OK)
-		return fail(c, -EIO, "UCX worker address: %s", ucs_status_string(st));
-	if (addr_len > sizeof(m.u.hello.addr)) {
-		ucp_worker_release_address(c->worker, addr);
-		return fail(c, -E2BIG, "the UCX worker address (%zu bytes) exceeds the protocol's %u",
-			    addr_len, NELSSA_PROTO_MAX_ADDR);
+	st = nelssa_link_connect(c->worker, c->fd, r.u.hello_ok.data_port, shm, ep_error, c, &c->ep);
+	if (st != UCS_OK) {
+		c->ep = NULL;
+		return fail(c, -EIO, "UCX setup towards the daemon (port %u) failed: %s",
+			    r.u.hello_ok.data_port, ucs_status_string(st));
 	}
-	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
-	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", o->name ? o->name : "client");
-	m.u.hello.addr_len = (uint32_t)addr_len;
-	memcpy(m.u.hello.addr, addr, addr_len);
-	ucp_worker_release_address(c->worker, addr);
-	ret = ctl_call(c, &m, &r);
-	if (ret)
-		return ret;
-	if (r.type != NELSSA_MSG_HELLO_OK)
-		return fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
-	c->devices = r.u.hello_ok.devices;
-	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-			UCP_EP_PARAM_FIELD_ERR_HANDLER;
-	ep.address = (const ucp_address_t *)r.u.hello_ok.addr;
-	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	ep.err_handler.cb = ep_error;
-	ep.err_handler.arg = c;
-	st = ucp_ep_create(c->worker, &ep, &c->ep);
-	/* Shared memory cannot detect a dead peer; the control socket will. */
-	if (st == UCS_ERR_UNREACHABLE) {
-		ep.field_mask &= ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-					     UCP_EP_PARAM_FIELD_ERR_HANDLER);
-		st = ucp_ep_create(c->worker, &ep, &c->ep);
-	}
-	if (st != UCS_OK)
-		return fail(c, -EIO, "UCX setup towards the daemon failed: %s", ucs_status_string(st));
-	return 0;
+	return data_path_up(c, r.u.hello_ok.data_port);
 }
 
 void nelssa_client_close(struct nelssa_client *c)

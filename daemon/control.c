@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/link.h>
+
 #include "nelssad.h"
 
 static struct nd_session *owned(struct nelssad *nd, struct nd_conn *c, uint64_t id)
@@ -104,49 +106,34 @@ static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_
 }
 
 /*
- * UCX reads a worker address (ucp_address_unpack(), from ucp_ep_create())
- * without knowing its length, and UCX 1.13 aborts the process on a header
- * of a version it does not know (address.c, ucp_address_unpack_header():
- * "Assertion `*addr_version == UCP_OBJECT_VERSION_V2' failed").  So HELLO's
- * address must at least start as one: its low nibble a version UCX has
- * (UCP_OBJECT_VERSION_V1 0, _V2 1; the high nibble and the next byte are
- * flags) and room for the header and the worker's 64-bit id after it; and
- * the daemon's copy is followed by zeros (ND_ADDR_PAD), so that reading a
- * short one goes on into them, where UCX runs out of transports and
- * refuses it, not into whatever lies after.  What an address holds beyond
- * that is UCX's to check, as in the wire-up messages any UCX peer can send
- * the daemon's worker (Documentation/daemon.rst: the daemon trusts the
- * network).
+ * The data-path end of @c (nelssad.h, struct nd_peer), with a key no other
+ * peer has; @shm: its endpoints come without error handling.
  */
-#define ND_ADDR_PAD 8192u
-
-static int worker_addr_ok(const uint8_t *a, uint32_t len)
-{
-	const unsigned int version = a[0] & 0x0f;
-
-	return version <= 1 && len >= (version ? 2u : 1u) + 8u + 1u;
-}
-
-/* The data-path end of @c, for the poller to open when a step needs it. */
-static int add_peer(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
+static int add_peer(struct nelssad *nd, struct nd_conn *c, int shm)
 {
 	struct nd_peer *p = calloc(1, sizeof(*p));
+	int ret, taken;
 
-	if (p)
-		p->addr = calloc(1, m->u.hello.addr_len + ND_ADDR_PAD);
-	if (!p || !p->addr) {
-		free(p);
+	if (!p)
 		return -ENOMEM;
-	}
-	memcpy(p->addr, m->u.hello.addr, m->u.hello.addr_len);
-	p->addr_len = m->u.hello.addr_len;
+	p->id = c->id;
+	p->shm = shm;
 	pthread_mutex_lock(&nd->lock);
-	p->id = ++nd->next_peer;
-	p->next = nd->peers;
-	nd->peers = p;
+	do {
+		ret = nd_token_new(&p->key);
+		taken = 0;
+		for (const struct nd_peer *q = nd->peers; !ret && q; q = q->next)
+			taken |= q->key == p->key;
+	} while (!ret && taken);
+	if (!ret) {
+		p->next = nd->peers;
+		nd->peers = p;
+		c->peer = p;
+	}
 	pthread_mutex_unlock(&nd->lock);
-	c->peer = p;
-	return 0;
+	if (ret)
+		free(p);
+	return ret;
 }
 
 /* Sessions @c holds, closing ones aside.  With the lock held. */
@@ -280,18 +267,13 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 				      NELSSA_PROTO_VERSION);
 			return -EPROTONOSUPPORT;
 		}
-		if (m->u.hello.addr_len && !worker_addr_ok(m->u.hello.addr, m->u.hello.addr_len)) {
-			nd_conn_error(nd, c, m->seq, -EINVAL, "HELLO: the worker address is not one "
-				      "UCX can read (version %u, %u bytes)", m->u.hello.addr[0] & 0x0f,
-				      m->u.hello.addr_len);
-			return -EINVAL;
-		}
-		if (m->u.hello.addr_len) {
-			ret = add_peer(nd, c, m);
-			if (ret) {
-				nd_conn_error(nd, c, m->seq, ret, "out of memory");
-				return ret;
-			}
+		/* Shared memory: on this host alone, and only where UCX has it. */
+		ret = add_peer(nd, c, (m->u.hello.flags & NELSSA_HELLO_SHM) && nd->shm_ok &&
+				      nelssa_link_is_local(c->fd));
+		if (ret) {
+			nd_conn_error(nd, c, m->seq, ret, "no key for the data path: %s",
+				      strerror(-ret));
+			return ret;
 		}
 		c->hello = 1;
 		r.type = NELSSA_MSG_HELLO_OK;
@@ -300,8 +282,9 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 		for (uint32_t d = 0; d < nd->n_dev; d++)
 			r.u.hello_ok.device_bytes += nd->dev[d].info.mem_size;
 		snprintf(r.u.hello_ok.name, sizeof(r.u.hello_ok.name), "%s", ND_NAME);
-		r.u.hello_ok.addr_len = (uint32_t)nd->addr_len;
-		memcpy(r.u.hello_ok.addr, nd->addr, nd->addr_len);
+		r.u.hello_ok.data_port = nd->data_port;
+		r.u.hello_ok.key = c->peer->key;
+		r.u.hello_ok.flags = c->peer->shm ? NELSSA_HELLO_SHM : 0;
 		return nd_conn_send(nd, c, &r);
 	case NELSSA_MSG_SESSION_CREATE:
 		return create(nd, c, m);
@@ -351,7 +334,7 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 
 /*
  * The connection is going: its sessions close and no reply goes to its
- * client any more (the poller closes the peer's endpoint).  Once per
+ * client any more (the poller closes the peer's endpoints).  Once per
  * connection, before conn.c closes its socket.
  */
 void nd_control_gone(struct nelssad *nd, struct nd_conn *c)

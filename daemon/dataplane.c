@@ -8,28 +8,37 @@
  * RDMA the client's rendezvous writes land there directly), or a plain
  * allocation when all are busy or the message is larger -- but only once
  * the message has shown it is its session's (below) and no larger than
- * that session could send.  The poller's loop progresses the
- * worker, opens and closes the endpoints step replies go to (tend_peers()),
- * reaps device completions (which finish steps), closes sessions
+ * that session could send.  Clients connect through UCX's listener
+ * (nelssa/link.h); the endpoints are the daemon's own, made from the
+ * connection requests of keys its control connections gave out.  The
+ * poller's loop progresses the worker, closes the endpoints of
+ * connections gone or failed (tend_peers()), reaps device completions
+ * (which finish steps), closes sessions
  * marked by the control thread, and then sleeps in epoll on the worker's
  * event fd, the devices' event fds and a wake-up eventfd -- or spins, in
  * busy-poll mode, where a core can be spared for latency.
  *
  * Every KV and STEP message names its session by id and token; the token
- * went to the session's own connection alone (SESSION_OK), so a message
- * that does not carry both is answered exactly as one naming a session
- * that never existed: -ENOENT, before anything else about it -- request,
- * layer, head, lengths -- is looked at.
+ * went to the session's own connection alone (SESSION_OK), and the
+ * message must come on an endpoint of that connection, so a message that
+ * does not carry both or comes on another's endpoint is answered exactly
+ * as one naming a session that never existed: -ENOENT, before anything
+ * else about it -- request, layer, head, lengths -- is looked at.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <nelssa/link.h>
 
 #include "nelssad.h"
 
@@ -39,7 +48,7 @@
 struct rndv_ctx {
 	struct nelssad *nd;
 	unsigned int id;
-	ucp_ep_h ep;
+	struct nd_ep *e;	/* it came on (a reference) */
 	uint64_t session;	/* whose count of receives in flight it is on */
 	uint8_t hdr[NELSSA_KV_HDR_BYTES > NELSSA_STEP_HDR_BYTES ? NELSSA_KV_HDR_BYTES
 								: NELSSA_STEP_HDR_BYTES];
@@ -63,14 +72,25 @@ int nd_token_new(uint64_t *token)
 	return 0;
 }
 
+/* The endpoint a message came on, while open; poller thread. */
+static struct nd_ep *ep_find(struct nelssad *nd, ucp_ep_h ep)
+{
+	for (struct nd_ep *e = nd->eps; e; e = e->next)
+		if (e->ep == ep)
+			return e;
+	return NULL;
+}
+
 /*
  * The session a KV or STEP header names, if the header also carries its
- * token and it is not closing; NULL otherwise, whatever the reason.  Every
- * session is compared in full, without stopping at the first id that
- * matches, so neither the answer nor its time says which part was wrong.
- * With the lock held.
+ * token, the message came on an endpoint of the session's connection
+ * (@e) and the session is not closing; NULL otherwise, whatever the
+ * reason.  Every session is compared in full, without stopping at the
+ * first id that matches, so neither the answer nor its time says which
+ * part was wrong.  With the lock held.
  */
-static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, size_t hdr_len)
+static struct nd_session *find_session(struct nelssad *nd, const struct nd_ep *e,
+				       const uint8_t *hdr, size_t hdr_len)
 {
 	struct nd_session *found = NULL;
 	uint64_t id, token;
@@ -78,7 +98,8 @@ static struct nd_session *find_session(struct nelssad *nd, const uint8_t *hdr, s
 	if (nelssa_am_session_get(hdr, hdr_len, &id, &token))
 		return NULL;
 	for (struct nd_session *s = nd->sessions; s; s = s->next) {
-		const uint64_t diff = (s->id ^ id) | (s->token ^ token);
+		const uint64_t diff = (s->id ^ id) | (s->token ^ token) |
+				      (uint64_t)((uintptr_t)s->peer ^ (uintptr_t)e->peer);
 
 		found = diff || s->closing ? found : s;
 	}
@@ -193,7 +214,7 @@ static int check_rdma(struct nelssad *nd, struct nd_session *s, ucp_ep_h ep)
 	return -EPROTONOSUPPORT;
 }
 
-static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size_t hdr_len,
+static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, size_t hdr_len,
 		       const uint8_t *data, size_t len)
 {
 	struct nelssa_kv_hdr h = { 0 };
@@ -201,17 +222,17 @@ static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size
 	int ret;
 
 	pthread_mutex_lock(&nd->lock);
-	s = find_session(nd, hdr, hdr_len);
+	s = find_session(nd, e, hdr, hdr_len);
 	if (!s) {
 		pthread_mutex_unlock(&nd->lock);
 		if (nd->cfg.verbose)
 			nd_log(nd, "KV message refused: no such session");
-		refuse(nd, NELSSA_AM_KV, ep, hdr, hdr_len, len, -ENOENT);
+		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, len, -ENOENT);
 		return;
 	}
 	ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
 	if (!ret)
-		ret = check_rdma(nd, s, ep);
+		ret = check_rdma(nd, s, e->ep);
 	if (!ret)
 		ret = nd_kv_ingest(nd, s, &h, data);
 	if (!ret)
@@ -220,51 +241,41 @@ static void process_kv(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size
 	pthread_mutex_unlock(&nd->lock);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "KV message refused: %s", strerror(-ret));
-	kv_ack(nd, ep, h.cookie, ret);
+	kv_ack(nd, e->ep, h.cookie, ret);
 }
 
 /*
- * The endpoint @s's step replies go to: the daemon's own to its client,
- * NULL once the client is gone (or gave no address).  Poller thread, with
- * the lock held.
+ * Where a reply on @e may go: its endpoint, NULL once it failed, closed
+ * or its connection is gone.  Poller thread, with the lock held.
  */
-ucp_ep_h nd_peer_ep(const struct nd_session *s)
+ucp_ep_h nd_ep_live(const struct nd_ep *e)
 {
-	const struct nd_peer *p = s->peer;
-
-	return p && !p->failed && !p->gone ? p->ep : NULL;
+	return e && !e->failed && !e->peer->gone ? e->ep : NULL;
 }
 
-static void process_step(struct nelssad *nd, ucp_ep_h ep, const uint8_t *hdr, size_t hdr_len,
+static void process_step(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, size_t hdr_len,
 			 const uint8_t *data, size_t len, uint64_t t_arrive)
 {
 	struct nd_session *s;
 	int ret;
 
 	pthread_mutex_lock(&nd->lock);
-	s = find_session(nd, hdr, hdr_len);
-	ret = s ? check_rdma(nd, s, ep) : -ENOENT;
-	/* A reply needs an endpoint that outlives the message: the peer's. */
-	if (!ret && (!s->peer || s->peer->failed))
-		ret = -ENOTCONN;
-	if (!ret && !s->peer->ep && !s->peer->want) {
-		s->peer->want = 1;	/* opened before any device completion is reaped */
-		s->peer->seen = ep;
-	}
+	s = find_session(nd, e, hdr, hdr_len);
+	ret = s ? check_rdma(nd, s, e->ep) : -ENOENT;
 	if (!ret)
-		nd_step_start(nd, s, ep, hdr, hdr_len, data, len, t_arrive);
+		nd_step_start(nd, s, e, hdr, hdr_len, data, len, t_arrive);
 	else
-		refuse(nd, NELSSA_AM_STEP, ep, hdr, hdr_len, len, ret);
+		refuse(nd, NELSSA_AM_STEP, e->ep, hdr, hdr_len, len, ret);
 	pthread_mutex_unlock(&nd->lock);
 }
 
-static void dispatch_msg(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
+static void dispatch_msg(struct nelssad *nd, unsigned int id, struct nd_ep *e, const uint8_t *hdr,
 			 size_t hdr_len, const uint8_t *data, size_t len, uint64_t t_arrive)
 {
 	if (id == NELSSA_AM_KV)
-		process_kv(nd, ep, hdr, hdr_len, data, len);
+		process_kv(nd, e, hdr, hdr_len, data, len);
 	else
-		process_step(nd, ep, hdr, hdr_len, data, len, t_arrive);
+		process_step(nd, e, hdr, hdr_len, data, len, t_arrive);
 }
 
 /*
@@ -290,15 +301,15 @@ static uint64_t step_bytes_max(const struct nd_session *s)
  * or -EMSGSIZE beyond ND_RNDV_BYTES, or -EBUSY when too many receives
  * are in flight, the session's or the daemon's.  With the lock held.
  */
-static int rndv_admit(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
-		      size_t hdr_len, size_t len, uint64_t *session)
+static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e,
+		      const uint8_t *hdr, size_t hdr_len, size_t len, uint64_t *session)
 {
-	struct nd_session *s = find_session(nd, hdr, hdr_len);
+	struct nd_session *s = find_session(nd, e, hdr, hdr_len);
 	int ret;
 
 	if (!s)
 		return -ENOENT;
-	ret = check_rdma(nd, s, ep);
+	ret = check_rdma(nd, s, e->ep);
 	if (!ret && id == NELSSA_AM_KV) {
 		struct nelssa_kv_hdr h;
 
@@ -345,9 +356,11 @@ static void rndv_done(void *request, ucs_status_t status, size_t length, void *u
 
 	(void)length;
 	rndv_retire(c->nd, c->session, c->len);
-	if (status == UCS_OK && !c->nd->draining)
-		dispatch_msg(c->nd, c->id, c->ep, c->hdr, c->hdr_len, c->buf, c->len, c->t_arrive);
-	else
+	c->e->refs--;
+	/* Its endpoint closed meanwhile: nobody to answer, nothing to do. */
+	if (status == UCS_OK && !c->nd->draining && c->e->ep)
+		dispatch_msg(c->nd, c->id, c->e, c->hdr, c->hdr_len, c->buf, c->len, c->t_arrive);
+	else if (status != UCS_OK)
 		nd_log(c->nd, "receiving a message failed: %s", ucs_status_string(status));
 	if (request)
 		ucp_request_free(request);
@@ -378,18 +391,27 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	const uint64_t t = nd_now_ns();
 	ucp_request_param_t prm = { 0 };
 	struct rndv_ctx *c;
+	struct nd_ep *e;
 	ucs_status_ptr_t sp;
 	uint64_t session = 0;
 	int ret;
 
 	if (nd->draining)
 		return UCS_OK;	/* shutting down: nothing new starts */
-	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-		nd_log(nd, "message %u without a reply endpoint dropped", id);
-		return UCS_OK;
+	/*
+	 * The reply endpoint is the daemon's own one the message came on
+	 * (the client sends with UCP_AM_SEND_FLAG_REPLY); without it, or on
+	 * one closed, there is nobody to answer.
+	 */
+	e = param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP ? ep_find(nd, param->reply_ep)
+							       : NULL;
+	if (!e) {
+		if (nd->cfg.verbose)
+			nd_log(nd, "message %u not on an endpoint of a connection: dropped", id);
+		return param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV ? UCS_ERR_UNSUPPORTED : UCS_OK;
 	}
 	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-		dispatch_msg(nd, id, param->reply_ep, header, header_length, data, length, t);
+		dispatch_msg(nd, id, e, header, header_length, data, length, t);
 		return UCS_OK;
 	}
 	/*
@@ -400,7 +422,7 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	 * waits for nothing and learns why from the answer.
 	 */
 	pthread_mutex_lock(&nd->lock);
-	ret = rndv_admit(nd, id, param->reply_ep, header, header_length, length, &session);
+	ret = rndv_admit(nd, id, e, header, header_length, length, &session);
 	pthread_mutex_unlock(&nd->lock);
 	if (ret) {
 		if (nd->cfg.verbose)
@@ -425,7 +447,8 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	c->nd = nd;
 	c->session = session;
 	c->id = id;
-	c->ep = param->reply_ep;
+	c->e = e;
+	e->refs++;
 	memcpy(c->hdr, header, header_length);
 	c->hdr_len = header_length;
 	c->len = length;
@@ -480,58 +503,94 @@ static ucs_status_t am_refuse(void *arg, const void *header, size_t header_lengt
 }
 
 /*
- * UCX's error callback of a peer's endpoint (poller thread, inside
+ * UCX's error callback of an endpoint (poller thread, inside
  * ucp_worker_progress()): no reply goes there any more, and
  * tend_peers() closes it.  The endpoint stays valid until then.
  */
-static void peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-	struct nd_peer *p = arg;
+	struct nd_ep *e = arg;
 
 	(void)ep;
-	p->failed = 1;
-	p->want = 0;
-	p->why = status;
-}
-
-/* An endpoint to @p's worker address: the pair of the client's own, or a new one. */
-static void peer_open(struct nelssad *nd, struct nd_peer *p)
-{
-	ucp_ep_params_t ep = { 0 };
-	ucs_status_t st;
-
-	/*
-	 * No error-handling mode: UCX then finds the endpoint the client's
-	 * connection made here and keeps its mode (one that differed would
-	 * fail it), installing only the callback.
-	 */
-	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-	ep.address = (const ucp_address_t *)p->addr;
-	ep.err_handler.cb = peer_failed;
-	ep.err_handler.arg = p;
-	st = ucp_ep_create(nd->worker, &ep, &p->ep);
-	free(p->addr);
-	p->addr = NULL;
-	p->want = 0;
-	if (st != UCS_OK) {
-		p->ep = NULL;
-		p->failed = 1;
-		nd_log(nd, "connection %llu: no endpoint to its worker address: %s",
-		       (unsigned long long)p->id, ucs_status_string(st));
-	} else if (nd->cfg.verbose) {
-		nd_log(nd, "connection %llu: steps answered on %s", (unsigned long long)p->id,
-		       p->ep == p->seen ? "the endpoint its messages come on"
-					: "a new endpoint to its worker");
-	}
+	e->failed = 1;
+	e->why = status;
 }
 
 /*
- * Closes @p's endpoint, at once: forced where UCX allows it (error
- * handling on both sides; shared memory has none, so there it flushes
- * first).  UCX calls no error callback of a closed endpoint, so @p may go
- * as soon as this returns; a close still in progress finishes on its own.
+ * A connection request to the listener: an endpoint of the daemon's own
+ * when its UCX client id is the key of a connection still open that has
+ * fewer than ND_EPS_PER_CONN; otherwise rejected, before any endpoint is
+ * made.  Keys are compared in full against every peer, as tokens are.
+ * Poller thread, inside ucp_worker_progress().
  */
-static void peer_close(struct nelssad *nd, struct nd_peer *p)
+static void on_conn(ucp_conn_request_h req, void *arg)
+{
+	struct nelssad *nd = arg;
+	ucp_conn_request_attr_t attr = { .field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID };
+	ucp_ep_params_t prm = { 0 };
+	struct nd_peer *p = NULL;
+	const char *why = NULL;
+	struct nd_ep *e = NULL;
+	ucs_status_t st;
+
+	if (nd->draining)
+		why = "stopping";
+	else if (ucp_conn_request_query(req, &attr) != UCS_OK)
+		why = "no client id";
+	pthread_mutex_lock(&nd->lock);
+	for (struct nd_peer *q = nd->peers; !why && q; q = q->next)
+		p = (q->key ^ attr.client_id) || q->gone ? p : q;
+	if (!why && !p)
+		why = "no connection has its key";
+	else if (!why && p->eps >= ND_EPS_PER_CONN)
+		why = "its connection has its endpoints already";
+	if (!why && !(e = calloc(1, sizeof(*e))))
+		why = "out of memory";
+	if (!why) {
+		e->peer = p;
+		p->eps++;	/* held while it is made, as a connection gone cannot free it */
+	}
+	pthread_mutex_unlock(&nd->lock);
+	if (why) {
+		if (nd->cfg.verbose)
+			nd_log(nd, "UCX connection request rejected: %s", why);
+		ucp_listener_reject(nd->listener, req);
+		return;
+	}
+	prm.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	prm.conn_request = req;
+	prm.err_handler.cb = ep_failed;
+	prm.err_handler.arg = e;
+	if (!p->shm) {
+		prm.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+		prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	}
+	/* It fails when the client died meanwhile; UCX frees the request then. */
+	st = ucp_ep_create(nd->worker, &prm, &e->ep);
+	if (st != UCS_OK) {
+		nd_log(nd, "connection %llu: no endpoint from its connection request: %s",
+		       (unsigned long long)p->id, ucs_status_string(st));
+		pthread_mutex_lock(&nd->lock);
+		p->eps--;
+		pthread_mutex_unlock(&nd->lock);
+		free(e);
+		return;
+	}
+	e->next = nd->eps;
+	nd->eps = e;
+	nd->n_eps++;
+	if (nd->cfg.verbose)
+		nd_log(nd, "connection %llu: data endpoint open (%s)", (unsigned long long)p->id,
+		       p->shm ? "shared memory, no error handling" : "peer error handling");
+}
+
+/*
+ * Closes @e's endpoint, at once: forced where UCX allows it (error
+ * handling on both sides; shared memory has none, so there it flushes
+ * first).  UCX calls no error callback of a closed endpoint; a close
+ * still in progress finishes on its own.
+ */
+static void ep_close(struct nelssad *nd, struct nd_ep *e)
 {
 	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
 				    .flags = UCP_EP_CLOSE_FLAG_FORCE };
@@ -539,40 +598,50 @@ static void peer_close(struct nelssad *nd, struct nd_peer *p)
 
 	/* A client's normal exit fails it too (UCX sees the sockets close). */
 	if (nd->cfg.verbose)
-		nd_log(nd, "connection %llu: closing its endpoint (%s)", (unsigned long long)p->id,
-		       p->failed ? ucs_status_string(p->why) : "connection closed");
-	sp = ucp_ep_close_nbx(p->ep, &prm);
+		nd_log(nd, "connection %llu: closing a data endpoint (%s)",
+		       (unsigned long long)e->peer->id,
+		       e->failed ? ucs_status_string(e->why) : "connection closed");
+	sp = ucp_ep_close_nbx(e->ep, &prm);
 	if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_INVALID_PARAM) {
 		prm.flags = 0;
-		sp = ucp_ep_close_nbx(p->ep, &prm);
+		sp = ucp_ep_close_nbx(e->ep, &prm);
 	}
-	p->ep = NULL;
+	e->ep = NULL;
 	if (UCS_PTR_IS_PTR(sp))
 		ucp_request_free(sp);
 	else if (UCS_PTR_IS_ERR(sp))
-		nd_log(nd, "connection %llu: closing its endpoint: %s", (unsigned long long)p->id,
-		       ucs_status_string(UCS_PTR_STATUS(sp)));
+		nd_log(nd, "connection %llu: closing a data endpoint: %s",
+		       (unsigned long long)e->peer->id, ucs_status_string(UCS_PTR_STATUS(sp)));
 }
 
 /*
- * Opens the endpoints steps asked for, closes those of clients that are
- * gone or failed, and frees the peers nothing refers to any more.  Runs
- * after the worker's progress and before device completions are reaped,
- * so a step started in a callback finds its endpoint open.
+ * Closes the endpoints that failed or whose connection is gone (all of
+ * them when @all), frees those closed that nothing holds, and the peers
+ * nothing refers to any more.  Runs after the worker's progress, before
+ * device completions are reaped.
  */
-static void tend_peers(struct nelssad *nd)
+static void tend_peers(struct nelssad *nd, int all)
 {
 	pthread_mutex_lock(&nd->lock);
+	for (struct nd_ep **pp = &nd->eps; *pp;) {
+		struct nd_ep *e = *pp;
+
+		if (e->ep && (all || e->failed || e->peer->gone))
+			ep_close(nd, e);
+		if (!e->ep && !e->refs) {
+			*pp = e->next;
+			e->peer->eps--;
+			nd->n_eps--;
+			free(e);
+		} else {
+			pp = &e->next;
+		}
+	}
 	for (struct nd_peer **pp = &nd->peers; *pp;) {
 		struct nd_peer *p = *pp;
 
-		if (p->want && !p->ep && !p->failed && !p->gone)
-			peer_open(nd, p);
-		if (p->ep && (p->failed || p->gone))
-			peer_close(nd, p);
-		if (p->gone && !p->sessions) {
+		if (p->gone && !p->sessions && !p->eps) {
 			*pp = p->next;
-			free(p->addr);
 			free(p);
 		} else {
 			pp = &p->next;
@@ -588,7 +657,7 @@ static void reap_sessions(struct nelssad *nd)
 	for (struct nd_session **pp = &nd->sessions; *pp;) {
 		struct nd_session *s = *pp;
 
-		if (s->held && (s->closing || !nd_peer_ep(s)))
+		if (s->held && (s->closing || !nd_ep_live(s->step->ep)))
 			nd_step_release(nd, s);
 		if (s->closing && !s->step) {
 			*pp = s->next;
@@ -629,7 +698,7 @@ void nd_dataplane_poll_once(struct nelssad *nd)
 {
 	while (ucp_worker_progress(nd->worker))
 		;
-	tend_peers(nd);
+	tend_peers(nd, 0);
 	reap_devices(nd);
 	reap_sessions(nd);
 }
@@ -675,50 +744,77 @@ void nd_dataplane_wake(struct nelssad *nd)
 		nd_log(nd, "cannot wake the poller: %s", strerror(errno));
 }
 
-/* The transports UCX can use here, as "tcp posix cma ..." (for logs and --require-rdma). */
-static void list_transports(struct nelssad *nd)
+/*
+ * UCX's listener, at the control address's host (--listen, resolved as
+ * nd_control_listen() does: the first address that takes it) and the port
+ * of --data-port (0: any); its port goes to clients in HELLO_OK.  Made
+ * before the control listener, so that a daemon that listens is ready.
+ */
+static int listen_data(struct nelssad *nd)
 {
-	static const char *const tls[] = { "rc_verbs", "rc_mlx5", "dc_mlx5", "ud_verbs", "ud_mlx5",
-					   "tcp", "posix", "sysv", "cma", "xpmem", "knem" };
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	ucp_listener_attr_t la = { .field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR };
+	struct addrinfo *res, *ai;
+	ucs_status_t st = UCS_ERR_INVALID_ADDR;
+	char port[8];
+	int err;
 
-	nd->transports[0] = 0;
-	if (!f)
-		return;
-	ucp_context_print_info(nd->ucp, f);
-	fclose(f);
-	for (size_t i = 0; i < sizeof(tls) / sizeof(tls[0]); i++) {
-		char pat[32];
-
-		snprintf(pat, sizeof(pat), "%s/", tls[i]);
-		if (text && strstr(text, pat) &&
-		    strlen(nd->transports) + strlen(tls[i]) + 2 < sizeof(nd->transports)) {
-			if (nd->transports[0])
-				strcat(nd->transports, " ");
-			strcat(nd->transports, tls[i]);
-		}
+	snprintf(port, sizeof(port), "%u", nd->cfg.data_port);
+	err = getaddrinfo(nd->cfg.listen_host[0] ? nd->cfg.listen_host : NULL, port, &hints, &res);
+	if (err) {
+		nd_log(nd, "cannot resolve %s: %s", nd->cfg.listen_host, gai_strerror(err));
+		return -EINVAL;
 	}
-	free(text);
+	for (ai = res; ai && st != UCS_OK; ai = ai->ai_next) {
+		ucp_listener_params_t lp = { 0 };
+
+		lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+				UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+		lp.sockaddr.addr = ai->ai_addr;
+		lp.sockaddr.addrlen = ai->ai_addrlen;
+		lp.conn_handler.cb = on_conn;
+		lp.conn_handler.arg = nd;
+		st = ucp_listener_create(nd->worker, &lp, &nd->listener);
+	}
+	freeaddrinfo(res);
+	if (st == UCS_OK)
+		st = ucp_listener_query(nd->listener, &la);
+	if (st != UCS_OK) {
+		nd_log(nd, "UCX cannot listen on %s, port %u: %s", nd->cfg.listen_host,
+		       nd->cfg.data_port, ucs_status_string(st));
+		return -EADDRNOTAVAIL;
+	}
+	nd->data_port = ntohs(la.sockaddr.ss_family == AF_INET6
+			      ? ((struct sockaddr_in6 *)&la.sockaddr)->sin6_port
+			      : ((struct sockaddr_in *)&la.sockaddr)->sin_port);
+	nd_log(nd, "data path: UCX listening on port %u", nd->data_port);
+	return 0;
 }
 
 int nd_dataplane_init(struct nelssad *nd)
 {
-	ucp_params_t up = { 0 };
-	ucp_worker_params_t wp = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
 	ucs_status_t st;
+	int ret;
 
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-	st = ucp_init(&up, NULL, &nd->ucp);
+	st = nelssa_link_context(1, &nd->ucp);
 	if (st != UCS_OK) {
+		nd->ucp = NULL;
 		nd_log(nd, "UCX init failed: %s", ucs_status_string(st));
 		return -EIO;
 	}
-	list_transports(nd);
+	nelssa_link_transports(nd->ucp, nd->transports, sizeof(nd->transports));
+	nd->shm_ok = nelssa_link_has_shm(nd->transports);
 	nd_log(nd, "UCX transports available: %s", nd->transports[0] ? nd->transports : "none");
+	if (!nelssa_link_can_connect(nd->transports)) {
+		nd_log(nd, "UCX has no transport to set connections up over (only '%s'): "
+		       "UCX_TLS must include tcp or an RDMA transport; clients on this host "
+		       "then use shared memory where UCX has it", nd->transports);
+		ucp_cleanup(nd->ucp);
+		nd->ucp = NULL;
+		return -ENODEV;
+	}
 	if (nd->cfg.require_rdma && !strstr(nd->transports, "rc_") &&
 	    !strstr(nd->transports, "dc_") && !strstr(nd->transports, "ud_")) {
 		nd_log(nd, "--require-rdma: UCX found no RDMA transport (only '%s'); refusing to run "
@@ -727,12 +823,9 @@ int nd_dataplane_init(struct nelssad *nd)
 		nd->ucp = NULL;
 		return -ENODEV;
 	}
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	st = ucp_worker_create(nd->ucp, &wp, &nd->worker);
-	if (st == UCS_OK)
-		st = ucp_worker_get_address(nd->worker, &nd->addr, &nd->addr_len);
-	if (st != UCS_OK || nd->addr_len > NELSSA_PROTO_MAX_ADDR) {
+	st = nelssa_link_worker(nd->ucp, 0, &nd->worker);
+	if (st != UCS_OK) {
+		nd->worker = NULL;
 		nd_log(nd, "UCX worker setup failed: %s", ucs_status_string(st));
 		return -EIO;
 	}
@@ -755,6 +848,9 @@ int nd_dataplane_init(struct nelssad *nd)
 	}
 	if (st != UCS_OK)
 		return -EIO;
+	ret = listen_data(nd);
+	if (ret)
+		return ret;
 	{
 		ucp_mem_map_params_t mp = { 0 };
 
@@ -807,6 +903,10 @@ void nd_dataplane_stop(struct nelssad *nd)
 		pthread_join(nd->poller, NULL);
 		nd->poller_running = 0;
 	}
+	/* No new endpoint: the listener goes first. */
+	if (nd->listener)
+		ucp_listener_destroy(nd->listener);
+	nd->listener = NULL;
 	/*
 	 * UCX 1.13 aborts in ucp_worker_destroy() (ucp_ep.c:437) while a
 	 * rendezvous receive or a send is still in flight, which SIGTERM
@@ -835,22 +935,25 @@ void nd_dataplane_stop(struct nelssad *nd)
 	}
 	nd->sessions = NULL;
 	/* The endpoints are ours to close: nothing is answered any more. */
+	for (struct nd_ep *e = nd->eps, *n; e; e = n) {
+		n = e->next;
+		if (e->ep)
+			ep_close(nd, e);
+		free(e);
+	}
+	nd->eps = NULL;
+	nd->n_eps = 0;
 	for (struct nd_peer *p = nd->peers, *n; p; p = n) {
 		n = p->next;
-		if (p->ep)
-			peer_close(nd, p);
-		free(p->addr);
 		free(p);
 	}
 	nd->peers = NULL;
 	if (nd->stage_memh)
 		ucp_mem_unmap(nd->ucp, nd->stage_memh);
-	ucp_worker_release_address(nd->worker, nd->addr);
 	ucp_worker_destroy(nd->worker);
 	close(nd->wake_fd);
 	/* As nd_dataplane_init() found it, for a test that starts it again. */
 	nd->worker = NULL;
-	nd->addr = NULL;
 	nd->stage = NULL;
 	nd->stage_memh = NULL;
 	nd->stage_free = 0;

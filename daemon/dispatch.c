@@ -8,8 +8,8 @@
  * poller thread goes back to its event loop -- no thread waits for a
  * device.  As completions arrive the step's pending count drops; the last
  * one assembles the reply from the devices' output buffers in item order
- * and sends it to the session's peer endpoint (nelssad.h, struct nd_peer),
- * or drops it when that client is gone.
+ * and sends it on the endpoint the step came on (nelssad.h, struct nd_ep),
+ * or drops it when that endpoint or its client is gone.
  * With head-wise placement every head's state is complete on its device,
  * so aggregation is a gather; with cluster-wise placement each device holds
  * part of every head, and the aggregator merges the N partial states by
@@ -110,6 +110,8 @@ void nd_step_free(struct nd_step *st)
 {
 	if (!st)
 		return;
+	if (st->ep)
+		st->ep->refs--;
 	free(st->item_dev);
 	free(st->item_slot);
 	free(st->item_req);
@@ -126,7 +128,7 @@ int nd_step_uses(const struct nd_session *s, uint64_t id)
 
 /*
  * Assembles @st's reply and sends it to @ep, or, with no @ep (its client
- * is gone: nd_peer_ep()), drops it.  Called with nd->lock held, as
+ * is gone: nd_ep_live()), drops it.  Called with nd->lock held, as
  * everything here.
  */
 static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
@@ -211,18 +213,18 @@ void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c)
 		return;
 	st->t_done = nd_now_ns();
 	if (nd->hold_tenant && st->s->tenant == nd->hold_tenant && !st->s->closing &&
-	    nd_peer_ep(st->s)) {
+	    nd_ep_live(st->ep)) {
 		st->s->held = 1;	/* until nd_step_release() */
 		return;
 	}
-	step_finish(nd, st, nd_peer_ep(st->s));
+	step_finish(nd, st, nd_ep_live(st->ep));
 }
 
 /* Test hook: finishes a step parked for NELSSAD_TEST_HOLD_TENANT. */
 void nd_step_release(struct nelssad *nd, struct nd_session *s)
 {
 	s->held = 0;
-	step_finish(nd, s->step, nd_peer_ep(s));
+	step_finish(nd, s->step, nd_ep_live(s->step->ep));
 }
 
 /* Fills one item's descriptor and inputs in device @dev's staging, @slot. */
@@ -298,12 +300,12 @@ static int stage_item(struct nelssad *nd, struct nd_session *s, struct nd_step *
 }
 
 /*
- * Called from the step message's callback, where @reply_ep (the endpoint
- * it came on) is good for an answer there and then: a refusal, or a step
- * with nothing to wait for.  The reply of a step that waits for devices
- * goes to nd_peer_ep() instead, when the last device is done.
+ * Called from the step message's callback (or its rendezvous receive's),
+ * @e the endpoint it came on, which is open there and then.  The step
+ * holds @e until it is freed; its reply goes there, if still live, when
+ * the last device is done.
  */
-int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
+int nd_step_start(struct nelssad *nd, struct nd_session *s, struct nd_ep *e, const uint8_t *hdr,
 		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive)
 {
 	const uint32_t max_items = s->max_batch * s->shape.kv_heads;
@@ -332,6 +334,8 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, c
 	if (s->step)
 		goto fail;
 	st->s = s;
+	st->ep = e;
+	e->refs++;
 	st->id = h.step;
 	st->nr_items = h.nr_items;
 	st->t_arrive = t_arrive;
@@ -395,7 +399,7 @@ submit:
 	free(scratch);
 	if (!submitted) {	/* nothing to wait for: no items, or the first submit failed */
 		st->t_done = st->t_submitted;
-		step_finish(nd, st, reply_ep);	/* still in the message's callback */
+		step_finish(nd, st, e->ep);	/* still in the message's callback */
 	}
 	return 0;
 fail:
@@ -405,6 +409,6 @@ fail:
 	free(scratch);
 	if (st)
 		nd_step_free(st);
-	nd_step_reply_error(nd, reply_ep, h.step, ret);
+	nd_step_reply_error(nd, e->ep, h.step, ret);
 	return ret;
 }

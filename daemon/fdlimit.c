@@ -33,6 +33,18 @@
  * endpoint fails -- and tells UCX EAGAIN, which keeps its listener.  The
  * executable exports the symbol (daemon/meson.build), so the dynamic
  * linker binds UCX's calls to it.
+ *
+ * It also gives each socket it accepts a descriptor number not used for a
+ * long while.  UCX 1.13 queues an event its async thread could not deliver
+ * at once (the worker was busy) by the descriptor's number and replays it
+ * later to whatever handler that number has then (ucs/async/async.c,
+ * __ucs_async_poll_missed(); upstream filters stale ones since 2faf305a18,
+ * 2026).  A connection request rejected and closed, its number taken at
+ * once by the next one accepted, and a write event of the old socket went
+ * to the new one's connection manager before it was ready: an assertion
+ * (tcp_sockcm_ep.c:416) -- a flood of connection requests killed the
+ * daemon.  Numbers handed out in turn from the upper half of the limit
+ * come back only after hundreds of accepts.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,7 +60,13 @@
 #include "nelssad.h"
 
 /* Descriptors the limits need (Documentation/tools/nelssad.rst, LIMITS). */
-#define ND_FDS_PER_CONN 4	/* its socket; UCX: the client's endpoint, ours, a spare lane */
+/*
+ * Each connection: its socket and ND_EPS_PER_CONN endpoints, each a UCX
+ * connection-manager socket and, over TCP, up to two lanes (measured: a
+ * client with one endpoint holds 4 of the daemon's descriptors, with two 7).
+ */
+#define ND_FDS_PER_EP 3
+#define ND_FDS_PER_CONN (1 + ND_EPS_PER_CONN * ND_FDS_PER_EP)
 #define ND_FDS_PER_DEVICE 2	/* the device and its event fd */
 #define ND_FDS_BASE 64		/* UCX (epoll, event fds, listeners), the daemon, the reserve */
 
@@ -57,6 +75,7 @@ static int reserve = -1;
 static struct nelssad *the_nd;		/* for accept()'s log lines */
 static unsigned long ucx_refused;	/* with reserve_lock */
 static time_t ucx_logged;
+static int fd_lo, fd_hi, fd_next;	/* accept()'s turn of numbers, with reserve_lock */
 
 void nd_fd_setup(struct nelssad *nd)
 {
@@ -86,6 +105,9 @@ void nd_fd_setup(struct nelssad *nd)
 	nd_log(nd, "file descriptors: limit %llu%s; the limits need about %llu (%u connections "
 	       "x %u, %u devices x %u, %u more)", (unsigned long long)rl.rlim_cur, raised, need,
 	       nd->cfg.max_conns, ND_FDS_PER_CONN, nd->n_dev, ND_FDS_PER_DEVICE, ND_FDS_BASE);
+	/* The upper half of the descriptors, for UCX's accepted sockets in turn. */
+	fd_hi = rl.rlim_cur > 1u << 20 ? 1 << 20 : (int)rl.rlim_cur;
+	fd_lo = fd_next = fd_hi / 2;
 	if (rl.rlim_cur && rl.rlim_cur < need)
 		nd_log(nd, "warning: the file descriptor limit (%llu) is below the %llu the limits "
 		       "need: raise LimitNOFILE or ulimit -n, or lower max-conns; beyond it, "
@@ -129,6 +151,36 @@ int nd_fd_refuse(struct nelssad *nd, int listen_fd, const char *why)
 	return err == EAGAIN || err == EWOULDBLOCK ? -EAGAIN : -EMFILE;
 }
 
+/*
+ * @fd moved to the next number in turn (see above), or @fd itself when no
+ * number of the turn is free.
+ */
+static int fresh_number(int fd)
+{
+	int moved = -1;
+
+	pthread_mutex_lock(&reserve_lock);
+	if (fd_hi > fd_lo) {
+		moved = fcntl(fd, F_DUPFD, fd_next);
+		if (moved < 0 || moved >= fd_hi) {
+			if (moved >= 0)
+				close(moved);
+			moved = fcntl(fd, F_DUPFD, fd_lo);	/* wrap around */
+		}
+		if (moved >= fd_hi) {
+			close(moved);
+			moved = -1;
+		}
+		if (moved >= 0)
+			fd_next = moved + 1 < fd_hi ? moved + 1 : fd_lo;
+	}
+	pthread_mutex_unlock(&reserve_lock);
+	if (moved < 0)
+		return fd;
+	close(fd);
+	return moved;
+}
+
 /* UCX's accept(2); see above.  Runs on UCX's async thread. */
 int accept(int fd, struct sockaddr *addr, socklen_t *len);
 
@@ -137,7 +189,9 @@ int accept(int fd, struct sockaddr *addr, socklen_t *len)
 	int ret = accept4(fd, addr, len, 0);
 	time_t now;
 
-	if (ret >= 0 || (errno != EMFILE && errno != ENFILE))
+	if (ret >= 0)
+		return fresh_number(ret);
+	if (errno != EMFILE && errno != ENFILE)
 		return ret;
 	ret = nd_fd_refuse(the_nd, fd, NULL);
 	if (ret == -EMFILE) {

@@ -67,6 +67,8 @@ static void usage(FILE *f)
 		"                     own options in --devices win)\n"
 		"  --listen HOST:PORT control address (default 127.0.0.1:18515; port 0 picks one)\n"
 		"  --port-file FILE   write the control port there once listening\n"
+		"  --data-port PORT   the UCX data path's port, at the control address (default 0:\n"
+		"                     any; clients learn it in HELLO_OK)\n"
 		"Limits (a request beyond one is refused with an ERROR naming it):\n"
 		"  --max-conns N      control connections at once (default 256)\n"
 		"  --max-conns-per-addr N      ... from one client address (default 32)\n"
@@ -118,6 +120,7 @@ static const struct opt opts[] = {
 	{ "port-file", OPT_VALUE, "FILE" },
 	{ "max-sessions", OPT_VALUE, "N" },
 	{ "max-conns", OPT_VALUE, "N" },
+	{ "data-port", OPT_VALUE, "PORT" },
 	{ "max-conns-per-addr", OPT_VALUE, "N" },
 	{ "max-sessions-per-conn", OPT_VALUE, "N" },
 	{ "max-requests-per-session", OPT_VALUE, "N" },
@@ -191,6 +194,7 @@ static const struct {
 } num_opts[] = {
 	{ "max-sessions", offsetof(struct nd_config, max_sessions), 1, 100000 },
 	{ "max-conns", offsetof(struct nd_config, max_conns), 1, 100000 },
+	{ "data-port", offsetof(struct nd_config, data_port), 0, 65535 },
 	{ "max-conns-per-addr", offsetof(struct nd_config, max_conns_per_addr), 1, 100000 },
 	{ "max-sessions-per-conn", offsetof(struct nd_config, max_sessions_per_conn), 1, 100000 },
 	{ "max-requests-per-session", offsetof(struct nd_config, max_requests_per_session), 1,
@@ -813,7 +817,7 @@ int main(int argc, char **argv)
 	const char *config = NULL;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	int lfd, ret = 1;
+	int lfd = -1, ret = 1;
 
 	snprintf(nd->cfg.devices, sizeof(nd->cfg.devices), "sim:4");
 	snprintf(nd->cfg.listen_host, sizeof(nd->cfg.listen_host), "127.0.0.1");
@@ -865,9 +869,10 @@ int main(int argc, char **argv)
 	       nd->n_dev, nd->cfg.busy_poll ? ", busy-polling" : "",
 	       nd->cfg.nop_kernel ? ", NOP kernel (benchmark mode)" : "");
 	ret = nd_control_run(nd, lfd) ? 1 : 0;
-	close(lfd);
 	nd_log(nd, "shutting down");
 out:
+	if (lfd >= 0)
+		close(lfd);
 	nd_dataplane_stop(nd);
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		nelssa_pnm_close(nd->dev[d].pnm);

@@ -54,6 +54,7 @@ struct nd_config {
 	uint16_t port;
 	uint32_t max_sessions;
 	uint32_t max_conns;
+	uint32_t data_port;		/* the UCX listener's; 0: any */
 	/* Limits (Documentation/tools/nelssad.rst, LIMITS). */
 	uint32_t max_conns_per_addr;	/* control connections from one client address */
 	uint32_t max_sessions_per_conn;
@@ -101,31 +102,43 @@ struct nd_request {
 struct nd_step;
 
 /*
- * The far end of a control connection on the data path: the endpoint a
- * step's reply goes to.  UCX's reply endpoint of a message is not fit
- * for that: UCX 1.13 frees an endpoint the application did not create as
- * soon as its peer fails, without a word, and a step ends long after its
- * message.  So a connection that gives its worker address in HELLO gets
- * a peer; at its first step the poller opens an endpoint to that address
- * (UCX hands back the one the client's own connection made: the two are
- * paired), which then is ours: UCX reports its failure through
- * peer_failed() and frees it only when the poller closes it.  The
- * control thread creates a peer and marks it @gone when the connection
- * closes; everything else is the poller's.  A reply goes out only while
- * nd_peer_ep() gives an endpoint: never once @failed or @gone.
+ * A control connection's data path (Documentation/daemon.rst, "The data
+ * path").  HELLO makes it, with a random @key that HELLO_OK gives that
+ * connection alone; the UCX endpoints its client then connects with carry
+ * the key as their UCX client id, and the daemon makes an endpoint from a
+ * connection request (struct nd_ep) only for a key of a connection still
+ * open, at most ND_EPS_PER_CONN of them.  A session's KV and STEP messages
+ * count only on an endpoint of the connection that owns it.  The control
+ * thread makes a peer and marks it @gone when the connection closes; the
+ * poller closes its endpoints then and frees it once neither a session
+ * nor an endpoint refers to it.
  */
 struct nd_peer {
-	uint64_t id;			/* for logs */
-	uint8_t *addr;			/* the client's worker address, until used */
-	size_t addr_len;
-	ucp_ep_h ep;			/* opened, not yet closed */
-	ucp_ep_h seen;			/* reply endpoint of the step that asked (for logs) */
-	int want;			/* a step needs the endpoint */
-	int failed;			/* UCX reported it, or it could not be opened */
-	ucs_status_t why;		/* ... what UCX said */
+	uint64_t id;			/* the connection's, for logs */
+	uint64_t key;			/* random, never 0 */
+	int shm;			/* NELSSA_HELLO_SHM granted: endpoints without error handling */
 	int gone;			/* the control connection closed */
 	uint32_t sessions;		/* bound to it */
+	uint32_t eps;			/* struct nd_ep of it, open or not yet freed */
 	struct nd_peer *next;
+};
+
+/* UCX endpoints a connection may have (a client needs one). */
+#define ND_EPS_PER_CONN 2u
+
+/*
+ * An endpoint the daemon made from a connection request: its own, so UCX
+ * reports its failure (ep_failed()) and frees it only when the poller
+ * closes it.  A reply goes out on it only while nd_ep_live() gives it.
+ * Poller thread only; freed once closed and no step or receive holds it.
+ */
+struct nd_ep {
+	ucp_ep_h ep;			/* NULL once closed */
+	struct nd_peer *peer;
+	int failed;			/* UCX reported it */
+	ucs_status_t why;		/* ... what UCX said */
+	uint32_t refs;			/* steps and rendezvous receives that answer on it */
+	struct nd_ep *next;
 };
 
 struct nd_sdev {
@@ -152,7 +165,7 @@ struct nd_session {
 	uint8_t placement;
 	uint64_t capacity_tokens;
 	int ctl_fd;			/* the connection that owns it */
-	struct nd_peer *peer;		/* ... its data path; NULL: it gave no address */
+	struct nd_peer *peer;		/* ... its data path */
 	int closing;			/* set by control, acted on by the poller */
 	struct nd_step *step;		/* in flight, at most one */
 	int held;			/* test hook: @step is done, its reply parked */
@@ -179,13 +192,15 @@ struct nelssad {
 	uint32_t n_sessions;
 	uint64_t next_session;
 	struct nd_peer *peers;
-	uint64_t next_peer;
 	struct nd_stats stats;
 	/* UCX */
 	ucp_context_h ucp;
 	ucp_worker_h worker;
-	ucp_address_t *addr;
-	size_t addr_len;
+	ucp_listener_h listener;
+	uint16_t data_port;		/* the listener's */
+	int shm_ok;			/* a shared-memory transport: NELSSA_HELLO_SHM can be granted */
+	struct nd_ep *eps;		/* poller thread */
+	uint32_t n_eps;
 	char transports[256];
 	/* Registered staging for rendezvous KV messages (poller thread only). */
 	uint8_t *stage;
@@ -220,7 +235,7 @@ struct nd_conn {
 	int admin;			/* from an --admin-addr: daemon-wide STATS */
 	/* control.c */
 	int hello;
-	struct nd_peer *peer;		/* from HELLO's address; NULL: none */
+	struct nd_peer *peer;		/* from HELLO; NULL before */
 	uint64_t done_steps, done_items, done_kv;	/* of its sessions closed */
 	/* conn.c */
 	uint64_t t_open, t_frame, t_partial, t_wrote, t_close;
@@ -304,8 +319,9 @@ struct nd_step {
 	uint32_t *item_dev, *item_slot;		/* per item: device, index there */
 	uint64_t *item_req;			/* ... and its request */
 	uint32_t dev_items[ND_MAX_DEVICES];
+	struct nd_ep *ep;			/* its reply goes there (a reference) */
 };
-int nd_step_start(struct nelssad *nd, struct nd_session *s, ucp_ep_h reply_ep, const uint8_t *hdr,
+int nd_step_start(struct nelssad *nd, struct nd_session *s, struct nd_ep *e, const uint8_t *hdr,
 		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive);
 void nd_step_complete(struct nelssad *nd, const struct npnm_completion *c);
 void nd_step_release(struct nelssad *nd, struct nd_session *s);
@@ -320,7 +336,8 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
 
 /*
  * dataplane.c.  nd_dataplane_start() is nd_dataplane_init() (UCX, the
- * worker, its handlers, the staging) and the poller thread, whose loop
+ * worker, its handlers, the staging, the listener at the control
+ * address's host) and the poller thread, whose loop
  * runs nd_dataplane_poll_once() -- the worker's progress, the peers'
  * endpoints, the devices' completions, the sessions to close -- and then
  * sleeps.  A test that calls nd_dataplane_init() alone runs the turns
@@ -329,7 +346,7 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
  * @stop is cleared (the test does, to shed what UCX keeps of peers gone).
  */
 int nd_token_new(uint64_t *token);
-ucp_ep_h nd_peer_ep(const struct nd_session *s);
+ucp_ep_h nd_ep_live(const struct nd_ep *e);
 int nd_dataplane_init(struct nelssad *nd);
 void nd_dataplane_poll_once(struct nelssad *nd);
 int nd_dataplane_start(struct nelssad *nd);

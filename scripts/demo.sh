@@ -17,7 +17,8 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
 # shellcheck source=nelssad-lib.sh
 . "$(dirname "$0")/nelssad-lib.sh"
 
-# Loopback TCP unless the user chose otherwise (shm works too: UCX_TLS=shm).
+# Loopback TCP unless the user chose otherwise (shared memory: UCX_TLS=shm,tcp;
+# UCX sets the connection up over TCP either way).
 export UCX_TLS="${UCX_TLS:-tcp}"
 if ! nelssad_start "$build/daemon/nelssad" "$dir/daemon.log" "$dir/port" --devices sim:4; then
 	echo "make demo: nelssad did not start:" >&2

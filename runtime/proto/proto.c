@@ -14,7 +14,7 @@
 
 /* Fixed payload bytes per type (HELLO, HELLO_OK: without the address). */
 static const uint32_t payload_len[NELSSA_MSG_MAX] = {
-	[NELSSA_MSG_HELLO] = 40,	[NELSSA_MSG_HELLO_OK] = 48,
+	[NELSSA_MSG_HELLO] = 40,	[NELSSA_MSG_HELLO_OK] = 56,
 	[NELSSA_MSG_SESSION_CREATE] = 32, [NELSSA_MSG_SESSION_OK] = 24,
 	[NELSSA_MSG_REQ_ALLOC] = 24,	[NELSSA_MSG_REQ_FREE] = 16,
 	[NELSSA_MSG_OK] = 0,		[NELSSA_MSG_STATS] = 8,
@@ -102,11 +102,11 @@ static int fields_ok(const struct nelssa_msg *m)
 	case NELSSA_MSG_HELLO:
 		return m->u.hello.min_version >= 1 &&
 		       m->u.hello.min_version <= m->u.hello.max_version &&
-		       m->u.hello.addr_len <= NELSSA_PROTO_MAX_ADDR &&
+		       !(m->u.hello.flags & ~NELSSA_HELLO_FLAGS) &&
 		       str_ok(m->u.hello.name, sizeof(m->u.hello.name));
 	case NELSSA_MSG_HELLO_OK:
-		return m->u.hello_ok.version >= 1 && m->u.hello_ok.addr_len >= 1 &&
-		       m->u.hello_ok.addr_len <= NELSSA_PROTO_MAX_ADDR &&
+		return m->u.hello_ok.version >= 1 && m->u.hello_ok.data_port && m->u.hello_ok.key &&
+		       !(m->u.hello_ok.flags & ~NELSSA_HELLO_FLAGS) &&
 		       str_ok(m->u.hello_ok.name, sizeof(m->u.hello_ok.name));
 	case NELSSA_MSG_SESSION_CREATE:
 		return !nelssa_shape_check(&m->u.create.shape) &&
@@ -145,10 +145,6 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 	if (!m->type || m->type >= NELSSA_MSG_MAX || !fields_ok(m))
 		return -EINVAL;
 	plen = payload_len[m->type];
-	if (m->type == NELSSA_MSG_HELLO)
-		plen += m->u.hello.addr_len;
-	if (m->type == NELSSA_MSG_HELLO_OK)
-		plen += m->u.hello_ok.addr_len;
 	if (cap < NELSSA_PROTO_HDR_BYTES + plen)
 		return -ENOSPC;
 	put32(buf, NELSSA_PROTO_MAGIC);
@@ -162,17 +158,17 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 	case NELSSA_MSG_HELLO:
 		put16(p, m->u.hello.min_version);
 		put16(p + 2, m->u.hello.max_version);
-		put32(p + 4, m->u.hello.addr_len);
+		put32(p + 4, m->u.hello.flags);
 		memcpy(p + 8, m->u.hello.name, NELSSA_PROTO_NAME_LEN);
-		memcpy(p + 40, m->u.hello.addr, m->u.hello.addr_len);
 		break;
 	case NELSSA_MSG_HELLO_OK:
 		put16(p, m->u.hello_ok.version);
 		put16(p + 2, m->u.hello_ok.devices);
-		put32(p + 4, m->u.hello_ok.addr_len);
+		put16(p + 4, m->u.hello_ok.data_port);
+		put16(p + 6, m->u.hello_ok.flags);
 		put64(p + 8, m->u.hello_ok.device_bytes);
-		memcpy(p + 16, m->u.hello_ok.name, NELSSA_PROTO_NAME_LEN);
-		memcpy(p + 48, m->u.hello_ok.addr, m->u.hello_ok.addr_len);
+		put64(p + 16, m->u.hello_ok.key);
+		memcpy(p + 24, m->u.hello_ok.name, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
 		put32(p, m->u.create.tenant);
@@ -265,8 +261,16 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		return ret;
 	if (len != NELSSA_PROTO_HDR_BYTES + (size_t)h.length)
 		return -EBADMSG;
-	if (h.type == NELSSA_MSG_HELLO || h.type == NELSSA_MSG_HELLO_OK
-		    ? h.length < payload_len[h.type] : h.length != payload_len[h.type])
+	/*
+	 * A longer HELLO is an older version's (up to 2 it carried a UCX
+	 * worker address): only its versions are read, so that the daemon
+	 * can say which one it speaks.
+	 */
+	if (h.type == NELSSA_MSG_HELLO ? h.length < payload_len[h.type]
+				       : h.length != payload_len[h.type])
+		return -EBADMSG;
+	if (h.type == NELSSA_MSG_HELLO && h.length > payload_len[h.type] &&
+	    (get16(p + 2) >= NELSSA_PROTO_VERSION || get16(p) > get16(p + 2)))
 		return -EBADMSG;
 	memset(m, 0, sizeof(*m));
 	m->type = h.type;
@@ -275,23 +279,19 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 	case NELSSA_MSG_HELLO:
 		m->u.hello.min_version = get16(p);
 		m->u.hello.max_version = get16(p + 2);
-		m->u.hello.addr_len = get32(p + 4);
+		/* In an older one, the worker address's length. */
+		if (h.length == payload_len[h.type])
+			m->u.hello.flags = get32(p + 4);
 		memcpy(m->u.hello.name, p + 8, NELSSA_PROTO_NAME_LEN);
-		if (m->u.hello.addr_len != h.length - payload_len[h.type] ||
-		    m->u.hello.addr_len > NELSSA_PROTO_MAX_ADDR)
-			return -EBADMSG;
-		memcpy(m->u.hello.addr, p + 40, m->u.hello.addr_len);
 		break;
 	case NELSSA_MSG_HELLO_OK:
 		m->u.hello_ok.version = get16(p);
 		m->u.hello_ok.devices = get16(p + 2);
-		m->u.hello_ok.addr_len = get32(p + 4);
+		m->u.hello_ok.data_port = get16(p + 4);
+		m->u.hello_ok.flags = get16(p + 6);
 		m->u.hello_ok.device_bytes = get64(p + 8);
-		memcpy(m->u.hello_ok.name, p + 16, NELSSA_PROTO_NAME_LEN);
-		if (m->u.hello_ok.addr_len != h.length - payload_len[h.type] ||
-		    m->u.hello_ok.addr_len > NELSSA_PROTO_MAX_ADDR)
-			return -EBADMSG;
-		memcpy(m->u.hello_ok.addr, p + 48, m->u.hello_ok.addr_len);
+		m->u.hello_ok.key = get64(p + 16);
+		memcpy(m->u.hello_ok.name, p + 24, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
 		if (!zero(p + 14, 2))

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * A raw UCX peer of nelssad for the daemon's end-to-end tests (tier T1):
- * says HELLO on the control path, connects to the worker address it gets
- * back and sends active messages of every id the daemon does not take --
+ * says HELLO on the control path, connects to the data path it gets back
+ * (nelssa/link.h) and sends active messages of every id the daemon does not take --
  * 0, 2 and 4..7 inside UCX's table of handlers, 8 and 65535 beyond it,
  * eager and rendezvous -- each of which must be dropped.  Then a KV
  * message naming no session must still be answered with -ENOENT on the
@@ -24,6 +24,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <nelssa/link.h>
 #include <nelssa/proto.h>
 
 static ucp_worker_h worker;
@@ -152,9 +153,6 @@ int main(int argc, char **argv)
 	static uint8_t big[4u << 20];
 	uint8_t hdr[NELSSA_KV_HDR_BYTES] = { 0 };
 	struct nelssa_kv_hdr kv = { .session = 999999, .cookie = 42, .nr_tokens = 1 };
-	ucp_params_t up = { 0 };
-	ucp_worker_params_t wp = { 0 };
-	ucp_ep_params_t ep_params = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
 	ucp_context_h ucp;
 	ucp_ep_h ep;
@@ -172,17 +170,15 @@ int main(int argc, char **argv)
 	}
 	m.type = NELSSA_MSG_HELLO;
 	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	m.u.hello.flags = NELSSA_HELLO_SHM;	/* granted where it can be */
 	strcpy(m.u.hello.name, "am-ids");
 	ret = ctl_call(fd, &m, &r);
 	if (ret || r.type != NELSSA_MSG_HELLO_OK) {
 		printf("# HELLO: %d, type %u\n", ret, r.type);
 		return 1;
 	}
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM;
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	if (ucp_init(&up, NULL, &ucp) != UCS_OK || ucp_worker_create(ucp, &wp, &worker) != UCS_OK) {
+	if (nelssa_link_context(0, &ucp) != UCS_OK ||
+	    nelssa_link_worker(ucp, r.u.hello_ok.key, &worker) != UCS_OK) {
 		printf("# UCX setup failed\n");
 		return 1;
 	}
@@ -193,16 +189,10 @@ int main(int argc, char **argv)
 	ap.cb = on_ack;
 	for (ap.id = 0; ap.id <= NELSSA_AM_KV_ACK; ap.id++)
 		ucp_worker_set_am_recv_handler(worker, &ap);
-	ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-			       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-	ep_params.address = (const ucp_address_t *)r.u.hello_ok.addr;
-	ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	if (ucp_ep_create(worker, &ep_params, &ep) == UCS_ERR_UNREACHABLE) {
-		ep_params.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-		if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
-			printf("# cannot reach the daemon's worker\n");
-			return 1;
-		}
+	if (nelssa_link_connect(worker, fd, r.u.hello_ok.data_port,
+				r.u.hello_ok.flags & NELSSA_HELLO_SHM, NULL, NULL, &ep) != UCS_OK) {
+		printf("# cannot reach the daemon's data path\n");
+		return 1;
 	}
 	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
 		am_send(ep, ids[i], hdr, sizeof(hdr), "x", 1);

@@ -10,7 +10,7 @@ import struct
 import sys
 
 MAGIC = 0x41534C4E
-VERSION = 2  # NELSSA_PROTO_VERSION
+VERSION = 3  # NELSSA_PROTO_VERSION
 HELLO, ERROR, STATS = 1, 11, 8
 
 
@@ -69,8 +69,12 @@ def main():
         ("HELLO speaking only version 5", hello(version=5, lo=5, hi=5)),
         ("a request before HELLO", frame(STATS, b"\0" * 8)),
         ("payload too short for its type", good_hello + frame(STATS, b"\0" * 4)),
-        ("non-zero reserved bytes", frame(HELLO, struct.pack("<HHI", VERSION, VERSION, 1) +
-                                          b"x".ljust(32, b"\0"))),
+        ("an unknown HELLO flag", frame(HELLO, struct.pack("<HHI", VERSION, VERSION, 2) +
+                                        b"x".ljust(32, b"\0"))),
+        # Version 2's HELLO carried a UCX worker address after the name.
+        ("a version-2 HELLO with its worker address",
+         frame(HELLO, struct.pack("<HHI", 2, 2, 64) + b"old".ljust(32, b"\0") + bytes(range(64)),
+               version=2)),
         ("name without a NUL", frame(HELLO, struct.pack("<HHI", VERSION, VERSION, 0) + b"y" * 32)),
         ("a second HELLO", good_hello + good_hello),
         ("a reply type sent as a request", good_hello + frame(7, b"")),

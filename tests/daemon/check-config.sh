@@ -85,10 +85,10 @@ EOF
 limits="max-conns-per-addr max-sessions-per-conn max-requests-per-session max-memory-per-conn
 hello-timeout-ms frame-timeout-ms idle-timeout-ms admin-addr"
 
-echo "1..82"
+echo "1..86"
 
 # A value option without a value, in a config file: named with file and line.
-for opt in listen max-sessions max-conns port-file devices sim-opts $limits; do
+for opt in listen max-sessions max-conns data-port port-file devices sim-opts $limits; do
 	conf "$opt ="
 	refuse "config '$opt =' refused" "c.conf:2: $opt: needs a value" --config "$out/c.conf"
 done
@@ -127,6 +127,12 @@ refuse "--config without a value refused" "--config: needs a value" --config
 refuse "--config given twice refused" "--config: given twice" --config "$shipped" \
 	--config="$shipped"
 refuse "a stray argument refused" "unexpected argument 'stray'" stray
+refuse "--data-port 65536 refused" "--data-port: '65536': need 0..65535" --data-port 65536
+refuse "--data-port=any refused" "--data-port: 'any': need 0..65535" --data-port=any
+# A fixed data port is the UCX listener's (a port free a moment ago).
+dport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+serves "--data-port $dport: the UCX listener on it" "data path: UCX listening on port $dport" -- \
+	--sim-opts mem=1M --data-port "$dport"
 
 # The limits: each without a value, out of range, malformed.
 for opt in $limits; do

@@ -88,7 +88,7 @@ kill -TERM $pid
 wait $pid
 pid=
 
-for tls in tcp shm; do
+for tls in tcp shm,tcp; do
 	if start $tls; then
 		echo "ok $((n += 1)) - $tls: daemon listening on port $port"
 	else
@@ -226,7 +226,7 @@ done
 # killed.  Every reply must be dropped, none sent (the daemon sent them to
 # the endpoint UCX had freed on seeing the client die: SEGV in
 # ucp_am_send_nbx); a client of another tenant is served meanwhile.
-for tls in tcp shm; do
+for tls in tcp shm,tcp; do
 	if ! NELSSAD_TEST_HOLD_TENANT=77 UCX_TLS=$tls nelssad_start "$nd" "$out/held.log" \
 		"$out/hport" --sim-opts mem=256M,cores=1; then
 		sed 's/^/# /' "$out/held.log"

@@ -18,9 +18,12 @@
 #     requests, device memory, connections per address and in all; the
 #     frame size, a slowloris HELLO, an idle connection without a session.
 #  3. Under `ulimit -n 1024`: 1,100 control connections, each served or
-#     refused (-EMFILE) and none left hanging, then 1,100 UCX endpoints
-#     opened to the daemon's worker (ep_flood); afterwards a new client is
-#     served, control and data path.
+#     refused (-EMFILE) and none left hanging; 1,100 UCX endpoints from one
+#     connection, 2 taken (ND_EPS_PER_CONN) and 1,098 rejected (ep_flood);
+#     the daemon's descriptors all held by control connections, then 50
+#     endpoints, each refused through the reserve with UCX's listener kept
+#     (ep_flood starve); afterwards a new client is served, control and
+#     data path.
 #
 # Waits are for events (a line in the log, a count in STATS), each bounded;
 # no assertion is about time.
@@ -118,7 +121,7 @@ stop() {
 # 127.0.0.1 (the admin address, for STATS of the whole daemon) and 20 others.
 src=127.0.0.1$(i=2; while [ $i -le 21 ]; do printf ',127.0.0.%d' $i; i=$((i + 1)); done)
 
-echo "1..35"
+echo "1..36"
 
 # 1. Load.
 if nelssad_start "$nd" "$out/load.log" "$out/port" --sim-opts mem=256M,cores=1 \
@@ -245,7 +248,12 @@ t "fds: ... afterwards a new client is served, exact" 0 "$cli" 127.0.0.1 "$port"
 timeout 300 "$flood" 127.0.0.1 "$port" 1100 >"$out/stdout" 2>&1
 got=$?
 sed 's/^/# /' "$out/stdout" | tail -3
-ok "fds: 1,100 UCX endpoints opened to the daemon's worker, the daemon alive" \
+ok "fds: 1,100 UCX endpoints from one connection: 2 taken and answered, 1,098 rejected, the daemon alive" \
+	'[ $got = 0 ] && kill -0 $pid'
+timeout 300 "$flood" 127.0.0.1 "$port" 50 starve >"$out/stdout" 2>&1
+got=$?
+sed 's/^/# /' "$out/stdout" | tail -4
+ok "fds: its descriptors all taken, 50 UCX endpoints each refused; then a new one answered" \
 	'[ $got = 0 ] && kill -0 $pid'
 ok "fds: ... those beyond its descriptors refused, UCX's listener kept (the log says so)" \
 	'grep -q "a UCX connection refused" "$out/fd.log"'

@@ -4,21 +4,22 @@
  * check-crash.sh): it says HELLO on the control path and then does one of
  *
  *   eps N [close|exit [HOLD_MS]]
- *                   opens N endpoints to the daemon's worker from one
- *                   worker, sends a KV message naming no session on each
- *                   (answered -ENOENT by a daemon that took the endpoint),
- *                   waits for the answers (10 s at most), keeps them open
- *                   HOLD_MS more (default 0) and exits without closing them
- *                   -- as a process that ends does -- or, with "close",
- *                   closes them first.  Prints "answered A of N".
+ *                   opens N endpoints to the daemon's data path from one
+ *                   worker (its connection's key), sends a KV message
+ *                   naming no session on each (answered -ENOENT on an
+ *                   endpoint the daemon took; it takes ND_EPS_PER_CONN, 2,
+ *                   and rejects the others' connection requests), waits
+ *                   until each is answered or failed (10 s at most), keeps
+ *                   them open HOLD_MS more (default 0) and exits without
+ *                   closing them -- as a process that ends does -- or, with
+ *                   "close", closes them first.  Prints "answered A of N,
+ *                   rejected R".
  *   wireup STAGE    stops at a point of the UCX wire-up with the daemon,
  *                   prints "ready" and waits to be killed there:
  *                     created  right after ucp_ep_create(), nothing progressed
  *                     sent     its first active message (a KV for no session)
  *                              posted, not progressed
  *                     step     with a session and a request, a STEP posted
- *                              (the daemon then opens its own endpoint back
- *                              to this worker, whose wire-up the kill cuts)
  *                     acked    the first KV message answered: wire-up done
  *                   With "die MS", instead of printing "ready" it goes on
  *                   progressing its worker for MS ms and then kills itself
@@ -30,7 +31,8 @@
  *
  * Messages are built with the protocol's encoders (nelssa_msg_encode(),
  * nelssa_kv_hdr_put(), nelssa_step_hdr_put()); exit 0 when the control
- * connection and UCX came up (and, for eps, every endpoint was answered).
+ * connection and UCX came up (and, for eps, every endpoint was answered or
+ * failed).
  *
  * usage: crash_peer HOST PORT eps N [close|exit [HOLD_MS]] |
  *        crash_peer HOST PORT wireup created|sent|step|acked [gated | die MS]
@@ -49,10 +51,11 @@
 
 #include <ucp/api/ucp.h>
 
+#include <nelssa/link.h>
 #include <nelssa/proto.h>
 
 static ucp_worker_h worker;
-static unsigned int answered;
+static unsigned int answered, rejected;
 static int fd = -1;
 static uint32_t seq;
 
@@ -159,18 +162,20 @@ static void am_post(ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_le
 	ucp_am_send_nbx(ep, id, hdr, hdr_len, data, len, &prm);
 }
 
+/* An endpoint rejected by the daemon (or failed otherwise): it is done. */
+static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	(void)arg;
+	(void)ep;
+	(void)status;
+	rejected++;
+}
+
 static int ep_open(const struct nelssa_msg *hello_ok, ucp_ep_h *ep)
 {
-	ucp_ep_params_t p = { 0 };
-
-	p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-	p.address = (const ucp_address_t *)hello_ok->u.hello_ok.addr;
-	p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	if (ucp_ep_create(worker, &p, ep) == UCS_OK)
-		return 0;
-	/* Shared memory has no peer-failure detection. */
-	p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-	return ucp_ep_create(worker, &p, ep) == UCS_OK ? 0 : -EIO;
+	return nelssa_link_connect(worker, fd, hello_ok->u.hello_ok.data_port,
+				   hello_ok->u.hello_ok.flags & NELSSA_HELLO_SHM, ep_failed, NULL,
+				   ep) == UCS_OK ? 0 : -EIO;
 }
 
 static int die_ms = -1;	/* "die MS": progress that long, then SIGKILL itself */
@@ -197,12 +202,8 @@ int main(int argc, char **argv)
 	static uint8_t step_data[NELSSA_STEP_ITEM_BYTES + 4 * 64];
 	const struct nelssa_kv_hdr nokv = { .session = 999999, .token = 1, .cookie = 7,
 					    .nr_tokens = 1 };
-	ucp_params_t up = { 0 };
-	ucp_worker_params_t wp = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
 	ucp_context_h ucp;
-	ucp_address_t *addr;
-	size_t addr_len;
 	ucp_ep_h *eps, ep;
 	unsigned int n = 0;
 	int ret;
@@ -218,13 +219,17 @@ int main(int argc, char **argv)
 		printf("# cannot connect to %s:%s\n", argv[1], argv[2]);
 		return 1;
 	}
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM;
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	if (ucp_init(&up, NULL, &ucp) != UCS_OK || ucp_worker_create(ucp, &wp, &worker) != UCS_OK ||
-	    ucp_worker_get_address(worker, &addr, &addr_len) != UCS_OK ||
-	    addr_len > NELSSA_PROTO_MAX_ADDR) {
+	m.type = NELSSA_MSG_HELLO;
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	m.u.hello.flags = NELSSA_HELLO_SHM;	/* granted where it can be */
+	strcpy(m.u.hello.name, "crash-peer");
+	ret = ctl_call(&m, &hello_ok);
+	if (ret || hello_ok.type != NELSSA_MSG_HELLO_OK) {
+		printf("# HELLO: %d\n", ret);
+		return 1;
+	}
+	if (nelssa_link_context(0, &ucp) != UCS_OK ||
+	    nelssa_link_worker(ucp, hello_ok.u.hello_ok.key, &worker) != UCS_OK) {
 		printf("# UCX setup failed\n");
 		return 1;
 	}
@@ -235,17 +240,6 @@ int main(int argc, char **argv)
 	ap.cb = on_am;
 	for (ap.id = 0; ap.id <= NELSSA_AM_STEP_REPLY; ap.id++)
 		ucp_worker_set_am_recv_handler(worker, &ap);
-	m.type = NELSSA_MSG_HELLO;
-	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
-	strcpy(m.u.hello.name, "crash-peer");
-	m.u.hello.addr_len = (uint32_t)addr_len;
-	memcpy(m.u.hello.addr, addr, addr_len);
-	ucp_worker_release_address(worker, addr);
-	ret = ctl_call(&m, &hello_ok);
-	if (ret || hello_ok.type != NELSSA_MSG_HELLO_OK) {
-		printf("# HELLO: %d\n", ret);
-		return 1;
-	}
 	nelssa_kv_hdr_put(kv, &nokv);
 	if (!strcmp(argv[3], "eps")) {
 		const unsigned int want = (unsigned int)atoi(argv[4]);
@@ -255,9 +249,10 @@ int main(int argc, char **argv)
 		for (n = 0; eps && n < want && !ep_open(&hello_ok, &eps[n]); n++)
 			am_post(eps[n], NELSSA_AM_KV, kv, sizeof(kv), "x", 1);
 		end = now_ms() + 10000;
-		while (answered < n && now_ms() < end)
+		while (answered + rejected < n && now_ms() < end)
 			ucp_worker_progress(worker);
-		printf("answered %u of %u (%u endpoints opened)\n", answered, want, n);
+		printf("answered %u of %u, rejected %u (%u endpoints opened)\n", answered, want,
+		       rejected, n);
 		if (argc > 6) {
 			/* Held open (and answering) while the daemon's keepalive rounds run. */
 			end = now_ms() + (uint64_t)atoi(argv[6]);
@@ -281,7 +276,7 @@ int main(int argc, char **argv)
 			ucp_cleanup(ucp);
 		}
 		/* Otherwise: exit as a process does, the endpoints left open. */
-		return answered == want ? 0 : 1;
+		return n == want && answered + rejected == want ? 0 : 1;
 	}
 	if (!strcmp(argv[4], "step")) {
 		struct nelssa_step_hdr sh = { .step = 1, .nr_items = 1 };
@@ -326,7 +321,7 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	if (ep_open(&hello_ok, &ep)) {
-		printf("# cannot reach the daemon's worker\n");
+		printf("# cannot reach the daemon's data path\n");
 		return 1;
 	}
 	if (!strcmp(argv[4], "created"))

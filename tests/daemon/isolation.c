@@ -16,7 +16,11 @@
  * -ENOENT, and the daemon's resident memory does not grow by them; a step
  * beyond what the attacker's own session could send is refused with
  * -EMSGSIZE; a rendezvous message of an id the daemon does not take
- * completes its send with an error.
+ * completes its send with an error.  The data path is bound to the
+ * connection as well: the victim's session and its true token, as if
+ * leaked, sent on the attacker's own endpoint get -ENOENT; and endpoints
+ * whose UCX client id is not the key of a connection (a random one, the
+ * victim's token, none) are rejected before the daemon makes them.
  *
  * usage: isolation --count               the number of subtests
  *        isolation HOST PORT PID FIRST   runs them, numbered from FIRST,
@@ -37,11 +41,12 @@
 
 #include <ucp/api/ucp.h>
 
+#include <nelssa/link.h>
 #include <nelssa/proto.h>
 
 #include "testutil.h"
 
-#define NR_CHECKS 17
+#define NR_CHECKS 19
 
 #define LAYERS 2
 #define KV_HEADS 2
@@ -63,6 +68,7 @@ struct tenant {
 	uint32_t seq;
 	ucp_worker_h w;
 	ucp_ep_h ep;
+	uint16_t data_port;		/* from HELLO_OK */
 	uint64_t session, token;
 	/* the last KV ack */
 	int acked;
@@ -300,22 +306,27 @@ static ucs_status_t am_send(struct tenant *t, unsigned int id, const void *hdr, 
 	return s.status;
 }
 
-/* Opens @t's control connection and worker, says HELLO, reaches the daemon's worker. */
+/*
+ * Opens @t's control connection, says HELLO, makes its worker with the
+ * connection's key and an endpoint to the daemon's data path.
+ */
 static int tenant_open(struct tenant *t, const char *host, const char *port)
 {
 	static struct nelssa_msg m, r;
-	ucp_worker_params_t wp = { 0 };
-	ucp_ep_params_t ep = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
-	ucp_address_t *addr;
-	size_t addr_len;
 
 	t->fd = ctl_connect(host, port);
 	if (t->fd < 0)
 		return -ECONNREFUSED;
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	if (ucp_worker_create(ucp, &wp, &t->w) != UCS_OK)
+	memset(&m, 0, sizeof(m));
+	m.type = NELSSA_MSG_HELLO;
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	m.u.hello.flags = NELSSA_HELLO_SHM;	/* granted where it can be */
+	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "isolation-%s", t->name);
+	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_HELLO_OK)
+		return -EPROTO;
+	t->data_port = r.u.hello_ok.data_port;
+	if (nelssa_link_worker(ucp, r.u.hello_ok.key, &t->w) != UCS_OK)
 		return -EIO;
 	/* In ascending order, as the daemon does (see nd_dataplane_start()). */
 	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -328,28 +339,68 @@ static int tenant_open(struct tenant *t, const char *host, const char *port)
 		if (ucp_worker_set_am_recv_handler(t->w, &ap) != UCS_OK)
 			return -EIO;
 	}
-	if (ucp_worker_get_address(t->w, &addr, &addr_len) != UCS_OK ||
-	    addr_len > NELSSA_PROTO_MAX_ADDR)
+	if (nelssa_link_connect(t->w, t->fd, t->data_port, r.u.hello_ok.flags & NELSSA_HELLO_SHM,
+				NULL, NULL, &t->ep) != UCS_OK)
 		return -EIO;
-	memset(&m, 0, sizeof(m));
-	m.type = NELSSA_MSG_HELLO;
-	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
-	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "isolation-%s", t->name);
-	m.u.hello.addr_len = (uint32_t)addr_len;
-	memcpy(m.u.hello.addr, addr, addr_len);
-	ucp_worker_release_address(t->w, addr);
-	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_HELLO_OK)
-		return -EPROTO;
-	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-	ep.address = (const ucp_address_t *)r.u.hello_ok.addr;
-	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	if (ucp_ep_create(t->w, &ep, &t->ep) == UCS_ERR_UNREACHABLE) {
-		/* Shared memory has no peer-failure detection. */
-		ep.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-		if (ucp_ep_create(t->w, &ep, &t->ep) != UCS_OK)
-			return -EIO;
-	}
 	return 0;
+}
+
+static void tenant_close(struct tenant *t);
+
+static void stranger_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+	(void)ep;
+	*(ucs_status_t *)arg = status;
+}
+
+/*
+ * An endpoint from a worker whose UCX client id is @key (0: none), over
+ * the attacker's control connection's address, with a KV message naming
+ * no session on it: 0 when the daemon rejected it (its failure reported,
+ * no answer), else what came: the ack's status, or NO_ANSWER.
+ */
+static int stranger(uint64_t key, ucs_status_t *why)
+{
+	static uint8_t hdr[NELSSA_KV_HDR_BYTES];
+	struct tenant s = { .name = "stranger", .fd = -1 };
+	const struct nelssa_kv_hdr kv = { .session = NEVER, .token = 1, .cookie = 5 };
+	ucp_am_handler_param_t ap = { 0 };
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+				    .flags = UCP_AM_SEND_FLAG_REPLY };
+	ucs_status_ptr_t sp;
+	int ret;
+
+	*why = UCS_OK;
+	if (nelssa_link_worker(ucp, key, &s.w) != UCS_OK)
+		return -EIO;
+	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+			UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+	ap.arg = &s;
+	for (ap.id = 0; ap.id <= NELSSA_AM_STEP_REPLY; ap.id++) {
+		ap.cb = ap.id == NELSSA_AM_KV_ACK ? on_ack : on_other;
+		ucp_worker_set_am_recv_handler(s.w, &ap);
+	}
+	/* Peer error handling whatever the transport: its rejection is then reported. */
+	if (nelssa_link_connect(s.w, attacker.fd, attacker.data_port, 0, stranger_failed, why,
+				&s.ep) != UCS_OK) {
+		ucp_worker_destroy(s.w);
+		return -EIO;
+	}
+	nelssa_kv_hdr_put(hdr, &kv);
+	sp = ucp_am_send_nbx(s.ep, NELSSA_AM_KV, hdr, sizeof(hdr), NULL, 0, &prm);
+	for (const uint64_t end = now_ms() + WAIT_MS; *why == UCS_OK && !s.acked && now_ms() < end;)
+		ucp_worker_progress(s.w);
+	ret = s.acked ? s.ack_status : *why != UCS_OK ? 0 : NO_ANSWER;
+	if (UCS_PTR_IS_PTR(sp)) {
+		if (ucp_request_check_status(sp) == UCS_INPROGRESS)
+			ucp_request_cancel(s.w, sp);
+		ucp_request_free(sp);
+	}
+	s.fd = -1;
+	tenant_close(&s);
+	ucp_worker_destroy(s.w);
+	return ret;
 }
 
 static void tenant_close(struct tenant *t)
@@ -605,7 +656,6 @@ int main(int argc, char **argv)
 	static uint8_t before[4096], after[4096];
 	static struct guess g[32];
 	struct tu_rng rng;
-	ucp_params_t up = { 0 };
 	const char *pid;
 	uint32_t ng;
 	int ret, all;
@@ -622,9 +672,7 @@ int main(int argc, char **argv)
 	test_no = atoi(argv[4]) - 1;
 	tu_init("isolation");
 	tu_rng_for(&rng, "isolation", 0);
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM;
-	if (ucp_init(&up, NULL, &ucp) != UCS_OK) {
+	if (nelssa_link_context(0, &ucp) != UCS_OK) {
 		printf("# UCX init failed\n");
 		return 1;
 	}
@@ -758,7 +806,36 @@ int main(int argc, char **argv)
 	report(all, "... with an unknown request, a head or layer beyond the shape, a bad length: "
 	       "-ENOENT all the same");
 
-	/* 8: the victim's steps, each right after a guessed one, are never -EBUSY. */
+	/* 8: the victim's true session and token, as if leaked, on the attacker's endpoint. */
+	{
+		const int kv = kv_send(&attacker, victim.session, victim.token, kv_whole(0, 0),
+				       kv_msg, kv_data(0, 0), 0);
+		const int st = step_send(&attacker, victim.session, victim.token, 0, step_msg,
+					 step_data(REQUEST, 0), 0);
+
+		report(kv == -ENOENT && st == -ENOENT, "the victim's own session and token on the "
+		       "attacker's endpoint (another connection's): KV %d, step %d, both -ENOENT",
+		       kv, st);
+	}
+
+	/* 9: endpoints whose client id is no connection's key: rejected, never served. */
+	{
+		const uint64_t keys[3] = { tu_next(&rng) | 1, victim.token, 0 };
+		ucs_status_t why[3];
+		int got[3];
+
+		all = 1;
+		for (int i = 0; i < 3; i++) {
+			got[i] = stranger(keys[i], &why[i]);
+			all &= got[i] == 0;
+		}
+		report(all, "endpoints with a random client id, the victim's token as one, and "
+		       "none: each rejected by the daemon, none answered (%d %s, %d %s, %d %s)",
+		       got[0], ucs_status_string(why[0]), got[1], ucs_status_string(why[1]),
+		       got[2], ucs_status_string(why[2]));
+	}
+
+	/* 10: the victim's steps, each right after a guessed one, are never -EBUSY. */
 	all = 1;
 	for (uint32_t i = 0; i < ng; i++) {
 		const struct nelssa_step_hdr h = { .session = g[i].session, .token = g[i].token,
@@ -777,7 +854,7 @@ int main(int argc, char **argv)
 	report(all, "%u victim steps, each sent right behind a guessed step of its session: all "
 	       "served, outputs unchanged", ng);
 
-	/* 9..11: the control path: REQ_ALLOC, REQ_FREE, CLOSE of the victim's session. */
+	/* 11..13: the control path: REQ_ALLOC, REQ_FREE, CLOSE of the victim's session. */
 	{
 		static const uint16_t types[] = { NELSSA_MSG_REQ_ALLOC, NELSSA_MSG_REQ_FREE,
 						  NELSSA_MSG_CLOSE };
@@ -805,7 +882,7 @@ int main(int argc, char **argv)
 		}
 	}
 
-	/* 12..14: 64 MiB rendezvous KV messages naming no session of the sender's. */
+	/* 14..16: 64 MiB rendezvous KV messages naming no session of the sender's. */
 	{
 		uint8_t *big = calloc(1, BIG);
 		const long rss0 = vm_rss_kib(pid);
@@ -857,7 +934,7 @@ int main(int argc, char **argv)
 		       "... the daemon's resident memory grew %ld KiB by them (from %ld KiB), not "
 		       "by their 256 MiB", rss1 - rss0, rss0);
 
-		/* 15: a step larger than the attacker's own session could send. */
+		/* 17: a step larger than the attacker's own session could send. */
 		{
 			const struct nelssa_step_hdr h = { .session = attacker.session,
 							   .token = attacker.token,
@@ -883,7 +960,7 @@ int main(int argc, char **argv)
 			       ucs_status_string(st), (unsigned long long)ms, rss2 - rss1);
 		}
 
-		/* 16: a rendezvous message of an id the daemon does not take. */
+		/* 18: a rendezvous message of an id the daemon does not take. */
 		{
 			uint8_t hdr[NELSSA_KV_HDR_BYTES] = { 0 };
 			uint64_t ms;
@@ -897,7 +974,7 @@ int main(int argc, char **argv)
 		free(big);
 	}
 
-	/* 17: after all that, the victim's data as it was. */
+	/* 19: after all that, the victim's data as it was. */
 	ret = victim_step(after);
 	if (!ret)
 		ret = memcmp(before, after, sizeof(before)) ? -EDOM : victim_reference(after);

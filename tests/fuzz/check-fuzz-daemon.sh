@@ -3,12 +3,14 @@
 #
 # The daemon's stateful fuzzer (fuzz_daemon.c), in TAP: builds nelssad's
 # control and data path, the PNM library with its sim backend and the
-# firmware, the protocol codec and the target with clang's libFuzzer,
-# ASan and UBSan (the daemon and the codec with coverage, the rest with
+# firmware, the protocol codec, the data path's UCX setup (runtime/ucx)
+# and the target with clang's libFuzzer, ASan and UBSan (the daemon, the
+# codec and the UCX setup with coverage, the rest with
 # the sanitizers alone; no gcc object, so one runtime); replays every input
 # of tests/fuzz/corpus-daemon/ as a regression test; then fuzzes from that
-# corpus for a fixed number of inputs (RUNS, 20000: a minute or more of
-# fuzzing on this project's machines; NELSSA_FUZZ_RUNS wins) with a fixed
+# corpus for a fixed number of inputs (RUNS, 5000: two to four minutes of
+# fuzzing on this project's machines, where every link of an input is a UCX
+# worker made and destroyed; NELSSA_FUZZ_RUNS wins) with a fixed
 # seed (NELSSA_FUZZ_SEED, default 1) and prints how many inputs ran and how
 # long it took -- or, with NELSSA_FUZZ_SECONDS set, for that long instead
 # (the longer runs: NELSSA_FUZZ_SECONDS=1800 for half an hour).  A finding
@@ -22,7 +24,7 @@ set -u
 
 src=${1:?usage: check-fuzz-daemon.sh SRCDIR OUTDIR [SECONDS]}
 dir=${2:?}
-runs_max=${NELSSA_FUZZ_RUNS:-${3:-20000}}
+runs_max=${NELSSA_FUZZ_RUNS:-${3:-5000}}
 secs=${NELSSA_FUZZ_SECONDS:-}
 if [ -n "$secs" ]; then
 	bound="-max_total_time=$secs" what="$secs s"
@@ -93,6 +95,7 @@ mk="$dir/Makefile"
 		rule "obj/d_$f.o" "$src/daemon/$f.c" "$san $cov"
 	done
 	rule obj/proto.o "$src/runtime/proto/proto.c" "$san $cov"
+	rule obj/link.o "$src/runtime/ucx/link.c" "$san $cov"
 	rule obj/fuzz_daemon.o "$src/tests/fuzz/fuzz_daemon.c" "$san $cov"
 	for f in bf16 fp16 attn_dense attn_clusters lse_merge; do
 		rule "obj/n_$f.o" "$src/runtime/numeric/$f.c" "$san"

@@ -3,10 +3,13 @@
 """Writes the seed corpus of fuzz_daemon (tests/fuzz/corpus-daemon/).
 
 An input of fuzz_daemon.c is a sequence of operations: a kind byte (below,
-modulo their number), a slot byte (the low two bits: connection slot 0..3,
-each with a UCX worker of its own; slots 2 and 3 connect from 127.0.0.2,
-which is not an admin address, 0 and 1 from 127.0.0.1 unless flag 4 is
-set) and the kind's fields, little-endian, zeros past the end.  The
+modulo their number), a slot byte (the low two bits: connection slot 0..3;
+slots 2 and 3 connect from 127.0.0.2, which is not an admin address, 0 and
+1 from 127.0.0.1 unless flag 4 is set) and the kind's fields,
+little-endian, zeros past the end.  A slot's KV and STEP messages go from
+its current link -- a UCX worker of its own and its one endpoint to the
+daemon's listener, made with the connection's key (HELLO_OK) as client id
+when the slot has none open, or by "link" with any key.  The
 encoders here mirror the decoders of fuzz_daemon.c field by field; change
 both together.  A session is named by its index among the SESSION_OKs of
 the input (any slot's), or by a literal id (0xe0 + id, id < 16), or
@@ -19,16 +22,18 @@ import struct
 import sys
 
 KINDS = ["connect", "hello", "create", "alloc", "free", "close", "stats", "raw", "kv",
-         "step", "am_other", "tick", "disconnect", "ep_close", "settle", "flood"]
+         "step", "am_other", "tick", "disconnect", "ep_close", "settle", "flood", "link"]
 K = {k: i for i, k in enumerate(KINDS)}
 DIMS = [8, 16, 32, 64, 128, 256, 512, 4]
 CAPS = [16, 64, 256, 1024, 4096, 65536, 1 << 22, 1 << 33]
 TOKS = [1, 16, 64, 256, 1024, 4096, 1 << 20]   # index 7: a u32 follows
 TICKS = {"1ms": 0, "100ms": 1, "hello": 2, "frame": 3, "idle": 4, "10s": 5, "0": 6, "500ms": 7}
-# HELLO's worker address: none; the slot's receiving worker (it never sends); the
-# slot's sending worker (the client library's way: the daemon's endpoint pairs with
-# the worker's own); another slot's receiving worker; bytes UCX cannot read.
-ADDR = {"none": 0, "own": 1, "sender": 2, "other": 3, "bad": 4}
+# HELLO: shared memory not asked for, asked for, a flag no version has (refused), or
+# a HELLO as version 2 wrote it, with a worker address (refused, the address unread).
+HELLO = {"tcp": 0, "shm": 1, "flag": 2, "v2": 3}
+# A link's client id: its connection's key, one off by a bit, none sent, another
+# slot's connection's key, the slot's connection before this one's.
+KEY = {"right": 0, "wrong": 1, "none": 2, "other": 3, "stale": 4}
 VERSION = {"ok": 0, "range": 1, "future": 2, "old": 3}
 TOKEN = {"right": 0, "zero": 1, "flip": 2, "other": 3, "random": 4}
 SEND = {"auto": 0, "eager": 1, "rndv": 2}
@@ -60,13 +65,19 @@ def connect(slot, non_admin=False):
     return op("connect", slot, 4 if non_admin else 0)
 
 
-def hello(slot, addr="own", version="ok", other=0, bad=b"", cut=None):
-    mode = ADDR[addr] | other << 3
-    if addr == "bad" and cut is not None:
-        return op("hello", slot, 0, u8(mode | 0x80, VERSION[version], cut))
-    if addr == "bad":
-        return op("hello", slot, 0, u8(mode, VERSION[version], len(bad) - 1) + bad)
-    return op("hello", slot, 0, u8(mode, VERSION[version]))
+def hello(slot, mode="shm", version="ok", flag=0, addr=b""):
+    """HELLO; flag: which undefined flag bit (1..31) for "flag"; addr: "v2"'s address."""
+    if mode == "v2":
+        return op("hello", slot, 0, u8(HELLO[mode], VERSION[version], len(addr) - 1) + addr)
+    return op("hello", slot, 0, u8(HELLO[mode] | (flag - 1 if flag else 0) << 2,
+                                   VERSION[version]))
+
+
+def link(slot, key="right", bits=0, flip_eh=False):
+    """A new link for the slot: its key mode; bits: which bit "wrong" flips (0..15), for
+    "other" which slot (next + bits % 3); flip_eh: error handling other than the daemon's
+    end has (peer where shared memory was granted, none where it was not)."""
+    return op("link", slot, 0, u8(KEY[key] | bits << 3 | (0x80 if flip_eh else 0)))
 
 
 def create_fields(layers=1, kv_heads=2, group=2, dim=64, dtype="bf16", placement="heads",
@@ -116,17 +127,19 @@ def disconnect(slot, rst=False, half=False):
     return op("disconnect", slot, (4 if rst else 0) | (8 if half else 0))
 
 
-def smode(send="auto", nowait=False, other_worker=False, hdr=0, peer=False, keep_tainted=False):
+def smode(send="auto", nowait=False, other_worker=False, hdr=0, peer=False, new_link=False):
+    """other_worker: from the next slot's link; peer: a link it makes has peer error
+    handling even where shared memory was granted; new_link: one more link first."""
     return (SEND[send] | (4 if nowait else 0) | (8 if other_worker else 0) | hdr << 4 |
-            (0x40 if peer else 0) | (0x80 if keep_tainted else 0))
+            (0x40 if peer else 0) | (0x80 if new_link else 0))
 
 
 def kv(slot, s=0, token="right", other=0, req=0, layer=0, head=0, first_token=0, tokens=64,
        first_cluster=0, clusters=4, data=0, table=0, send="auto", nowait=False,
-       other_worker=False, hdr=0, hdr_len=0):
+       other_worker=False, hdr=0, hdr_len=0, new_link=False):
     f = sess(s) + tok(token, other) + u8(req, layer, head)
     f += struct.pack("<HHHB", first_token, tokens, first_cluster, clusters)
-    f += u8(data, table, smode(send, nowait, other_worker, hdr))
+    f += u8(data, table, smode(send, nowait, other_worker, hdr, new_link=new_link))
     if hdr == 1:
         f += u8(hdr_len)
     elif hdr == 3:
@@ -135,11 +148,12 @@ def kv(slot, s=0, token="right", other=0, req=0, layer=0, head=0, first_token=0,
 
 
 def step(slot, s=0, token="right", other=0, layer=0, items=((0, 0, (0, 1)),), data=0,
-         send="auto", nowait=False, other_worker=False, short_hdr=None):
+         send="auto", nowait=False, other_worker=False, short_hdr=None, new_link=False):
     f = sess(s) + tok(token, other) + u8(layer, len(items))
     for req, head, ids in items:
         f += u8(req, head, len(ids)) + bytes(ids)
-    f += u8(data, smode(send, nowait, other_worker, 1 if short_hdr is not None else 0))
+    f += u8(data, smode(send, nowait, other_worker, 1 if short_hdr is not None else 0,
+                        new_link=new_link))
     if short_hdr is not None:
         f += u8(short_hdr)
     return op("step", slot, 0, f)
@@ -178,9 +192,9 @@ def ep_close(slot):
     return op("ep_close", slot)
 
 
-def session(slot, non_admin=False, addr="own", **kw):
+def session(slot, non_admin=False, mode="shm", **kw):
     """connect, HELLO, SESSION_CREATE."""
-    return connect(slot, non_admin) + hello(slot, addr) + create(slot, **kw)
+    return connect(slot, non_admin) + hello(slot, mode) + create(slot, **kw)
 
 
 SEEDS = {
@@ -217,9 +231,9 @@ SEEDS = {
         step(0, ("id", 3), "zero", items=((0, 0, (0,)),) * 8, send="rndv"),
     "repro4-step-in-flight-close": session(0) + alloc(0, 0, 0) + kv(0, 0) +
         step(0, 0, nowait=True) + disconnect(0) + settle(),
-    "repro4-step-in-flight-close-paired": session(0, addr="sender") + alloc(0, 0, 0) +
+    "repro4-step-in-flight-close-again": session(0, mode="tcp") + alloc(0, 0, 0) +
         kv(0, 0) + step(0, 0) + step(0, 0, nowait=True) + disconnect(0) + settle() +
-        session(0, addr="sender") + alloc(0, 0, 0) + kv(0, 0) + step(0, 0),
+        session(0, mode="tcp") + alloc(0, 0, 0) + kv(0, 0) + step(0, 0),
     "repro4-step-in-flight-rst": session(0, kv_heads=4, batch=4) + alloc(0, 0, 0) +
         alloc(0, 0, 1) + kv(0, 0, head=1) + kv(0, 0, req=1, head=3) +
         step(0, 0, items=((0, 1, (0, 1, 2, 3)), (1, 3, (3, 2))), nowait=True) +
@@ -238,7 +252,7 @@ SEEDS = {
     "repro6-step-no-items": session(0) + alloc(0, 0, 0) + step(0, 0, items=()) +
         step(0, 0, items=(), send="rndv") + step(0, 0),
     # --- the protocol's paths ---
-    "life-paired": session(0, addr="sender", kv_heads=3, group=1, dim=16) + alloc(0, 0, 0) +
+    "life-other-endpoint": session(0, kv_heads=3, group=1, dim=16) + alloc(0, 0, 0) +
         kv(0, 0, head=2) + step(0, 0, items=((0, 2, (0, 3)),)) + step(0, 0, items=((0, 2, (1,)),)) +
         kv(0, 0, head=1, other_worker=True) + step(0, 0, items=((0, 1, (2,)),), other_worker=True) +
         close(0, 0),
@@ -267,14 +281,35 @@ SEEDS = {
         step(0, 0, items=((0, 7, (0,)),)) + step(0, 0, layer=3) +
         step(0, 0, items=((0, 0, (0,)),) * 5) + step(0, 0, data=1) + step(0, 0, data=6) +
         step(0, 0, short_hdr=20),
-    "step-no-address": connect(0) + hello(0, "none") + create(0) + alloc(0, 0, 0) + kv(0, 0) +
+    "step-tcp": connect(0) + hello(0, "tcp") + create(0) + alloc(0, 0, 0) + kv(0, 0) +
+        step(0, 0) + kv(0, 0, send="rndv", tokens=1000, clusters=10, new_link=True) +
+        step(0, 0, send="rndv"),
+    # The data path's own: endpoints of another connection, keys wrong, none, stale,
+    # more endpoints than a connection may have, error handling unlike the daemon's.
+    "step-other-connection": session(0) + session(1, mode="tcp") + alloc(0, 0, 0) + kv(0, 0) +
+        kv(1, 0) + step(1, 0) + step(1, 0, send="rndv") + kv(0, 0, other_worker=True) +
+        step(0, 0) + stats(0, 0),
+    "link-keys": session(0) + alloc(0, 0, 0) + link(0, "wrong", 5) + kv(0, 0) + step(0, 0) +
+        link(0, "none") + kv(0, 0) + step(0, 0, send="rndv") + connect(1) + hello(1) +
+        link(0, "other") + kv(0, 0) + step(0, 0) + link(1, "other", 2) + kv(1, 0) +
+        step(1, 0) + link(0) + kv(0, 0) + step(0, 0),
+    "link-stale": session(0) + alloc(0, 0, 0) + kv(0, 0) + disconnect(0) + session(0) +
+        link(0, "stale") + kv(0, 0) + step(0, 0) + kv(0, 1) + link(0) + alloc(0, 1, 0) +
+        kv(0, 1) + step(0, 1),
+    "link-limit": session(0) + alloc(0, 0, 0) + kv(0, 0) + link(0) + kv(0, 0) + link(0) +
+        kv(0, 0) + step(0, 0) + link(0, flip_eh=True) + kv(0, 0, send="rndv") +
+        ep_close(0) + link(0) + kv(0, 0) + step(0, 0, new_link=True) + settle(),
+    "link-limit-tcp": session(0, mode="tcp") + alloc(0, 0, 0) + link(0) + link(0) + kv(0, 0) +
+        ep_close(0) + settle() + link(0) + kv(0, 0) + step(0, 0) + link(0) + link(0) +
         step(0, 0),
-    "step-other-worker": connect(0) + hello(0, "other") + create(0) + alloc(0, 0, 0) +
-        kv(0, 0) + step(0, 0) + step(0, 0, other_worker=True) + disconnect(0) + settle(),
-    "hello-bad-address": connect(0) + hello(0, "bad", bad=bytes(range(40))) + create(0) +
-        alloc(0, 0, 0) + kv(0, 0) + step(0, 0) + step(0, 0),
-    "hello-cut-address": connect(0) + hello(0, "bad", cut=30) + create(0) + alloc(0, 0, 0) +
-        kv(0, 0) + step(0, 0),
+    "link-eh-unlike": session(0) + alloc(0, 0, 0) + link(0, flip_eh=True) + kv(0, 0) +
+        step(0, 0) + session(1, mode="tcp") + alloc(1, 1, 0) + link(1, flip_eh=True) +
+        kv(1, 1) + step(1, 1) + ep_close(1) + disconnect(0) + settle(),
+    "link-other-key": session(0) + alloc(0, 0, 0) + link(2, "other", 1) + kv(2, 0) +
+        step(2, 0) + link(3, "other", 0) + kv(3, 0) + kv(0, 0) + step(0, 0),
+    "hello-flags": connect(0) + hello(0, "flag", flag=1) + connect(1) +
+        hello(1, "flag", flag=31) + connect(2) + hello(2, "v2", addr=bytes(range(1, 40))) +
+        connect(3) + hello(3, "tcp") + create(3) + hello(3, "shm"),
     "kv-refusals": session(0) + alloc(0, 0, 0, 256, 64) + kv(0, 0, req=3) + kv(0, 0, layer=2) +
         kv(0, 0, head=2) + kv(0, 0, first_token=250) + kv(0, 0, first_cluster=62) +
         kv(0, 0, data=1) + kv(0, 0, data=2) + kv(0, 0, data=7) + kv(0, 0, hdr=1, hdr_len=20) +
@@ -296,12 +331,14 @@ SEEDS = {
         create(0, dim=512) + create(0, dim=256, group=4) + create(0, cap=1 << 33) +
         create(0, cap=1 << 22) + create(0, layers=4, kv_heads=5, dim=256, cap=65536) + stats(0),
     # Findings (tests/fuzz/README.md), each fixed in the commit that added it here.
+    # (Since protocol version 3 no HELLO carries an address: one of version 2 must be
+    # refused without the address being read.)
     "finding-hello-address-version": connect(0) +
-        hello(0, "bad", bad=bytes([0x06, 0x00]) + bytes(range(1, 31))) + create(0) +
+        hello(0, "v2", addr=bytes([0x06, 0x00]) + bytes(range(1, 31))) + create(0) +
         alloc(0, 0, 0) + kv(0, 0) + step(0, 0) + connect(1) +
-        hello(1, "bad", bad=bytes([0x0f]) + bytes(40)) + create(1) + step(1, 1),
+        hello(1, "v2", addr=bytes([0x0f]) + bytes(40)) + create(1) + step(1, 1),
     "hello-twice": connect(0) + hello(0) + hello(0) + create(0),
-    "hello-versions": connect(0) + hello(0, version="future") + connect(1) +
+    "hello-versions": connect(0) + hello(0, "tcp", version="future") + connect(1) +
         hello(1, version="range") + connect(2) + hello(2, version="old"),
     "before-hello": connect(0) + create(0) + connect(1) + stats(1),
     "timeouts-idle": connect(0) + hello(0) + session(1) + tick("idle") + tick("idle") +

@@ -5,43 +5,60 @@
  * dispatch.c, partition.c) on two embedded sim devices, driven one turn at
  * a time on this one thread (nd_control_poll_once(), nd_dataplane_poll_once(),
  * nelssad.h) by a sequence of operations decoded from the input.  Four
- * connection slots, each a TCP connection to the daemon's real listener and
- * a UCX worker (shared memory) that sends its KV and STEP messages, plus a
- * worker per slot that only receives, do HELLO (giving the slot's receiving
- * worker, its sending worker -- the client library's way, where the
- * daemon's endpoint pairs with the worker's own --, another slot's, none,
- * or an address UCX cannot read), SESSION_CREATE, REQ_ALLOC, REQ_FREE,
- * CLOSE, STATS, raw, mutated, cut and flooded frames, KV and STEP active
- * messages (eager or rendezvous, from valid ones with fields mutated, with
- * the session's token or another), active messages of other ids, clock
- * ticks past the timeouts, disconnects (FIN, RST, half close) and endpoint
- * closes, in any order.  The daemon's clock is this file's nd_now_ns(),
- * which only TICK moves, so the timeouts fire where the input says.
+ * connection slots, each a TCP connection to the daemon's real listener,
+ * do HELLO (asking for shared memory or not, with a flag no version has,
+ * or as protocol version 2 with the worker address it carried),
+ * SESSION_CREATE, REQ_ALLOC, REQ_FREE, CLOSE, STATS, raw, mutated, cut and
+ * flooded frames.  Their data path is UCX's client/server flow
+ * (nelssa/link.h): links, each a UCX worker of its own with one endpoint
+ * to the daemon's UCX listener, made after HELLO_OK with the connection's
+ * key as client id, as the client library does -- or, as a hostile client
+ * may, with a key off by a bit, none, another connection's or a closed
+ * one's, more of them than ND_EPS_PER_CONN, error handling unlike the
+ * daemon's end -- send KV and STEP active messages (eager or rendezvous,
+ * from valid ones with fields mutated, with the session's token or
+ * another, from another connection's endpoint), active messages of other
+ * ids; and clock ticks past the timeouts, disconnects (FIN, RST, half
+ * close) and endpoint closes come in any order.  The daemon's clock is
+ * this file's nd_now_ns(), which only TICK moves, so the timeouts fire
+ * where the input says.
  *
- * The daemon, its devices and the workers persist across inputs (UCX takes
- * milliseconds to set up); every input ends by closing its connections and
- * turning the loops until everything is reaped, and then the daemon must
- * be back where it started: no connection, session or peer, no device
- * memory reserved, no device command or rendezvous receive in flight,
- * every staging slot free.  So each input starts from the same state and
- * a reproducer replays alone.  A worker the daemon may have opened an
- * endpoint to is replaced by a new one (worker_retire()), and every few
- * thousand inputs UCX itself is started again, daemon and clients
- * (ucx_refresh()), for what UCX keeps of peers that went.
+ * The daemon, its devices and the clients' UCX context persist across
+ * inputs; links live within one (a key is one connection's, and a
+ * worker's client id is fixed when it is made).  Every input ends by
+ * closing its connections and turning the loops until everything is
+ * reaped, and then the daemon must be back where it started: no
+ * connection, session, peer or endpoint, no device memory reserved, no
+ * device command or rendezvous receive in flight, every staging slot
+ * free; then its links go.  So each input starts from the same state and
+ * a reproducer replays alone.  Every few thousand inputs UCX itself is
+ * started again, daemon and clients (ucx_refresh()), for what UCX keeps of
+ * peers that went.
  *
  * Oracles, besides ASan, UBSan and LeakSanitizer: every control reply
  * decodes, is a reply type, answers its request in order with a type that
- * fits (an ERROR's code a negative errno); REQ_ALLOC, REQ_FREE, CLOSE and a
- * non-admin STATS of a session the connection does not hold get -ENOENT; a
- * connection does not close with a valid request unanswered and no ERROR;
- * every KV ack and step reply has an exact header, a status of 0 or a
- * negative errno and, for a served step, exactly its items' outputs; a KV
- * or STEP message whose session and token are not an open session's gets
- * -ENOENT; a KV message is acknowledged, and a step answered, whenever its
- * client is there to hear it; no reply comes twice; no send of ours is left
- * incomplete; and the baseline after every input.  A finding prints the
- * last operations and the daemon's log, then "FINDING:", and aborts, so
- * libFuzzer keeps the input.
+ * fits (an ERROR's code a negative errno); a HELLO of versions the daemon
+ * lacks is refused; HELLO_OK gives the listener's port, a key no other open
+ * connection has, and shared memory only to a HELLO that asked, where the
+ * daemon has it; REQ_ALLOC, REQ_FREE, CLOSE and a non-admin STATS of a
+ * session the connection does not hold get -ENOENT; a connection does not
+ * close with a valid request unanswered and no ERROR; every KV ack and
+ * step reply has an exact header, a status of 0 or a negative errno and,
+ * for a served step, exactly its items' outputs; it comes on the endpoint
+ * the message came on, and never to one the daemon had to reject (a key
+ * no open connection has, or one past ND_EPS_PER_CONN); a KV or STEP
+ * message gets -ENOENT unless it names an open session with its token and
+ * comes on an endpoint of the session's connection -- another's gets
+ * -ENOENT, never served; a KV message is acknowledged, and a step
+ * answered, whenever its endpoint was certainly taken and its connection
+ * stands; an endpoint certainly taken comes up; no reply comes twice; no
+ * send of ours that UCX must end is left incomplete; after every turn of
+ * the poller the daemon's books on its endpoints add up (each of a live
+ * peer, a peer's counts those of the endpoints and sessions naming it, at
+ * most ND_EPS_PER_CONN, none open of a connection gone or failed); and
+ * the baseline after every input.  A finding prints the last operations
+ * and the daemon's log, then "FINDING:", and aborts, so libFuzzer keeps
+ * the input.
  *
  * Input: a sequence of operations, each a kind byte, a slot byte (the low
  * two bits: which slot; the rest flags) and the kind's fields, read
@@ -49,7 +66,8 @@
  * an encoder for each (the reference for the format) and writes the seed
  * corpus, tests/fuzz/corpus-daemon/.  NELSSA_FUZZ_VERBOSE=1 prints every
  * operation and the daemon's log as they come; NELSSA_FUZZ_TLS sets
- * UCX_TLS (default posix,cma: shared memory without SysV's segments).
+ * UCX_TLS (default posix,cma,tcp: shared memory without SysV's segments,
+ * and TCP, which the client/server flow needs).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -65,14 +83,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nelssa/link.h>
+
 #include "nelssad.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define NSLOT 4			/* connection slots, each with its UCX worker */
-#define NWORKER (2 * NSLOT)	/* ... and a worker that only receives (HELLO's) */
-#define REPLY_RETIRE 16		/* daemon endpoints a receiving worker takes, then a new one */
+#define NSLOT 4			/* control connection slots */
+#define NLINK 12		/* UCX workers (one endpoint each) an input may make */
 #define NSESS 32		/* sessions an input can learn */
 #define NSEND 256		/* data messages an input can send */
 #define MAX_OPS 128
@@ -85,12 +104,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum op {
 	OP_CONNECT, OP_HELLO, OP_CREATE, OP_ALLOC, OP_FREE, OP_CLOSE, OP_STATS, OP_RAW, OP_KV,
-	OP_STEP, OP_AM_OTHER, OP_TICK, OP_DISCONNECT, OP_EP_CLOSE, OP_SETTLE, OP_FLOOD, OP_MAX
+	OP_STEP, OP_AM_OTHER, OP_TICK, OP_DISCONNECT, OP_EP_CLOSE, OP_SETTLE, OP_FLOOD, OP_LINK,
+	OP_MAX
 };
 
 static const char *const op_names[OP_MAX] = {
 	"connect", "hello", "create", "alloc", "free", "close", "stats", "raw", "kv", "step",
-	"am-other", "tick", "disconnect", "ep-close", "settle", "flood",
+	"am-other", "tick", "disconnect", "ep-close", "settle", "flood", "link",
 };
 
 static int verbose;
@@ -204,7 +224,7 @@ static uint64_t u64(struct rd *r)
 	return lo | (uint64_t)u32(r) << 32;
 }
 
-/* ---- State: persistent (daemon, workers) and per input ---- */
+/* ---- State: persistent (daemon, client context) and per input ---- */
 
 static struct nelssad nd;
 static struct nd_ctl ctl;
@@ -215,6 +235,7 @@ enum sess_state { S_OPEN, S_MAYBE, S_CLOSED };
 
 struct hsess {
 	uint64_t id, token;
+	uint64_t key;		/* its connection's: only that key's endpoints are served */
 	int slot;
 	enum sess_state state;
 	struct nelssa_shape shape;
@@ -226,31 +247,32 @@ struct expect {
 	uint32_t seq;
 	uint16_t type;
 	int enoent;		/* must be ERROR -ENOENT */
+	int refused;		/* must be an ERROR (a HELLO of versions the daemon lacks) */
+	int shm;		/* HELLO: asked for NELSSA_HELLO_SHM */
 	struct nelssa_shape shape;	/* SESSION_CREATE: to remember */
 	uint32_t max_batch, max_sel;
 	uint64_t session;	/* CLOSE: the session that closes */
 };
 
-/*
- * The worker address a HELLO gives: none; the slot's receiving worker (one
- * that never sends: the daemon's endpoints to it pair with nothing); the
- * slot's own sending worker, as the client library does (the daemon's
- * endpoint pairs with the one the worker opened); another slot's receiving
- * worker; or one UCX cannot read.
- */
-enum addr_mode { A_NONE, A_OWN, A_SENDER, A_OTHER, A_BAD, A_MODES };
-
 struct slot {
 	int fd;			/* -1: none */
-	int hello_sent, hello_ok;
+	int hello_ok;
 	int admin;		/* from 127.0.0.1: sees any session in STATS */
 	int lost;		/* an ERROR or a frame we cannot predict: no more checks */
 	int eof;
-	enum addr_mode addr;	/* what HELLO gave */
-	int addr_worker;	/* ... whose worker's address (wk[]) */
-	int peer_broken;	/* the worker's endpoint closed since: replies may not come */
-	int stepped;		/* a step named its session: the daemon opened its peer */
-	uint32_t named;		/* workers any HELLO on it named (raw ones too): wk[] bits */
+	uint64_t key;		/* HELLO_OK's (any HELLO_OK on it, raw ones too); 0: none */
+	uint64_t old_key;	/* the slot's connection before this one's */
+	uint16_t data_port;
+	int shm;		/* NELSSA_HELLO_SHM granted */
+	/*
+	 * Endpoints made with @key as client id, by any slot, and whether
+	 * one of them was closed since: the daemon takes ND_EPS_PER_CONN of
+	 * them and rejects the rest -- for certain only while none closed,
+	 * as the daemon frees a closed one's place when it notices.
+	 */
+	uint32_t key_eps;
+	int key_freed;
+	int cur;		/* the link (lk[]) its data messages go from; -1: none yet */
 	uint32_t seq;
 	struct expect q[64];
 	uint32_t nq;
@@ -258,18 +280,31 @@ struct slot {
 	size_t have;
 };
 
-struct worker {
+/*
+ * A client's UCX worker and its one endpoint to the daemon's listener
+ * (nelssa/link.h), made with some client id: its connection's key, as the
+ * client library does, or a hostile one.  One endpoint per worker, so a
+ * reply shows, by the worker it reaches, which endpoint the daemon sent it
+ * on.  All go at the end of the input.
+ */
+enum key_mode { K_RIGHT, K_WRONG, K_NONE, K_OTHER, K_STALE, K_MODES };
+
+struct link {
+	int used;
 	ucp_worker_h w;
-	ucp_address_t *addr;
-	size_t addr_len;
-	ucp_ep_h ep;		/* to the daemon; kept from input to input */
-	int tainted;		/* the daemon opened an endpoint to it: a new worker */
-	unsigned int opened;	/* a receiving worker: endpoints the daemon opened to it */
+	ucp_ep_h ep;		/* NULL once closed */
+	unsigned int slot;	/* the slot that made it */
+	int owner;		/* the slot whose connection's key it carries; -1: no open one's */
+	uint64_t id;		/* its client id (0: none) */
+	int eh;			/* peer error handling */
+	int sure_ok;		/* the daemon certainly took it */
+	int sure_rej;		/* ... certainly rejected it */
+	int failed;		/* UCX reported it */
 };
 
 struct hsend {
 	int used, done;
-	unsigned int w;		/* the worker it went from */
+	unsigned int l;		/* the link it went from */
 	unsigned int id;	/* NELSSA_AM_KV or _STEP, or another */
 	uint64_t key;		/* cookie, step id */
 	int replies;
@@ -278,7 +313,7 @@ struct hsend {
 	void *buf;
 };
 
-static struct worker wk[NWORKER];	/* [NSLOT + i]: slot i's receiving worker */
+static struct link lk[NLINK];
 static struct slot sl[NSLOT];
 static struct hsess ss[NSESS];
 static uint32_t nss;
@@ -303,7 +338,7 @@ static struct hsend *send_by_key(unsigned int id, uint64_t key)
 /* Rendezvous replies being received: freed when done, or when their worker goes. */
 static struct rx {
 	void *buf;
-	unsigned int w;
+	unsigned int l;
 } rxs[64];
 
 static void rndv_recv_done(void *req, ucs_status_t st, size_t len, void *user)
@@ -324,7 +359,7 @@ static int known_status(int32_t st)
 }
 
 /* A reply that came by rendezvous: take its data (and drop it). */
-static void take_rndv(unsigned int w, void *data, size_t len)
+static void take_rndv(unsigned int l, void *data, size_t len)
 {
 	ucp_request_param_t p = { 0 };
 	struct rx *x = NULL;
@@ -335,21 +370,37 @@ static void take_rndv(unsigned int w, void *data, size_t len)
 	if (!x)
 		return;		/* dropped: UCX completes the daemon's send */
 	x->buf = malloc(len ? len : 1);
-	x->w = w;
+	x->l = l;
 	if (!x->buf)
 		fail("out of memory");
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	p.cb.recv_am = rndv_recv_done;
 	p.user_data = x;
-	sp = ucp_am_recv_data_nbx(wk[w].w, data, x->buf, len, &p);
+	sp = ucp_am_recv_data_nbx(lk[l].w, data, x->buf, len, &p);
 	if (!UCS_PTR_IS_PTR(sp))
 		rndv_recv_done(NULL, UCS_OK, len, x);
+}
+
+/*
+ * A reply reaches the worker of the endpoint it was sent on, or the
+ * daemon answered on an endpoint other than the message's; and none comes
+ * to an endpoint the daemon had to reject.
+ */
+static void reply_where(struct hsend *s, unsigned int l, const char *what, uint64_t key)
+{
+	if (lk[l].sure_rej)
+		fail("%s %llu answered on endpoint %u, whose connection request the daemon had to "
+		     "reject (client id %#llx)", what, (unsigned long long)key, l,
+		     (unsigned long long)lk[l].id);
+	if (s && s->l != l)
+		fail("%s %llu came on endpoint %u, its answer on endpoint %u", what,
+		     (unsigned long long)key, s->l, l);
 }
 
 static ucs_status_t on_am(void *arg, const void *hdr, size_t hdr_len, void *data, size_t len,
 			  const ucp_am_recv_param_t *p)
 {
-	const unsigned int w = (unsigned int)((uintptr_t)arg / 16), id = (unsigned int)((uintptr_t)arg % 16);
+	const unsigned int l = (unsigned int)((uintptr_t)arg / 16), id = (unsigned int)((uintptr_t)arg % 16);
 	struct hsend *s;
 
 	if (id == NELSSA_AM_KV_ACK) {
@@ -360,7 +411,8 @@ static ucs_status_t on_am(void *arg, const void *hdr, size_t hdr_len, void *data
 		if (!known_status(a.status))
 			fail("a KV ack of status %d", a.status);
 		s = send_by_key(NELSSA_AM_KV, a.cookie);
-		trace("    worker %u: KV ack %llu: %d", w, (unsigned long long)a.cookie, a.status);
+		trace("    link %u: KV ack %llu: %d", l, (unsigned long long)a.cookie, a.status);
+		reply_where(s, l, "KV", a.cookie);
 		if (s) {
 			if (++s->replies > 1)
 				fail("KV %llu acknowledged twice", (unsigned long long)a.cookie);
@@ -377,8 +429,9 @@ static ucs_status_t on_am(void *arg, const void *hdr, size_t hdr_len, void *data
 			fail("step %llu refused (%d) with %u items, %zu bytes", (unsigned long long)r.step,
 			     r.status, r.nr_items, len);
 		s = send_by_key(NELSSA_AM_STEP, r.step);
-		trace("    worker %u: step reply %llu: %d, %u items, %zu bytes", w,
+		trace("    link %u: step reply %llu: %d, %u items, %zu bytes", l,
 		      (unsigned long long)r.step, r.status, r.nr_items, len);
+		reply_where(s, l, "step", r.step);
 		if (s) {
 			if (++s->replies > 1)
 				fail("step %llu answered twice", (unsigned long long)r.step);
@@ -393,25 +446,31 @@ static ucs_status_t on_am(void *arg, const void *hdr, size_t hdr_len, void *data
 		fail("the daemon sent an active message of id %u", id);
 	}
 	if (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-		take_rndv(w, data, len);
+		take_rndv(l, data, len);
 	return UCS_OK;
 }
 
-static void worker_create(unsigned int i)
+static void link_failed(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
-	ucp_worker_params_t wp = { 0 };
+	struct link *k = arg;
+
+	(void)ep;
+	trace("    link %td: failed: %s", k - lk, ucs_status_string(st));
+	k->failed = 1;
+}
+
+static ucp_worker_h worker_new(unsigned int l, uint64_t id)
+{
 	ucp_am_handler_param_t ap = { 0 };
-
 	ucs_status_t st = UCS_ERR_NO_RESOURCE;
+	ucp_worker_h w = NULL;
 
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
 	/*
 	 * Shared memory is the machine's: when other processes hold it all,
 	 * wait a while (30 s) for some to come back.
 	 */
 	for (int tries = 0; tries < 300; tries++) {
-		st = ucp_worker_create(cctx, &wp, &wk[i].w);
+		st = nelssa_link_worker(cctx, id, &w);
 		if (st == UCS_OK)
 			break;
 		fprintf(stderr, "fuzz_daemon: a client worker: %s; trying again\n",
@@ -420,118 +479,222 @@ static void worker_create(unsigned int i)
 	}
 	if (st != UCS_OK)
 		fail("no client worker: %s", ucs_status_string(st));
-	st = ucp_worker_get_address(wk[i].w, &wk[i].addr, &wk[i].addr_len);
-	if (st != UCS_OK)
-		fail("no client worker address: %s", ucs_status_string(st));
 	/* Every id up to the daemon's replies, in order (UCX 1.13's table). */
 	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
 			UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
 	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
 	ap.cb = on_am;
 	for (ap.id = 0; ap.id < 16; ap.id++) {
-		ap.arg = (void *)(uintptr_t)(i * 16 + ap.id);
-		if (ucp_worker_set_am_recv_handler(wk[i].w, &ap) != UCS_OK)
+		ap.arg = (void *)(uintptr_t)(l * 16 + ap.id);
+		if (ucp_worker_set_am_recv_handler(w, &ap) != UCS_OK)
 			fail("client AM handler");
 	}
+	return w;
 }
 
-static void workers_setup(void)
+/* Whether the daemon certainly still has slot @i's connection (and its key). */
+static int slot_alive(int i)
 {
-	ucp_params_t up = { 0 };
-
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM;
-	if (ucp_init(&up, NULL, &cctx) != UCS_OK)
-		fail("ucp_init for the clients");
-	for (unsigned int i = 0; i < NWORKER; i++)
-		worker_create(i);
+	return i >= 0 && sl[i].fd >= 0 && !sl[i].eof && !sl[i].lost && sl[i].hello_ok;
 }
 
-/* An endpoint to the daemon's worker: with peer error handling if @peer and UCX can. */
-static void ep_open(unsigned int w, int peer)
+/* Whether the daemon certainly still has the connection whose key @k carries. */
+static int link_alive(const struct link *k)
 {
-	ucp_ep_params_t p = { 0 };
-
-	p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-	p.address = nd.addr;
-	if (peer) {
-		p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-		p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-		if (ucp_ep_create(wk[w].w, &p, &wk[w].ep) == UCS_OK)
-			goto out;
-		p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-	}
-	if (ucp_ep_create(wk[w].w, &p, &wk[w].ep) != UCS_OK)
-		fail("client endpoint to the daemon");
-out:
-	trace("    worker %u: a new endpoint to the daemon", w);
+	return k->owner >= 0 && sl[k->owner].key == k->id && slot_alive(k->owner);
 }
 
-/* Closes @w's endpoint (forced where UCX allows); the close's request, if any. */
-static void *ep_close(unsigned int w)
+/*
+ * Whether a message on @k is certainly answered there: the daemon took
+ * the endpoint, which is open, and the connection it belongs to stands.
+ */
+static int link_answers(const struct link *k)
 {
-	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-				  .flags = UCP_EP_CLOSE_FLAG_FORCE };
-	ucs_status_ptr_t sp;
-
-	if (!wk[w].ep)
-		return NULL;
-	trace("    worker %u: endpoint closed%s", w, wk[w].tainted ? " (tainted)" : "");
-	sp = ucp_ep_close_nbx(wk[w].ep, &p);
-	if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_INVALID_PARAM) {
-		p.flags = 0;
-		sp = ucp_ep_close_nbx(wk[w].ep, &p);
-	}
-	wk[w].ep = NULL;
-	return UCS_PTR_IS_PTR(sp) ? sp : NULL;
+	return k->sure_ok && k->ep && !k->failed && link_alive(k);
 }
 
 static void turn(void);
 
 /*
- * Replaces worker @w by a new one, as a client process that exits and
- * starts again, once the daemon may have opened an endpoint to it: UCX
- * pairs a worker's next endpoint to the daemon with one the daemon's
- * wire-up left there by sequence number (ucp_ep_create() to a worker
- * address takes it), even one the daemon has closed since, and the
- * worker's messages would then go nowhere.  Its sends and receives end
- * with it; connections whose HELLO named it have no one to answer.
+ * Waits for @l's wire-up, as the client library does (data_path_up()): a
+ * flush ends once it is done -- or, rejected, fails, where the endpoint
+ * has error handling.  UCX 1.13 asserts in the client (rndv.c:169,
+ * packed_rkey_size) on a rendezvous send queued before the wire-up that
+ * it then replays.  One the daemon must take must come up.
  */
-static void worker_retire(unsigned int w)
+static void link_wait(unsigned int l)
 {
-	void *req = ep_close(w);
+	ucp_request_param_t p = { 0 };
+	const uint64_t until = real_ns() + WAIT_NS;
+	ucs_status_ptr_t sp = ucp_ep_flush_nbx(lk[l].ep, &p);
+	ucs_status_t st = UCS_PTR_STATUS(sp);
+
+	if (UCS_PTR_IS_PTR(sp)) {
+		while ((st = ucp_request_check_status(sp)) == UCS_INPROGRESS && real_ns() < until)
+			turn();
+		if (st == UCS_INPROGRESS)
+			ucp_request_cancel(lk[l].w, sp);
+		ucp_request_free(sp);
+	}
+	trace("    link %u: wire-up %s", l, ucs_status_string(st));
+	if (st != UCS_OK && lk[l].sure_ok && link_alive(&lk[l]))
+		fail("link %u: the daemon had to take its endpoint, which did not come up: %s", l,
+		     ucs_status_string(st));
+}
+
+/*
+ * A new worker and endpoint for slot @i with a client id of @mode: its
+ * connection's key (the client library's way: nelssa_link_connect() on
+ * the control socket), or a key off by a bit, none sent at all, another
+ * slot's key or its own connection's before.  Peer error handling when
+ * @eh, or unless the daemon certainly takes it: rejected, one without it
+ * need not learn (UCX tells no error), nor its sends end.  -1 when NLINK
+ * are taken.
+ */
+static int link_open(unsigned int i, enum key_mode mode, uint8_t bits, int eh)
+{
+	const unsigned int other = (i + 1 + bits % (NSLOT - 1)) % NSLOT;
+	struct slot *c = &sl[i];
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	ucp_ep_params_t p = { 0 };
+	struct link *k = NULL;
+	ucs_status_t st;
+	int l;
+
+	for (l = 0; l < NLINK && lk[l].used; l++)
+		;
+	if (l == NLINK)
+		return -1;
+	k = &lk[l];
+	*k = (struct link){ .used = 1, .slot = i, .owner = -1 };
+	switch (mode) {
+	case K_RIGHT:
+		k->id = c->key;
+		k->owner = c->key ? (int)i : -1;
+		break;
+	case K_WRONG:
+		k->id = (c->key ? c->key : 1) ^ 1ull << (bits & 63);
+		break;
+	case K_NONE:
+		break;
+	case K_OTHER:
+		k->id = sl[other].key;
+		k->owner = sl[other].key ? (int)other : -1;
+		break;
+	default:
+		k->id = c->old_key;
+		break;
+	}
+	/* A key that names no open connection of ours is certainly refused. */
+	if (k->owner >= 0) {
+		struct slot *o = &sl[k->owner];
+
+		o->key_eps++;
+		k->sure_ok = slot_alive(k->owner) && o->key_eps <= ND_EPS_PER_CONN;
+		k->sure_rej = o->key_eps > ND_EPS_PER_CONN && !o->key_freed;
+		k->eh = eh || !k->sure_ok;
+		/*
+		 * Error handling unlike the daemon's end: UCX's to take or
+		 * refuse (1.13 refuses none here against peer there, in the
+		 * daemon's ucp_ep_create()), so nothing is certain of it, nor
+		 * of the places left after it.
+		 */
+		if (k->eh != !o->shm && !k->sure_rej) {
+			k->sure_ok = 0;
+			o->key_freed = 1;
+		}
+	} else {
+		k->sure_rej = mode != K_STALE || !k->id;
+		k->eh = 1;
+	}
+	k->w = worker_new((unsigned int)l, k->id);
+	st = UCS_ERR_UNREACHABLE;
+	if (mode == K_RIGHT && c->fd >= 0 && c->key)
+		st = nelssa_link_connect(k->w, c->fd, c->data_port, !k->eh, link_failed, k, &k->ep);
+	/* Or where the control socket is reset already (getpeername() fails there). */
+	if (st == UCS_ERR_UNREACHABLE) {
+		/* As nelssa_link_connect(), to the daemon's port, with or without the id. */
+		a.sin_addr.s_addr = htonl(0x7f000001);
+		a.sin_port = htons(nd.data_port);
+		p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+			       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+		p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER |
+			  (mode == K_NONE ? 0 : UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID);
+		p.sockaddr.addr = (const struct sockaddr *)&a;
+		p.sockaddr.addrlen = sizeof(a);
+		p.err_mode = k->eh ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+		p.err_handler.cb = link_failed;
+		p.err_handler.arg = k;
+		st = ucp_ep_create(k->w, &p, &k->ep);
+	}
+	if (st != UCS_OK)
+		fail("a client endpoint to the daemon's port %u: %s", nd.data_port,
+		     ucs_status_string(st));
+	trace("    link %d: slot %u, client id %#llx (%s), %s error handling%s%s", l, i,
+	      (unsigned long long)k->id, (const char *[]){ "its key", "wrong", "none sent",
+							   "another's", "stale" }[mode],
+	      k->eh ? "peer" : "no", k->sure_ok ? ", taken" : "", k->sure_rej ? ", rejected" : "");
+	c->cur = l;
+	link_wait((unsigned int)l);
+	return l;
+}
+
+/* Closes @l's endpoint (forced where UCX allows); the close's request, if any. */
+static void *ep_close(unsigned int l)
+{
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+				  .flags = UCP_EP_CLOSE_FLAG_FORCE };
+	struct link *k = &lk[l];
+	ucs_status_ptr_t sp;
+
+	if (!k->ep)
+		return NULL;
+	trace("    link %u: endpoint closed", l);
+	/* The daemon frees its place once it notices: later ones may be taken. */
+	if (k->owner >= 0 && sl[k->owner].key == k->id && !k->sure_rej)
+		sl[k->owner].key_freed = 1;
+	if (!k->eh)
+		p.flags = 0;	/* UCX forces only with error handling */
+	sp = ucp_ep_close_nbx(k->ep, &p);
+	k->ep = NULL;
+	return UCS_PTR_IS_PTR(sp) ? sp : NULL;
+}
+
+/*
+ * Link @l goes, as a client process that exits: its endpoint closed, its
+ * worker destroyed, its sends and receives ended with it.
+ */
+static void link_free(unsigned int l)
+{
+	void *req = ep_close(l);
 	const uint64_t until = real_ns() + WAIT_NS / 10;
 
-	trace("    worker %u: retired", w);
 	while (req && ucp_request_check_status(req) == UCS_INPROGRESS && real_ns() < until)
 		turn();
 	if (req)
 		ucp_request_free(req);
-	ucp_worker_release_address(wk[w].w, wk[w].addr);
-	ucp_worker_destroy(wk[w].w);
+	ucp_worker_destroy(lk[l].w);
 	for (uint32_t i = 0; i < nsends; i++)
-		if (sends[i].used && sends[i].w == w && !sends[i].done) {
+		if (sends[i].used && sends[i].l == l && !sends[i].done) {
 			sends[i].done = 1;
 			free(sends[i].buf);
 			sends[i].buf = NULL;
 		}
 	for (unsigned int i = 0; i < sizeof(rxs) / sizeof(rxs[0]); i++)
-		if (rxs[i].buf && rxs[i].w == w) {
+		if (rxs[i].buf && rxs[i].l == l) {
 			free(rxs[i].buf);
 			rxs[i].buf = NULL;
 		}
 	for (unsigned int i = 0; i < NSLOT; i++)
-		if (sl[i].named & 1u << w)
-			sl[i].peer_broken = 1;
-	worker_create(w);
-	wk[w].tainted = 0;
-	wk[w].opened = 0;
+		if (sl[i].cur == (int)l)
+			sl[i].cur = -1;
+	lk[l] = (struct link){ 0 };
 }
 
 static void progress_clients(void)
 {
-	for (unsigned int i = 0; i < NWORKER; i++)
-		while (ucp_worker_progress(wk[i].w))
+	for (unsigned int i = 0; i < NLINK; i++)
+		while (lk[i].used && ucp_worker_progress(lk[i].w))
 			;
 }
 
@@ -547,6 +710,47 @@ static int steps_in_flight(void)
 	return 0;
 }
 
+/*
+ * The daemon's books on its endpoints, right after a turn of its poller
+ * (nothing of UCX's runs between): the list holds n_eps, each of a peer
+ * in the list, a peer's count is the endpoints that name it and its
+ * sessions those that do, never more than ND_EPS_PER_CONN; and no endpoint
+ * of a connection gone, or one UCX failed, is still open.
+ */
+static void check_books(void)
+{
+	uint32_t n = 0;
+
+	for (struct nd_ep *e = nd.eps; e; e = e->next) {
+		const struct nd_peer *p = nd.peers;
+
+		while (p && p != e->peer)
+			p = p->next;
+		if (!p)
+			fail("an endpoint of a peer the daemon no longer has");
+		if (e->ep && (e->failed || p->gone))
+			fail("an endpoint still open after a poller turn, its %s",
+			     e->failed ? "failure reported" : "connection gone");
+		n++;
+	}
+	if (n != nd.n_eps)
+		fail("%u endpoints listed, %u counted", n, nd.n_eps);
+	for (const struct nd_peer *p = nd.peers; p; p = p->next) {
+		uint32_t eps = 0, sessions = 0;
+
+		for (const struct nd_ep *e = nd.eps; e; e = e->next)
+			eps += e->peer == p;
+		for (const struct nd_session *s = nd.sessions; s; s = s->next)
+			sessions += s->peer == p;
+		if (eps != p->eps || sessions != p->sessions)
+			fail("connection %llu's peer counts %u endpoints and %u sessions; %u and %u "
+			     "name it", (unsigned long long)p->id, p->eps, p->sessions, eps, sessions);
+		if (p->eps > ND_EPS_PER_CONN)
+			fail("connection %llu has %u endpoints, more than %u",
+			     (unsigned long long)p->id, p->eps, ND_EPS_PER_CONN);
+	}
+}
+
 /* One turn of everything: the daemon's two loops, the clients, their replies. */
 static void turn(void)
 {
@@ -555,8 +759,10 @@ static void turn(void)
 	if (ret)
 		fail("the control loop's poll: %s", strerror(-ret));
 	nd_dataplane_poll_once(&nd);
+	check_books();
 	progress_clients();
 	nd_dataplane_poll_once(&nd);
+	check_books();
 	read_replies();
 	if (steps_in_flight()) {	/* the devices' threads: wait a little for them */
 		struct pollfd pfd[NDEV];
@@ -568,10 +774,22 @@ static void turn(void)
 	}
 }
 
+/*
+ * Whether send @s must complete: UCX ends it, one way or the other, on an
+ * endpoint with error handling; on one without, only while the daemon's
+ * end stands, as it certainly does while its connection does.
+ */
+static int must_end(const struct hsend *s)
+{
+	const struct link *k = &lk[s->l];
+
+	return s->used && !s->done && k->used && (k->eh || (k->sure_ok && link_alive(k)));
+}
+
 static int sends_pending(void)
 {
 	for (uint32_t i = 0; i < nsends; i++)
-		if (sends[i].used && !sends[i].done)
+		if (must_end(&sends[i]))
 			return 1;
 	return 0;
 }
@@ -590,31 +808,6 @@ static void settle(void)
 
 /* ---- Control connections ---- */
 
-/*
- * @c's connection is going, or may be: the daemon closes the endpoint it
- * opened to the worker HELLO named, which UCX may have paired with that
- * worker's own endpoint to the daemon -- that one is then dead on the
- * daemon's side, and its worker replaced before its next use.  Which HELLO
- * the daemon took is not always known (a raw one may have been, or a cut
- * address may still be the worker's): every worker any of them named.
- */
-static void taint(struct slot *c)
-{
-	if (!c->stepped)
-		return;
-	c->stepped = 0;
-	for (unsigned int w = 0; w < NWORKER; w++) {
-		if (!(c->named & 1u << w))
-			continue;
-		if (w >= NSLOT) {	/* it never opens one: nothing to pair with */
-			wk[w].tainted = ++wk[w].opened >= REPLY_RETIRE;
-			continue;
-		}
-		trace("    worker %u: tainted by slot %td", w, c - sl);
-		wk[w].tainted = 1;
-	}
-}
-
 static void slot_lost(struct slot *c)
 {
 	c->lost = 1;
@@ -622,7 +815,34 @@ static void slot_lost(struct slot *c)
 	for (uint32_t i = 0; i < nss; i++)
 		if (ss[i].slot == c - sl && ss[i].state == S_OPEN)
 			ss[i].state = S_MAYBE;
-	taint(c);
+}
+
+/*
+ * HELLO_OK: the listener's port, a key of this connection's alone (never
+ * 0, none other open has it), and shared memory only where asked (@asked:
+ * 1 or 0; -1 where a raw HELLO may have asked) and the daemon has it.
+ */
+static void hello_ok(struct slot *c, const struct nelssa_msg *m, int asked)
+{
+	const uint64_t key = m->u.hello_ok.key;
+
+	if (m->u.hello_ok.version != NELSSA_PROTO_VERSION || m->u.hello_ok.devices != nd.n_dev ||
+	    m->u.hello_ok.data_port != nd.data_port)
+		fail("slot %td: HELLO_OK of version %u, %u devices, data port %u (the daemon's: %u)",
+		     c - sl, m->u.hello_ok.version, m->u.hello_ok.devices, m->u.hello_ok.data_port,
+		     nd.data_port);
+	if ((m->u.hello_ok.flags & NELSSA_HELLO_SHM) && (!asked || !nd.shm_ok))
+		fail("slot %td: shared memory granted, %s", c - sl,
+		     asked ? "the daemon having none" : "not asked for");
+	for (unsigned int i = 0; i < NSLOT; i++)
+		if (sl[i].key == key && &sl[i] != c && sl[i].fd >= 0 && !sl[i].eof)
+			fail("slot %td: HELLO_OK gave it slot %u's key", c - sl, i);
+	c->key = key;
+	c->data_port = m->u.hello_ok.data_port;
+	c->shm = !!(m->u.hello_ok.flags & NELSSA_HELLO_SHM);
+	c->key_eps = 0;
+	c->key_freed = 0;
+	c->cur = -1;
 }
 
 static void got_frame(struct slot *c, const uint8_t *f, size_t len)
@@ -645,7 +865,8 @@ static void got_frame(struct slot *c, const uint8_t *f, size_t len)
 		if (nss == NSESS)
 			fail("more sessions than the harness keeps");
 		ss[nss] = (struct hsess){ .id = m.u.session_ok.session, .token = m.u.session_ok.token,
-					  .slot = (int)(c - sl), .state = c->lost ? S_MAYBE : S_OPEN };
+					  .key = c->key, .slot = (int)(c - sl),
+					  .state = c->lost ? S_MAYBE : S_OPEN };
 		for (uint32_t i = 0; i < nss; i++)
 			if (ss[i].id == ss[nss].id)
 				fail("session id %llu given twice", (unsigned long long)ss[i].id);
@@ -656,6 +877,9 @@ static void got_frame(struct slot *c, const uint8_t *f, size_t len)
 		}
 		nss++;
 	}
+	if (m.type == NELSSA_MSG_HELLO_OK)	/* a lost connection's too: its key */
+		hello_ok(c, &m, c->nq && c->q[0].seq == m.seq && c->q[0].type == NELSSA_MSG_HELLO &&
+			 !c->lost ? c->q[0].shm : -1);
 	if (c->lost)
 		return;
 	if (!c->nq || c->q[0].seq != m.seq) {
@@ -684,6 +908,8 @@ static void got_frame(struct slot *c, const uint8_t *f, size_t len)
 	if (!ret && m.type != NELSSA_MSG_ERROR)
 		fail("slot %td: %s answers %s", c - sl, nelssa_msg_type_str(m.type),
 		     nelssa_msg_type_str(e->type));
+	if (e->refused && m.type != NELSSA_MSG_ERROR)
+		fail("slot %td: a HELLO of versions %s taken", c - sl, "the daemon does not speak");
 	if (e->enoent && (m.type != NELSSA_MSG_ERROR || m.u.error.code != -ENOENT))
 		fail("slot %td: %s of a session it does not hold: %s %d, not -ENOENT", c - sl,
 		     nelssa_msg_type_str(e->type), nelssa_msg_type_str(m.type),
@@ -788,13 +1014,17 @@ static void slot_connect(unsigned int i, int non_admin)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	struct slot *c = &sl[i];
+	uint64_t old_key;
 	int one = 1;
 
 	if (c->fd >= 0 && !c->eof)
 		return;
 	if (c->fd >= 0)
 		close(c->fd);	/* refused or closed by the daemon: a new one */
+	old_key = c->key ? c->key : c->old_key;
 	memset(c, 0, sizeof(*c));
+	c->old_key = old_key;
+	c->cur = -1;
 	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		fail("socket: %s", strerror(errno));
@@ -835,7 +1065,6 @@ static void slot_disconnect(unsigned int i, int rst, int half)
 	for (uint32_t j = 0; j < nss; j++)
 		if (ss[j].slot == (int)i && ss[j].state != S_CLOSED)
 			ss[j].state = S_CLOSED;
-	taint(c);
 	turn();
 	if (half)
 		read_slot(c);
@@ -872,8 +1101,46 @@ static const uint32_t toks[8] = { 1, 16, 64, 256, 1024, 4096, 1u << 20, 0 };
  * length, or -1 when there is nothing to send.  @e gets what its reply is
  * expected to be.
  */
+/*
+ * A HELLO as protocol version 2 wrote it: versions, the length of the UCX
+ * worker address that followed the name, the address -- here of bytes of
+ * the input, first a header version UCX 1.13 aborts on (6; it knows 0 and
+ * 1), which the daemon once passed to UCX.  Refused, as its versions are.
+ */
+static int legacy_hello(struct slot *c, struct rd *r, uint8_t *f, size_t *len, struct expect *e)
+{
+	const uint32_t n = 1 + u8(r) % 64;
+	uint8_t *p = f + NELSSA_PROTO_HDR_BYTES;
+	const uint32_t plen = 40 + n;
+	const struct nelssa_msg_hdr h = { .magic = NELSSA_PROTO_MAGIC, .version = 2,
+					  .type = NELSSA_MSG_HELLO, .length = plen,
+					  .seq = c->seq };
+
+	memset(f, 0, NELSSA_PROTO_HDR_BYTES + plen);
+	for (int i = 0; i < 4; i++) {
+		f[i] = (uint8_t)(h.magic >> 8 * i);
+		f[8 + i] = (uint8_t)(h.length >> 8 * i);
+		f[12 + i] = (uint8_t)(h.seq >> 8 * i);
+		p[4 + i] = (uint8_t)(n >> 8 * i);
+	}
+	f[4] = (uint8_t)h.version;
+	f[6] = (uint8_t)h.type;
+	p[0] = 1;		/* min_version */
+	p[2] = 2;		/* max_version */
+	memcpy(p + 8, "fuzz-v2", 7);
+	for (uint32_t i = 0; i < n; i++)
+		p[40 + i] = u8(r);
+	p[40] = (uint8_t)((p[40] & 0xf0) | 6);
+	*len = NELSSA_PROTO_HDR_BYTES + plen;
+	e->seq = h.seq;
+	e->type = NELSSA_MSG_HELLO;
+	e->refused = 1;
+	c->seq++;
+	return 0;
+}
+
 static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, size_t *len,
-		 struct expect *e, int raw)
+		 struct expect *e)
 {
 	struct nelssa_msg m = { .seq = c->seq };
 	uint8_t sel;
@@ -881,12 +1148,12 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 	memset(e, 0, sizeof(*e));
 	switch (kind) {
 	case OP_HELLO: {
+		/*
+		 * @mode: shared memory asked or not, a flag no version has
+		 * (refused), or a HELLO of version 2, with the worker
+		 * address it carried (refused, the address never read).
+		 */
 		const uint8_t mode = u8(r), ver = u8(r);
-		const unsigned int w = (unsigned int)(c - sl);
-		enum addr_mode addr = (enum addr_mode)(mode % A_MODES);
-		int aw = addr == A_SENDER ? (int)w :
-			 addr == A_OTHER ? NSLOT + (int)((w + 1 + mode / 8 % 3) % NSLOT) :
-			 NSLOT + (int)w;
 
 		m.type = NELSSA_MSG_HELLO;
 		m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
@@ -896,48 +1163,17 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 			m.u.hello.min_version = 3, m.u.hello.max_version = 5;
 		else if (ver % 4 == 3)
 			m.u.hello.min_version = m.u.hello.max_version = 1;
-		snprintf(m.u.hello.name, sizeof(m.u.hello.name), "fuzz-%u", w);
-		if (addr == A_OWN || addr == A_SENDER || addr == A_OTHER) {
-			const struct worker *o = &wk[aw];
-
-			m.u.hello.addr_len = (uint32_t)o->addr_len;
-			memcpy(m.u.hello.addr, o->addr, o->addr_len);
-		} else if (addr == A_BAD) {
-			/* Another worker's address cut short, or bytes of the input. */
-			const uint8_t n = u8(r);
-
-			if (mode & 0x80) {
-				const struct worker *o = &wk[aw];
-
-				m.u.hello.addr_len = 1 + n % (uint32_t)o->addr_len;
-				memcpy(m.u.hello.addr, o->addr, m.u.hello.addr_len);
-			} else {
-				/*
-				 * Bytes of the input, of a version UCX does not
-				 * have: refused at HELLO.  (One of a version it
-				 * has is UCX's to read, as the addresses in its
-				 * wire-up are.)
-				 */
-				m.u.hello.addr_len = 1 + n % 64;
-				for (uint32_t i = 0; i < m.u.hello.addr_len; i++)
-					m.u.hello.addr[i] = u8(r);
-				if ((m.u.hello.addr[0] & 0x0f) <= 1)
-					m.u.hello.addr[0] |= 0x02;
-			}
-		}
-		/*
-		 * The daemon keeps the first HELLO's address (a second is
-		 * refused); a raw frame it may or may not take.
-		 */
-		if (addr != A_NONE)
-			c->named |= 1u << aw;
-		if (!c->hello_sent && !raw) {
-			c->addr = addr;
-			c->addr_worker = aw;
-		}
-		c->hello_sent = 1;
-		trace("  hello: address %s of worker %d, %u bytes", addr == A_NONE ? "none" :
-		      addr == A_BAD ? "bad" : "good", aw, m.u.hello.addr_len);
+		e->refused = ver % 4 == 3;
+		snprintf(m.u.hello.name, sizeof(m.u.hello.name), "fuzz-%td", c - sl);
+		if (mode % 4 == 1)
+			m.u.hello.flags = NELSSA_HELLO_SHM;
+		else if (mode % 4 == 2)
+			m.u.hello.flags = 1u << (1 + (mode >> 2) % 31);
+		e->shm = mode % 4 == 1;
+		trace("  hello: versions %u..%u, flags %#x%s", m.u.hello.min_version,
+		      m.u.hello.max_version, m.u.hello.flags, mode % 4 == 3 ? ", version 2's" : "");
+		if (mode % 4 == 3)
+			return legacy_hello(c, r, f, len, e);
 		break;
 	}
 	case OP_CREATE: {
@@ -1005,6 +1241,7 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 			v.u.session.session = 1;
 		} else if (m.type == NELSSA_MSG_HELLO) {
 			v.u.hello.min_version = v.u.hello.max_version = 1;
+			v.u.hello.flags = 0;
 		}
 		if (nelssa_msg_encode(&v, f, NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD, len))
 			fail("no frame for %s", nelssa_msg_type_str(m.type));
@@ -1042,6 +1279,8 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 
 			p[0] = (uint8_t)m.u.hello.min_version;
 			p[2] = (uint8_t)m.u.hello.max_version;
+			for (int i = 0; i < 4; i++)
+				p[4 + i] = (uint8_t)(m.u.hello.flags >> 8 * i);
 		}
 		e->type = 0;	/* malformed: an ERROR, and the connection ends */
 	}
@@ -1065,7 +1304,7 @@ static void control_op(struct slot *c, unsigned int kind, struct rd *r)
 	struct expect e;
 	size_t len;
 
-	if (build(c, kind, r, f, &len, &e, 0) || c->fd < 0)
+	if (build(c, kind, r, f, &len, &e) || c->fd < 0)
 		return;
 	if (!e.type || c->lost) {
 		slot_lost(c);
@@ -1097,7 +1336,7 @@ static void raw_op(struct slot *c, struct rd *r)
 		uint16_t at;
 		uint8_t x;
 
-		if (build(c, kind, r, f, &len, &e, 1))
+		if (build(c, kind, r, f, &len, &e))
 			return;
 		at = u16(r);
 		x = u8(r);
@@ -1108,7 +1347,7 @@ static void raw_op(struct slot *c, struct rd *r)
 		const unsigned int kind = OP_HELLO + u8(r) % 6;
 		const uint8_t keep = u8(r);
 
-		if (build(c, kind, r, f, &len, &e, 1))
+		if (build(c, kind, r, f, &len, &e))
 			return;
 		len = keep % len;
 		break;
@@ -1215,12 +1454,36 @@ static struct hsess *sess_of(uint64_t id)
 }
 
 /*
- * Sends an active message from slot @w's worker: @mode's low bits eager,
- * rendezvous or UCX's choice; bit 2: do not wait for the answer; bit 3:
- * from the next slot's worker instead.  Waits, unless told not to, for the
- * answer; fails when @must and it does not come.
+ * The link a data message of slot @w goes from (@mode, bit 3: the next
+ * slot's instead): its current one, or a new one with its connection's key
+ * (none before HELLO_OK) when it has none open or bit 7 asks for one more;
+ * bit 6: with peer error handling even where shared memory was granted.
  */
-static void am_send(unsigned int w, uint8_t mode, unsigned int id, uint64_t key, uint8_t *buf,
+static int pick_link(unsigned int w, uint8_t mode)
+{
+	struct slot *c;
+
+	if (mode & 8)
+		w = (w + 1) % NSLOT;
+	c = &sl[w];
+	if (c->cur >= 0 && lk[c->cur].ep && !(mode & 0x80))
+		return c->cur;
+	return link_open(w, c->key ? K_RIGHT : K_NONE, 0, (mode & 0x40) || !c->shm);
+}
+
+/* Whether the daemon may serve a message naming @m from @k: only its connection's. */
+static int served_ok(const struct link *k, const struct hsess *m)
+{
+	return m && k->id && k->id == m->key;
+}
+
+/*
+ * Sends an active message from link @l: @mode's low bits eager,
+ * rendezvous or UCX's choice; bit 2: do not wait for the answer.  Waits,
+ * unless told not to, for the answer; fails when @must and it does not
+ * come, or when it is not @want (0: any).
+ */
+static void am_send(int l, uint8_t mode, unsigned int id, uint64_t key, uint8_t *buf,
 		    size_t hdr_len, size_t len, int must, int32_t want, uint32_t items,
 		    uint32_t out_bytes)
 {
@@ -1229,32 +1492,24 @@ static void am_send(unsigned int w, uint8_t mode, unsigned int id, uint64_t key,
 	ucs_status_ptr_t sp;
 	uint64_t until;
 
-	if (mode & 8)
-		w = (w + 1) % NSLOT;
-	if (wk[w].tainted && !(mode & 0x80))	/* a new worker, mostly */
-		worker_retire(w);
-	if (!wk[w].ep)
-		ep_open(w, mode & 0x40);
-	if (wk[w].tainted)
-		must = 0;
-	if (nsends == NSEND) {
+	if (l < 0 || !lk[l].ep || nsends == NSEND) {
 		free(buf);
 		return;
 	}
 	s = &sends[nsends++];
-	*s = (struct hsend){ .used = 1, .w = w, .id = id, .key = key, .buf = buf, .nr_items = items,
-			     .out_bytes = out_bytes, .status = 1 };
+	*s = (struct hsend){ .used = 1, .l = (unsigned int)l, .id = id, .key = key, .buf = buf,
+			     .nr_items = items, .out_bytes = out_bytes, .status = 1 };
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
 			 UCP_OP_ATTR_FIELD_FLAGS;
 	p.cb.send = send_done;
 	p.user_data = s;
 	p.flags = UCP_AM_SEND_FLAG_REPLY | (mode % 4 == 1 ? UCP_AM_SEND_FLAG_EAGER :
 					    mode % 4 == 2 ? UCP_AM_SEND_FLAG_RNDV : 0);
-	trace("    %s %llu (id %u) from worker %u: %zu + %zu bytes, %s%s", id == NELSSA_AM_KV ? "KV" :
-	      id == NELSSA_AM_STEP ? "step" : "AM", (unsigned long long)key, id, w, hdr_len, len,
+	trace("    %s %llu (id %u) from link %d: %zu + %zu bytes, %s%s%s", id == NELSSA_AM_KV ? "KV" :
+	      id == NELSSA_AM_STEP ? "step" : "AM", (unsigned long long)key, id, l, hdr_len, len,
 	      mode % 4 == 1 ? "eager" : mode % 4 == 2 ? "rendezvous" : "either",
-	      mode & 4 ? ", not waiting" : "");
-	sp = ucp_am_send_nbx(wk[w].ep, id, buf, hdr_len, buf + hdr_len, len, &p);
+	      mode & 4 ? ", not waiting" : "", must ? ", must be answered" : "");
+	sp = ucp_am_send_nbx(lk[l].ep, id, buf, hdr_len, buf + hdr_len, len, &p);
 	if (!UCS_PTR_IS_PTR(sp)) {
 		s->done = 1;
 		free(s->buf);
@@ -1275,8 +1530,9 @@ static void am_send(unsigned int w, uint8_t mode, unsigned int id, uint64_t key,
 	for (int n = 0; !s->done && n < 64; n++)
 		turn();
 	if (s->replies && want && s->status != want)
-		fail("%s %llu of no open session's id and token: %d, not %d",
-		     id == NELSSA_AM_KV ? "KV" : "step", (unsigned long long)key, s->status, want);
+		fail("%s %llu not of an open session of its endpoint's connection, with its token: "
+		     "%d, not %d", id == NELSSA_AM_KV ? "KV" : "step", (unsigned long long)key,
+		     s->status, want);
 }
 
 static void fill(uint8_t *p, size_t n, uint8_t seed)
@@ -1300,6 +1556,7 @@ static void kv_op(unsigned int w, struct rd *r)
 	uint8_t req = u8(r), dmode, tmode, smode, hmode;
 	size_t hdr_len = NELSSA_KV_HDR_BYTES, len;
 	uint8_t *buf;
+	int l, ok;
 
 	k.request = req < 0xf0 ? req % 8 : u64(r);
 	k.layer = u8(r);
@@ -1347,13 +1604,18 @@ static void kv_op(unsigned int w, struct rd *r)
 			memcpy(t + 8ull * i + 4, &count, 4);
 		}
 	}
-	trace("  kv: session %llu (%s token) request %llu layer %u head %u tokens %u+%u "
-		      "clusters %u+%u", (unsigned long long)id, m ? "its" : "no open session's",
-		      (unsigned long long)k.request, k.layer, k.head, k.first_token, k.nr_tokens,
-		      k.first_cluster, k.nr_clusters);
-	/* Acknowledged always; by its cookie when the header is whole (else cookie 0). */
-	am_send(w, smode, NELSSA_AM_KV, k.cookie, buf, hdr_len, len, hmode == 0,
-		m ? 0 : -ENOENT, 0, 0);
+	l = pick_link(w, smode);
+	ok = l >= 0 && served_ok(&lk[l], m);
+	trace("  kv: session %llu (%s token%s) request %llu layer %u head %u tokens %u+%u "
+	      "clusters %u+%u", (unsigned long long)id, m ? "its" : "no open session's",
+	      m && !ok ? ", another connection's endpoint" : "", (unsigned long long)k.request,
+	      k.layer, k.head, k.first_token, k.nr_tokens, k.first_cluster, k.nr_clusters);
+	/*
+	 * Acknowledged always on an endpoint the daemon took; by its cookie
+	 * when the header is whole (else cookie 0).
+	 */
+	am_send(l, smode, NELSSA_AM_KV, k.cookie, buf, hdr_len, len,
+		hmode == 0 && l >= 0 && link_answers(&lk[l]), ok ? 0 : -ENOENT, 0, 0);
 }
 
 static void step_op(unsigned int w, struct rd *r)
@@ -1370,7 +1632,7 @@ static void step_op(unsigned int w, struct rd *r)
 	uint8_t ids[8][32], dmode, smode;
 	size_t hdr_len = NELSSA_STEP_HDR_BYTES, len, at;
 	uint8_t *buf;
-	int must;
+	int must, l, ok;
 
 	sh.layer = u8(r);
 	if (sh.layer >= 0xc0)
@@ -1424,23 +1686,18 @@ static void step_op(unsigned int w, struct rd *r)
 			}
 	}
 	/*
-	 * Its answer must come: a refusal to the sender; a served step's
-	 * reply to the worker of the connection that holds the session,
-	 * while that connection and its worker's endpoint stand.
+	 * Its answer comes on the endpoint it came on, if the daemon took
+	 * it and it stands: at once when refused; for a served step, when
+	 * the devices are done, while its session is open.
 	 */
-	must = !m && hdr_len == NELSSA_STEP_HDR_BYTES;
-	if (m && hdr_len >= 16)
-		sl[m->slot].stepped = 1;
-	if (m && hdr_len == NELSSA_STEP_HDR_BYTES) {
-		const struct slot *c = &sl[m->slot];
-
-		must = m->state == S_OPEN && !c->lost && c->fd >= 0 && !c->peer_broken &&
-		       (c->addr == A_NONE || (c->addr != A_BAD && !wk[c->addr_worker].tainted));
-	}
-	trace("  step: session %llu (%s token) layer %u, %u items, %zu bytes",
-		      (unsigned long long)id, m ? "its" : "no open session's", sh.layer, sh.nr_items,
-		      len);
-	am_send(w, smode, NELSSA_AM_STEP, sh.step, buf, hdr_len, len, must, m ? 0 : -ENOENT,
+	l = pick_link(w, smode);
+	ok = l >= 0 && served_ok(&lk[l], m);
+	must = hdr_len == NELSSA_STEP_HDR_BYTES && l >= 0 && link_answers(&lk[l]) &&
+	       (!ok || m->state == S_OPEN);
+	trace("  step: session %llu (%s token%s) layer %u, %u items, %zu bytes",
+	      (unsigned long long)id, m ? "its" : "no open session's",
+	      m && !ok ? ", another connection's endpoint" : "", sh.layer, sh.nr_items, len);
+	am_send(l, smode, NELSSA_AM_STEP, sh.step, buf, hdr_len, len, must, ok ? 0 : -ENOENT,
 		sh.nr_items, h && h->shape.head_dim ? (uint32_t)(4 * group * dim + 4 * group) : 0);
 }
 
@@ -1456,7 +1713,7 @@ static void am_other_op(unsigned int w, struct rd *r)
 	if (!buf)
 		fail("out of memory");
 	fill(buf, hdr_len + len, (uint8_t)id);
-	am_send(w, smode | 4, id, ++next_key, buf, hdr_len, len, 0, 0, 0, 0);
+	am_send(pick_link(w, smode), smode | 4, id, ++next_key, buf, hdr_len, len, 0, 0, 0, 0);
 }
 
 /* ---- One input ---- */
@@ -1469,8 +1726,8 @@ static void check_baseline(void)
 
 	while (!ok) {
 		turn();
-		ok = !ctl.n && !nd.sessions && !nd.n_sessions && !nd.peers && !nd.rndv &&
-		     !nd.rndv_bytes && !steps_in_flight();
+		ok = !ctl.n && !nd.sessions && !nd.n_sessions && !nd.peers && !nd.eps &&
+		     !nd.n_eps && !nd.rndv && !nd.rndv_bytes && !steps_in_flight();
 		for (uint32_t d = 0; d < nd.n_dev; d++)
 			ok = ok && !nd.dev[d].reserved && !nelssa_pnm_inflight(nd.dev[d].pnm);
 		if (!ok && real_ns() > until)
@@ -1484,19 +1741,29 @@ static void check_baseline(void)
 		for (struct nd_peer *p = nd.peers; p; p = p->next)
 			peers++;
 		fail("not back at the baseline %llu ms after the input: %u connections, %u "
-		     "sessions (%u counted), %u peers, %u rendezvous receives (%llu bytes), "
-		     "device memory reserved %llu + %llu", (unsigned long long)(WAIT_NS / MS), ctl.n,
-		     sessions, nd.n_sessions, peers, nd.rndv, (unsigned long long)nd.rndv_bytes,
+		     "sessions (%u counted), %u peers, %u endpoints, %u rendezvous receives "
+		     "(%llu bytes), device memory reserved %llu + %llu",
+		     (unsigned long long)(WAIT_NS / MS), ctl.n, sessions, nd.n_sessions, peers,
+		     nd.n_eps, nd.rndv, (unsigned long long)nd.rndv_bytes,
 		     (unsigned long long)nd.dev[0].reserved, (unsigned long long)nd.dev[1].reserved);
 	}
 	if (nd.stage && nd.stage_free != (1u << ND_STAGE_SLOTS) - 1)
 		fail("staging slots still taken: %#x free", nd.stage_free);
 }
 
+/*
+ * The end of an input: the sends that must end do (on the endpoints with
+ * error handling, and those without whose connection stands), then every
+ * connection goes (RST), the daemon must come back to its baseline -- and
+ * the endpoints of the connections gone with it -- and the workers go.
+ */
 static void end_input(void)
 {
-	for (unsigned int i = 0; i < NSLOT; i++)
-		taint(&sl[i]);
+	settle();
+	for (uint32_t i = 0; i < nsends; i++)
+		if (must_end(&sends[i]))
+			fail("a send of ours never completed (message %u, %llu, link %u)",
+			     sends[i].id, (unsigned long long)sends[i].key, sends[i].l);
 	for (unsigned int i = 0; i < NSLOT; i++)
 		if (sl[i].fd >= 0) {
 			struct linger l = { .l_onoff = 1, .l_linger = 0 };
@@ -1508,15 +1775,9 @@ static void end_input(void)
 		}
 	check_baseline();
 	settle();
-	for (unsigned int i = 0; i < NWORKER; i++)
-		if (wk[i].tainted)
-			worker_retire(i);
-	settle();
-	for (uint32_t i = 0; i < nsends; i++) {
-		if (!sends[i].done)
-			fail("a send of ours never completed (message %u, %llu)", sends[i].id,
-			     (unsigned long long)sends[i].key);
-	}
+	for (unsigned int i = 0; i < NLINK; i++)
+		if (lk[i].used)
+			link_free(i);
 	check_baseline();
 }
 
@@ -1549,34 +1810,17 @@ static unsigned int maps_base;
 
 static void ucx_refresh(void)
 {
-	ucp_params_t up = { 0 };
-
 	if (nd_sends_in_flight() || nd.rndv)
 		return;		/* another time */
 	fprintf(stderr, "fuzz_daemon: UCX started again (%u mappings, %u after the last start)\n",
 		maps(), maps_base);
-	for (unsigned int i = 0; i < NWORKER; i++) {
-		void *req = ep_close(i);
-
-		if (req)
-			ucp_request_free(req);
-		ucp_worker_release_address(wk[i].w, wk[i].addr);
-		ucp_worker_destroy(wk[i].w);
-	}
-	ucp_cleanup(cctx);
+	ucp_cleanup(cctx);	/* the links went at the end of the input */
 	nd_dataplane_stop(&nd);
 	nd.stop = 0;
 	if (nd_dataplane_init(&nd))
 		fail("the daemon's data path, started again");
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM;
-	if (ucp_init(&up, NULL, &cctx) != UCS_OK)
-		fail("ucp_init for the clients, again");
-	for (unsigned int i = 0; i < NWORKER; i++) {
-		worker_create(i);
-		wk[i].tainted = 0;
-		wk[i].opened = 0;
-	}
+	if (nelssa_link_context(0, &cctx) != UCS_OK)
+		fail("UCX for the clients");
 	maps_base = maps();
 }
 
@@ -1614,11 +1858,14 @@ static void daemon_setup(void)
 	}
 	nd.memory_per_conn = total / 100 * c->max_memory_pct;
 	nd_fd_setup(&nd);
+	/* The data path's listener binds the control address's host. */
+	lfd = nd_control_listen(&nd);
+	if (lfd < 0)
+		fail("the daemon's listener");
 	if (nd_dataplane_init(&nd))
 		fail("the daemon's data path");
-	lfd = nd_control_listen(&nd);
-	if (lfd < 0 || nd_control_init(&nd, &ctl, lfd))
-		fail("the daemon's listener");
+	if (nd_control_init(&nd, &ctl, lfd))
+		fail("the daemon's control loop");
 	{
 		struct sockaddr_in a;
 		socklen_t al = sizeof(a);
@@ -1635,12 +1882,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	verbose = getenv("NELSSA_FUZZ_VERBOSE") && atoi(getenv("NELSSA_FUZZ_VERBOSE"));
 	/*
 	 * Shared memory, less SysV's: its segments are the machine's
-	 * (kernel.shmmni), which other processes may have taken.
+	 * (kernel.shmmni), which other processes may have taken; and TCP,
+	 * which UCX's client/server flow sets every connection up over, and
+	 * which carries the endpoints with peer error handling.
 	 */
-	setenv("UCX_TLS", getenv("NELSSA_FUZZ_TLS") ? getenv("NELSSA_FUZZ_TLS") : "posix,cma", 1);
+	setenv("UCX_TLS", getenv("NELSSA_FUZZ_TLS") ? getenv("NELSSA_FUZZ_TLS") : "posix,cma,tcp",
+	       1);
 	signal(SIGPIPE, SIG_IGN);
 	daemon_setup();
-	workers_setup();
+	if (nelssa_link_context(0, &cctx) != UCS_OK)
+		fail("UCX for the clients");
 	maps_base = maps();
 	for (unsigned int i = 0; i < NSLOT; i++)
 		sl[i].fd = -1;
@@ -1654,13 +1905,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* Ids from 1 again: each input starts where the last began. */
 	nd.next_session = 0;
-	nd.next_peer = 0;
 	memset(&nd.stats, 0, sizeof(nd.stats));
 	nss = 0;
 	nsends = 0;
 	for (unsigned int i = 0; i < NSLOT; i++) {
 		memset(&sl[i], 0, sizeof(sl[i]));
 		sl[i].fd = -1;
+		sl[i].cur = -1;
 	}
 	for (int n = 0; n < MAX_OPS && r.p < r.end; n++) {
 		const unsigned int kind = u8(&r) % OP_MAX, b = u8(&r), i = b % NSLOT;
@@ -1711,17 +1962,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			slot_disconnect(i, b & 4, b & 8);
 			break;
 		case OP_EP_CLOSE:
-			if (wk[i].ep) {
-				void *req = ep_close(i);
+			if (c->cur >= 0) {
+				void *req = ep_close((unsigned int)c->cur);
 
 				if (req)
 					ucp_request_free(req);
-				for (unsigned int j = 0; j < NSLOT; j++)
-					if (sl[j].named & 1u << i)
-						sl[j].peer_broken = 1;
+				c->cur = -1;
 				turn();
 			}
 			break;
+		case OP_LINK: {
+			const uint8_t mode = u8(&r);
+
+			/* Bit 7: error handling other than the daemon's end has. */
+			link_open(i, (enum key_mode)((mode & 7) % K_MODES), mode >> 3 & 0x0f,
+				  !c->shm ^ !!(mode & 0x80));
+			turn();
+			break;
+		}
 		case OP_SETTLE:
 			settle();
 			break;

@@ -2,35 +2,50 @@
 /*
  * A stateful, out-of-process fuzzer of a live nelssad (tests/fuzz/README.md).
  *
- * Several "actors" -- each a control connection (TCP) and, when it wants
- * one, a UCX worker of its own with an endpoint to the daemon's worker
- * address from HELLO_OK -- take random turns from one seeded generator:
- * HELLO (with the actor's worker address, without, twice, with a mangled
- * version range or mutated bytes), SESSION_CREATE of random and edge shapes,
+ * Several "actors" -- each a control connection (TCP) and, once HELLO_OK
+ * has given it the data path's port and its connection's key, a UCX worker
+ * of its own whose client id is that key, with an endpoint to the daemon's
+ * listener (nelssa/link.h) -- take random turns from one seeded generator:
+ * HELLO (asking for shared memory or not, with flag bits no version
+ * defines, with a mangled version range, an older version's longer HELLO,
+ * twice, mutated bytes), SESSION_CREATE of random and edge shapes,
  * REQ_ALLOC / REQ_FREE of random ids and sizes (beyond capacity too),
  * CLOSE and STATS of their own sessions, others' and made-up ones, KV and
  * STEP active messages (eager and rendezvous, up to megabytes) built
  * valid with the protocol's encoders and then mutated -- session, token,
  * request, ranges, lengths, header length, data length -- plus truncated
- * frames, garbage, abrupt disconnects (FIN and RST) and endpoint closes at
- * any point.  Everything runs on one thread, and a valid control request
- * waits for its reply, so a run is a reproducible sequence of actions for
- * a seed (the daemon's ids and timings aside).
+ * frames, garbage, abrupt disconnects (FIN and RST), endpoint closes at any
+ * point, more endpoints than a connection may have, and hostile workers:
+ * one whose client id is another actor's key, or a random key no
+ * connection was given.  Everything runs on one thread, and a valid control
+ * request waits for its reply, so a run is a reproducible sequence of
+ * actions for a seed (the daemon's ids and timings aside).
  *
  * Every answer is checked: a control reply is a frame that decodes, of a
  * type that answers the request, in sequence, its error code a negative
  * errno; a request naming a session of another connection is refused with
- * -ENOENT; a KV ack and a step reply have exact headers, a status that is
- * 0 or a negative errno, a cookie or step id that was sent, a step reply's
- * data matching its items; a KV or STEP message whose session and token do
- * not both belong to one session is refused with -ENOENT.  A valid control
- * request unanswered for 30 s is a hang.  Every 2 s, and at the end, a
- * fresh connection must be answered (HELLO, STATS) and the daemon (--pid)
- * must be alive; at the end, with every actor gone, the daemon must
+ * -ENOENT; a HELLO the daemon must refuse (flags undefined, no common
+ * version, an older version's) gets exactly its ERROR and the connection
+ * closed, and a HELLO_OK grants no flag that was not asked for; the first
+ * two endpoints made with a connection's key come up while the connection
+ * is open; a KV ack and a step reply have exact headers, a status that is 0
+ * or a negative errno, a cookie or step id that was sent, come to the
+ * worker that sent the message, a step reply's data matching its items; a
+ * KV or STEP message is refused with -ENOENT unless its session and token
+ * both belong to one session of the connection whose key its endpoint
+ * carries -- another actor's session with the right token included; an
+ * endpoint of a random key never comes up, and nothing is answered to its
+ * worker (nothing is sent on an endpoint before it is up).  A valid
+ * control request unanswered for 30 s is a hang.  Every 2 s, and at the
+ * end, a fresh connection must be answered (HELLO, STATS) and the daemon
+ * (--pid) must be alive; at the end, with every actor gone, the daemon must
  * reclaim every session (STATS: 0).
  *
  * --sequence NAME runs one of the fixed sequences below instead: the
  * minimised regressions of what the fuzzer found (see the README).
+ * --gentle lets no endpoint, worker or connection of an actor go while
+ * one of its endpoints' wire-up runs (settle()): UCX 1.13.1's open
+ * aborts there, to look past them.
  *
  * usage: fuzz_live HOST PORT [--seed N] [--iterations N] [--seconds N]
  *		    [--actors N] [--pid PID] [--trace] [--gentle] [--sequence NAME]
@@ -51,13 +66,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <ucp/api/ucp.h>
 
+#include <nelssa/link.h>
 #include <nelssa/proto.h>
 
 #define MAX_ACTORS 16
@@ -117,19 +135,24 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
-/* What happened last, printed with a finding. */
+/*
+ * What happened last, printed with a finding: the last TRACE_RING notes,
+ * each with the action it was part of (an action may note several steps).
+ */
 #define TRACE_RING 64
 static char trace_ring[TRACE_RING][160];
-static uint64_t n_actions;
+static uint64_t trace_act[TRACE_RING];
+static uint64_t n_actions, n_notes;
 static int trace_all;
 
 static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void note(const char *fmt, ...)
 {
-	char *line = trace_ring[n_actions % TRACE_RING];
+	char *line = trace_ring[n_notes % TRACE_RING];
 	va_list ap;
 
+	trace_act[n_notes++ % TRACE_RING] = n_actions;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(trace_ring[0]), fmt, ap);
 	va_end(ap);
@@ -145,12 +168,11 @@ static void note(const char *fmt, ...)
 
 static void dump_trace(void)
 {
-	uint64_t from = n_actions >= TRACE_RING ? n_actions - TRACE_RING + 1 : 0;
+	const uint64_t from = n_notes >= TRACE_RING ? n_notes - TRACE_RING : 0;
 
 	printf("# the last actions:\n");
-	for (uint64_t i = from; i <= n_actions; i++)
-		if (trace_ring[i % TRACE_RING][0])
-			printf("#   [%" PRIu64 "] %s\n", i, trace_ring[i % TRACE_RING]);
+	for (uint64_t i = from; i < n_notes; i++)
+		printf("#   [%" PRIu64 "] %s\n", trace_act[i % TRACE_RING], trace_ring[i % TRACE_RING]);
 }
 
 static int violations;
@@ -211,23 +233,51 @@ static int sent_has(uint64_t v)
 	return 0;
 }
 
-/* Every session the daemon handed out in this run, with its token. */
+/*
+ * The last MAX_KEYS keys the daemon handed out in this run (HELLO_OK), and
+ * how many endpoints anyone made with each: the daemon must take the first
+ * EPS_PER_CONN of them while the key's connection is open, whatever order
+ * they arrive in, and may refuse any beyond.  An older key is forgotten:
+ * its endpoints are checked no more strictly than a refused one's.
+ */
+#define EPS_PER_CONN 2	/* the daemon's ND_EPS_PER_CONN */
+#define MAX_KEYS 4096
+static struct {
+	uint64_t key;
+	uint32_t eps;
+} keys[MAX_KEYS];
+static uint32_t n_keys;
+
+/* @key's count, made when @add; NULL for a key never given out, or forgotten. */
+static uint32_t *key_eps(uint64_t key, int add)
+{
+	uint32_t *n;
+
+	for (uint32_t i = 0; i < n_keys && i < MAX_KEYS; i++)
+		if (keys[i].key == key)
+			return &keys[i].eps;
+	if (!add)
+		return NULL;
+	keys[n_keys % MAX_KEYS].key = key;
+	n = &keys[n_keys++ % MAX_KEYS].eps;
+	*n = 0;
+	return n;
+}
+
+/*
+ * The last MAX_KNOWN sessions the daemon handed out in this run, each
+ * with its token and its connection's key; the actors' own sessions are
+ * looked up in their lists first (sess_find()), however old.
+ */
 #define MAX_KNOWN 4096
 static struct {
-	uint64_t id, token;
+	uint64_t id, token, key;
 } known[MAX_KNOWN];
 static uint32_t n_known;
 
-static int known_pair(uint64_t id, uint64_t token)
-{
-	for (uint32_t i = 0; i < n_known; i++)
-		if (known[i].id == id && known[i].token == token)
-			return 1;
-	return 0;
-}
-
 struct sess {
 	uint64_t id, token;
+	uint64_t key;			/* its connection's */
 	struct nelssa_shape shape;
 	uint8_t placement;
 	uint32_t max_batch, max_sel;
@@ -241,35 +291,96 @@ struct sess {
 struct expect {
 	uint32_t seq;
 	uint16_t type;
-	int must_enoent;	/* names a session that is not this connection's */
+	int32_t must_err;	/* the ERROR code it must get: -ENOENT for another's session */
 	int done;
 };
+
+struct actor;
+
+/*
+ * A UCX worker of an actor's: its own, whose client id is its connection's
+ * key, or a hostile one, whose client id is another actor's key or a
+ * random one no connection was given.  @gen tells one worker from the one
+ * made after it in the same place, for the check of where replies come.
+ */
+struct lworker {
+	struct actor *a;
+	ucp_worker_h w;
+	uint64_t key;
+	uint64_t gen;
+	int random_key;		/* never given out: nothing on it may be answered */
+	/*
+	 * UCX 1.13 aborts destroying a worker while one of its endpoints has
+	 * a send unfinished (ucp_ep.c:437): worker_drop() closes them first
+	 * then, which completes the sends of one with error handling; on one
+	 * without (shared memory) whose far end the daemon closed, a
+	 * rendezvous send never finishes: worker_drop() waits a while, then
+	 * keeps the worker (bury()).
+	 */
+	uint32_t pending;	/* sends unfinished on its endpoints */
+	/*
+	 * Flushes of endpoints closed before they completed: UCX 1.13 aborts
+	 * destroying a worker with one still queued in a wire-up
+	 * (ucp_ep.c:1185, "should have been flushed"), and over shared
+	 * memory, on an endpoint the daemon refused, they never complete.
+	 */
+	ucs_status_ptr_t flushes[16];
+	uint32_t n_flushes;
+	int stuck;		/* a flush no longer looked at: never to be destroyed */
+	struct lworker *next;	/* buried */
+};
+
+/* An endpoint to the daemon's listener. */
+struct lep {
+	struct lworker *lw;
+	ucp_ep_h ep;
+	int failed;		/* its error callback came */
+	int strict;		/* the daemon must take it and serve it: a hang is a finding */
+	int shm;		/* no peer error handling */
+	/*
+	 * Up once a flush completed: the daemon took it.  Nothing is sent
+	 * before: UCX 1.13 replays sends queued during a client/server
+	 * wire-up on lanes they were not made for and aborts the sender
+	 * (proto_am.inl:256, "max_iov > 1"), as no real client does.
+	 */
+	int up;
+	ucs_status_ptr_t flush;	/* in progress */
+	uint32_t inflight;	/* sends not completed */
+	uint64_t gen;		/* tells it from the one opened after it in its place */
+};
+
+#define OWN_EPS (EPS_PER_CONN + 1)	/* one more than the daemon takes */
 
 struct actor {
 	int idx;
 	int fd;
 	int hello;		/* HELLO_OK seen */
 	int tainted;		/* a frame that was not valid went out: no order checks */
-	int closing;		/* the daemon must close it (a second HELLO) */
+	int closing;		/* the daemon must close it: a HELLO refused, or a second */
 	uint32_t seq;
 	struct expect exp[64];
 	uint32_t n_exp;
 	uint8_t rbuf[FRAME_MAX];
 	size_t rhave;
 	uint16_t devices;
-	uint8_t daddr[NELSSA_PROTO_MAX_ADDR];
-	size_t daddr_len;
-	ucp_worker_h worker;
-	ucp_ep_h ep;
-	int ep_failed;
-	uint32_t inflight;	/* sends not completed */
+	uint32_t shm_asked;	/* NELSSA_HELLO_SHM when the last HELLO asked for it */
+	/* From HELLO_OK: where the data path listens, this connection's key, shm granted. */
+	uint16_t data_port;
+	uint64_t key;
+	int shm;
+	struct lworker own, hostile;
+	struct lep ep[OWN_EPS];	/* on @own: [0] the one it uses, the others extra */
+	struct lep hep;		/* on @hostile */
 	struct sess s[MAX_SESS];
 	uint32_t n_sess;
 };
 
 /* A send in flight: UCX reads @buf until its callback. */
 struct send_op {
-	struct actor *a;
+	struct lep *e;
+	uint64_t gen;		/* @e's when sent */
+	struct lworker *lw;	/* ... its worker, and that one's gen, for lw->pending */
+	uint64_t lw_gen;
 	struct send_op *next;
 	int done;
 	uint8_t *buf;
@@ -281,29 +392,73 @@ static struct step_rec {
 	uint64_t id;
 	uint32_t nr_items, out_bytes;	/* per item */
 	int valid_pair;			/* session and token of one session */
-	int must_enoent;		/* ... of none: refused -ENOENT */
+	int must_enoent;		/* ... of none the endpoint's key may use: refused -ENOENT */
+	uint64_t gen;			/* the worker it went from: the reply comes there */
 } steps_sent[STEP_RING];
 static uint32_t n_steps_sent;
 
 /* A KV message sent: whether its ack must say -ENOENT. */
 static struct kv_rec {
 	uint64_t cookie;
-	int must_enoent;	/* its session and token are no session's */
+	int must_enoent;	/* its session and token are no session the endpoint's key may use */
+	uint64_t gen;		/* the worker it went from: the ack comes there */
 } kvs_sent[STEP_RING];
 static uint32_t n_kvs_sent;
 
 static struct actor actors[MAX_ACTORS];
 static uint32_t n_actors = 4;
+
+/* An actor's session of @id and @token, NULL if none. */
+static const struct sess *sess_find(uint64_t id, uint64_t token)
+{
+	for (uint32_t i = 0; i < n_actors; i++)
+		for (uint32_t k = 0; k < actors[i].n_sess; k++)
+			if (actors[i].s[k].id == id && actors[i].s[k].token == token)
+				return &actors[i].s[k];
+	return NULL;
+}
+
+static int known_pair(uint64_t id, uint64_t token)
+{
+	if (sess_find(id, token))
+		return 1;
+	for (uint32_t i = 0; i < n_known && i < MAX_KNOWN; i++)
+		if (known[i].id == id && known[i].token == token)
+			return 1;
+	return 0;
+}
+
+/*
+ * Whether a KV or STEP message naming @id and @token may be served on an
+ * endpoint whose client id is @key: the session's own connection's key.
+ */
+static int known_owned(uint64_t id, uint64_t token, uint64_t key)
+{
+	const struct sess *s = sess_find(id, token);
+
+	if (s)
+		return s->key == key;
+	for (uint32_t i = 0; i < n_known && i < MAX_KNOWN; i++)
+		if (known[i].id == id && known[i].token == token)
+			return known[i].key == key;
+	return 0;
+}
+
 static ucp_context_h ucp;
+static int can_shm;	/* this side's UCX has shared memory */
+static uint64_t worker_gen;
+static struct lworker *buried;	/* workers UCX cannot destroy (struct lworker) */
 static struct send_op *ops;
-static int gentle;	/* --gentle: no worker goes while its wire-up may run (finding F2) */
+static uint64_t awaited_cookie;	/* a KV ack waited for (ep_round_trip()) */
+static int awaited_seen;	/* ... came */
+static int gentle;	/* --gentle: step around the daemon's open findings (settle(), quiesce()) */
 static const char *host, *port;
 static pid_t daemon_pid;
 
 static struct {
 	uint64_t frames, replies, errors, acks, ack_errors, step_replies, step_errors;
 	uint64_t kv_sent, steps_sent, clean_steps, steps_ok, big_sent, sessions, connects, resets;
-	uint64_t ep_closes, probes;
+	uint64_t ep_closes, probes, eps, eps_up, shm_granted, hostile_eps, refused_hellos, buried;
 } st;
 
 /* Control path */
@@ -368,6 +523,12 @@ static void actor_close_fd(struct actor *a, int rst)
 	close(a->fd);
 	a->fd = -1;
 	a->hello = a->tainted = a->closing = 0;
+	/*
+	 * Its endpoints may stay, as a hostile client's would, but the daemon
+	 * closes its end of them: nothing on them need be served any more.
+	 */
+	for (uint32_t i = 0; i < OWN_EPS; i++)
+		a->ep[i].strict = 0;
 	a->n_exp = 0;
 	a->rhave = 0;
 	drop_sessions(a);
@@ -422,25 +583,34 @@ static void check_frame(struct actor *a, const uint8_t *buf, size_t len)
 			e->type == NELSSA_MSG_CLOSE) && m.type == NELSSA_MSG_OK)))
 			violation("a%d: %s answered with %s", a->idx, nelssa_msg_type_str(e->type),
 				  nelssa_msg_type_str(m.type));
-		if (e->must_enoent && (m.type != NELSSA_MSG_ERROR || m.u.error.code != -ENOENT))
-			violation("a%d: %s naming a session of another connection gave %s %d, not "
-				  "-ENOENT", a->idx, nelssa_msg_type_str(e->type),
+		if (e->must_err && (m.type != NELSSA_MSG_ERROR || m.u.error.code != e->must_err))
+			violation("a%d: %s %s gave %s %d, not ERROR %d", a->idx,
+				  nelssa_msg_type_str(e->type), e->must_err == -ENOENT ?
+				  "naming a session of another connection" : "that must be refused",
 				  nelssa_msg_type_str(m.type),
-				  m.type == NELSSA_MSG_ERROR ? m.u.error.code : 0);
+				  m.type == NELSSA_MSG_ERROR ? m.u.error.code : 0, e->must_err);
 		if (a->closing && m.type != NELSSA_MSG_ERROR)
-			violation("a%d: served after a second HELLO", a->idx);
+			violation("a%d: served after a HELLO that ends the connection", a->idx);
 	}
 	switch (m.type) {
 	case NELSSA_MSG_HELLO_OK:
-		if (m.u.hello_ok.version != NELSSA_PROTO_VERSION || !m.u.hello_ok.devices ||
-		    !m.u.hello_ok.addr_len)
-			violation("a%d: HELLO_OK of version %u, %u devices, address of %u bytes",
-				  a->idx, m.u.hello_ok.version, m.u.hello_ok.devices,
-				  m.u.hello_ok.addr_len);
+		/* The decoder saw to a port and a key that are not 0, and known flags. */
+		if (m.u.hello_ok.version != NELSSA_PROTO_VERSION || !m.u.hello_ok.devices)
+			violation("a%d: HELLO_OK of version %u, %u devices", a->idx,
+				  m.u.hello_ok.version, m.u.hello_ok.devices);
+		if (!a->tainted && (m.u.hello_ok.flags & ~a->shm_asked))
+			violation("a%d: HELLO_OK grants flags %#x, asked for %#x", a->idx,
+				  m.u.hello_ok.flags, a->shm_asked);
+		if (key_eps(m.u.hello_ok.key, 0))
+			violation("a%d: HELLO_OK gives key %#" PRIx64 ", another connection's",
+				  a->idx, m.u.hello_ok.key);
+		key_eps(m.u.hello_ok.key, 1);
 		a->hello = 1;
 		a->devices = m.u.hello_ok.devices;
-		a->daddr_len = m.u.hello_ok.addr_len;
-		memcpy(a->daddr, m.u.hello_ok.addr, a->daddr_len);
+		a->data_port = m.u.hello_ok.data_port;
+		a->key = m.u.hello_ok.key;
+		a->shm = !!(m.u.hello_ok.flags & NELSSA_HELLO_SHM);
+		st.shm_granted += (uint64_t)a->shm;
 		break;
 	case NELSSA_MSG_SESSION_OK:
 		if (!m.u.session_ok.session || !m.u.session_ok.token ||
@@ -450,10 +620,9 @@ static void check_frame(struct actor *a, const uint8_t *buf, size_t len)
 		if (known_pair(m.u.session_ok.session, m.u.session_ok.token))
 			violation("a%d: session %" PRIu64 " handed out twice", a->idx,
 				  m.u.session_ok.session);
-		if (n_known < MAX_KNOWN) {
-			known[n_known].id = m.u.session_ok.session;
-			known[n_known++].token = m.u.session_ok.token;
-		}
+		known[n_known % MAX_KNOWN].id = m.u.session_ok.session;
+		known[n_known % MAX_KNOWN].token = m.u.session_ok.token;
+		known[n_known++ % MAX_KNOWN].key = a->key;
 		st.sessions++;
 		break;
 	case NELSSA_MSG_STATS_REPLY:
@@ -528,10 +697,17 @@ static void pump(uint32_t ms)
 		struct pollfd pfd[MAX_ACTORS];
 		uint32_t np = 0, map[MAX_ACTORS];
 
-		for (uint32_t i = 0; i < n_actors; i++)
-			if (actors[i].worker)
-				while (ucp_worker_progress(actors[i].worker))
+		for (uint32_t i = 0; i < n_actors; i++) {
+			if (actors[i].own.w)
+				while (ucp_worker_progress(actors[i].own.w))
 					;
+			if (actors[i].hostile.w)
+				while (ucp_worker_progress(actors[i].hostile.w))
+					;
+		}
+		for (struct lworker *g = buried; g; g = g->next)
+			while (ucp_worker_progress(g->w))
+				;
 		for (uint32_t i = 0; i < n_actors; i++)
 			if (actors[i].fd >= 0) {
 				pfd[np] = (struct pollfd){ .fd = actors[i].fd, .events = POLLIN };
@@ -547,15 +723,53 @@ static void pump(uint32_t ms)
 	ops_reap();
 }
 
+static void lep_close(struct lep *e);
+static void lep_poll(struct lep *e);
+
+/*
+ * --gentle: no endpoint of @a's is closed, nor its worker or connection,
+ * while the endpoint's wire-up to the listener may still run (its first
+ * flush pending; 2 s at most): the daemon's UCX 1.13.1 aborts now and then
+ * when a client goes then (findings wireup-vanish-early: tcp_ep.c:478;
+ * tcp_sockcm_ep.c:416).
+ */
+static void settle(struct actor *a)
+{
+	struct lep *const all[] = { &a->ep[0], &a->ep[1], &a->ep[2], &a->hep };
+	const uint64_t end = now_ms() + 2000;
+
+	for (size_t i = 0; gentle && i < sizeof(all) / sizeof(all[0]); i++)
+		while (all[i]->ep && all[i]->flush && !all[i]->failed && now_ms() < end) {
+			ucp_worker_progress(all[i]->lw->w);
+			lep_poll(all[i]);
+		}
+}
+
+/*
+ * --gentle: before anything that may end @a's connection, the wire-ups
+ * of its endpoints are left to finish (settle()).  (It also closed the
+ * endpoints without error handling first, while the daemon's UCX aborted
+ * when it closed its end of one with the client's messages on their way,
+ * findings send-after-close and wireup-close: fixed, the daemon sets
+ * UCX_PROTO_INDIRECT_ID=on.)
+ */
+static void quiesce(struct actor *a)
+{
+	if (gentle)
+		settle(a);
+}
+
 /* Sends frame @buf; with @await, waits for the reply to @seq (a hang otherwise). */
 static int ctl_send(struct actor *a, const uint8_t *buf, size_t len, uint32_t seq, uint16_t type,
-		    int must_enoent, int valid)
+		    int32_t must_err, int valid)
 {
 	struct expect *e;
 	uint64_t end;
 
 	if (a->fd < 0)
 		return -1;
+	if (!valid)
+		quiesce(a);	/* the daemon may end the connection for it */
 	if (!valid)
 		a->tainted = 1;
 	if (a->n_exp == sizeof(a->exp) / sizeof(a->exp[0])) {
@@ -569,7 +783,7 @@ static int ctl_send(struct actor *a, const uint8_t *buf, size_t len, uint32_t se
 			a->n_exp = 0;
 	}
 	e = &a->exp[a->n_exp++];
-	*e = (struct expect){ seq, type, must_enoent, 0 };
+	*e = (struct expect){ seq, type, must_err, 0 };
 	st.frames++;
 	if (send_bytes(a->fd, buf, len)) {
 		actor_close_fd(a, 0);
@@ -602,8 +816,11 @@ static int ctl_send(struct actor *a, const uint8_t *buf, size_t len, uint32_t se
 	return 0;
 }
 
-/* Encodes @m (seq set here) and sends it, mutated now and then. */
-static int ctl_msg(struct actor *a, struct nelssa_msg *m, int must_enoent, int mutate)
+/*
+ * Encodes @m (seq set here) and sends it, mutated now and then; @must_err:
+ * the ERROR code its reply must be, unless mutated.
+ */
+static int ctl_msg(struct actor *a, struct nelssa_msg *m, int32_t must_err, int mutate)
 {
 	uint8_t buf[FRAME_MAX];
 	size_t len;
@@ -648,20 +865,27 @@ static int ctl_msg(struct actor *a, struct nelssa_msg *m, int must_enoent, int m
 		}
 	}
 	note("a%d %s%s seq %u%s", a->idx, mutate ? "mutated " : "", nelssa_msg_type_str(m->type),
-	     m->seq, must_enoent ? " (another's session)" : "");
-	if (ctl_send(a, buf, len, m->seq, m->type, must_enoent && valid, valid))
+	     m->seq, must_err == -ENOENT ? " (another's session)" : must_err ? " (to be refused)" : "");
+	if (ctl_send(a, buf, len, m->seq, m->type, valid ? must_err : 0, valid))
 		return -1;
 	return valid ? 0 : 1;
 }
 
 /* Data path */
 
+static uint64_t ep_gen;
+
 static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
 			  size_t length, const ucp_am_recv_param_t *param, unsigned int id)
 {
-	struct actor *a = arg;
+	struct lworker *lw = arg;
+	struct actor *a = lw->a;
 
 	(void)data;
+	/* The daemon made no endpoint for such a key: nothing can have come through one. */
+	if (lw->random_key)
+		violation("a%d: an answer (id %u) to a worker of key %#" PRIx64 ", which no "
+			  "connection was given", a->idx, id, lw->key);
 	if (id == NELSSA_AM_KV_ACK) {
 		struct nelssa_ack_hdr h;
 
@@ -676,12 +900,17 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 			st.ack_errors++;
 		if (!sent_has(h.cookie))
 			violation("a%d: KV ack of cookie %" PRIu64 ", never sent", a->idx, h.cookie);
+		if (h.cookie && h.cookie == awaited_cookie)
+			awaited_seen = 1;
 		for (uint32_t i = 0; i < STEP_RING && i < n_kvs_sent; i++)
 			if (h.cookie && kvs_sent[i].cookie == h.cookie) {
 				if (kvs_sent[i].must_enoent && h.status != -ENOENT)
-					violation("a%d: KV (cookie %" PRIu64 ") naming no session with "
-						  "its token acked %d, not -ENOENT", a->idx, h.cookie,
-						  h.status);
+					violation("a%d: KV (cookie %" PRIu64 ") naming no session of its "
+						  "endpoint's connection with its token acked %d, not "
+						  "-ENOENT", a->idx, h.cookie, h.status);
+				if (kvs_sent[i].gen != lw->gen)
+					violation("a%d: the ack of KV cookie %" PRIu64 " came to another "
+						  "worker than the one that sent it", a->idx, h.cookie);
 				break;
 			}
 		return UCS_OK;
@@ -708,15 +937,18 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 			violation("a%d: a reply to step %" PRIu64 ", never sent", a->idx, h.step);
 			return UCS_OK;
 		}
+		if (r && r->gen != lw->gen)
+			violation("a%d: the reply to step %" PRIu64 " came to another worker than the "
+				  "one that sent it", a->idx, h.step);
 		if (h.status && (h.nr_items || length))
 			violation("a%d: a refused step's reply carries %u items, %zu bytes", a->idx,
 				  h.nr_items, length);
 		if (r && r->must_enoent && h.status != -ENOENT)
-			violation("a%d: step %" PRIu64 " naming no session with its token answered %d, "
-				  "not -ENOENT", a->idx, h.step, h.status);
+			violation("a%d: step %" PRIu64 " naming no session of its endpoint's connection "
+				  "with its token answered %d, not -ENOENT", a->idx, h.step, h.status);
 		if (!h.status && r && !r->valid_pair)
-			violation("a%d: step %" PRIu64 " served without its session's token", a->idx,
-				  h.step);
+			violation("a%d: step %" PRIu64 " served without its session's token, or on "
+				  "another connection's endpoint", a->idx, h.step);
 		if (!h.status && r && (h.nr_items != r->nr_items ||
 				       (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
 					length != (uint64_t)r->nr_items * r->out_bytes)))
@@ -741,88 +973,280 @@ AM_CB(2)
 AM_CB(3)
 AM_CB(4)
 
-static int worker_open(struct actor *a)
+/* A worker whose UCX client id is @key (fixed for its life: one connection's key). */
+static int worker_make(struct lworker *lw, struct actor *a, uint64_t key, int random_key)
 {
 	static ucp_am_recv_callback_t const cbs[] = { am_0, am_1, am_2, am_3, am_4 };
-	ucp_worker_params_t wp = { 0 };
 	ucp_am_handler_param_t ap = { 0 };
 
-	if (a->worker)
-		return 0;
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	if (ucp_worker_create(ucp, &wp, &a->worker) != UCS_OK) {
-		a->worker = NULL;
+	if (nelssa_link_worker(ucp, key, &lw->w) != UCS_OK) {
+		lw->w = NULL;
 		return -1;
 	}
+	lw->a = a;
+	lw->key = key;
+	lw->gen = ++worker_gen;
+	lw->random_key = random_key;
+	lw->pending = lw->n_flushes = 0;
+	lw->stuck = 0;
 	/* Ascending, every slot set (UCX 1.13 leaves skipped ones uninitialised). */
 	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
 			UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
 	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
-	ap.arg = a;
+	ap.arg = lw;
 	for (ap.id = 0; ap.id <= NELSSA_AM_STEP_REPLY; ap.id++) {
 		ap.cb = cbs[ap.id];
-		ucp_worker_set_am_recv_handler(a->worker, &ap);
+		ucp_worker_set_am_recv_handler(lw->w, &ap);
 	}
 	return 0;
 }
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-	struct actor *a = arg;
+	struct lep *e = arg;
 
 	(void)ep;
 	(void)status;
-	a->ep_failed = 1;
+	e->failed = 1;
 }
 
-static void ep_close(struct actor *a)
+/* @e forgotten: its endpoint closed or gone with its worker. */
+static void lep_reset(struct lep *e)
+{
+	struct lworker *lw = e->lw;
+
+	if (e->flush && ucp_request_check_status(e->flush) != UCS_INPROGRESS)
+		ucp_request_free(e->flush);
+	else if (e->flush && lw->n_flushes < sizeof(lw->flushes) / sizeof(lw->flushes[0]))
+		lw->flushes[lw->n_flushes++] = e->flush;	/* worker_drop() waits for it */
+	else if (e->flush)
+		lw->stuck = 1;
+	*e = (struct lep){ 0 };
+}
+
+/*
+ * Closes @e: forced where UCX allows it (error handling), else flushed,
+ * for a bounded while -- an endpoint the daemon refused over shared
+ * memory never completes a flush, so its close is left to UCX then.
+ */
+static void lep_close(struct lep *e)
 {
 	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
 				    .flags = UCP_EP_CLOSE_FLAG_FORCE };
 	ucs_status_ptr_t sp;
-	uint64_t end = now_ms() + 5000;
+	uint64_t end = now_ms() + (e->strict ? 5000 : 200);
 
-	if (!a->ep)
+	if (!e->ep)
 		return;
-	sp = ucp_ep_close_nbx(a->ep, &prm);
+	sp = ucp_ep_close_nbx(e->ep, &prm);
 	if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_INVALID_PARAM) {
 		prm.flags = 0;
-		sp = ucp_ep_close_nbx(a->ep, &prm);
+		sp = ucp_ep_close_nbx(e->ep, &prm);
 	}
 	while (UCS_PTR_IS_PTR(sp) && ucp_request_check_status(sp) == UCS_INPROGRESS &&
 	       now_ms() < end)
-		ucp_worker_progress(a->worker);
-	if (UCS_PTR_IS_PTR(sp) && ucp_request_check_status(sp) != UCS_INPROGRESS)
-		ucp_request_free(sp);
-	a->ep = NULL;
-	a->ep_failed = 0;
+		ucp_worker_progress(e->lw->w);
+	if (UCS_PTR_IS_PTR(sp))
+		ucp_request_free(sp);	/* done, or released to finish inside UCX */
+	lep_reset(e);
 	st.ep_closes++;
 }
 
-static int ep_open(struct actor *a)
+/*
+ * Keeps @lw's worker, which UCX cannot destroy, progressed with the
+ * others till the end (its replies still checked); @lw is free for the next.
+ */
+static void bury(struct lworker *lw)
 {
-	ucp_ep_params_t p = { 0 };
+	static ucp_am_recv_callback_t const cbs[] = { am_0, am_1, am_2, am_3, am_4 };
+	struct lworker *g = malloc(sizeof(*g));
+	ucp_am_handler_param_t ap = { 0 };
 
-	if (a->ep && a->ep_failed)
-		ep_close(a);
-	if (a->ep)
-		return 0;
-	if (!a->daddr_len || worker_open(a))
+	if (!g) {
+		lw->w = NULL;	/* lost: it is never progressed again */
+		return;
+	}
+	*g = *lw;
+	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+			UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+	ap.arg = g;
+	for (ap.id = 0; ap.id <= NELSSA_AM_STEP_REPLY; ap.id++) {
+		ap.cb = cbs[ap.id];
+		ucp_worker_set_am_recv_handler(g->w, &ap);
+	}
+	g->next = buried;
+	buried = g;
+	st.buried++;
+	lw->w = NULL;
+	lw->gen = ++worker_gen;	/* sends still on it count no more */
+}
+
+/*
+ * Destroys @lw, its endpoints with it -- closed first when @close_eps, or
+ * when a send on one is unfinished (UCX cannot destroy it then) -- once
+ * their sends are done; buried when they are not done in a second.
+ */
+static void worker_drop(struct actor *a, struct lworker *lw, int close_eps)
+{
+	struct lep *const all[] = { &a->ep[0], &a->ep[1], &a->ep[2], &a->hep };
+	const uint64_t end = now_ms() + 1000;
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		if (all[i]->lw != lw || !all[i]->ep)
+			continue;
+		if (close_eps || lw->pending) {
+			lep_close(all[i]);
+		} else {
+			/* UCX takes them down with the worker, as a process exit does. */
+			lep_reset(all[i]);
+		}
+	}
+	if (!lw->w)
+		return;
+	for (;;) {
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < lw->n_flushes; i++)
+			if (ucp_request_check_status(lw->flushes[i]) == UCS_INPROGRESS)
+				lw->flushes[k++] = lw->flushes[i];
+			else
+				ucp_request_free(lw->flushes[i]);
+		lw->n_flushes = k;
+		if ((!lw->pending && !lw->n_flushes) || lw->stuck || now_ms() > end)
+			break;
+		ucp_worker_progress(lw->w);
+	}
+	if (lw->pending || lw->n_flushes || lw->stuck) {
+		note("a%d worker %" PRIu64 " kept: %u sends, %u flushes never finish", a->idx,
+		     lw->gen, lw->pending, lw->n_flushes);
+		bury(lw);
+	} else {
+		ucp_worker_destroy(lw->w);
+		lw->w = NULL;
+	}
+	lw->pending = lw->n_flushes = 0;
+	lw->stuck = 0;
+}
+
+/* Whether a round trip on @a's connection is answered: it was open all along. */
+static int ctl_alive(struct actor *a);
+
+static void seq_kv_nosession(struct lep *e);
+
+/*
+ * --gentle over shared memory: a KV message of no session on @e, and its
+ * ack waited for (30 s at most), so that the daemon's side of the wire-up
+ * is done too -- the flush completing says only that the client's is.
+ */
+static void ep_round_trip(struct lep *e)
+{
+	const uint64_t end = now_ms() + REPLY_WAIT_MS;
+
+	awaited_seen = 0;
+	seq_kv_nosession(e);
+	while (!awaited_seen && e->ep && !e->failed && now_ms() < end)
+		pump(1);
+	awaited_cookie = 0;
+}
+
+/* @e's first flush completed with @status: up, or failed. */
+static void lep_flushed(struct lep *e, ucs_status_t status)
+{
+	if (status != UCS_OK) {
+		e->failed = 1;
+		return;
+	}
+	e->up = 1;
+	if (e->lw->random_key)
+		violation("a%d: the daemon took an endpoint of key %#" PRIx64 ", which no "
+			  "connection was given", e->lw->a->idx, e->lw->key);
+}
+
+/* Whether @e's first flush has completed since it was last looked at. */
+static void lep_poll(struct lep *e)
+{
+	ucs_status_t status;
+
+	if (!e->flush)
+		return;
+	status = ucp_request_check_status(e->flush);
+	if (status == UCS_INPROGRESS)
+		return;
+	ucp_request_free(e->flush);
+	e->flush = NULL;
+	lep_flushed(e, status);
+}
+
+/*
+ * How lep_open() sees to an endpoint coming up: LEP_BARE not at all (it
+ * is never used: to be dropped during its wire-up), LEP_FLUSH by a flush
+ * looked at later (lep_poll()), LEP_WAIT by a flush waited for when the
+ * daemon must take it.
+ */
+enum lep_mode { LEP_BARE, LEP_FLUSH, LEP_WAIT };
+
+/*
+ * Opens @e on @lw to the daemon's listener (the address of @a's control
+ * connection, HELLO_OK's port), with @shm: no peer error handling.  The
+ * first EPS_PER_CONN endpoints of a key the daemon must take while its
+ * connection is open; one of @a's own, of a connection untainted, is
+ * "strict" (LEP_WAIT): it is waited for here, as a client does, and one
+ * that does not come up while the connection still answers is a finding.
+ */
+static int lep_open(struct lep *e, struct lworker *lw, struct actor *a, int shm,
+		    enum lep_mode mode)
+{
+	uint32_t *n = key_eps(lw->key, 0);
+	const int must = mode == LEP_WAIT && n && *n < EPS_PER_CONN && lw == &a->own &&
+			 lw->key == a->key && a->fd >= 0 && !a->tainted && !a->closing;
+	const ucp_request_param_t prm = { 0 };
+	ucs_status_ptr_t sp;
+	uint64_t end;
+
+	if (e->ep || a->fd < 0 || !a->data_port)
 		return -1;
-	p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-		       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-	p.address = (const ucp_address_t *)a->daddr;
-	p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	p.err_handler.cb = ep_error;
-	p.err_handler.arg = a;
-	if (ucp_ep_create(a->worker, &p, &a->ep) == UCS_OK)
+	if (n)
+		(*n)++;
+	*e = (struct lep){ .lw = lw, .gen = ++ep_gen, .shm = shm };
+	st.eps++;
+	if (nelssa_link_connect(lw->w, a->fd, a->data_port, shm, ep_error, e, &e->ep) != UCS_OK) {
+		e->ep = NULL;
+		if (must)
+			violation("a%d: no endpoint to the daemon's listener (port %u)", a->idx,
+				  a->data_port);
+		return -1;
+	}
+	note("a%d endpoint %d opened (key %#" PRIx64 "%s%s)", a->idx, (int)(e - a->ep),
+	     lw->key, shm ? ", shm" : "", must ? ", must come up" : "");
+	if (mode == LEP_BARE)
 		return 0;
-	p.field_mask &= ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-				    UCP_EP_PARAM_FIELD_ERR_HANDLER);
-	if (ucp_ep_create(a->worker, &p, &a->ep) == UCS_OK)
+	/* A flush completes once the wire-up has: the daemon took the endpoint. */
+	sp = ucp_ep_flush_nbx(e->ep, &prm);
+	if (UCS_PTR_IS_PTR(sp))
+		e->flush = sp;
+	else
+		lep_flushed(e, UCS_PTR_STATUS(sp));
+	if (!must)
 		return 0;
-	a->ep = NULL;
+	end = now_ms() + REPLY_WAIT_MS;
+	while (e->flush && !e->failed && now_ms() < end && a->fd >= 0) {
+		pump(1);
+		lep_poll(e);
+	}
+	if (e->up && !e->failed) {
+		e->strict = 1;
+		st.eps_up++;
+		if (gentle && shm)
+			ep_round_trip(e);
+		return 0;
+	}
+	/* It did not come up: a finding only if the connection was open all along. */
+	if (a->fd >= 0 && !a->tainted && !a->closing && ctl_alive(a))
+		violation("a%d: its connection's endpoint %u of key %#" PRIx64 " did not come up "
+			  "(%s) while the connection is open", a->idx, n ? *n : 0, lw->key,
+			  e->failed ? "failed" : "no flush completed in 30 s");
+	lep_close(e);
 	return -1;
 }
 
@@ -832,45 +1256,107 @@ static void op_done(void *request, ucs_status_t status, void *user_data)
 
 	(void)status;
 	op->done = 1;
-	op->a->inflight--;
+	/* Not when its endpoint is gone, and the place another's. */
+	if (op->e->gen == op->gen && op->e->inflight)
+		op->e->inflight--;
+	if (op->lw && op->lw->gen == op->lw_gen && op->lw->pending)
+		op->lw->pending--;
 	ucp_request_free(request);
 }
 
-/* Sends an active message; @buf (header, then data) passes to the send. */
-static void am_send(struct actor *a, unsigned int id, uint8_t *buf, size_t hdr_len, size_t len)
+/* Sends an active message on @e; @buf (header, then data) passes to the send. */
+static void am_send(struct lep *e, unsigned int id, uint8_t *buf, size_t hdr_len, size_t len)
 {
 	ucp_request_param_t prm = { 0 };
 	struct send_op *op = calloc(1, sizeof(*op));
 	ucs_status_ptr_t sp;
 	const uint64_t end = now_ms() + REPLY_WAIT_MS;
 
-	while (a->ep && a->inflight >= MAX_INFLIGHT && now_ms() < end)
+	/*
+	 * Only an endpoint the daemon had to take and must serve is waited
+	 * for; on any other (refused, of a connection gone) sends may never
+	 * complete, and that is no finding: sends beyond the limit are skipped.
+	 */
+	while (e->ep && e->strict && e->inflight >= MAX_INFLIGHT && !e->failed && now_ms() < end)
 		pump(1);
-	if (a->ep && a->inflight >= MAX_INFLIGHT && !a->ep_failed)
-		violation("a%d: %u sends stuck for %u s: the daemon's data path hangs", a->idx,
-			  a->inflight, REPLY_WAIT_MS / 1000);
+	if (e->ep && e->strict && e->inflight >= MAX_INFLIGHT && !e->failed)
+		violation("a%d: %u sends stuck for %u s: the daemon's data path hangs", e->lw->a->idx,
+			  e->inflight, REPLY_WAIT_MS / 1000);
 	for (size_t off = 0; off + 8 <= hdr_len; off += 8)
 		sent_add(get64(buf + off));
-	if (!op || !a->ep) {
+	lep_poll(e);
+	if (!op || !e->ep || !e->up || e->inflight >= MAX_INFLIGHT) {
 		free(op);
 		free(buf);
 		return;
 	}
-	op->a = a;
+	op->e = e;
+	op->gen = e->gen;
 	op->buf = buf;
+	op->lw = e->lw;
+	op->lw_gen = e->lw->gen;
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
 			   UCP_OP_ATTR_FIELD_FLAGS;
 	prm.flags = UCP_AM_SEND_FLAG_REPLY;
 	prm.cb.send = op_done;
 	prm.user_data = op;
-	a->inflight++;
-	sp = ucp_am_send_nbx(a->ep, id, buf, hdr_len, buf + hdr_len, len, &prm);
+	e->inflight++;
+	sp = ucp_am_send_nbx(e->ep, id, buf, hdr_len, buf + hdr_len, len, &prm);
 	if (!UCS_PTR_IS_PTR(sp)) {
-		a->inflight--;
+		e->inflight--;
 		op->done = 1;
+	} else {
+		e->lw->pending++;
 	}
 	op->next = ops;
 	ops = op;
+}
+
+/* @a's own worker, for its connection's current key (one of an older key goes). */
+static int own_worker(struct actor *a)
+{
+	if (a->own.w && a->own.key != a->key) {
+		settle(a);
+		worker_drop(a, &a->own, 1);
+	}
+	if (a->own.w)
+		return 0;
+	return a->hello && a->key ? worker_make(&a->own, a, a->key, 0) : -1;
+}
+
+/* @a's endpoint ep[@i], opened when it has none (0: open or opened). */
+static int ep_open(struct actor *a, uint32_t i)
+{
+	struct lep *e = &a->ep[i];
+
+	if (e->ep && e->failed)
+		lep_close(e);
+	if (e->ep && e->lw->key == a->key)
+		return 0;
+	if (e->ep && (a->fd < 0 || !a->hello))
+		return 0;	/* of a connection gone: kept, as a hostile client may */
+	if (own_worker(a))
+		return -1;
+	return lep_open(e, &a->own, a, a->shm, LEP_WAIT);
+}
+
+/*
+ * The endpoint a KV or STEP message goes on: mostly @a's own first one;
+ * sometimes an extra one or the hostile worker's, when open.
+ */
+static struct lep *pick_ep(struct actor *a)
+{
+	const uint32_t r = below(100);
+
+	if (r < 10 && a->hep.ep)
+		return &a->hep;
+	if (r < 20) {
+		struct lep *e = &a->ep[1 + below(OWN_EPS - 1)];
+
+		if (e->ep)
+			return e;
+	}
+	return ep_open(a, 0) ? NULL : &a->ep[0];
 }
 
 /* A session to use: mostly the actor's own, sometimes another's. */
@@ -917,11 +1403,12 @@ static void act_kv(struct actor *a)
 	struct sess *s = pick_session(a, &own);
 	uint32_t dim = s ? s->shape.head_dim : 64, tokens, clusters, r = 0;
 	size_t hdr_len = NELSSA_KV_HDR_BYTES, len;
+	struct lep *e = pick_ep(a);
 	uint8_t *buf;
 
-	if (ep_open(a))
+	if (!e)
 		return;
-	clean = own && s && s->n_req && chance(50);
+	clean = own && s && s->n_req && e->lw->key == a->key && chance(50);
 	mutate = !clean && chance(50);
 	tokens = 1 + below(big ? 8192 : 64);
 	clusters = 1 + below(tokens < 16 ? tokens : 16);
@@ -971,7 +1458,7 @@ static void act_kv(struct actor *a)
 		buf[NELSSA_KV_HDR_BYTES + i + 1] = (uint8_t)(0x3c + below(8));	/* a modest bf16 */
 	}
 	for (uint32_t c = 0; c < clusters && 4ull * tokens * dim + 8ull * c + 8 <= len; c++) {
-		uint8_t *e = buf + NELSSA_KV_HDR_BYTES + 4ull * tokens * dim + 8ull * c;
+		uint8_t *ent = buf + NELSSA_KV_HDR_BYTES + 4ull * tokens * dim + 8ull * c;
 		uint32_t first = c * (tokens / clusters);
 		uint32_t count = c + 1 == clusters ? tokens - first : tokens / clusters;
 
@@ -980,24 +1467,26 @@ static void act_kv(struct actor *a)
 			first = (uint32_t)edge(32);
 			count = (uint32_t)edge(32);
 		}
-		memcpy(e, &first, 4);
-		memcpy(e + 4, &count, 4);
+		memcpy(ent, &first, 4);
+		memcpy(ent + 4, &count, 4);
 	}
 	if (hdr_len >= 32) {
 		struct kv_rec *k = &kvs_sent[n_kvs_sent++ % STEP_RING];
 
 		k->cookie = get64(buf + 24);
-		k->must_enoent = !known_pair(get64(buf), get64(buf + 8));
+		k->must_enoent = !known_owned(get64(buf), get64(buf + 8), e->lw->key);
+		k->gen = e->lw->gen;
 	}
 	if (clean && h.layer < 4 && h.head < 4)
 		s->stored[r][h.layer][h.head] = (uint8_t)clusters;
 	st.kv_sent++;
 	st.big_sent += len >= (1u << 20);
-	note("a%d KV%s%s%s session %" PRIu64 " req %" PRIu64 " l%u h%u tokens %u clusters %u "
+	note("a%d KV%s%s%s%s session %" PRIu64 " req %" PRIu64 " l%u h%u tokens %u clusters %u "
 	     "hdr %zu data %zu", a->idx, clean ? " clean" : "", mutate ? " mutated" : "",
-	     own ? "" : " (another's)", h.session, h.request, h.layer, h.head, tokens, clusters,
+	     own ? "" : " (another's)", e == &a->hep ? " on the hostile worker" : "", h.session,
+	     h.request, h.layer, h.head, tokens, clusters,
 	     hdr_len, len);
-	am_send(a, NELSSA_AM_KV, buf, hdr_len, len);
+	am_send(e, NELSSA_AM_KV, buf, hdr_len, len);
 }
 
 /*
@@ -1013,12 +1502,13 @@ static void act_step(struct actor *a)
 	uint32_t g = 1, dim = 16, items, sel_total = 0, kvh = 1;
 	size_t hdr_len = NELSSA_STEP_HDR_BYTES, len, off;
 	struct step_rec *rec;
+	struct lep *e = pick_ep(a);
 	uint8_t *buf;
 	uint32_t nsel[16], ireq[16], ihead[16];
 
-	if (ep_open(a))
+	if (!e)
 		return;
-	clean = own && s && s->n_req && chance(50);
+	clean = own && s && s->n_req && e->lw->key == a->key && chance(50);
 	mutate = !clean && chance(40);
 	if (s) {
 		g = s->shape.q_heads / s->shape.kv_heads;
@@ -1094,14 +1584,16 @@ static void act_step(struct actor *a)
 	rec->id = hdr_len >= NELSSA_STEP_HDR_BYTES ? get64(buf + 16) : 0;
 	rec->nr_items = items;
 	rec->out_bytes = 4 * g * dim + 4 * g;
-	rec->valid_pair = hdr_len >= 16 && known_pair(get64(buf), get64(buf + 8));
+	rec->valid_pair = hdr_len >= 16 && known_owned(get64(buf), get64(buf + 8), e->lw->key);
+	rec->gen = e->lw->gen;
 	rec->must_enoent = hdr_len >= 24 && !rec->valid_pair;
 	st.steps_sent++;
 	st.clean_steps += clean;
-	note("a%d STEP%s%s%s session %" PRIu64 " layer %u items %u hdr %zu data %zu", a->idx,
-	     clean ? " clean" : "", mutate ? " mutated" : "", own ? "" : " (another's)", h.session,
+	note("a%d STEP%s%s%s%s session %" PRIu64 " layer %u items %u hdr %zu data %zu", a->idx,
+	     clean ? " clean" : "", mutate ? " mutated" : "", own ? "" : " (another's)",
+	     e == &a->hep ? " on the hostile worker" : "", h.session,
 	     h.layer, items, hdr_len, len);
-	am_send(a, NELSSA_AM_STEP, buf, hdr_len, len);
+	am_send(e, NELSSA_AM_STEP, buf, hdr_len, len);
 }
 
 static void act_connect(struct actor *a)
@@ -1118,49 +1610,114 @@ static void act_connect(struct actor *a)
 	}
 }
 
+/*
+ * The ERROR code the daemon must answer a well-formed HELLO with, or 0 for
+ * HELLO_OK: what the decoder refuses (nelssa_msg_decode()), then a second
+ * HELLO, then no common version (control.c).  @old: an older version's,
+ * longer HELLO, of which only the versions are read.
+ */
+static int32_t hello_verdict(const struct actor *a, uint16_t min, uint16_t max, uint32_t flags,
+			     int old)
+{
+	if (old && (max >= NELSSA_PROTO_VERSION || min > max))
+		return -EBADMSG;
+	if (min < 1 || min > max || (!old && (flags & ~NELSSA_HELLO_FLAGS)))
+		return -EINVAL;
+	if (a->hello)
+		return -EPROTO;
+	if (min > NELSSA_PROTO_VERSION || max < NELSSA_PROTO_VERSION)
+		return -EPROTONOSUPPORT;
+	return 0;
+}
+
+/*
+ * HELLO: asking for shared memory or not; now and then with flag bits no
+ * version defines, a version range from the edges, or as an older version
+ * (up to 2) sent it -- longer, a worker address after the name -- built
+ * by hand where the encoder refuses them.  Answered HELLO_OK, the actor
+ * (mostly) sets up its data path at once, as a client does: its worker,
+ * with the connection's key, and an endpoint to the listener.
+ */
 static void act_hello(struct actor *a)
 {
-	static struct nelssa_msg m;
-	int with_addr = chance(70), mutate = chance(10);
+	uint8_t buf[FRAME_MAX];
+	uint16_t min = NELSSA_PROTO_VERSION, max = NELSSA_PROTO_VERSION, hv = NELSSA_PROTO_VERSION;
+	/* Mostly where this side could use it; now and then where it could not. */
+	uint32_t flags = chance(can_shm ? 50 : 10) ? NELSSA_HELLO_SHM : 0, extra = 0, seq;
+	const uint32_t kind = below(100);
+	const int data_path = chance(70), mutate = chance(5), was_hello = a->hello && !a->tainted;
+	char name[NELSSA_PROTO_NAME_LEN] = "";
+	int32_t verdict;
+	size_t len;
 
 	if (a->fd < 0)
 		act_connect(a);
 	if (a->fd < 0)
 		return;
-	memset(&m, 0, sizeof(m));
-	m.type = NELSSA_MSG_HELLO;
-	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
-	if (chance(10)) {
-		m.u.hello.min_version = (uint16_t)edge(16);
-		m.u.hello.max_version = (uint16_t)edge(16);
+	snprintf(name, sizeof(name), "fuzz-%d", a->idx);
+	if (kind < 6) {
+		flags |= chance(50) ? 1u << (1 + below(31)) : (uint32_t)edge(32);
+	} else if (kind < 14) {
+		min = (uint16_t)(chance(50) ? edge(16) : below(6));
+		max = (uint16_t)(chance(50) ? edge(16) : below(6));
+	} else if (kind < 18) {
+		/* An older client's: versions 1..2, its worker address's length, the address. */
+		min = (uint16_t)(chance(80) ? 1 + below(2) : edge(16));
+		max = (uint16_t)(chance(80) ? 2 : edge(16));
+		hv = max;
+		extra = 1 + below(chance(50) ? 64 : 2048);
 	}
-	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "fuzz-%d", a->idx);
-	if (with_addr && !worker_open(a)) {
-		ucp_address_t *addr;
-		size_t len;
+	verdict = hello_verdict(a, min, max, flags, extra != 0);
+	/* Well-formed, every field where it goes, whatever the encoder thinks of it. */
+	seq = ++a->seq;
+	len = NELSSA_PROTO_HDR_BYTES + 40 + extra;
+	memset(buf, 0, len);
+	for (int i = 0; i < 4; i++) {
+		buf[i] = (uint8_t)(NELSSA_PROTO_MAGIC >> (8 * i));
+		buf[8 + i] = (uint8_t)((40 + extra) >> (8 * i));
+		buf[12 + i] = (uint8_t)(seq >> (8 * i));
+		buf[20 + i] = (uint8_t)((extra ? extra : flags) >> (8 * i));
+	}
+	buf[4] = (uint8_t)hv;
+	buf[5] = (uint8_t)(hv >> 8);
+	buf[6] = NELSSA_MSG_HELLO;
+	buf[16] = (uint8_t)min;
+	buf[17] = (uint8_t)(min >> 8);
+	buf[18] = (uint8_t)max;
+	buf[19] = (uint8_t)(max >> 8);
+	memcpy(buf + 24, name, sizeof(name));
+	for (uint32_t i = 0; i < extra; i++)
+		buf[56 + i] = (uint8_t)rnd();
+	if (mutate) {
+		const uint32_t k = 1 + below(4);
 
-		if (ucp_worker_get_address(a->worker, &addr, &len) == UCS_OK) {
-			if (len <= NELSSA_PROTO_MAX_ADDR) {
-				m.u.hello.addr_len = (uint32_t)len;
-				memcpy(m.u.hello.addr, addr, len);
-			}
-			ucp_worker_release_address(a->worker, addr);
-		}
+		for (uint32_t i = 0; i < k; i++)
+			buf[below((uint32_t)len)] ^= (uint8_t)(1u << below(8));
 	}
-	if (a->hello && !a->tainted)
-		a->closing = 1;		/* a second HELLO: ERROR, then closed */
-	if (ctl_msg(a, &m, 0, mutate))
-		a->closing = 0;		/* not sent, or sent mangled */
+	a->shm_asked = flags & NELSSA_HELLO_SHM;
+	/* Refused, or a second HELLO: ERROR, then the daemon closes the connection. */
+	a->closing = !mutate && !a->tainted && (verdict || was_hello);
+	if (a->closing)
+		quiesce(a);
+	st.refused_hellos += (uint64_t)(!mutate && verdict);
+	note("a%d %sHELLO seq %u: versions %u..%u, flags %#x%s%s", a->idx, mutate ? "mutated " : "",
+	     seq, min, max, flags, extra ? ", an older version's" : "",
+	     mutate ? "" : verdict ? " (to be refused)" : "");
+	if (ctl_send(a, buf, len, seq, NELSSA_MSG_HELLO, mutate ? 0 : verdict, !mutate))
+		a->closing = 0;		/* not sent */
 	if (a->closing && a->fd >= 0) {
 		const uint64_t end = now_ms() + REPLY_WAIT_MS;
 
 		while (a->fd >= 0 && now_ms() < end)
 			pump(1);
 		if (a->fd >= 0) {
-			violation("a%d: a second HELLO did not close the connection", a->idx);
+			violation("a%d: a refused HELLO did not close the connection", a->idx);
 			actor_close_fd(a, 0);
 		}
+		return;
 	}
+	if (a->fd >= 0 && a->hello && !a->tainted && !was_hello && data_path)
+		ep_open(a, 0);
 }
 
 static void act_session(struct actor *a)
@@ -1201,8 +1758,9 @@ static void act_session(struct actor *a)
 		struct sess *s = &a->s[a->n_sess++];
 
 		memset(s, 0, sizeof(*s));
-		s->id = known[before].id;
-		s->token = known[before].token;
+		s->id = known[before % MAX_KNOWN].id;
+		s->token = known[before % MAX_KNOWN].token;
+		s->key = a->key;
 		s->shape = m.u.create.shape;
 		s->placement = m.u.create.placement;
 		s->max_batch = m.u.create.max_batch;
@@ -1258,7 +1816,7 @@ static void act_req(struct actor *a, int alloc)
 		if (s && chance(10))
 			m.u.req.max_tokens = (uint32_t)(s->capacity + 1);	/* beyond capacity */
 	}
-	if (ctl_msg(a, &m, foreign, mutate) || a->fd < 0 || a->tainted || !s)
+	if (ctl_msg(a, &m, foreign ? -ENOENT : 0, mutate) || a->fd < 0 || a->tainted || !s)
 		return;
 	if ((uint32_t)st.errors != before_err)
 		return;		/* refused */
@@ -1291,7 +1849,7 @@ static void act_close(struct actor *a)
 	memset(&m, 0, sizeof(m));
 	m.type = NELSSA_MSG_CLOSE;
 	m.u.session.session = pick_ctl_session(a, &foreign, &s);
-	if (ctl_msg(a, &m, foreign, chance(5)) || a->fd < 0 || a->tainted || !s)
+	if (ctl_msg(a, &m, foreign ? -ENOENT : 0, chance(5)) || a->fd < 0 || a->tainted || !s)
 		return;
 	if ((uint32_t)st.errors == before_err)
 		for (uint32_t i = 0; i < a->n_sess; i++)
@@ -1355,18 +1913,63 @@ static void act_reset(struct actor *a)
 
 	note("a%d disconnect (%s%s)", a->idx, rst ? "RST" : "FIN", ep_too ? ", endpoint too" : "");
 	st.resets++;
+	settle(a);
+	quiesce(a);
 	actor_close_fd(a, rst);
 	if (ep_too)
-		ep_close(a);
+		for (uint32_t i = 0; i < OWN_EPS; i++)
+			lep_close(&a->ep[i]);
 }
 
 static void act_ep_close(struct actor *a)
 {
-	note("a%d endpoint closed", a->idx);
-	ep_close(a);
+	const uint32_t i = chance(70) ? 0 : below(OWN_EPS);
+
+	note("a%d endpoint %u closed", a->idx, i);
+	settle(a);
+	lep_close(&a->ep[i]);
 }
 
-/* A fresh connection must be served: HELLO (no address) and STATS. */
+/*
+ * Endpoints a client may not have: one more of its own (the daemon takes
+ * EPS_PER_CONN of a connection), or a hostile worker -- its client id
+ * another actor's key, or a random one -- with an endpoint that KV and
+ * STEP messages then go on now and then.
+ */
+static void act_extra_ep(struct actor *a)
+{
+	if (a->fd < 0 || !a->hello || a->tainted)
+		return;
+	if (chance(50)) {
+		const uint32_t i = 1 + below(OWN_EPS - 1);
+
+		note("a%d extra endpoint %u", a->idx, i);
+		if (a->ep[i].ep && a->ep[i].lw->key == a->key && chance(50)) {
+			settle(a);
+			lep_close(&a->ep[i]);
+		}
+		else if (!a->ep[i].ep && !own_worker(a))
+			lep_open(&a->ep[i], &a->own, a, a->shm, LEP_WAIT);
+	} else {
+		struct actor *b = &actors[below(n_actors)];
+		const int steal = b->key && chance(60);
+		uint64_t key = steal ? b->key : rnd() | 1;
+
+		while (!steal && key_eps(key, 0))
+			key = rnd() | 1;
+		note("a%d hostile worker, key %#" PRIx64 " (%s)", a->idx, key,
+		     steal ? b == a ? "its own" : "another actor's" : "random");
+		settle(a);
+		worker_drop(a, &a->hostile, chance(50));
+		if (worker_make(&a->hostile, a, key, !steal))
+			return;
+		st.hostile_eps++;
+		/* Shared memory as the key's connection was granted it (a random one: a guess). */
+		lep_open(&a->hep, &a->hostile, a, steal ? b->shm : a->shm, LEP_FLUSH);
+	}
+}
+
+/* A fresh connection must be served: HELLO (no data path made) and STATS. */
 static int probe(uint32_t *sessions)
 {
 	struct actor p = { .idx = 99, .fd = -1 };
@@ -1412,7 +2015,7 @@ static int probe(uint32_t *sessions)
 			break;
 		if (n > 0)
 			p.rhave += (size_t)n;
-		/* Two frames: HELLO_OK (with an address), STATS_REPLY. */
+		/* Two frames: HELLO_OK, STATS_REPLY. */
 		while (p.rhave >= NELSSA_PROTO_HDR_BYTES) {
 			struct nelssa_msg_hdr h;
 			struct nelssa_msg r;
@@ -1443,15 +2046,21 @@ out:
 	return ret;
 }
 
-static void actor_vanish(struct actor *a)
+/* @a goes: its connection, and its workers, their endpoints closed first when @close_eps. */
+static void actor_vanish(struct actor *a, int close_eps)
 {
+	settle(a);
+	quiesce(a);
 	actor_close_fd(a, 0);
-	ep_close(a);
-	if (a->worker) {
-		ucp_worker_destroy(a->worker);
-		a->worker = NULL;
-	}
-	a->inflight = 0;
+	worker_drop(a, &a->own, close_eps);
+	worker_drop(a, &a->hostile, close_eps);
+}
+
+static int ctl_alive(struct actor *a)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_STATS };
+
+	return !ctl_msg(a, &m, 0, 0) && a->fd >= 0;
 }
 
 /* One random action of a random actor. */
@@ -1497,76 +2106,273 @@ static void fuzz_step(void)
 	else if (r < 91)
 		act_ep_close(a);
 	else if (r < 92 && !gentle) {
-		note("a%d vanishes (worker destroyed)", a->idx);
-		actor_vanish(a);
+		const int close_eps = chance(50);
+
+		note("a%d vanishes (workers destroyed%s)", a->idx,
+		     close_eps ? ", endpoints closed first" : "");
+		actor_vanish(a, close_eps);
+	} else if (r < 95) {
+		act_extra_ep(a);
 	} else {
 		note("a%d waits", a->idx);
 		pump(below(20));
 	}
-	if (a->ep && a->ep_failed) {
-		note("a%d endpoint failed: closed", a->idx);
-		ep_close(a);
+	for (uint32_t i = 0; i < OWN_EPS; i++)
+		lep_poll(&a->ep[i]);
+	lep_poll(&a->hep);
+	for (uint32_t i = 0; i < OWN_EPS; i++)
+		if (a->ep[i].ep && a->ep[i].failed) {
+			note("a%d endpoint %u failed: closed", a->idx, i);
+			lep_close(&a->ep[i]);
+		}
+	if (a->hep.ep && a->hep.failed) {
+		note("a%d hostile endpoint failed: closed", a->idx);
+		lep_close(&a->hep);
 	}
 }
 
-/* A valid HELLO, with the actor's worker address or none; 0 when answered HELLO_OK. */
-static int seq_hello(struct actor *a, int with_addr)
+/* A valid HELLO (asking for shared memory when @shm); 0 when answered HELLO_OK. */
+static int seq_hello(struct actor *a, int shm)
 {
 	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO };
 
 	if (a->fd < 0)
 		act_connect(a);
 	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	m.u.hello.flags = shm ? NELSSA_HELLO_SHM : 0;
+	a->shm_asked = m.u.hello.flags;
 	strcpy(m.u.hello.name, "fuzz-seq");
-	if (with_addr && !worker_open(a)) {
-		ucp_address_t *addr;
-		size_t len;
-
-		if (ucp_worker_get_address(a->worker, &addr, &len) != UCS_OK)
-			return -1;
-		m.u.hello.addr_len = (uint32_t)len;
-		memcpy(m.u.hello.addr, addr, len);
-		ucp_worker_release_address(a->worker, addr);
-	}
 	return ctl_msg(a, &m, 0, 0) || !a->hello ? -1 : 0;
 }
 
-/* A KV message for a session that does not exist: the first message of a wire-up. */
-static void seq_kv_nosession(struct actor *a)
+/* A KV message for a session that does not exist: the first message on an endpoint. */
+static void seq_kv_nosession(struct lep *e)
 {
 	struct nelssa_kv_hdr h = { .session = 1ull << 62, .token = 1, .nr_tokens = 1 };
 	uint8_t *buf = calloc(1, NELSSA_KV_HDR_BYTES + 4 * 16);
 
-	if (!buf || ep_open(a)) {
-		free(buf);
+	if (!buf)
 		return;
-	}
 	h.cookie = rnd() | 1;
+	awaited_cookie = h.cookie;
+	st.kv_sent++;
 	nelssa_kv_hdr_put(buf, &h);
-	am_send(a, NELSSA_AM_KV, buf, NELSSA_KV_HDR_BYTES, 4 * 16);
+	am_send(e, NELSSA_AM_KV, buf, NELSSA_KV_HDR_BYTES, 4 * 16);
 }
 
 /*
- * wireup-vanish: a client whose worker goes (a process exit does the same)
- * within milliseconds of its first active message, 50 times, from 0 to 9 ms
- * of progress each.  The daemon, answering the wire-up, finds the client's
- * port closed; UCX 1.13.1 then purges its pending wire-up reply and asserts
- * (ucp_request.c:684, "got REP message"), killing the daemon.
+ * A client whose worker goes (a process exit does the same) during its
+ * wire-up to the daemon's listener (@early) or just after, 48 times: HELLO
+ * (every other one asking for shared memory), the worker with the key and
+ * its endpoint, then at once (@early), or once the endpoint is up, or once
+ * a KV message went on it, 0 to 9 ms of progress and the worker destroyed,
+ * its endpoint open or closed first, the control connection closed before
+ * or after.
  */
-static int seq_wireup_vanish(void)
+static int wireup_vanish(int early)
 {
 	struct actor *a = &actors[0];
 
-	for (uint32_t i = 0; i < 50; i++) {
+	for (uint32_t i = 0; i < 48; i++) {
+		const uint32_t stage = early ? 0 : 1 + i % 2;
+
 		n_actions++;
-		note("wire-up %u: HELLO, KV, %u ms, worker destroyed", i, i % 10);
-		if (seq_hello(a, 1)) {
+		note("wire-up %u: HELLO%s, endpoint%s, %u ms, %s", i, i % 2 ? " (shm)" : "",
+		     stage == 0 ? "" : stage == 1 ? " up" : " up, KV", i % 10,
+		     i % 4 == 0 ? "endpoint closed, worker destroyed" : i % 4 == 1 ?
+		     "worker destroyed" : "connection closed, worker destroyed");
+		if (seq_hello(a, (int)(i % 2))) {
 			printf("# wire-up %u: no HELLO_OK\n", i);
 			return 1;
 		}
-		seq_kv_nosession(a);
+		if (own_worker(a) || lep_open(&a->ep[0], &a->own, a, a->shm,
+						  stage ? LEP_WAIT : LEP_BARE)) {
+			printf("# wire-up %u: no endpoint to the listener\n", i);
+			return 1;
+		}
+		if (stage == 2)
+			seq_kv_nosession(&a->ep[0]);
 		pump(i % 10);
-		actor_vanish(a);
+		if (i % 4 >= 2)
+			actor_close_fd(a, (int)(i % 2));
+		actor_vanish(a, i % 4 == 0);
+	}
+	return 0;
+}
+
+/*
+ * wireup-vanish: the client goes just after its wire-up.  With worker
+ * addresses, UCX 1.13.1 aborted the daemon answering such a wire-up
+ * (ucp_request.c:684, "got REP message"); the listener's flow has no such
+ * message.
+ */
+static int seq_wireup_vanish(void)
+{
+	return wireup_vanish(0);
+}
+
+/*
+ * wireup-vanish-early: the client goes during its wire-up.  The daemon's
+ * UCX 1.13.1, connecting its TCP lanes to the client, then aborts now and
+ * then: tcp_ep.c:478, "!(ep->flags & UCT_TCP_EP_FLAG_CTX_TYPE_TX)"
+ * (README.md).
+ */
+static int seq_wireup_vanish_early(void)
+{
+	return wireup_vanish(1);
+}
+
+/*
+ * What a child of wireup-kill does (fuzz_live HOST PORT --wireup-child
+ * STAGE SHM FD): a client of its own -- HELLO, then up to STAGE of: 1 its
+ * worker and endpoint, 2 the endpoint's flush completed, 3 a KV message
+ * sent -- then one byte on FD, and progress until it is killed (or its
+ * parent is gone, or a minute has passed: no child outlives a run).
+ */
+static int wireup_child(uint32_t stage, int shm, int fd)
+{
+	struct actor *a = &actors[0];
+	const uint8_t one = 1;
+
+	n_actors = 1;
+	a->idx = 0;
+	a->fd = -1;
+	if (seq_hello(a, shm))
+		return 1;
+	if (stage >= 1 && (own_worker(a) ||
+			   lep_open(&a->ep[0], &a->own, a, a->shm, stage >= 2 ? LEP_WAIT : LEP_BARE)))
+		return 1;
+	if (stage >= 3)
+		seq_kv_nosession(&a->ep[0]);
+	if (write(fd, &one, 1) != 1)
+		return 1;
+	for (const uint64_t end = now_ms() + 60000; now_ms() < end && getppid() != 1;)
+		pump(100);
+	return 0;
+}
+
+/*
+ * wireup-kill: a client process SIGKILLed during its wire-up to the
+ * listener, 48 times: after its HELLO_OK, with its endpoint just made,
+ * once it is up, with a KV message sent (the stage cycles), 0 to 9 ms
+ * after it said it got there (the delay cycles, and UCX's background
+ * wire-up carries on in the child meanwhile).  The daemon must go on
+ * serving, its connection request of a client gone rejected or its
+ * endpoint failed and closed.
+ */
+static int seq_wireup_kill(void)
+{
+	for (uint32_t i = 0; i < 48; i++) {
+		char stage[16], shm[16], wfd[16];
+		int p[2];
+		pid_t child;
+		uint8_t b = 0;
+		struct pollfd pfd;
+
+		n_actions++;
+		note("wire-up kill %u: stage %u%s, %u ms", i, i % 4, i / 4 % 2 ? ", shm" : "", i % 10);
+		if (pipe(p))
+			return 1;
+		snprintf(stage, sizeof(stage), "%u", i % 4);
+		snprintf(shm, sizeof(shm), "%u", i / 4 % 2);
+		snprintf(wfd, sizeof(wfd), "%d", p[1]);
+		child = fork();
+		if (child < 0)
+			return 1;
+		if (!child) {
+			/* A fresh process image: no UCX state of the parent's in the child. */
+			close(p[0]);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			execl("/proc/self/exe", "fuzz_live", host, port, "--wireup-child", stage, shm,
+			      wfd, (char *)NULL);
+			_exit(127);
+		}
+		close(p[1]);
+		pfd = (struct pollfd){ .fd = p[0], .events = POLLIN };
+		/* Its own HELLO and wire-up answered in time, or the daemon hangs. */
+		if (poll(&pfd, 1, REPLY_WAIT_MS) != 1 || read(p[0], &b, 1) != 1) {
+			printf("# wire-up kill %u: the child did not get to stage %u\n", i, i % 4);
+			kill(child, SIGKILL);
+			waitpid(child, NULL, 0);
+			close(p[0]);
+			return 1;
+		}
+		close(p[0]);
+		pump(i % 10);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	return 0;
+}
+
+/*
+ * wireup-close: a client that closes its control connection (FIN) and
+ * then its endpoint while the endpoint's wire-up to the listener runs, 60
+ * times: HELLO (asking for shared memory), its worker and endpoint, 0 to
+ * 29 turns of the worker's progress, the control connection closed, the
+ * endpoint closed (flushed: shared memory has no forced close), a few ms
+ * of progress, the worker destroyed.  The daemon closes its end of the
+ * endpoint as the connection goes, as the client's wire-up messages
+ * still come.
+ */
+static int seq_wireup_close(void)
+{
+	struct actor *a = &actors[0];
+
+	for (uint32_t i = 0; i < 60; i++) {
+		n_actions++;
+		note("wire-up close %u: HELLO (shm), endpoint, %u turns, FIN, endpoint closed", i,
+		     i % 30);
+		if (seq_hello(a, 1)) {
+			printf("# wire-up close %u: no HELLO_OK\n", i);
+			return 1;
+		}
+		if (own_worker(a) || lep_open(&a->ep[0], &a->own, a, a->shm, LEP_BARE)) {
+			printf("# wire-up close %u: no endpoint to the listener\n", i);
+			return 1;
+		}
+		for (uint32_t k = 0; k < i % 30; k++)
+			ucp_worker_progress(a->own.w);
+		actor_close_fd(a, 0);
+		lep_close(&a->ep[0]);
+		pump(5);
+		actor_vanish(a, 1);
+	}
+	return 0;
+}
+
+/*
+ * send-after-close: a client that closes its control connection (FIN) and
+ * goes on sending on its endpoint, 30 times: HELLO (asking for shared
+ * memory), its endpoint up, the control connection closed, then for 100
+ * ms KV messages (of no session) as fast as they go -- the daemon closes
+ * its end of the endpoint meanwhile, and the messages after that must be
+ * dropped -- then the worker destroyed.  Over shared memory (no error
+ * handling) the daemon's UCX 1.13.1 then takes a message's endpoint id
+ * for an endpoint it has freed: ucp_worker.inl:92, "(*ep_p)->worker ==
+ * worker" (README.md).
+ */
+static int seq_send_after_close(void)
+{
+	struct actor *a = &actors[0];
+
+	for (uint32_t i = 0; i < 30; i++) {
+		n_actions++;
+		note("send-after-close %u: HELLO (shm), endpoint up, FIN, KV every ms for 100 ms", i);
+		if (seq_hello(a, 1)) {
+			printf("# send-after-close %u: no HELLO_OK\n", i);
+			return 1;
+		}
+		if (own_worker(a) || lep_open(&a->ep[0], &a->own, a, a->shm, LEP_WAIT)) {
+			printf("# send-after-close %u: no endpoint to the listener\n", i);
+			return 1;
+		}
+		actor_close_fd(a, 0);
+		for (const uint64_t end = now_ms() + 100; now_ms() < end;) {
+			seq_kv_nosession(&a->ep[0]);
+			ucp_worker_progress(a->own.w);
+		}
+		actor_vanish(a, 1);
 	}
 	return 0;
 }
@@ -1579,6 +2385,10 @@ static int run_sequence(const char *name)
 		int (*run)(void);
 	} seqs[] = {
 		{ "wireup-vanish", seq_wireup_vanish },
+		{ "wireup-vanish-early", seq_wireup_vanish_early },
+		{ "wireup-kill", seq_wireup_kill },
+		{ "wireup-close", seq_wireup_close },
+		{ "send-after-close", seq_send_after_close },
 	};
 
 	for (size_t i = 0; i < sizeof(seqs) / sizeof(seqs[0]); i++) {
@@ -1591,7 +2401,7 @@ static int run_sequence(const char *name)
 		/* The daemon must still serve -- also once what the sequence left is handled. */
 		pump(1000);
 		for (uint32_t k = 0; k < n_actors; k++)
-			actor_vanish(&actors[k]);
+			actor_vanish(&actors[k], 1);
 		if (probe(NULL)) {
 			dump_trace();
 			printf("# the daemon died or hangs after sequence %s\n", name);
@@ -1610,8 +2420,8 @@ int main(int argc, char **argv)
 {
 	uint64_t iterations = UINT64_MAX, seconds = 30, t0, last_probe;
 	const char *sequence = NULL;
-	ucp_params_t up = { 0 };
 	uint32_t sessions = 0;
+	char tls[256];
 	int ret = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1622,6 +2432,13 @@ int main(int argc, char **argv)
 	}
 	host = argv[1];
 	port = argv[2];
+	/* A child of wireup-kill, made fresh by exec (seq_wireup_kill()). */
+	if (argc == 7 && !strcmp(argv[3], "--wireup-child")) {
+		if (nelssa_link_context(0, &ucp) != UCS_OK)
+			return 1;
+		return wireup_child((uint32_t)strtoul(argv[4], NULL, 0), atoi(argv[5]),
+				    atoi(argv[6]));
+	}
 	{
 		struct timespec ts;
 
@@ -1670,12 +2487,17 @@ int main(int argc, char **argv)
 		actors[i].idx = (int)i;
 		actors[i].fd = -1;
 	}
-	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM;
-	if (ucp_init(&up, NULL, &ucp) != UCS_OK) {
+	if (nelssa_link_context(0, &ucp) != UCS_OK) {
 		printf("# UCX init failed\n");
 		return 1;
 	}
+	nelssa_link_transports(ucp, tls, sizeof(tls));
+	if (!nelssa_link_can_connect(tls)) {
+		printf("# UCX here has no transport to reach the listener over (only '%s'): "
+		       "UCX_TLS must include tcp\n", tls);
+		return 2;
+	}
+	can_shm = nelssa_link_has_shm(tls);
 	if (sequence)
 		return run_sequence(sequence);
 	printf("# fuzz_live: seed %" PRIu64 " (replay: --seed %" PRIu64 "), %u actors, "
@@ -1695,9 +2517,9 @@ int main(int argc, char **argv)
 	}
 	/* Everyone leaves; the daemon must reclaim every session. */
 	if (gentle)
-		pump(1000);	/* wire-ups done before the workers go */
+		pump(1000);	/* wire-ups to the listener done before the workers go */
 	for (uint32_t i = 0; i < n_actors; i++)
-		actor_vanish(&actors[i]);
+		actor_vanish(&actors[i], 1);
 	for (uint64_t end = now_ms() + REPLY_WAIT_MS;;) {
 		if (probe(&sessions)) {
 			dump_trace();
@@ -1718,8 +2540,12 @@ int main(int argc, char **argv)
 	printf("%" PRIu64 " steps (%" PRIu64 " clean; %" PRIu64 " replies, %" PRIu64 " served, %"
 	       PRIu64 " refused), %" PRIu64 " of a megabyte or more, ", st.steps_sent,
 	       st.clean_steps, st.step_replies, st.steps_ok, st.step_errors, st.big_sent);
-	printf("%" PRIu64 " connects, %" PRIu64 " disconnects, %" PRIu64 " endpoint closes, %"
-	       PRIu64 " probes\n", st.connects, st.resets, st.ep_closes, st.probes);
+	printf("%" PRIu64 " connects, %" PRIu64 " disconnects, %" PRIu64 " HELLOs refused as they "
+	       "must be, %" PRIu64 " shm granted, %" PRIu64 " endpoints (%" PRIu64 " waited up, %"
+	       PRIu64 " hostile workers), %" PRIu64 " endpoint closes, %" PRIu64 " workers kept "
+	       "(UCX cannot destroy them), %" PRIu64 " probes\n",
+	       st.connects, st.resets, st.refused_hellos, st.shm_granted, st.eps, st.eps_up,
+	       st.hostile_eps, st.ep_closes, st.buried, st.probes);
 	ret = violations ? 1 : 0;
 	ucp_cleanup(ucp);
 	return ret;

@@ -34,19 +34,17 @@ static struct nelssa_msg sample(uint16_t type)
 	case NELSSA_MSG_HELLO:
 		m.u.hello.min_version = 1;
 		m.u.hello.max_version = 3;
+		m.u.hello.flags = NELSSA_HELLO_SHM;
 		strcpy(m.u.hello.name, "gpu-node-7");
-		m.u.hello.addr_len = 200;
-		for (int i = 0; i < 200; i++)
-			m.u.hello.addr[i] = (uint8_t)(i * 5);
 		break;
 	case NELSSA_MSG_HELLO_OK:
 		m.u.hello_ok.version = 1;
 		m.u.hello_ok.devices = 4;
+		m.u.hello_ok.data_port = 0xbeef;
+		m.u.hello_ok.flags = NELSSA_HELLO_SHM;
 		m.u.hello_ok.device_bytes = 0x123456789abull;
+		m.u.hello_ok.key = 0xf00dfeedcafe1234ull;
 		strcpy(m.u.hello_ok.name, "nelssad");
-		m.u.hello_ok.addr_len = 300;
-		for (int i = 0; i < 300; i++)
-			m.u.hello_ok.addr[i] = (uint8_t)(i * 7);
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
 		m.u.create.tenant = 42;
@@ -164,6 +162,39 @@ static void header_checks(void **state)
 	assert_int_equal(0, nelssa_msg_decode(buf, len, &d));
 }
 
+/*
+ * A version-2 HELLO (its worker address after the name) still decodes to
+ * its versions, so that the daemon can say which one it speaks; a longer
+ * HELLO that claims this version, or a bad range, does not.
+ */
+static void hello_of_older_version(void **state)
+{
+	uint8_t buf[BUF] = { 0 };
+	struct nelssa_msg d;
+	const uint32_t addr = 200, plen = 40 + addr;
+
+	(void)state;
+	buf[0] = 'N', buf[1] = 'L', buf[2] = 'S', buf[3] = 'A';
+	buf[4] = 2;					/* header version */
+	buf[6] = NELSSA_MSG_HELLO;
+	buf[8] = (uint8_t)plen, buf[9] = (uint8_t)(plen >> 8);
+	buf[16] = 2, buf[18] = 2;			/* speaks 2..2 */
+	buf[20] = (uint8_t)addr;			/* its address length */
+	memcpy(buf + 24, "old-client", 10);
+	for (uint32_t i = 0; i < addr; i++)
+		buf[56 + i] = (uint8_t)(i * 5 + 1);
+	assert_int_equal(0, nelssa_msg_decode(buf, NELSSA_PROTO_HDR_BYTES + plen, &d));
+	assert_int_equal(NELSSA_MSG_HELLO, d.type);
+	assert_int_equal(2, d.u.hello.min_version);
+	assert_int_equal(2, d.u.hello.max_version);
+	assert_int_equal(0, d.u.hello.flags);
+	assert_string_equal("old-client", d.u.hello.name);
+	buf[18] = NELSSA_PROTO_VERSION;			/* a longer HELLO of this version */
+	assert_int_equal(-EBADMSG, nelssa_msg_decode(buf, NELSSA_PROTO_HDR_BYTES + plen, &d));
+	buf[16] = 3, buf[18] = 2;			/* min > max */
+	assert_int_equal(-EBADMSG, nelssa_msg_decode(buf, NELSSA_PROTO_HDR_BYTES + plen, &d));
+}
+
 /* Flip one payload byte of an encoded @type at @off; decoding must fail. */
 static void refused_with(uint16_t type, size_t off, uint8_t val, int want)
 {
@@ -198,8 +229,8 @@ static void fields_checked(void **state)
 	size_t len;
 
 	(void)state;
-	refused_with(NELSSA_MSG_HELLO, 4, 1, -EBADMSG);			/* addr_len vs length */
-	refused_with(NELSSA_MSG_HELLO, 7, 1, -EBADMSG);
+	refused_with(NELSSA_MSG_HELLO, 4, 3, -EINVAL);			/* unknown flag */
+	refused_with(NELSSA_MSG_HELLO, 7, 0x80, -EINVAL);
 	refused_with(NELSSA_MSG_HELLO, 0, 9, -EINVAL);			/* min > max */
 	refused_with(NELSSA_MSG_HELLO, 0, 0, -EINVAL);			/* version 0 */
 	refused_with(NELSSA_MSG_HELLO, 8 + 31, 'x', -EINVAL);		/* no NUL */
@@ -218,23 +249,22 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_REQ_ALLOC, 23, 0xff, -EINVAL);		/* clusters > tokens */
 	refused_with(NELSSA_MSG_ERROR, 3, 0, -EINVAL);			/* code > 0 */
 	refused_with(NELSSA_MSG_ERROR, 4, 5, -EINVAL);			/* reserved */
-	refused_with(NELSSA_MSG_HELLO_OK, 4, 0, -EBADMSG);		/* addr_len vs length */
+	refused_with_all(NELSSA_MSG_HELLO_OK, 4, 2, -EINVAL);		/* data port 0 */
+	refused_with(NELSSA_MSG_HELLO_OK, 6, 2, -EINVAL);		/* unknown flag */
+	refused_with_all(NELSSA_MSG_HELLO_OK, 16, 8, -EINVAL);		/* key 0 */
 	/* The encoder refuses what the decoder would. */
 	m = sample(NELSSA_MSG_SESSION_CREATE);
 	m.u.create.shape.q_heads = 12;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 	m = sample(NELSSA_MSG_HELLO_OK);
-	m.u.hello_ok.addr_len = NELSSA_PROTO_MAX_ADDR + 1;
+	m.u.hello_ok.key = 0;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 	m = sample(NELSSA_MSG_HELLO);
-	m.u.hello.addr_len = NELSSA_PROTO_MAX_ADDR + 1;
+	m.u.hello.flags = 2;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
-	/* A HELLO without an address (a client that will not step) is one. */
-	m.u.hello.addr_len = 0;
+	m.u.hello.flags = 0;
 	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 	assert_int_equal(NELSSA_PROTO_HDR_BYTES + 40, len);
-	assert_int_equal(0, nelssa_msg_decode(buf, len, &m));
-	assert_int_equal(0, m.u.hello.addr_len);
 	m.type = NELSSA_MSG_MAX;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 }
@@ -336,6 +366,7 @@ int main(void)
 		cmocka_unit_test(truncated_and_extended_frames_refused),
 		cmocka_unit_test(header_checks),
 		cmocka_unit_test(fields_checked),
+		cmocka_unit_test(hello_of_older_version),
 		cmocka_unit_test(kv_header_lengths),
 		cmocka_unit_test(step_lengths),
 		cmocka_unit_test(reply_and_ack_headers),

@@ -22,10 +22,9 @@ extern "C" {
 #endif
 
 #define NELSSA_PROTO_MAGIC	0x41534c4eu	/* "NLSA" */
-#define NELSSA_PROTO_VERSION	2u
+#define NELSSA_PROTO_VERSION	3u
 #define NELSSA_PROTO_HDR_BYTES	16u
 #define NELSSA_PROTO_MAX_PAYLOAD 8192u
-#define NELSSA_PROTO_MAX_ADDR	4096u	/* UCX worker address */
 #define NELSSA_PROTO_NAME_LEN	32u
 #define NELSSA_PROTO_ERR_LEN	128u
 
@@ -36,12 +35,22 @@ extern "C" {
 #define NELSSA_PROTO_MAX_GROUP	64u
 #define NELSSA_PROTO_MAX_BATCH	4096u
 
+/*
+ * HELLO flag: the client's data endpoint uses no UCX peer error handling,
+ * so that UCX may carry it over shared memory, whose transports cannot
+ * detect a dead peer (the control socket does).  The daemon grants it in
+ * HELLO_OK only to a client on its own host, when it has a shared-memory
+ * transport; the client then connects that way (nelssa/link.h).
+ */
+#define NELSSA_HELLO_SHM	0x1u
+#define NELSSA_HELLO_FLAGS	NELSSA_HELLO_SHM	/* every flag defined */
+
 /**
  * enum nelssa_msg_type - control message types.
  * @NELSSA_MSG_HELLO: client -> daemon, first frame: versions it speaks,
- *	its UCX worker address.
- * @NELSSA_MSG_HELLO_OK: the version chosen, the devices, the daemon's
- *	UCX worker address.
+ *	flags for its data path.
+ * @NELSSA_MSG_HELLO_OK: the version chosen, the devices, where the data
+ *	path listens and the key that binds endpoints to this connection.
  * @NELSSA_MSG_SESSION_CREATE: model shape and capacity.
  * @NELSSA_MSG_SESSION_OK: the session id and its token.
  * @NELSSA_MSG_REQ_ALLOC: reserve device memory for one request's KV.
@@ -118,22 +127,25 @@ struct nelssa_msg {
 	union {
 		/*
 		 * @min_version..@max_version: versions the client speaks;
-		 * @addr: its UCX worker address, where the daemon sends the
-		 * replies of its steps (@addr_len 0: none, so no steps).
+		 * @flags: NELSSA_HELLO_* it asks for.
 		 */
 		struct {
 			uint16_t min_version, max_version;
+			uint32_t flags;
 			char name[NELSSA_PROTO_NAME_LEN];
-			uint32_t addr_len;
-			uint8_t addr[NELSSA_PROTO_MAX_ADDR];
 		} hello;
-		/* @device_bytes: device memory in all; @addr: UCX worker address. */
+		/*
+		 * @device_bytes: device memory in all; @data_port: the UCX
+		 * listener's port, at the control connection's address;
+		 * @key: the UCX client id this connection's endpoints carry
+		 * (secret, never 0); @flags: NELSSA_HELLO_* granted.
+		 */
 		struct {
 			uint16_t version, devices;
+			uint16_t data_port, flags;
 			uint64_t device_bytes;
+			uint64_t key;
 			char name[NELSSA_PROTO_NAME_LEN];
-			uint32_t addr_len;
-			uint8_t addr[NELSSA_PROTO_MAX_ADDR];
 		} hello_ok;
 		/*
 		 * @max_batch: requests per decode step; @max_sel: clusters one

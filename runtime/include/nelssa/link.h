@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The UCX data path between nelssad and its clients, set up one way by
+ * both (Documentation/daemon.rst, "The data path"): UCX's client/server
+ * flow.  The daemon listens with a ucp_listener on a socket address; a
+ * client, once HELLO_OK has given it the listener's port and a key of its
+ * control connection's own, makes a worker whose UCX client id is that key
+ * and connects to the port; the daemon makes its endpoint from the
+ * connection request only when the key names a connection of its, so the
+ * endpoint belongs to that connection from the start.
+ *
+ * Why not worker addresses, as before: with them, a client killed during
+ * the wire-up over TCP aborts the daemon in UCX 1.13 (ucp_request.c:684,
+ * "got REP message"); the client/server flow has no such message, and
+ * TCP_CONN_NB=y on the daemon removes the one abort of its own seen in
+ * tens of thousands of kills (tcp_ep.c:478).
+ */
+#ifndef NELSSA_LINK_H
+#define NELSSA_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A UCX context for the data path: active messages and wake-ups.  @server:
+ * the daemon's, with UCX's TCP transport told to connect without blocking
+ * (TCP_CONN_NB=y) unless UCX_TCP_CONN_NB says otherwise.
+ */
+ucs_status_t nelssa_link_context(int server, ucp_context_h *out);
+
+/* The transports @ctx can use, as "tcp posix cma" (at most @len bytes). */
+void nelssa_link_transports(ucp_context_h ctx, char *buf, size_t len);
+
+/* Whether @transports (nelssa_link_transports()) hold one for messages over shared memory. */
+int nelssa_link_has_shm(const char *transports);
+
+/*
+ * Whether @transports hold one that UCX's client/server flow can set a
+ * connection up over: tcp, or an RDMA one (shared memory alone cannot).
+ */
+int nelssa_link_can_connect(const char *transports);
+
+/* A single-threaded worker; @client_id: the key connections carry (0: none). */
+ucs_status_t nelssa_link_worker(ucp_context_h ctx, uint64_t client_id, ucp_worker_h *out);
+
+/* Whether the far end of the connected socket @fd is on this host. */
+int nelssa_link_is_local(int fd);
+
+/*
+ * An endpoint to the daemon's data path: the address the control socket
+ * @ctl_fd is connected to, at @port, carrying the worker's client id;
+ * peer error handling, reported to @cb (may be NULL), unless @shm (HELLO_OK granted NELSSA_HELLO_SHM:
+ * then none, as the daemon's end has none).  The connection completes in
+ * the background (ucp_ep_flush_nbx() waits for it).
+ */
+ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int shm,
+				 ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_LINK_H */

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The data path's UCX setup, shared by nelssad, the client library and
+ * the tests that play hostile clients (nelssa/link.h says why it is UCX's
+ * client/server flow).
+ */
+#define _GNU_SOURCE
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <nelssa/link.h>
+
+ucs_status_t nelssa_link_context(int server, ucp_context_h *out)
+{
+	ucp_params_t up = { 0 };
+
+	/*
+	 * UCX 1.13's TCP transport aborts (tcp_ep.c:478) when a connect() to
+	 * a peer that has just died completes at once and it sends on the
+	 * endpoint it has just failed; a connect() that always returns
+	 * EINPROGRESS takes the other path.  The daemon makes those connects.
+	 * An environment variable, not ucp_config_modify(): UCX reads the TCP
+	 * transport's settings when it opens the interface, from there.
+	 */
+	if (server && setenv("UCX_TCP_CONN_NB", "y", 0))
+		return UCS_ERR_NO_MEMORY;
+	/*
+	 * UCX 1.13 names an endpoint without error handling on the wire by
+	 * its address (a direct id), so a message that arrives after the
+	 * daemon closed such an endpoint -- a client on shared memory that
+	 * closed its control connection and goes on sending -- made UCX read
+	 * the freed endpoint and abort (ucp_worker.inl:92).  Indirect ids
+	 * for every endpoint make that a failed lookup.
+	 */
+	if (server && setenv("UCX_PROTO_INDIRECT_ID", "on", 0))
+		return UCS_ERR_NO_MEMORY;
+	up.field_mask = UCP_PARAM_FIELD_FEATURES;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	return ucp_init(&up, NULL, out);
+}
+
+void nelssa_link_transports(ucp_context_h ctx, char *buf, size_t len)
+{
+	static const char *const tls[] = { "rc_verbs", "rc_mlx5", "dc_mlx5", "ud_verbs", "ud_mlx5",
+					   "tcp", "posix", "sysv", "cma", "xpmem", "knem" };
+	char *text = NULL;
+	size_t n = 0, used = 0;
+	FILE *f = open_memstream(&text, &n);
+
+	if (len)
+		buf[0] = 0;
+	if (!f || !len)
+		return;
+	ucp_context_print_info(ctx, f);
+	fclose(f);
+	for (size_t i = 0; i < sizeof(tls) / sizeof(tls[0]); i++) {
+		char pat[32];
+		int w;
+
+		snprintf(pat, sizeof(pat), "%s/", tls[i]);
+		if (!text || !strstr(text, pat))
+			continue;
+		w = snprintf(buf + used, len - used, "%s%s", used ? " " : "", tls[i]);
+		if (w < 0 || (size_t)w >= len - used) {
+			buf[used] = 0;
+			break;
+		}
+		used += (size_t)w;
+	}
+	free(text);
+}
+
+/* Whether a word of @transports starts with one of @names. */
+static int has_any(const char *transports, const char *const *names)
+{
+	char copy[256], *save = NULL;
+
+	snprintf(copy, sizeof(copy), "%s", transports);
+	for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save))
+		for (const char *const *n = names; *n; n++)
+			if (!strncmp(t, *n, strlen(*n)))
+				return 1;
+	return 0;
+}
+
+int nelssa_link_has_shm(const char *transports)
+{
+	static const char *const shm[] = { "posix", "sysv", NULL };
+
+	return has_any(transports, shm);
+}
+
+int nelssa_link_can_connect(const char *transports)
+{
+	static const char *const net[] = { "tcp", "rc_", "dc_", "ud_", NULL };
+
+	return has_any(transports, net);
+}
+
+ucs_status_t nelssa_link_worker(ucp_context_h ctx, uint64_t client_id, ucp_worker_h *out)
+{
+	ucp_worker_params_t wp = { 0 };
+
+	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+	if (client_id) {
+		wp.field_mask |= UCP_WORKER_PARAM_FIELD_CLIENT_ID;
+		wp.client_id = client_id;
+	}
+	return ucp_worker_create(ctx, &wp, out);
+}
+
+/* @ss's address bytes (v4-mapped IPv6 as IPv4) and whether it is a loopback one. */
+static size_t addr_bytes(const struct sockaddr_storage *ss, const uint8_t **a, int *loopback)
+{
+	static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (ss->ss_family == AF_INET) {
+		*a = (const uint8_t *)&((const struct sockaddr_in *)ss)->sin_addr;
+		*loopback = (*a)[0] == 127;
+		return 4;
+	}
+	if (ss->ss_family == AF_INET6) {
+		*a = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
+		if (!memcmp(*a, v4mapped, 12)) {
+			*a += 12;
+			*loopback = (*a)[0] == 127;
+			return 4;
+		}
+		*loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+		return 16;
+	}
+	return 0;
+}
+
+int nelssa_link_is_local(int fd)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t me_len = sizeof(me), peer_len = sizeof(peer);
+	const uint8_t *a = NULL, *b = NULL;
+	int lo_a = 0, lo_b = 0;
+	size_t na, nb;
+
+	if (getsockname(fd, (struct sockaddr *)&me, &me_len) ||
+	    getpeername(fd, (struct sockaddr *)&peer, &peer_len))
+		return 0;
+	na = addr_bytes(&me, &a, &lo_a);
+	nb = addr_bytes(&peer, &b, &lo_b);
+	/* A connection within one host comes from the address it goes to. */
+	return nb && (lo_b || (na == nb && !memcmp(a, b, na)));
+}
+
+ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int shm,
+				 ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	ucp_ep_params_t p = { 0 };
+
+	if (getpeername(ctl_fd, (struct sockaddr *)&ss, &len))
+		return UCS_ERR_UNREACHABLE;
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons(port);
+	else if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
+	else
+		return UCS_ERR_UNREACHABLE;
+	p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+	p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER | UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID;
+	p.sockaddr.addr = (const struct sockaddr *)&ss;
+	p.sockaddr.addrlen = len;
+	if (!shm) {
+		p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+		p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	}
+	if (!shm && cb) {
+		p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+		p.err_handler.cb = cb;
+		p.err_handler.arg = arg;
+	}
+	return ucp_ep_create(w, &p, ep);
+}
