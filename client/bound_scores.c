@@ -107,3 +107,91 @@ int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float 
 	free(u);
 	return 0;
 }
+
+/*
+ * The second probe: besides its mean, each cluster keeps the one member
+ * farthest from that mean.  A strong member hidden in a cluster of ~16
+ * (a key of the cluster's topic plus a component along some query's
+ * direction) is exactly the member the mean is least like, so the probe
+ * finds it with one exact q.k instead of a box bound, which grows with
+ * every member's noise on every channel and ranks noisy clusters first
+ * (the collapse of the bound ranking measured in Documentation/client.rst).
+ */
+void nelssa_cluster_far_keys(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
+			     const void *k, float *far)
+{
+	const uint32_t d = ix->head_dim;
+	float row[NELSSA_ATTN_MAX_HEAD_DIM];
+
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		const float *cen = ix->centroids + (size_t)c * d;
+		float *f = far + (size_t)c * d;
+		double best = -1.0;
+
+		for (uint32_t j = 0; j < ix->table[c].count; j++) {
+			uint32_t t = ix->perm[ix->table[c].first + j];
+			double dd = 0.0;
+
+			nelssa_kv_widen(row, (const uint16_t *)k + (size_t)t * d, d, dtype);
+			for (uint32_t i = 0; i < d; i++)
+				dd += ((double)row[i] - cen[i]) * ((double)row[i] - cen[i]);
+			/* Strictly farther: ties keep the earlier member (token order). */
+			if (dd > best) {
+				best = dd;
+				for (uint32_t i = 0; i < d; i++)
+					f[i] = row[i];
+			}
+		}
+	}
+}
+
+int nelssa_far_probs(const float *q, uint32_t group, uint32_t head_dim, float scale,
+		     const float *centroids, const float *far, const uint32_t *sizes,
+		     uint32_t n_clusters, float *score)
+{
+	double *u;
+
+	if (!group || group > NELSSA_ATTN_MAX_GROUP || !head_dim ||
+	    head_dim > NELSSA_ATTN_MAX_HEAD_DIM || !(scale > 0.0f) || !isfinite(scale))
+		return -EINVAL;
+	if (!n_clusters)
+		return 0;
+	u = malloc(sizeof(*u) * n_clusters);
+	if (!u)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < n_clusters; c++)
+		score[c] = sizes[c] ? 0.0f : -INFINITY;
+	for (uint32_t r = 0; r < group; r++) {
+		const float *qr = q + (size_t)r * head_dim;
+		double m = -INFINITY, sum = 0.0;
+
+		for (uint32_t c = 0; c < n_clusters; c++) {
+			/* The dot products of the centroid scores, fp32 in index order. */
+			const float sc = nelssa_dot_f32(qr, centroids + (size_t)c * head_dim, head_dim);
+			const float sf = nelssa_dot_f32(qr, far + (size_t)c * head_dim, head_dim);
+
+			if (!sizes[c])
+				continue;
+			/* The larger of the two probes: a cluster is worth what its
+			 * mean or its outlying member is worth, whichever is more. */
+			u[c] = scale * fmax(sc, sf);
+			if (!isfinite(u[c])) {
+				free(u);
+				return -EINVAL;
+			}
+			m = fmax(m, u[c]);
+		}
+		if (m == -INFINITY)
+			break;		/* every cluster empty */
+		for (uint32_t c = 0; c < n_clusters; c++)
+			if (sizes[c]) {
+				u[c] = exp(u[c] - m);
+				sum += u[c];
+			}
+		for (uint32_t c = 0; c < n_clusters; c++)
+			if (sizes[c])
+				score[c] += (float)(u[c] / sum);
+	}
+	free(u);
+	return 0;
+}

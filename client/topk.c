@@ -204,3 +204,40 @@ out:
 	free(taken);
 	return ret;
 }
+
+int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t group,
+		  uint32_t head_dim, float scale, const float *centroids, const float *far,
+		  const uint32_t *sizes, uint32_t n_clusters, uint64_t budget, uint32_t *ids,
+		  uint64_t *tokens)
+{
+	const int probe = cfg->far_share > 0.0;
+	float *score;
+	int ret;
+
+	if (tokens)
+		*tokens = 0;
+	if (!(cfg->far_share >= 0.0 && cfg->far_share <= 1.0) || (probe && !far))
+		return -EINVAL;
+	if (!n_clusters)
+		return 0;
+	score = malloc(sizeof(*score) * n_clusters * (probe ? 2 : 1));
+	if (!score)
+		return -ENOMEM;
+	ret = nelssa_centroid_scores(q, group, head_dim, scale, centroids, sizes, n_clusters,
+				     score);
+	if (!ret && probe)
+		ret = nelssa_far_probs(q, group, head_dim, scale, centroids, far, sizes, n_clusters,
+				       score + n_clusters);
+	if (!ret) {
+		/* The probe's share first, so what it finds is in before the
+		 * centroids take the rest; the tie rule is nelssa_topk()'s. */
+		const float *lists[2] = { score + n_clusters, score };
+		const double share[2] = { cfg->far_share, 1.0 - cfg->far_share };
+
+		ret = probe ? nelssa_select_hybrid(lists, share, 2, sizes, n_clusters, budget, ids,
+						   tokens)
+			    : nelssa_topk_fill(score, sizes, n_clusters, budget, ids, tokens);
+	}
+	free(score);
+	return ret;
+}

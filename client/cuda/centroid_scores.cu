@@ -4,7 +4,10 @@
  * (a warp per cluster, all of the group's rows), each row's softmax
  * statistics over the clusters (a block per row), then the per-cluster sum
  * of the rows' probabilities.  Keeping the logits in a scratch buffer costs
- * group * n_clusters floats and saves reading the centroids twice.
+ * group * n_clusters floats and saves reading the centroids twice.  The
+ * far-member scores (nelssa_cuda_far_probs()) are the same three kernels
+ * with a second probe per cluster: the logit is the larger of the
+ * centroid's and the far member's, as on the CPU.
  */
 #include <math.h>
 
@@ -14,18 +17,21 @@
 
 #define WARPS 8u
 
-__global__ void logits_kernel(const float *q, const float *cen, const uint32_t *sizes,
-			      uint32_t group, uint32_t d, uint32_t n, float scale, float *logit,
-			      int *bad)
+/* @far: NULL for centroid scores, else each cluster's second probe. */
+__global__ void logits_kernel(const float *q, const float *cen, const float *far,
+			      const uint32_t *sizes, uint32_t group, uint32_t d, uint32_t n,
+			      float scale, float *logit, int *bad)
 {
 	const uint32_t h = blockIdx.y, lane = threadIdx.x % NC_WARP;
 	const uint32_t c = blockIdx.x * WARPS + threadIdx.x / NC_WARP;
-	const float *cr, *qh = q + (size_t)h * group * d;
+	const float *cr, *fr = NULL, *qh = q + (size_t)h * group * d;
 	float *out;
 
 	if (c >= n)
 		return;
 	cr = cen + ((size_t)h * n + c) * d;
+	if (far)
+		fr = far + ((size_t)h * n + c) * d;
 	out = logit + (size_t)h * group * n + c;
 	for (uint32_t g = 0; g < group; g++) {
 		float s = 0.0f;
@@ -37,7 +43,15 @@ __global__ void logits_kernel(const float *q, const float *cen, const uint32_t *
 		}
 		for (uint32_t i = lane; i < d; i += NC_WARP)
 			s += qh[(size_t)g * d + i] * cr[i];
-		s = scale * nc_warp_sum(s);
+		s = nc_warp_sum(s);
+		if (fr) {
+			float sf = 0.0f;
+
+			for (uint32_t i = lane; i < d; i += NC_WARP)
+				sf += qh[(size_t)g * d + i] * fr[i];
+			s = fmaxf(s, nc_warp_sum(sf));
+		}
+		s = scale * s;
 		if (!lane) {
 			out[(size_t)g * n] = s;
 			if (!isfinite(s))
@@ -99,10 +113,9 @@ __global__ void score_kernel(const float *logit, const uint32_t *sizes, const fl
 	score[(size_t)h * n + c] = s;
 }
 
-int nelssa_cuda_centroid_scores(const float *q, uint32_t n_heads, uint32_t group,
-				uint32_t head_dim, float scale, const float *centroids,
-				const uint32_t *sizes, uint32_t n_clusters, float *score,
-				void *stream)
+static int scores(const float *q, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+		  float scale, const float *centroids, const float *far, const uint32_t *sizes,
+		  uint32_t n_clusters, float *score, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	const size_t rows = (size_t)n_heads * group;
@@ -126,11 +139,30 @@ int nelssa_cuda_centroid_scores(const float *q, uint32_t n_heads, uint32_t group
 	bad = (int *)(z + rows);
 	cudaMemsetAsync(bad, 0, sizeof(int) * n_heads, st);
 	logits_kernel<<<dim3(nc_blocks(n_clusters, WARPS), n_heads), WARPS * NC_WARP, 0, st>>>(
-		q, centroids, sizes, group, head_dim, n_clusters, scale, logit, bad);
+		q, centroids, far, sizes, group, head_dim, n_clusters, scale, logit, bad);
 	row_stats_kernel<<<dim3(group, n_heads), 256, 0, st>>>(logit, group, n_clusters, m, z);
 	score_kernel<<<dim3(nc_blocks(n_clusters, 256), n_heads), 256, 0, st>>>(
 		logit, sizes, m, z, bad, group, n_clusters, score);
 	ret = nc_launched();
 	cudaFreeAsync(logit, st);
 	return ret;
+}
+
+int nelssa_cuda_centroid_scores(const float *q, uint32_t n_heads, uint32_t group,
+				uint32_t head_dim, float scale, const float *centroids,
+				const uint32_t *sizes, uint32_t n_clusters, float *score,
+				void *stream)
+{
+	return scores(q, n_heads, group, head_dim, scale, centroids, NULL, sizes, n_clusters,
+		      score, stream);
+}
+
+int nelssa_cuda_far_probs(const float *q, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+			  float scale, const float *centroids, const float *far,
+			  const uint32_t *sizes, uint32_t n_clusters, float *score, void *stream)
+{
+	if (!far)
+		return -EINVAL;
+	return scores(q, n_heads, group, head_dim, scale, centroids, far, sizes, n_clusters,
+		      score, stream);
 }

@@ -243,3 +243,103 @@ int nelssa_cuda_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_
 	cudaFreeAsync(valid, st);
 	return ret;
 }
+
+/*
+ * Two rankings, one budget (nelssa_select_hybrid() with two lists): a
+ * thread per head runs the CPU loop exactly -- the first list fills its
+ * share, the second the whole budget, then each tops up -- with a byte
+ * per cluster marking what is taken.
+ */
+__device__ static uint32_t take_from(const uint32_t *ranked, int32_t valid, const uint32_t *sizes,
+				     unsigned long long upto, unsigned long long *used,
+				     unsigned char *taken, uint32_t *out)
+{
+	uint32_t m = 0;
+
+	for (uint32_t i = 0; valid > 0 && i < (uint32_t)valid && *used < upto; i++) {
+		uint32_t c = ranked[i], sz = sizes[c];
+
+		if (taken[c] || !sz || sz > upto - *used)
+			continue;
+		taken[c] = 1;
+		*used += sz;
+		out[m++] = c;
+	}
+	return m;
+}
+
+__global__ void hybrid_kernel(const uint32_t *r0, const uint32_t *r1, const int32_t *v0,
+			      const int32_t *v1, const uint32_t *sizes, uint32_t n_heads,
+			      uint32_t n, uint64_t first, uint64_t budget, unsigned char *taken,
+			      uint32_t *ids, int32_t *count, unsigned long long *tokens)
+{
+	const uint32_t h = blockIdx.x * blockDim.x + threadIdx.x;
+	const size_t o = (size_t)h * n;
+	unsigned long long used = 0;
+	uint32_t m = 0;
+
+	if (h >= n_heads)
+		return;
+	if (v0[h] < 0 || v1[h] < 0) {
+		count[h] = v0[h] < 0 ? v0[h] : v1[h];
+		if (tokens)
+			tokens[h] = 0;
+		return;
+	}
+	m += take_from(r0 + o, v0[h], sizes + o, first, &used, taken + o, ids + o + m);
+	m += take_from(r1 + o, v1[h], sizes + o, budget, &used, taken + o, ids + o + m);
+	m += take_from(r0 + o, v0[h], sizes + o, budget, &used, taken + o, ids + o + m);
+	m += take_from(r1 + o, v1[h], sizes + o, budget, &used, taken + o, ids + o + m);
+	count[h] = (int32_t)m;
+	if (tokens)
+		tokens[h] = used;
+}
+
+int nelssa_cuda_select_hybrid2(const float *first, const float *second, double share,
+			       const uint32_t *sizes, uint32_t n_heads, uint32_t n_clusters,
+			       uint64_t budget, uint32_t *ids, int32_t *count, uint64_t *tokens,
+			       void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	const size_t items = (size_t)n_heads * n_clusters;
+	uint32_t *r0 = NULL, *r1;
+	int32_t *v0, *v1;
+	unsigned char *taken;
+	int ret;
+
+	if (!(share >= 0.0 && share <= 1.0) || n_heads > 65535)
+		return -EINVAL;
+	if (!n_heads)
+		return 0;
+	if (!n_clusters) {
+		ret = nc_err(cudaMemsetAsync(count, 0, sizeof(*count) * n_heads, st));
+		if (!ret && tokens)
+			ret = nc_err(cudaMemsetAsync(tokens, 0, sizeof(*tokens) * n_heads, st));
+		return ret;
+	}
+	/* One scratch block: both rankings, their valid counts, the taken bytes. */
+	ret = nc_err(cudaMallocAsync((void **)&r0, sizeof(uint32_t) * 2 * items +
+				     sizeof(int32_t) * 2 * n_heads + items, st));
+	if (ret)
+		return ret;
+	r1 = r0 + items;
+	v0 = (int32_t *)(r1 + items);
+	v1 = v0 + n_heads;
+	taken = (unsigned char *)(v1 + n_heads);
+	ret = nc_err(cudaMemsetAsync(taken, 0, items, st));
+	if (!ret)
+		ret = rank_all(first, n_heads, n_clusters, r0, v0, st);
+	if (!ret)
+		ret = rank_all(second, n_heads, n_clusters, r1, v1, st);
+	if (!ret) {
+		/* The CPU's share arithmetic: the first list fills floor(share * budget). */
+		const uint64_t upto = share >= 1.0 ? budget : (uint64_t)(share * (double)budget);
+
+		hybrid_kernel<<<nc_blocks(n_heads, 128), 128, 0, st>>>(
+			r0, r1, v0, v1, sizes, n_heads, n_clusters, upto, budget, taken, ids,
+			count, (unsigned long long *)tokens);
+		ret = nc_launched();
+	}
+	cudaFreeAsync(r0, st);
+	return ret;
+}

@@ -15,8 +15,9 @@
 # - the estimation term only adds mass it is sure of (cluster means
 #   under-estimate by Jensen), so it never moves the LSE away from the
 #   dense one;
-# - the shipped method (cluster+est) finds every target and is no worse
-#   than page Top-K at the same budget on every family.
+# - the shipped method (probe+est: the far-member probe's share of the
+#   budget, then centroids, plus the estimation term) finds every target
+#   and is no worse than page Top-K at the same budget on every family.
 #
 #   check-accuracy.sh NELSSA-ACCURACY
 set -u
@@ -32,7 +33,7 @@ JSON_PRELUDE="r = j['rows']; \
 by = {(x['family'], x['method']): x for x in r}; \
 fams = sorted({x['family'] for x in r})"
 
-echo "1..17"
+echo "1..18"
 t "--help exits 0" 0 "$acc" --help
 t "a ratio of 0 is a usage error" 2 "$acc" --ratios 0
 t "a context below 1024 is a usage error" 2 "$acc" --contexts 512
@@ -41,12 +42,13 @@ t "an outlier cosine above 1 is a usage error" 2 "$acc" --outlier-cos 1.5
 t "a negative outlier count is a usage error" 2 "$acc" --outliers -1
 t "an unknown family is a usage error" 2 "$acc" --families copy,nonesuch
 t "a bound share above 1 is a usage error" 2 "$acc" --bound-share 2
+t "a far share above 1 is a usage error" 2 "$acc" --far-share 2
 
 t "8K run, every family, JSON" 0 "$acc" --contexts 8192 --seeds 1 --json \
 	--families copy,needle,entropy,drift,hidden,massive,synth
-json_check "one row per family and method" "len(fams) == 7 and len(r) == 42 and \
-	{x['method'] for x in r} == {'cluster', 'cluster+est', 'cluster-bound', 'hybrid', \
-	'page-topk', 'oracle'}"
+json_check "one row per family and method" "len(fams) == 7 and len(r) == 56 and \
+	{x['method'] for x in r} == {'cluster', 'cluster+est', 'probe', 'probe+est', \
+	'cluster-bound', 'hybrid', 'page-topk', 'oracle'}"
 json_check "every method reads its budget: the oracle exactly, the others to within a cluster" "all(
 	(x['tokens'] == o['tokens']) if x['method'] == 'oracle' else
 	(o['tokens'] - 48 <= x['tokens'] <= o['tokens'])
@@ -59,9 +61,9 @@ json_check "no method recalls more attention mass than the oracle" "all(
 json_check "the oracle finds every planted target that carries mass" "all(
 	x['hits'] == x['targets'] for x in r if x['method'] == 'oracle')"
 json_check "the estimation term never moves the LSE away from the dense one" "all(
-	by[(f, 'cluster+est')]['median_abs_dlse'] <= by[(f, 'cluster')]['median_abs_dlse'] + 1e-6
-	for f in fams)"
-json_check "cluster+est finds every target on every family" "all(
-	by[(f, 'cluster+est')]['hits'] == by[(f, 'cluster+est')]['targets'] for f in fams)"
-json_check "cluster+est is no worse than page Top-K at the same budget" "all(
-	by[(f, 'cluster+est')]['median_err'] <= by[(f, 'page-topk')]['median_err'] for f in fams)"
+	by[(f, m + '+est')]['median_abs_dlse'] <= by[(f, m)]['median_abs_dlse'] + 1e-6
+	for f in fams for m in ('cluster', 'probe'))"
+json_check "probe+est finds every target on every family" "all(
+	by[(f, 'probe+est')]['hits'] == by[(f, 'probe+est')]['targets'] for f in fams)"
+json_check "probe+est is no worse than page Top-K at the same budget" "all(
+	by[(f, 'probe+est')]['median_err'] <= by[(f, 'page-topk')]['median_err'] for f in fams)"

@@ -4,7 +4,9 @@
  * against masses derived from the float64 reference's LSE, the oracle
  * against a full sort, Quest's bound against the true per-page maximum
  * and its ranking against an independently computed bound, and the
- * oracle never losing to Quest at the same token budget.
+ * oracle never losing to Quest at the same token budget; the far-member
+ * probe against a brute-force float64 search and softmax, and the shipped
+ * selection (nelssa_select()) against a greedy fill written here.
  */
 #include <errno.h>
 #include <math.h>
@@ -303,6 +305,290 @@ static void bound_probs_match_float64(void **state)
 	free(f);
 }
 
+/* float64 squared distance of token @t's key from centroid @c. */
+static double dist2(const struct fx *f, const struct nelssa_cluster_index *ix, uint32_t c,
+		    uint32_t t)
+{
+	double s = 0.0;
+
+	for (uint32_t i = 0; i < D; i++) {
+		double e = kk(f, t, i) - ix->centroids[(size_t)c * D + i];
+
+		s += e * e;
+	}
+	return s;
+}
+
+/* float64 per-row softmax of scale * max(q.c, q.far), summed over rows. */
+static void far_ref(const struct fx *f, const struct nelssa_cluster_index *ix, const float *far,
+		    const uint32_t *sizes, double scale, double *ref)
+{
+	const uint32_t n = ix->n_clusters;
+	double *u = tu_alloc(sizeof(double) * n);
+
+	for (uint32_t c = 0; c < n; c++)
+		ref[c] = sizes[c] ? 0.0 : -INFINITY;
+	for (uint32_t r = 0; r < G; r++) {
+		double m = -INFINITY, sum = 0.0;
+
+		for (uint32_t c = 0; c < n; c++) {
+			double a = 0.0, b = 0.0;
+
+			for (uint32_t i = 0; i < D; i++) {
+				a += (double)f->q[r * D + i] * ix->centroids[(size_t)c * D + i];
+				b += (double)f->q[r * D + i] * far[(size_t)c * D + i];
+			}
+			u[c] = scale * (a > b ? a : b);
+			if (sizes[c])
+				m = fmax(m, u[c]);
+		}
+		for (uint32_t c = 0; c < n; c++)
+			if (sizes[c])
+				sum += exp(u[c] - m);
+		for (uint32_t c = 0; c < n; c++)
+			if (sizes[c])
+				ref[c] += exp(u[c] - m) / sum;
+	}
+	free(u);
+}
+
+/*
+ * The far key is, bit for bit, the raw key of the member a brute-force
+ * float64 search finds farthest from the centroid (the first on a tie);
+ * its scores match a float64 softmax computed here.
+ */
+static void far_probe_matches_float64(void **state)
+{
+	struct fx *f = fx_new(__func__);
+	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_cluster_index ix;
+	float *far, *score;
+	uint32_t *sizes;
+	double *ref, total = 0.0;
+
+	(void)state;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
+	far = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	score = tu_alloc(sizeof(float) * ix.n_clusters);
+	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	ref = tu_alloc(sizeof(double) * ix.n_clusters);
+	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, f->k, far);
+	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		uint32_t best = ix.perm[ix.table[c].first];
+
+		for (uint32_t j = 1; j < ix.table[c].count; j++) {
+			uint32_t t = ix.perm[ix.table[c].first + j];
+
+			if (dist2(f, &ix, c, t) > dist2(f, &ix, c, best))
+				best = t;
+		}
+		for (uint32_t i = 0; i < D; i++)
+			assert_true(far[(size_t)c * D + i] == (float)kk(f, best, i));
+		sizes[c] = c % 5 ? ix.table[c].count : 0;	/* some "empty" */
+	}
+	assert_int_equal(0, nelssa_far_probs(f->q, G, D, 0.5f, ix.centroids, far, sizes,
+					     ix.n_clusters, score));
+	far_ref(f, &ix, far, sizes, 0.5, ref);
+	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		if (!sizes[c]) {
+			assert_true(score[c] == -INFINITY);
+			continue;
+		}
+		assert_true(fabs(score[c] - ref[c]) < 1e-5);
+		total += score[c];
+	}
+	assert_true(fabs(total - G) < 1e-4);
+	assert_int_equal(-EINVAL, nelssa_far_probs(f->q, G, D, 0.0f, ix.centroids, far, sizes,
+						   ix.n_clusters, score));
+	assert_int_equal(-EINVAL, nelssa_far_probs(f->q, 0, D, 0.5f, ix.centroids, far, sizes,
+						   ix.n_clusters, score));
+	nelssa_kmeans_free(&ix);
+	free(far);
+	free(score);
+	free(sizes);
+	free(ref);
+	free(f);
+}
+
+/*
+ * What the probe is for: a member whose key is its cluster's plus a
+ * strong component along row 0's query stays in the cluster (the mean
+ * dilutes it), and the far probe ranks that cluster first for row 0
+ * where the centroid scores do not.
+ */
+static void far_probe_finds_a_hidden_member(void **state)
+{
+	struct fx *f = fx_new(__func__);
+	struct nelssa_cluster_index ix;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	float *far, *fs, *cs;
+	uint32_t *sizes, *ids, hidden = 0;
+	double qn = 0.0;
+
+	(void)state;
+	cfg.outlier_per_mille = 0;	/* no split: the member stays hidden */
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
+	far = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	fs = tu_alloc(sizeof(float) * ix.n_clusters);
+	cs = tu_alloc(sizeof(float) * ix.n_clusters);
+	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	ids = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		sizes[c] = ix.table[c].count;
+		if (sizes[c] >= 8 && !hidden)
+			hidden = c + 1;
+	}
+	assert_true(hidden > 0);
+	hidden--;
+	/* Move the cluster's middle member along q_0 (in the stored keys and
+	 * the centroid alike, as a rebuilt index would have it). */
+	for (uint32_t i = 0; i < D; i++)
+		qn += (double)f->q[i] * f->q[i];
+	{
+		uint32_t t = ix.perm[ix.table[hidden].first + sizes[hidden] / 2];
+
+		for (uint32_t i = 0; i < D; i++) {
+			double add = 8.0 * f->q[i] / sqrt(qn);
+			float nk = (float)(kk(f, t, i) + add);
+
+			f->k[(size_t)t * D + i] = tu_to_kv(nk, NELSSA_KV_BF16);
+			ix.centroids[(size_t)hidden * D + i] += (float)(add / sizes[hidden]);
+		}
+	}
+	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, f->k, far);
+	/* Row 0 alone: a one-row group. */
+	assert_int_equal(0, nelssa_far_probs(f->q, 1, D, 0.5f, ix.centroids, far, sizes,
+					     ix.n_clusters, fs));
+	assert_int_equal(0, nelssa_centroid_scores(f->q, 1, D, 0.5f, ix.centroids, sizes,
+						   ix.n_clusters, cs));
+	assert_int_equal(1, nelssa_topk(fs, ix.n_clusters, 1, ids));
+	assert_int_equal(hidden, ids[0]);
+	assert_int_equal(1, nelssa_topk(cs, ix.n_clusters, 1, ids));
+	assert_int_not_equal(hidden, ids[0]);
+	nelssa_kmeans_free(&ix);
+	free(far);
+	free(fs);
+	free(cs);
+	free(sizes);
+	free(ids);
+	free(f);
+}
+
+struct ranked {
+	double s;
+	uint32_t id;
+};
+
+static int by_rank(const void *a, const void *b)
+{
+	const struct ranked *x = a, *y = b;
+
+	if (x->s != y->s)
+		return x->s > y->s ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Greedy fill of @upto tokens from a full sort of @score, skipping @taken. */
+static uint64_t greedy(const float *score, const uint32_t *sizes, uint32_t n, uint64_t upto,
+		       uint64_t used, unsigned char *taken, uint32_t *out, uint32_t *n_out)
+{
+	struct ranked *r = tu_alloc(sizeof(*r) * n);
+
+	for (uint32_t c = 0; c < n; c++)
+		r[c] = (struct ranked){ score[c], c };
+	qsort(r, n, sizeof(*r), by_rank);
+	for (uint32_t i = 0; i < n && used < upto; i++) {
+		uint32_t c = r[i].id;
+
+		if (taken[c] || !sizes[c] || r[i].s == -INFINITY || used + sizes[c] > upto)
+			continue;
+		taken[c] = 1;
+		used += sizes[c];
+		out[(*n_out)++] = c;
+	}
+	free(r);
+	return used;
+}
+
+/*
+ * The shipped selection: the far probe fills its share of the budget,
+ * then the centroids the rest, then either tops up -- checked against a
+ * greedy fill over full sorts written here; a zero share is the centroid
+ * fill alone; the budget is never exceeded.
+ */
+static void select_is_the_documented_fill(void **state)
+{
+	struct fx *f = fx_new(__func__);
+	const struct nelssa_kmeans_cfg kc = NELSSA_KMEANS_DEFAULT;
+	const struct nelssa_select_cfg def = NELSSA_SELECT_DEFAULT;
+	struct nelssa_cluster_index ix;
+	float *far, *fs, *cs;
+	uint32_t *sizes, *ids, *want;
+	unsigned char *taken;
+
+	(void)state;
+	assert_int_equal(0, nelssa_kmeans_build(&ix, &kc, NELSSA_KV_BF16, f->k, N, D));
+	far = tu_alloc(sizeof(float) * ix.n_clusters * D);
+	fs = tu_alloc(sizeof(float) * ix.n_clusters);
+	cs = tu_alloc(sizeof(float) * ix.n_clusters);
+	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	ids = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	want = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
+	taken = tu_alloc(ix.n_clusters);
+	for (uint32_t c = 0; c < ix.n_clusters; c++)
+		sizes[c] = ix.table[c].count;
+	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, f->k, far);
+	assert_int_equal(0, nelssa_far_probs(f->q, G, D, 0.5f, ix.centroids, far, sizes,
+					     ix.n_clusters, fs));
+	assert_int_equal(0, nelssa_centroid_scores(f->q, G, D, 0.5f, ix.centroids, sizes,
+						   ix.n_clusters, cs));
+	for (double share = 0.0; share <= 1.0; share += 0.25)
+		for (uint64_t budget = 1; budget <= N; budget = budget * 3 + 7) {
+			const struct nelssa_select_cfg cfg = { share, 1 };
+			uint64_t tok = 0, used = 0, sum = 0;
+			uint32_t nw = 0;
+			int n;
+
+			memset(taken, 0, ix.n_clusters);
+			if (share > 0.0) {
+				used = greedy(fs, sizes, ix.n_clusters,
+					      share >= 1.0 ? budget : (uint64_t)(share * budget), used,
+					      taken, want, &nw);
+				used = greedy(cs, sizes, ix.n_clusters, budget, used, taken, want,
+					      &nw);
+				used = greedy(fs, sizes, ix.n_clusters, budget, used, taken, want,
+					      &nw);
+			}
+			used = greedy(cs, sizes, ix.n_clusters, budget, used, taken, want, &nw);
+			n = nelssa_select(&cfg, f->q, G, D, 0.5f, ix.centroids, far, sizes,
+					  ix.n_clusters, budget, ids, &tok);
+			assert_int_equal((int)nw, n);
+			for (int i = 0; i < n; i++) {
+				assert_int_equal(want[i], ids[i]);
+				sum += sizes[ids[i]];
+			}
+			assert_true(tok == used && sum == used && used <= budget);
+		}
+	assert_true(def.far_share > 0.0 && def.far_share < 1.0 && def.estimate);
+	{
+		const struct nelssa_select_cfg bad = { 1.5, 1 }, probe = { 0.25, 1 };
+
+		assert_int_equal(-EINVAL, nelssa_select(&bad, f->q, G, D, 0.5f, ix.centroids, far,
+							sizes, ix.n_clusters, 10, ids, NULL));
+		assert_int_equal(-EINVAL, nelssa_select(&probe, f->q, G, D, 0.5f, ix.centroids,
+							NULL, sizes, ix.n_clusters, 10, ids, NULL));
+	}
+	nelssa_kmeans_free(&ix);
+	free(far);
+	free(fs);
+	free(cs);
+	free(sizes);
+	free(ids);
+	free(want);
+	free(taken);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -312,6 +598,9 @@ int main(void)
 		cmocka_unit_test(quest_finds_a_planted_needle),
 		cmocka_unit_test(cluster_bound_is_an_upper_bound),
 		cmocka_unit_test(bound_probs_match_float64),
+		cmocka_unit_test(far_probe_matches_float64),
+		cmocka_unit_test(far_probe_finds_a_hidden_member),
+		cmocka_unit_test(select_is_the_documented_fill),
 	};
 
 	tu_init("client_baselines");

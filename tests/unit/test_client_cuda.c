@@ -277,6 +277,120 @@ GPU_TEST(fill_matches)
 	free(cpu);
 }
 
+/* The far-member scores: the centroid kernels with a second probe. */
+GPU_TEST(far_probs_match)
+{
+	const uint32_t n = 777;
+	const size_t qn = (size_t)H * G * D, cn = (size_t)H * n * D;
+	float *q = tu_alloc(sizeof(float) * qn), *cen = tu_alloc(sizeof(float) * cn);
+	float *far = tu_alloc(sizeof(float) * cn);
+	float *gpu = tu_alloc(sizeof(float) * H * n), *cpu = tu_alloc(sizeof(float) * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
+	struct tu_rng rng;
+	float *dq, *dc, *df, *ds;
+	uint32_t *dz;
+
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, q, qn, 1.0);
+	tu_fill_f32(&rng, cen, cn, 1.0);
+	tu_fill_f32(&rng, far, cn, 1.5);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 30) : 0;
+	dq = dev_put(q, sizeof(float) * qn);
+	dc = dev_put(cen, sizeof(float) * cn);
+	df = dev_put(far, sizeof(float) * cn);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	ds = dev_new(sizeof(float) * H * n);
+	assert_int_equal(0, nelssa_cuda_far_probs(dq, H, G, D, 0.088f, dc, df, dz, n, ds, NULL));
+	dev_get(gpu, ds, sizeof(float) * H * n);
+	for (uint32_t h = 0; h < H; h++) {
+		assert_int_equal(0, nelssa_far_probs(q + (size_t)h * G * D, G, D, 0.088f,
+						     cen + (size_t)h * n * D, far + (size_t)h * n * D,
+						     sizes + h * n, n, cpu));
+		for (uint32_t c = 0; c < n; c++)
+			near(gpu[h * n + c], cpu[c], 1e-6, 1e-4);
+	}
+	assert_int_equal(-EINVAL, nelssa_cuda_far_probs(dq, H, G, D, 0.088f, dc, NULL, dz, n, ds,
+							NULL));
+	cudaFree(dq);
+	cudaFree(dc);
+	cudaFree(df);
+	cudaFree(dz);
+	cudaFree(ds);
+	free(q);
+	free(cen);
+	free(far);
+	free(gpu);
+	free(cpu);
+	free(sizes);
+}
+
+/* Two rankings filling one budget: exactly nelssa_select_hybrid(). */
+GPU_TEST(hybrid_matches)
+{
+	const uint32_t n = 2000;
+	const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
+	const double shares[] = { 0.0, 0.25, 0.5, 1.0 };
+	float *s0 = tu_alloc(sizeof(float) * H * n), *s1 = tu_alloc(sizeof(float) * H * n);
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
+	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
+	uint64_t tokens[H], *dtok;
+	int32_t count[H];
+	struct tu_rng rng;
+	uint32_t *dids, *dz;
+	int32_t *dcount;
+	float *d0, *d1;
+
+	tu_rng_for(&rng, __func__, 0);
+	fill_scores(&rng, s0, H * n);
+	fill_scores(&rng, s1, H * n);
+	s1[n + 3] = NAN;	/* head 1's second list is invalid */
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 31) : 0;
+	d0 = dev_put(s0, sizeof(float) * H * n);
+	d1 = dev_put(s1, sizeof(float) * H * n);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	dids = dev_new(sizeof(uint32_t) * H * n);
+	dcount = dev_new(sizeof(int32_t) * H);
+	dtok = dev_new(sizeof(uint64_t) * H);
+	for (size_t si = 0; si < sizeof(shares) / sizeof(shares[0]); si++)
+		for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+			assert_int_equal(0, nelssa_cuda_select_hybrid2(d0, d1, shares[si], dz, H, n,
+								       budgets[i], dids, dcount,
+								       dtok, NULL));
+			dev_get(count, dcount, sizeof(count));
+			dev_get(tokens, dtok, sizeof(tokens));
+			dev_get(ids, dids, sizeof(uint32_t) * H * n);
+			for (uint32_t h = 0; h < H; h++) {
+				const float *lists[2] = { s0 + h * n, s1 + h * n };
+				const double share[2] = { shares[si], 1.0 - shares[si] };
+				uint64_t want_tok;
+				int want = nelssa_select_hybrid(lists, share, 2, sizes + h * n, n,
+								budgets[i], cpu, &want_tok);
+
+				assert_int_equal(want, count[h]);
+				if (want < 0)
+					continue;
+				assert_true(want_tok == tokens[h]);
+				assert_memory_equal(cpu, ids + (size_t)h * n,
+						    sizeof(uint32_t) * (size_t)want);
+			}
+		}
+	assert_int_equal(-EINVAL, nelssa_cuda_select_hybrid2(d0, d1, 1.5, dz, H, n, 10, dids,
+							     dcount, dtok, NULL));
+	cudaFree(d0);
+	cudaFree(d1);
+	cudaFree(dz);
+	cudaFree(dids);
+	cudaFree(dcount);
+	cudaFree(dtok);
+	free(s0);
+	free(s1);
+	free(sizes);
+	free(ids);
+	free(cpu);
+}
+
 GPU_TEST(window_matches)
 {
 	/* Items shorter than, equal to and longer than the window; one empty. */
@@ -555,6 +669,8 @@ int main(void)
 		cmocka_unit_test(topk_matches),
 		cmocka_unit_test(budget_matches),
 		cmocka_unit_test(fill_matches),
+		cmocka_unit_test(far_probs_match),
+		cmocka_unit_test(hybrid_matches),
 		cmocka_unit_test(window_matches),
 		cmocka_unit_test(merge_matches),
 		cmocka_unit_test(estimate_matches),

@@ -128,6 +128,51 @@ int nelssa_select_hybrid(const float *const *score, const double *share, uint32_
 			 uint32_t *ids, uint64_t *tokens);
 
 /**
+ * struct nelssa_select_cfg - the shipped cluster selection.
+ * @far_share: fraction of the token budget filled first by
+ *	nelssa_far_probs() (mean and farthest member) before the centroid
+ *	scores fill the rest (default 0.25; 0 ranks by centroids alone).
+ * @estimate: whether the caller adds nelssa_estimate_attn() over every
+ *	cluster not selected (default 1, on: measured never to hurt).
+ *
+ * The defaults are chosen by measurement (Documentation/client.rst).
+ */
+struct nelssa_select_cfg {
+	double far_share;
+	int estimate;
+};
+
+#define NELSSA_SELECT_DEFAULT ((struct nelssa_select_cfg){ .far_share = 0.25, .estimate = 1 })
+
+/**
+ * nelssa_select() - the shipped selection of one KV head's clusters.
+ * @cfg: parameters (@cfg->estimate is the caller's to apply).
+ * @q: the GQA group's queries, fp32 [@group][@head_dim].
+ * @group: query rows.
+ * @head_dim: elements per row.
+ * @scale: softmax scale.
+ * @centroids: fp32 [@n_clusters][@head_dim].
+ * @far: fp32 [@n_clusters][@head_dim] from nelssa_cluster_far_keys();
+ *	may be NULL when @cfg->far_share is 0.
+ * @sizes: tokens per cluster.
+ * @n_clusters: number of clusters.
+ * @budget: tokens to fill.
+ * @ids: receives the ids taken (room for @n_clusters).
+ * @tokens: if not NULL, receives the tokens the selection holds.
+ *
+ * nelssa_select_hybrid() over the nelssa_far_probs() ranking (share
+ * @cfg->far_share) and the nelssa_centroid_scores() ranking (the rest);
+ * with a zero share, nelssa_topk_fill() over the centroid scores.
+ *
+ * Return: the number of ids written; -EINVAL (bad share, missing @far,
+ * bad shape or non-finite input), -ENOMEM.
+ */
+int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t group,
+		  uint32_t head_dim, float scale, const float *centroids, const float *far,
+		  const uint32_t *sizes, uint32_t n_clusters, uint64_t budget, uint32_t *ids,
+		  uint64_t *tokens);
+
+/**
  * struct nelssa_window - the tokens the GPU always attends exactly.
  * @sink: leading attention-sink tokens (default 4).
  * @recent: most recent tokens (default 64).
@@ -440,6 +485,44 @@ void nelssa_bound_scores(const float *q, uint32_t group, uint32_t head_dim, cons
 int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float scale,
 		       const float *lo, const float *hi, const uint32_t *sizes,
 		       uint32_t n_clusters, float *score);
+
+/**
+ * nelssa_cluster_far_keys() - each cluster's member farthest from its mean.
+ * @ix: the index.
+ * @dtype: element type of @k.
+ * @k: keys in token order [ix->n_tokens][ix->head_dim].
+ * @far: receives fp32 [ix->n_clusters][ix->head_dim]: the raw key of the
+ *	member with the largest L2 distance (float64) from the cluster's
+ *	centroid; ties to the earlier member in cluster order.
+ *
+ * The second probe of nelssa_far_probs(): d floats per cluster beside the
+ * centroid, half the metadata of the per-channel box.
+ */
+void nelssa_cluster_far_keys(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
+			     const void *k, float *far);
+
+/**
+ * nelssa_far_probs() - cluster scores from the mean and the farthest member.
+ * @q: fp32 [@group][@head_dim].
+ * @group: query rows.
+ * @head_dim: elements per row.
+ * @scale: softmax scale, positive and finite.
+ * @centroids: fp32 [@n_clusters][@head_dim].
+ * @far: fp32 [@n_clusters][@head_dim], from nelssa_cluster_far_keys().
+ * @sizes: tokens per cluster; 0 scores -inf.
+ * @n_clusters: number of clusters.
+ * @score: receives [@n_clusters]: sum over rows r of softmax_c(scale *
+ *	max(q_r . centroid_c, q_r . far_c)), the products in float64.
+ *
+ * Normalised per row like nelssa_centroid_scores(), so a cluster one row
+ * needs ranks high; a strong member the mean dilutes keeps its exact
+ * logit when it is the member farthest from the mean.
+ *
+ * Return: 0; -EINVAL for a bad shape or a non-finite logit; -ENOMEM.
+ */
+int nelssa_far_probs(const float *q, uint32_t group, uint32_t head_dim, float scale,
+		     const float *centroids, const float *far, const uint32_t *sizes,
+		     uint32_t n_clusters, float *score);
 
 #ifdef __cplusplus
 }

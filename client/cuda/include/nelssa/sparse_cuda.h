@@ -117,6 +117,54 @@ int nelssa_cuda_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_
 			  uint64_t *tokens, void *stream);
 
 /**
+ * nelssa_cuda_far_probs() - nelssa_far_probs() for many heads.
+ * @q: device fp32 [@n_heads][@group][@head_dim].
+ * @n_heads: KV heads.
+ * @group: query rows per KV head.
+ * @head_dim: elements per row.
+ * @scale: softmax scale, positive and finite.
+ * @centroids: device fp32 [@n_heads][@n_clusters][@head_dim].
+ * @far: device fp32, likewise: each cluster's farthest member.
+ * @sizes: device [@n_heads][@n_clusters]; 0 marks an empty cluster.
+ * @n_clusters: clusters per head.
+ * @score: device [@n_heads][@n_clusters], as the CPU version (the CPU
+ *	sums its products in float64, the GPU in fp32); NaN per head as
+ *	nelssa_cuda_centroid_scores().
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_far_probs(const float *q, uint32_t n_heads, uint32_t group, uint32_t head_dim,
+			  float scale, const float *centroids, const float *far,
+			  const uint32_t *sizes, uint32_t n_clusters, float *score, void *stream);
+
+/**
+ * nelssa_cuda_select_hybrid2() - nelssa_select_hybrid() of two lists, many heads.
+ * @first: device [@n_heads][@n_clusters]: the ranking that fills @share
+ *	first (the far-member scores in nelssa_select()).
+ * @second: device, likewise: the ranking that fills the rest.
+ * @share: fraction of @budget @first fills, in [0, 1].
+ * @sizes: device [@n_heads][@n_clusters].
+ * @n_heads: heads.
+ * @n_clusters: clusters per head.
+ * @budget: tokens to fill per head.
+ * @ids: device [@n_heads][@n_clusters]: the first count[h] entries of a
+ *	head's row are its selection, in the CPU version's order.
+ * @count: device int32 [@n_heads], as nelssa_cuda_topk().
+ * @tokens: device [@n_heads] or NULL: tokens each selection holds.
+ * @stream: cudaStream_t.
+ *
+ * With nelssa_cuda_far_probs() and nelssa_cuda_centroid_scores(), the GPU
+ * form of nelssa_select().
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_select_hybrid2(const float *first, const float *second, double share,
+			       const uint32_t *sizes, uint32_t n_heads, uint32_t n_clusters,
+			       uint64_t budget, uint32_t *ids, int32_t *count, uint64_t *tokens,
+			       void *stream);
+
+/**
  * nelssa_cuda_window_attn() - nelssa_window_attn() for a batch of items.
  * @geom: shape shared by the items.
  * @n_items: work items (sequence x KV head).
