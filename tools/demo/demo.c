@@ -5,13 +5,15 @@
  * Prefill: for every request, layer and KV head, a synthetic context
  * (tools/accuracy/synth.c: sinks, topics on RoPE channels, needles) is
  * clustered with the segmented k-means over its middle tokens and the
- * clusters are offloaded.  Decode: every step and layer, centroid Top-K
- * picks the clusters per (request, head) on the "GPU" (this process), one
- * step message asks the PNM devices for attention over them, and the
- * reply is merged with the local window (4 sinks + 64 recent tokens)
- * computed here.  Each merged output is compared with dense attention over
- * the whole context.  Printed: the per-step latency breakdown, decode
- * tokens/s, and the accuracy.
+ * clusters are offloaded.  Decode: every step and layer, the library's
+ * default selection (NELSSA_SELECT_DEFAULT: centroid and far-member
+ * scores filling a token budget) picks the clusters per (request, head) on
+ * the "GPU" (this process), one step message asks the PNM devices for
+ * attention over them, and the reply is merged with the local window (4
+ * sinks + 64 recent tokens) and the estimation term over the clusters not
+ * selected, both computed here.  Each merged output is compared with
+ * dense attention over the whole context.  Printed: the per-step latency
+ * breakdown, decode tokens/s, the tokens read and the accuracy.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -39,13 +41,15 @@ struct head {
 	struct synth s;
 	struct nelssa_cluster_index ix;
 	uint32_t *sizes;
+	float *far;	/* farthest member per cluster, the second probe */
+	float *vsum;	/* member V sums, for the estimation term */
 };
 
 struct opts {
 	const char *host;
 	uint16_t port;
 	uint32_t ctx[MAX_REQ], n_req, layers, kv_heads, steps;
-	double ratio;
+	double budget;
 	int json;
 };
 
@@ -80,27 +84,59 @@ static void *prefill_worker(void *arg)
 			break;
 		}
 		hd->sizes = calloc(hd->ix.n_clusters, sizeof(uint32_t));
-		if (!hd->sizes) {
+		hd->far = calloc((size_t)hd->ix.n_clusters * D, sizeof(float));
+		hd->vsum = calloc((size_t)hd->ix.n_clusters * D, sizeof(float));
+		if (!hd->sizes || !hd->far || !hd->vsum) {
 			atomic_store(&j->failed, 1);
 			break;
 		}
 		for (uint32_t c = 0; c < hd->ix.n_clusters; c++)
 			hd->sizes[c] = hd->ix.table[c].count;
+		nelssa_cluster_far_keys(&hd->ix, NELSSA_KV_BF16,
+					(const char *)hd->s.k + win.sink * D * sizeof(uint16_t), hd->far);
+		nelssa_cluster_value_sums(&hd->ix, NELSSA_KV_BF16,
+					  (const char *)hd->s.v + win.sink * D * sizeof(uint16_t),
+					  hd->vsum);
 	}
 	return NULL;
+}
+
+/* The estimation term over the clusters of @hd that @sel does not hold. */
+static int estimate_rest(const struct nelssa_attn_geom *g, const float *q, const struct head *hd,
+			 const uint32_t *sel, uint32_t n_sel, float *o, float *lse)
+{
+	unsigned char *chosen = xcalloc(hd->ix.n_clusters, 1);
+	uint32_t *rest = xcalloc(hd->ix.n_clusters, sizeof(uint32_t)), n_rest = 0;
+	int ret;
+
+	for (uint32_t c = 0; c < n_sel; c++)
+		chosen[sel[c]] = 1;
+	for (uint32_t c = 0; c < hd->ix.n_clusters; c++)
+		if (!chosen[c])
+			rest[n_rest++] = c;
+	ret = nelssa_estimate_attn(g, q, hd->ix.centroids, hd->vsum, hd->sizes, rest, n_rest, o,
+				   lse);
+	if (ret)
+		fprintf(stderr, "nelssa-demo: estimate failed\n");
+	free(chosen);
+	free(rest);
+	return ret;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: nelssa-demo [--host H] [--port P] [--contexts N,N..] [--layers N]\n"
-		"                   [--kv-heads N] [--steps N] [--ratio R] [--json]\n"
+		"                   [--kv-heads N] [--steps N] [--budget F] [--json]\n"
 		"  --host, --port  nelssad's control address (default 127.0.0.1:18515)\n"
 		"  --contexts      one request per context length (default 32768,49152)\n"
 		"  --layers        decoder layers (default 2)\n"
 		"  --kv-heads      KV heads per layer, 4 query heads each (default 4)\n"
 		"  --steps         decode steps (default 4)\n"
-		"  --ratio         selection ratio of clusters (default 0.04)\n"
+		"  --budget        tokens each selection reads, as a fraction of the\n"
+		"                  context's clustered tokens (default 0.04); the window\n"
+		"                  is read besides.  --ratio is a deprecated alias: it\n"
+		"                  is the same token budget, no longer a ratio of clusters\n"
 		"  --json          one JSON object instead of the report\n");
 }
 
@@ -110,7 +146,8 @@ static int parse(struct opts *o, int argc, char **argv)
 		{ "host", required_argument, NULL, 'H' }, { "port", required_argument, NULL, 'p' },
 		{ "contexts", required_argument, NULL, 'c' }, { "layers", required_argument, NULL, 'l' },
 		{ "kv-heads", required_argument, NULL, 'k' }, { "steps", required_argument, NULL, 's' },
-		{ "ratio", required_argument, NULL, 'r' }, { "json", no_argument, NULL, 'j' },
+		{ "budget", required_argument, NULL, 'b' }, { "ratio", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	char *end, *tok, *save = NULL;
@@ -138,9 +175,13 @@ static int parse(struct opts *o, int argc, char **argv)
 				return -1;
 			break;
 		case 'r':
-			o->ratio = strtod(optarg, &end);
-			if (*end || !(o->ratio > 0 && o->ratio <= 1)) {
-				fprintf(stderr, "nelssa-demo: --ratio: need (0, 1]\n");
+			fprintf(stderr, "nelssa-demo: --ratio is deprecated: it now sets the "
+				"token budget, as --budget does\n");
+			/* fall through */
+		case 'b':
+			o->budget = strtod(optarg, &end);
+			if (*end || !(o->budget > 0 && o->budget <= 1)) {
+				fprintf(stderr, "nelssa-demo: --budget: need (0, 1]\n");
 				return -1;
 			}
 			break;
@@ -183,7 +224,8 @@ int main(int argc, char **argv)
 	double t0, t_prefill, t_select = 0, t_window = 0, t_rtt = 0, t_decode = 0;
 	double t_dev = 0, t_disp = 0, t_agg = 0, t_recv = 0, *errs;
 	uint32_t n_items, n_err = 0, hits = 0, needles = 0, n_steps = 0;
-	double sel_tokens = 0, all_tokens = 0;
+	double sel_tokens = 0, all_tokens = 0, n_sel_items = 0;
+	const struct nelssa_select_cfg scfg = NELSSA_SELECT_DEFAULT;
 	int ret;
 
 	if (parse(&o, argc, argv)) {
@@ -285,24 +327,24 @@ int main(int argc, char **argv)
 				for (uint32_t i = 0; i < n_items; i++) {
 					struct head *hd = &heads[((size_t)(i / o.kv_heads) * o.layers + l) *
 								 o.kv_heads + i % o.kv_heads];
-					float *qi = q + (size_t)i * G * D, *score;
-					uint32_t k;
+					float *qi = q + (size_t)i * G * D;
+					/* The token budget: a fraction of what was clustered. */
+					const uint64_t budget =
+						(uint64_t)nearbyint(o.budget * hd->ix.n_tokens);
 					int nsel;
 
 					/* The step's queries: the synthetic one, slightly moved. */
 					for (uint32_t j = 0; j < G * D; j++)
 						qi[j] = hd->s.q[j] + 0.05f * tl_frand(&rng);
-					score = xcalloc(hd->ix.n_clusters, sizeof(float));
-					k = nelssa_topk_ratio_count(hd->ix.n_clusters, o.ratio);
 					free(sel[i]);
-					sel[i] = xcalloc(k, sizeof(uint32_t));
-					if (nelssa_centroid_scores(qi, G, D, g.scale, hd->ix.centroids,
-								   hd->sizes, hd->ix.n_clusters, score) ||
-					    (nsel = nelssa_topk(score, hd->ix.n_clusters, k, sel[i])) < 0) {
-						fprintf(stderr, "nelssa-demo: Top-K failed\n");
+					sel[i] = xcalloc(hd->ix.n_clusters, sizeof(uint32_t));
+					nsel = nelssa_select(&scfg, qi, G, D, g.scale, hd->ix.centroids,
+							     hd->far, hd->sizes, hd->ix.n_clusters,
+							     budget, sel[i], NULL);
+					if (nsel < 0) {
+						fprintf(stderr, "nelssa-demo: selection failed\n");
 						return 1;
 					}
-					free(score);
 					in[i] = (struct nelssa_step_in){ i / o.kv_heads + 1,
 									 (uint16_t)(i % o.kv_heads), qi,
 									 sel[i], (uint32_t)nsel };
@@ -324,15 +366,23 @@ int main(int argc, char **argv)
 				for (uint32_t i = 0; i < n_items; i++) {
 					struct head *hd = &heads[((size_t)(i / o.kv_heads) * o.layers + l) *
 								 o.kv_heads + i % o.kv_heads];
-					float wo[G * D], wl[G], so[G * D], sl[G];
-					const float *pop = so, *plp = sl;
+					float wo[G * D], wl[G], so[G * D], sl[G], eo[G * D], el[G];
+					const float *pop[2] = { so, eo }, *plp[2] = { sl, el };
+					size_t n_states = 1;
 
 					/* The PNM state moves aside: the merge writes over its output. */
 					memcpy(so, po + (size_t)i * G * D, sizeof(so));
 					memcpy(sl, pl + (size_t)i * G, sizeof(sl));
 					nelssa_window_attn(&g, in[i].q, hd->s.k, hd->s.v, hd->s.n, &win, wo, wl);
+					/* The estimation term over every cluster not selected. */
+					if (scfg.estimate) {
+						if (estimate_rest(&g, in[i].q, hd, in[i].sel, in[i].nr_sel,
+								  eo, el))
+							return 1;
+						n_states = 2;
+					}
 					nelssa_final_merge(po + (size_t)i * G * D, pl + (size_t)i * G, wo, wl,
-							   &pop, &plp, 1, G, D);
+							   pop, plp, n_states, G, D);
 				}
 				b = tl_now();
 				t_window += b - a;
@@ -358,6 +408,7 @@ int main(int argc, char **argv)
 					for (uint32_t c = 0; c < in[i].nr_sel; c++)
 						sel_tokens += hd->ix.table[in[i].sel[c]].count;
 					all_tokens += hd->ix.n_tokens;
+					n_sel_items++;
 					for (uint32_t nd = 0; nd < SYNTH_NEEDLES; nd++) {
 						uint32_t pos = hd->s.needle[nd] - win.sink;
 
@@ -395,18 +446,20 @@ int main(int argc, char **argv)
 			       "\"rtt\":%.1f,\"daemon_recv\":%.1f,\"dispatch\":%.1f,\"device\":%.1f,"
 			       "\"aggregate\":%.1f,\"window_merge\":%.1f},\"tokens_per_s\":%.2f,"
 			       "\"median_rel_err\":%.6g,\"max_rel_err\":%.6g,\"needle_hit_rate\":%.4f,"
-			       "\"selected_token_fraction\":%.4f}\n",
+			       "\"budget\":%g,\"estimate\":%s,\"tokens_read\":%.1f,"
+			       "\"window_tokens\":%u,\"selected_token_fraction\":%.4f}\n",
 			       o.n_req, o.layers, o.kv_heads, o.steps, nelssa_client_devices(cli),
 			       t_prefill, t_select * per, t_rtt * per, t_recv * per, t_disp * per,
 			       t_dev * per, t_agg * per, t_window * per, tps, errs[n_err / 2],
-			       errs[n_err - 1], (double)hits / needles,
-			       sel_tokens / all_tokens);
+			       errs[n_err - 1], (double)hits / needles, o.budget,
+			       scfg.estimate ? "true" : "false", sel_tokens / n_sel_items,
+			       win.sink + win.recent, sel_tokens / all_tokens);
 		} else {
 			printf("prefill (synthesis, k-means, offload): %.1f s\n", t_prefill);
 			printf("decode: %u steps x %u layers, %u (request, KV head) items per layer-step\n",
 			       o.steps, o.layers, n_items);
 			printf("per layer-step, mean:\n");
-			printf("  GPU node: centroid Top-K      %9.1f us\n", t_select * per);
+			printf("  GPU node: cluster selection   %9.1f us\n", t_select * per);
 			printf("  round trip to the PNM node    %9.1f us\n", t_rtt * per);
 			printf("    daemon: receive             %9.1f us\n", t_recv * per);
 			printf("    daemon: dispatch            %9.1f us\n", t_disp * per);
@@ -414,16 +467,19 @@ int main(int argc, char **argv)
 			printf("    daemon: aggregate           %9.1f us\n", t_agg * per);
 			printf("    network + client            %9.1f us\n",
 			       (t_rtt - t_recv - t_disp - t_dev - t_agg) * per);
-			printf("  GPU node: window + merge      %9.1f us\n", t_window * per);
+			printf("  GPU node: window%s + merge %9.1f us\n",
+			       scfg.estimate ? " + estimate" : "           ", t_window * per);
 			printf("decode throughput: %.2f tokens/s (%u requests; CPU stands in for the GPU)\n",
 			       tps, o.n_req);
-			printf("accuracy vs dense attention over the full context (%.0f%% of clusters + "
-			       "window):\n", o.ratio * 100);
+			printf("accuracy vs dense attention over the full context (a %g%% token budget + "
+			       "window%s):\n", o.budget * 100,
+			       scfg.estimate ? " + estimation term" : "");
 			printf("  relative L2 error: median %.4f%%, max %.4f%% over %u query rows\n",
 			       100 * errs[n_err / 2], 100 * errs[n_err - 1], n_err);
-			printf("  needle tokens selected: %u of %u (%.1f%%); %.2f%% of the clustered tokens "
-			       "read per step\n", hits, needles, 100.0 * hits / needles,
-			       100 * sel_tokens / all_tokens);
+			printf("  needle tokens selected: %u of %u (%.1f%%); %.1f tokens (%.2f%% of the "
+			       "clustered ones) read per selection, besides the %u of the window\n",
+			       hits, needles, 100.0 * hits / needles, sel_tokens / n_sel_items,
+			       100 * sel_tokens / all_tokens, win.sink + win.recent);
 			printf("daemon: %llu steps served, %.1f MiB of KV ingested\n",
 			       (unsigned long long)st.u.stats.steps,
 			       (double)st.u.stats.kv_bytes / (1 << 20));
@@ -433,6 +489,8 @@ int main(int argc, char **argv)
 		synth_free(&heads[i].s);
 		nelssa_kmeans_free(&heads[i].ix);
 		free(heads[i].sizes);
+		free(heads[i].far);
+		free(heads[i].vsum);
 	}
 	free(heads);
 	free(errs);
