@@ -245,6 +245,11 @@ static int on_readable(struct nelssad *nd, struct nd_conn *c)
 		if (c->have < len)
 			break;
 		ret = nelssa_msg_decode(c->in, len, &m);
+		if (ret == -EPROTONOSUPPORT && h.type == NELSSA_MSG_HELLO) {
+			nd_conn_error(nd, c, h.seq, ret, "an older protocol's HELLO: this daemon "
+				      "speaks protocol version %u only", NELSSA_PROTO_VERSION);
+			break;
+		}
 		if (ret) {
 			nd_conn_error(nd, c, h.seq, ret, "malformed %s: %s",
 				      nelssa_msg_type_str(h.type), strerror(-ret));

@@ -263,15 +263,20 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		return -EBADMSG;
 	/*
 	 * A longer HELLO is an older version's (up to 2 it carried a UCX
-	 * worker address): only its versions are read, so that the daemon
-	 * can say which one it speaks.
+	 * worker address): only its versions are read, and it is refused
+	 * with -EPROTONOSUPPORT, so that the daemon can say which version it
+	 * speaks.  It decodes to nothing: no encoder writes such a frame.
 	 */
 	if (h.type == NELSSA_MSG_HELLO ? h.length < payload_len[h.type]
 				       : h.length != payload_len[h.type])
 		return -EBADMSG;
-	if (h.type == NELSSA_MSG_HELLO && h.length > payload_len[h.type] &&
-	    (get16(p + 2) >= NELSSA_PROTO_VERSION || get16(p) > get16(p + 2)))
-		return -EBADMSG;
+	if (h.type == NELSSA_MSG_HELLO && h.length > payload_len[h.type]) {
+		const uint16_t lo = get16(p), hi = get16(p + 2);
+
+		if (hi >= NELSSA_PROTO_VERSION || lo > hi)
+			return -EBADMSG;
+		return lo ? -EPROTONOSUPPORT : -EINVAL;
+	}
 	memset(m, 0, sizeof(*m));
 	m->type = h.type;
 	m->seq = h.seq;
@@ -279,9 +284,7 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 	case NELSSA_MSG_HELLO:
 		m->u.hello.min_version = get16(p);
 		m->u.hello.max_version = get16(p + 2);
-		/* In an older one, the worker address's length. */
-		if (h.length == payload_len[h.type])
-			m->u.hello.flags = get32(p + 4);
+		m->u.hello.flags = get32(p + 4);
 		memcpy(m->u.hello.name, p + 8, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_HELLO_OK:

@@ -35,7 +35,7 @@ fi
 python3 - "$dir/corpus" <<'PY'
 import struct, sys, os
 d = sys.argv[1]
-VERSION = 2  # NELSSA_PROTO_VERSION
+VERSION = 3  # NELSSA_PROTO_VERSION
 def frame(t, p):
     return struct.pack("<IHHII", 0x41534C4E, VERSION, t, len(p), 1) + p
 seeds = {
@@ -45,7 +45,12 @@ seeds = {
     "alloc": frame(5, struct.pack("<QQII", 1, 2, 100, 10)),
     "stats": frame(8, struct.pack("<Q", 0)),
     "error": frame(11, struct.pack("<iI", -28, 0) + b"no room".ljust(128, b"\0")),
-    "hello_ok": frame(2, struct.pack("<HHIQ", VERSION, 4, 3, 1 << 30) + b"nelssad".ljust(32, b"\0") + b"abc"),
+    "hello_ok": frame(2, struct.pack("<HHHHQQ", VERSION, 4, 18516, 1, 1 << 30, 0x5EC2E7) +
+                      b"nelssad".ljust(32, b"\0")),
+    # Version 2's HELLO, its worker address after the name: refused, never
+    # decoded (once it decoded, and could not be encoded back: a finding).
+    "hello_v2": struct.pack("<IHHII", 0x41534C4E, 2, 1, 40 + 8, 1) +
+                struct.pack("<HHI", 2, 2, 8) + b"old".ljust(32, b"\0") + bytes(range(8)),
 }
 for k, v in seeds.items():
     open(os.path.join(d, k), "wb").write(v)

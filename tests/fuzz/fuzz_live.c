@@ -1614,7 +1614,7 @@ static void act_connect(struct actor *a)
  * The ERROR code the daemon must answer a well-formed HELLO with, or 0 for
  * HELLO_OK: what the decoder refuses (nelssa_msg_decode()), then a second
  * HELLO, then no common version (control.c).  @old: an older version's,
- * longer HELLO, of which only the versions are read.
+ * longer HELLO, which the decoder refuses by its versions.
  */
 static int32_t hello_verdict(const struct actor *a, uint16_t min, uint16_t max, uint32_t flags,
 			     int old)
@@ -1623,6 +1623,8 @@ static int32_t hello_verdict(const struct actor *a, uint16_t min, uint16_t max, 
 		return -EBADMSG;
 	if (min < 1 || min > max || (!old && (flags & ~NELSSA_HELLO_FLAGS)))
 		return -EINVAL;
+	if (old)
+		return -EPROTONOSUPPORT;	/* refused by the decoder, HELLO or not */
 	if (a->hello)
 		return -EPROTO;
 	if (min > NELSSA_PROTO_VERSION || max < NELSSA_PROTO_VERSION)
