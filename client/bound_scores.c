@@ -12,6 +12,8 @@
 
 #include <nelssa/sparse.h>
 
+#include "scores_internal.h"
+
 void nelssa_cluster_bounds(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
 			   const void *k, float *lo, float *hi)
 {
@@ -63,20 +65,15 @@ int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float 
 		       uint32_t n_clusters, float *score)
 {
 	double *u;
+	int ret = nelssa_score_shape_check(group, head_dim, scale);
 
-	if (!group || group > NELSSA_ATTN_MAX_GROUP || !head_dim ||
-	    head_dim > NELSSA_ATTN_MAX_HEAD_DIM || !(scale > 0.0f) || !isfinite(scale))
-		return -EINVAL;
-	if (!n_clusters)
-		return 0;
-	u = malloc(sizeof(*u) * n_clusters);
+	if (ret || !n_clusters)
+		return ret;
+	u = malloc(sizeof(*u) * group * n_clusters);
 	if (!u)
 		return -ENOMEM;
-	for (uint32_t c = 0; c < n_clusters; c++)
-		score[c] = sizes[c] ? 0.0f : -INFINITY;
 	for (uint32_t r = 0; r < group; r++) {
 		const float *qr = q + (size_t)r * head_dim;
-		double m = -INFINITY, sum = 0.0;
 
 		for (uint32_t c = 0; c < n_clusters; c++) {
 			const float *l = lo + (size_t)c * head_dim, *h = hi + (size_t)c * head_dim;
@@ -86,26 +83,12 @@ int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float 
 				continue;
 			for (uint32_t i = 0; i < head_dim; i++)
 				s += qr[i] >= 0.0f ? (double)qr[i] * h[i] : (double)qr[i] * l[i];
-			u[c] = scale * s;
-			if (!isfinite(u[c])) {
-				free(u);
-				return -EINVAL;
-			}
-			m = fmax(m, u[c]);
+			u[(size_t)r * n_clusters + c] = scale * s;
 		}
-		if (m == -INFINITY)
-			break;		/* every cluster empty */
-		for (uint32_t c = 0; c < n_clusters; c++)
-			if (sizes[c]) {
-				u[c] = exp(u[c] - m);
-				sum += u[c];
-			}
-		for (uint32_t c = 0; c < n_clusters; c++)
-			if (sizes[c])
-				score[c] += (float)(u[c] / sum);
 	}
+	ret = nelssa_row_probs(u, group, sizes, n_clusters, score);
 	free(u);
-	return 0;
+	return ret;
 }
 
 /*
@@ -145,53 +128,38 @@ void nelssa_cluster_far_keys(const struct nelssa_cluster_index *ix, enum nelssa_
 	}
 }
 
+void nelssa_far_logits(const float *q, uint32_t group, uint32_t head_dim, float scale,
+		       const float *far, const uint32_t *sizes, uint32_t n_clusters,
+		       double *logit)
+{
+	for (uint32_t r = 0; r < group; r++)
+		for (uint32_t c = 0; c < n_clusters; c++) {
+			double *u = logit + (size_t)r * n_clusters + c;
+
+			/* A cluster is worth what its mean or its outlying
+			 * member is worth, whichever is more. */
+			if (sizes[c])
+				*u = fmax(*u, (double)scale *
+					      nelssa_dot_f32(q + (size_t)r * head_dim,
+							     far + (size_t)c * head_dim, head_dim));
+		}
+}
+
 int nelssa_far_probs(const float *q, uint32_t group, uint32_t head_dim, float scale,
 		     const float *centroids, const float *far, const uint32_t *sizes,
 		     uint32_t n_clusters, float *score)
 {
 	double *u;
+	int ret = nelssa_score_shape_check(group, head_dim, scale);
 
-	if (!group || group > NELSSA_ATTN_MAX_GROUP || !head_dim ||
-	    head_dim > NELSSA_ATTN_MAX_HEAD_DIM || !(scale > 0.0f) || !isfinite(scale))
-		return -EINVAL;
-	if (!n_clusters)
-		return 0;
-	u = malloc(sizeof(*u) * n_clusters);
+	if (ret || !n_clusters)
+		return ret;
+	u = malloc(sizeof(*u) * group * n_clusters);
 	if (!u)
 		return -ENOMEM;
-	for (uint32_t c = 0; c < n_clusters; c++)
-		score[c] = sizes[c] ? 0.0f : -INFINITY;
-	for (uint32_t r = 0; r < group; r++) {
-		const float *qr = q + (size_t)r * head_dim;
-		double m = -INFINITY, sum = 0.0;
-
-		for (uint32_t c = 0; c < n_clusters; c++) {
-			/* The dot products of the centroid scores, fp32 in index order. */
-			const float sc = nelssa_dot_f32(qr, centroids + (size_t)c * head_dim, head_dim);
-			const float sf = nelssa_dot_f32(qr, far + (size_t)c * head_dim, head_dim);
-
-			if (!sizes[c])
-				continue;
-			/* The larger of the two probes: a cluster is worth what its
-			 * mean or its outlying member is worth, whichever is more. */
-			u[c] = scale * fmax(sc, sf);
-			if (!isfinite(u[c])) {
-				free(u);
-				return -EINVAL;
-			}
-			m = fmax(m, u[c]);
-		}
-		if (m == -INFINITY)
-			break;		/* every cluster empty */
-		for (uint32_t c = 0; c < n_clusters; c++)
-			if (sizes[c]) {
-				u[c] = exp(u[c] - m);
-				sum += u[c];
-			}
-		for (uint32_t c = 0; c < n_clusters; c++)
-			if (sizes[c])
-				score[c] += (float)(u[c] / sum);
-	}
+	nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, u);
+	nelssa_far_logits(q, group, head_dim, scale, far, sizes, n_clusters, u);
+	ret = nelssa_row_probs(u, group, sizes, n_clusters, score);
 	free(u);
-	return 0;
+	return ret;
 }

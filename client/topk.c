@@ -9,8 +9,11 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nelssa/sparse.h>
+
+#include "scores_internal.h"
 
 struct entry {
 	float score;
@@ -211,23 +214,33 @@ int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t 
 		  uint64_t *tokens)
 {
 	const int probe = cfg->far_share > 0.0;
-	float *score;
+	const size_t n = (size_t)group * n_clusters;
+	double *logit = NULL;
+	float *score = NULL;
 	int ret;
 
 	if (tokens)
 		*tokens = 0;
 	if (!(cfg->far_share >= 0.0 && cfg->far_share <= 1.0) || (probe && !far))
 		return -EINVAL;
-	if (!n_clusters)
-		return 0;
+	ret = nelssa_score_shape_check(group, head_dim, scale);
+	if (ret || !n_clusters)
+		return ret;
+	logit = malloc(sizeof(*logit) * n * (probe ? 2 : 1));
 	score = malloc(sizeof(*score) * n_clusters * (probe ? 2 : 1));
-	if (!score)
-		return -ENOMEM;
-	ret = nelssa_centroid_scores(q, group, head_dim, scale, centroids, sizes, n_clusters,
-				     score);
-	if (!ret && probe)
-		ret = nelssa_far_probs(q, group, head_dim, scale, centroids, far, sizes, n_clusters,
-				       score + n_clusters);
+	if (!logit || !score) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* The centroid products once: the probe's logits start from them. */
+	nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, logit);
+	if (probe) {
+		memcpy(logit + n, logit, sizeof(*logit) * n);
+		nelssa_far_logits(q, group, head_dim, scale, far, sizes, n_clusters, logit + n);
+		ret = nelssa_row_probs(logit + n, group, sizes, n_clusters, score + n_clusters);
+	}
+	if (!ret)
+		ret = nelssa_row_probs(logit, group, sizes, n_clusters, score);
 	if (!ret) {
 		/* The probe's share first, so what it finds is in before the
 		 * centroids take the rest; the tie rule is nelssa_topk()'s. */
@@ -238,6 +251,8 @@ int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t 
 						   tokens)
 			    : nelssa_topk_fill(score, sizes, n_clusters, budget, ids, tokens);
 	}
+out:
+	free(logit);
 	free(score);
 	return ret;
 }
