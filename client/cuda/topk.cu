@@ -92,34 +92,51 @@ __global__ void budget_kernel(const uint32_t *ranked, const uint32_t *sizes,
 }
 
 /*
+ * The CPU's fill_from(): walk one ranking, skip what is taken or does not
+ * fit, take the rest up to @upto.  @taken may be NULL (one ranking never
+ * repeats an id); @out may be @ranked itself, since the m-th id taken is
+ * read at position >= m.
+ */
+__device__ static uint32_t take_from(const uint32_t *ranked, int32_t valid, const uint32_t *sizes,
+				     unsigned long long upto, unsigned long long *used,
+				     unsigned char *taken, uint32_t *out)
+{
+	uint32_t m = 0;
+
+	for (uint32_t i = 0; valid > 0 && i < (uint32_t)valid && *used < upto; i++) {
+		uint32_t c = ranked[i], sz = sizes[c];
+
+		if ((taken && taken[c]) || !sz || sz > upto - *used)
+			continue;
+		if (taken)
+			taken[c] = 1;
+		*used += sz;
+		out[m++] = c;
+	}
+	return m;
+}
+
+/*
  * Filling a budget skips what does not fit and reads on, so unlike the
  * prefix above it is a true scan: one thread per head walks its ranking
- * (heads in parallel) and compacts the ids it takes in place, exactly the
- * CPU version's loop.
+ * (heads in parallel) with take_from() and compacts the ids it takes in
+ * place.
  */
 __global__ void fill_kernel(uint32_t *ranked, const uint32_t *sizes, const int32_t *valid,
 			    uint32_t n_heads, uint32_t n, uint64_t budget, int32_t *count,
 			    unsigned long long *tokens)
 {
 	const uint32_t h = blockIdx.x * blockDim.x + threadIdx.x;
+	const size_t o = (size_t)h * n;
 	unsigned long long used = 0;
-	uint32_t m = 0;
-	int32_t v;
+	uint32_t m;
 
 	if (h >= n_heads)
 		return;
-	v = valid[h];
-	for (uint32_t i = 0; v > 0 && i < (uint32_t)v && used < budget; i++) {
-		uint32_t c = ranked[(size_t)h * n + i], sz = sizes[(size_t)h * n + c];
-
-		if (!sz || sz > budget - used)
-			continue;
-		used += sz;
-		ranked[(size_t)h * n + m++] = c;
-	}
-	count[h] = v < 0 ? v : (int32_t)m;
+	m = take_from(ranked + o, valid[h], sizes + o, budget, &used, NULL, ranked + o);
+	count[h] = valid[h] < 0 ? valid[h] : (int32_t)m;
 	if (tokens)
-		tokens[h] = v < 0 ? 0 : used;
+		tokens[h] = valid[h] < 0 ? 0 : used;
 }
 
 /* Sort every head's (score, id) pairs, best first, into @ranked. */
@@ -250,24 +267,6 @@ int nelssa_cuda_topk_fill(const float *score, const uint32_t *sizes, uint32_t n_
  * share, the second the whole budget, then each tops up -- with a byte
  * per cluster marking what is taken.
  */
-__device__ static uint32_t take_from(const uint32_t *ranked, int32_t valid, const uint32_t *sizes,
-				     unsigned long long upto, unsigned long long *used,
-				     unsigned char *taken, uint32_t *out)
-{
-	uint32_t m = 0;
-
-	for (uint32_t i = 0; valid > 0 && i < (uint32_t)valid && *used < upto; i++) {
-		uint32_t c = ranked[i], sz = sizes[c];
-
-		if (taken[c] || !sz || sz > upto - *used)
-			continue;
-		taken[c] = 1;
-		*used += sz;
-		out[m++] = c;
-	}
-	return m;
-}
-
 __global__ void hybrid_kernel(const uint32_t *r0, const uint32_t *r1, const int32_t *v0,
 			      const int32_t *v1, const uint32_t *sizes, uint32_t n_heads,
 			      uint32_t n, uint64_t first, uint64_t budget, unsigned char *taken,
