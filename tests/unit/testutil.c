@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include <nelssa/half.h>
+#include <nelssa/splitmix64.h>
 
 #include "testutil.h"
 
@@ -31,11 +32,7 @@ void tu_init(const char *suite)
 /* splitmix64: tiny, full period, good enough for test data. */
 uint64_t tu_next(struct tu_rng *rng)
 {
-	uint64_t z = (rng->s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
+	return nelssa_splitmix64(&rng->s);
 }
 
 void tu_rng_for(struct tu_rng *rng, const char *name, uint64_t variant)
@@ -44,7 +41,7 @@ void tu_rng_for(struct tu_rng *rng, const char *name, uint64_t variant)
 
 	for (const char *p = name; *p; p++)
 		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-	rng->s = run_seed ^ h ^ (variant * 0x9e3779b97f4a7c15ULL);
+	rng->s = run_seed ^ h ^ (variant * NELSSA_SPLITMIX64_GAMMA);
 	tu_next(rng);
 }
 

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <nelssa/splitmix64.h>
+
 #include "synth.h"
 
 #define GEN_ROPE_BASE 500000.0	/* Llama 3's theta */
@@ -21,11 +23,7 @@ struct rng {
 
 static inline uint64_t next(struct rng *r)
 {
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return nelssa_splitmix64(&r->s);
 }
 
 static inline double uni(struct rng *r)

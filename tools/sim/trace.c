@@ -18,17 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/splitmix64.h>
+
 #include "sim.h"
 #include "tool_util.h"
 
+/* The (stream + 1)-th output of splitmix64 started at @seed. */
 uint64_t sim_seed_stream(uint64_t seed, uint64_t stream)
 {
-	uint64_t z = seed + (stream + 1) * 0x9e3779b97f4a7c15ull;
+	uint64_t z = nelssa_splitmix64_mix(seed + (stream + 1) * NELSSA_SPLITMIX64_GAMMA);
 
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return z ? z : 0x9e3779b97f4a7c15ull;	/* xorshift must not start at 0 */
+	return z ? z : NELSSA_SPLITMIX64_GAMMA;	/* xorshift must not start at 0 */
 }
 
 /* Uniform in [0, 1) from the next 53 bits. */
