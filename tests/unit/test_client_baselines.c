@@ -66,6 +66,51 @@ static struct fx *fx_new(const char *name)
 	return f;
 }
 
+/*
+ * A cluster index of a fixture's keys and what the cluster tests derive
+ * from it: each cluster's box and far key, and room for the scores.
+ */
+struct cfx {
+	struct nelssa_cluster_index ix;
+	float *lo, *hi;		/* [n_clusters][D], nelssa_cluster_bounds() */
+	float *far;		/* [n_clusters][D], nelssa_cluster_far_keys() */
+	float *score;		/* [n_clusters + 1]: the scores under test */
+	float *cscore;		/* [n_clusters + 1]: the centroids', where compared */
+	uint32_t *sizes;	/* [n_clusters + 1]: each cluster's count, then 0 */
+	uint32_t *ids;		/* [n_clusters] */
+};
+
+static void cfx_build(struct cfx *x, const struct fx *f, const struct nelssa_kmeans_cfg *cfg)
+{
+	struct nelssa_cluster_index *ix = &x->ix;
+
+	assert_int_equal(0, nelssa_kmeans_build(ix, cfg, NELSSA_KV_BF16, f->k, N, D));
+	x->lo = tu_alloc(sizeof(float) * ix->n_clusters * D);
+	x->hi = tu_alloc(sizeof(float) * ix->n_clusters * D);
+	x->far = tu_alloc(sizeof(float) * ix->n_clusters * D);
+	x->score = tu_alloc(sizeof(float) * (ix->n_clusters + 1));
+	x->cscore = tu_alloc(sizeof(float) * (ix->n_clusters + 1));
+	x->sizes = tu_alloc(sizeof(uint32_t) * (ix->n_clusters + 1));
+	x->ids = tu_alloc(sizeof(uint32_t) * ix->n_clusters);
+	nelssa_cluster_bounds(ix, NELSSA_KV_BF16, f->k, x->lo, x->hi);
+	nelssa_cluster_far_keys(ix, NELSSA_KV_BF16, f->k, x->far);
+	for (uint32_t c = 0; c < ix->n_clusters; c++)
+		x->sizes[c] = ix->table[c].count;
+	x->sizes[ix->n_clusters] = 0;
+}
+
+static void cfx_free(struct cfx *x)
+{
+	nelssa_kmeans_free(&x->ix);
+	free(x->lo);
+	free(x->hi);
+	free(x->far);
+	free(x->score);
+	free(x->cscore);
+	free(x->sizes);
+	free(x->ids);
+}
+
 static void token_mass_matches_float64(void **state)
 {
 	struct fx *f = fx_new(__func__);
@@ -187,29 +232,20 @@ static void cluster_bound_is_an_upper_bound(void **state)
 {
 	struct fx *f = fx_new(__func__);
 	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
-	struct nelssa_cluster_index ix;
-	float *lo, *hi, *score;
-	uint32_t *sizes;
+	struct cfx x;
+	const struct nelssa_cluster_index *ix = &x.ix;
 
 	(void)state;
-	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
-	lo = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	hi = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	score = tu_alloc(sizeof(float) * (ix.n_clusters + 1));
-	sizes = tu_alloc(sizeof(uint32_t) * (ix.n_clusters + 1));
-	nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, f->k, lo, hi);
-	for (uint32_t c = 0; c < ix.n_clusters; c++)
-		sizes[c] = ix.table[c].count;
-	sizes[ix.n_clusters] = 0;
-	nelssa_bound_scores(f->q, G, D, lo, hi, sizes, ix.n_clusters, score);
-	for (uint32_t c = 0; c < ix.n_clusters; c++) {
+	cfx_build(&x, f, &cfg);
+	nelssa_bound_scores(f->q, G, D, x.lo, x.hi, x.sizes, ix->n_clusters, x.score);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
 		double sum_best = 0.0;
 
 		for (uint32_t r = 0; r < G; r++) {
 			double best = -INFINITY;
 
-			for (uint32_t j = 0; j < ix.table[c].count; j++) {
-				uint32_t t = ix.perm[ix.table[c].first + j];
+			for (uint32_t j = 0; j < ix->table[c].count; j++) {
+				uint32_t t = ix->perm[ix->table[c].first + j];
 				double s = 0.0;
 
 				for (uint32_t i = 0; i < D; i++)
@@ -219,19 +255,15 @@ static void cluster_bound_is_an_upper_bound(void **state)
 			sum_best += best;
 		}
 		/* fp32 sums of D products of |x| ~ 1: a loose 1e-3 slack. */
-		assert_true(score[c] >= sum_best - 1e-3);
+		assert_true(x.score[c] >= sum_best - 1e-3);
 		/* A singleton's box is the point itself: the bound is exact. */
-		if (ix.table[c].count == 1)
-			assert_true(fabs(score[c] - sum_best) < 1e-3);
+		if (ix->table[c].count == 1)
+			assert_true(fabs(x.score[c] - sum_best) < 1e-3);
 	}
 	/* An empty cluster scores -inf. */
-	nelssa_bound_scores(f->q, G, D, lo, hi, sizes + ix.n_clusters, 1, score);
-	assert_true(score[0] == -INFINITY);
-	nelssa_kmeans_free(&ix);
-	free(lo);
-	free(hi);
-	free(score);
-	free(sizes);
+	nelssa_bound_scores(f->q, G, D, x.lo, x.hi, x.sizes + ix->n_clusters, 1, x.score);
+	assert_true(x.score[0] == -INFINITY);
+	cfx_free(&x);
 	free(f);
 }
 
@@ -243,64 +275,54 @@ static void bound_probs_match_float64(void **state)
 {
 	struct fx *f = fx_new(__func__);
 	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
-	struct nelssa_cluster_index ix;
-	float *lo, *hi, *score;
-	uint32_t *sizes;
+	struct cfx x;
+	const struct nelssa_cluster_index *ix = &x.ix;
 	double *u, total = 0.0;
 
 	(void)state;
-	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
-	lo = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	hi = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	score = tu_alloc(sizeof(float) * ix.n_clusters);
-	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	u = tu_alloc(sizeof(double) * ix.n_clusters * (G + 1));
-	nelssa_cluster_bounds(&ix, NELSSA_KV_BF16, f->k, lo, hi);
-	for (uint32_t c = 0; c < ix.n_clusters; c++)
-		sizes[c] = c % 7 ? ix.table[c].count : 0;	/* some "empty" */
-	assert_int_equal(0, nelssa_bound_probs(f->q, G, D, 0.5f, lo, hi, sizes, ix.n_clusters,
-					       score));
-	for (uint32_t c = 0; c < ix.n_clusters; c++)
-		u[(size_t)G * ix.n_clusters + c] = 0.0;
+	cfx_build(&x, f, &cfg);
+	u = tu_alloc(sizeof(double) * ix->n_clusters * (G + 1));
+	for (uint32_t c = 0; c < ix->n_clusters; c++)
+		x.sizes[c] = c % 7 ? ix->table[c].count : 0;	/* some "empty" */
+	assert_int_equal(0, nelssa_bound_probs(f->q, G, D, 0.5f, x.lo, x.hi, x.sizes,
+					       ix->n_clusters, x.score));
+	for (uint32_t c = 0; c < ix->n_clusters; c++)
+		u[(size_t)G * ix->n_clusters + c] = 0.0;
 	for (uint32_t r = 0; r < G; r++) {
 		double m = -INFINITY, sum = 0.0;
 
-		for (uint32_t c = 0; c < ix.n_clusters; c++) {
+		for (uint32_t c = 0; c < ix->n_clusters; c++) {
 			double s = 0.0;
 
 			for (uint32_t i = 0; i < D; i++) {
 				double q = f->q[r * D + i];
 
-				s += fmax(q * hi[(size_t)c * D + i], q * lo[(size_t)c * D + i]);
+				s += fmax(q * x.hi[(size_t)c * D + i], q * x.lo[(size_t)c * D + i]);
 			}
-			u[(size_t)r * ix.n_clusters + c] = 0.5 * s;
-			if (sizes[c])
+			u[(size_t)r * ix->n_clusters + c] = 0.5 * s;
+			if (x.sizes[c])
 				m = fmax(m, 0.5 * s);
 		}
-		for (uint32_t c = 0; c < ix.n_clusters; c++)
-			if (sizes[c])
-				sum += exp(u[(size_t)r * ix.n_clusters + c] - m);
-		for (uint32_t c = 0; c < ix.n_clusters; c++)
-			if (sizes[c])
-				u[(size_t)G * ix.n_clusters + c] +=
-					exp(u[(size_t)r * ix.n_clusters + c] - m) / sum;
+		for (uint32_t c = 0; c < ix->n_clusters; c++)
+			if (x.sizes[c])
+				sum += exp(u[(size_t)r * ix->n_clusters + c] - m);
+		for (uint32_t c = 0; c < ix->n_clusters; c++)
+			if (x.sizes[c])
+				u[(size_t)G * ix->n_clusters + c] +=
+					exp(u[(size_t)r * ix->n_clusters + c] - m) / sum;
 	}
-	for (uint32_t c = 0; c < ix.n_clusters; c++) {
-		if (!sizes[c]) {
-			assert_true(score[c] == -INFINITY);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		if (!x.sizes[c]) {
+			assert_true(x.score[c] == -INFINITY);
 			continue;
 		}
-		assert_true(fabs(score[c] - u[(size_t)G * ix.n_clusters + c]) < 1e-5);
-		total += score[c];
+		assert_true(fabs(x.score[c] - u[(size_t)G * ix->n_clusters + c]) < 1e-5);
+		total += x.score[c];
 	}
 	assert_true(fabs(total - G) < 1e-4);
-	assert_int_equal(-EINVAL, nelssa_bound_probs(f->q, G, D, 0.0f, lo, hi, sizes,
-						     ix.n_clusters, score));
-	nelssa_kmeans_free(&ix);
-	free(lo);
-	free(hi);
-	free(score);
-	free(sizes);
+	assert_int_equal(-EINVAL, nelssa_bound_probs(f->q, G, D, 0.0f, x.lo, x.hi, x.sizes,
+						     ix->n_clusters, x.score));
+	cfx_free(&x);
 	free(u);
 	free(f);
 }
@@ -361,51 +383,43 @@ static void far_probe_matches_float64(void **state)
 {
 	struct fx *f = fx_new(__func__);
 	const struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
-	struct nelssa_cluster_index ix;
-	float *far, *score;
-	uint32_t *sizes;
+	struct cfx x;
+	const struct nelssa_cluster_index *ix = &x.ix;
 	double *ref, total = 0.0;
 
 	(void)state;
-	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
-	far = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	score = tu_alloc(sizeof(float) * ix.n_clusters);
-	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	ref = tu_alloc(sizeof(double) * ix.n_clusters);
-	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, f->k, far);
-	for (uint32_t c = 0; c < ix.n_clusters; c++) {
-		uint32_t best = ix.perm[ix.table[c].first];
+	cfx_build(&x, f, &cfg);
+	ref = tu_alloc(sizeof(double) * ix->n_clusters);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		uint32_t best = ix->perm[ix->table[c].first];
 
-		for (uint32_t j = 1; j < ix.table[c].count; j++) {
-			uint32_t t = ix.perm[ix.table[c].first + j];
+		for (uint32_t j = 1; j < ix->table[c].count; j++) {
+			uint32_t t = ix->perm[ix->table[c].first + j];
 
-			if (dist2(f, &ix, c, t) > dist2(f, &ix, c, best))
+			if (dist2(f, ix, c, t) > dist2(f, ix, c, best))
 				best = t;
 		}
 		for (uint32_t i = 0; i < D; i++)
-			assert_true(far[(size_t)c * D + i] == (float)kk(f, best, i));
-		sizes[c] = c % 5 ? ix.table[c].count : 0;	/* some "empty" */
+			assert_true(x.far[(size_t)c * D + i] == (float)kk(f, best, i));
+		x.sizes[c] = c % 5 ? ix->table[c].count : 0;	/* some "empty" */
 	}
-	assert_int_equal(0, nelssa_far_probs(f->q, G, D, 0.5f, ix.centroids, far, sizes,
-					     ix.n_clusters, score));
-	far_ref(f, &ix, far, sizes, 0.5, ref);
-	for (uint32_t c = 0; c < ix.n_clusters; c++) {
-		if (!sizes[c]) {
-			assert_true(score[c] == -INFINITY);
+	assert_int_equal(0, nelssa_far_probs(f->q, G, D, 0.5f, ix->centroids, x.far, x.sizes,
+					     ix->n_clusters, x.score));
+	far_ref(f, ix, x.far, x.sizes, 0.5, ref);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		if (!x.sizes[c]) {
+			assert_true(x.score[c] == -INFINITY);
 			continue;
 		}
-		assert_true(fabs(score[c] - ref[c]) < 1e-5);
-		total += score[c];
+		assert_true(fabs(x.score[c] - ref[c]) < 1e-5);
+		total += x.score[c];
 	}
 	assert_true(fabs(total - G) < 1e-4);
-	assert_int_equal(-EINVAL, nelssa_far_probs(f->q, G, D, 0.0f, ix.centroids, far, sizes,
-						   ix.n_clusters, score));
-	assert_int_equal(-EINVAL, nelssa_far_probs(f->q, 0, D, 0.5f, ix.centroids, far, sizes,
-						   ix.n_clusters, score));
-	nelssa_kmeans_free(&ix);
-	free(far);
-	free(score);
-	free(sizes);
+	assert_int_equal(-EINVAL, nelssa_far_probs(f->q, G, D, 0.0f, ix->centroids, x.far, x.sizes,
+						   ix->n_clusters, x.score));
+	assert_int_equal(-EINVAL, nelssa_far_probs(f->q, 0, D, 0.5f, ix->centroids, x.far, x.sizes,
+						   ix->n_clusters, x.score));
+	cfx_free(&x);
 	free(ref);
 	free(f);
 }
@@ -419,23 +433,17 @@ static void far_probe_matches_float64(void **state)
 static void far_probe_finds_a_hidden_member(void **state)
 {
 	struct fx *f = fx_new(__func__);
-	struct nelssa_cluster_index ix;
 	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
-	float *far, *fs, *cs;
-	uint32_t *sizes, *ids, hidden = 0;
+	struct cfx x;
+	struct nelssa_cluster_index *ix = &x.ix;
+	uint32_t hidden = 0;
 	double qn = 0.0;
 
 	(void)state;
 	cfg.outlier_per_mille = 0;	/* no split: the member stays hidden */
-	assert_int_equal(0, nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, f->k, N, D));
-	far = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	fs = tu_alloc(sizeof(float) * ix.n_clusters);
-	cs = tu_alloc(sizeof(float) * ix.n_clusters);
-	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	ids = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	for (uint32_t c = 0; c < ix.n_clusters; c++) {
-		sizes[c] = ix.table[c].count;
-		if (sizes[c] >= 8 && !hidden)
+	cfx_build(&x, f, &cfg);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		if (x.sizes[c] >= 8 && !hidden)
 			hidden = c + 1;
 	}
 	assert_true(hidden > 0);
@@ -445,32 +453,27 @@ static void far_probe_finds_a_hidden_member(void **state)
 	for (uint32_t i = 0; i < D; i++)
 		qn += (double)f->q[i] * f->q[i];
 	{
-		uint32_t t = ix.perm[ix.table[hidden].first + sizes[hidden] / 2];
+		uint32_t t = ix->perm[ix->table[hidden].first + x.sizes[hidden] / 2];
 
 		for (uint32_t i = 0; i < D; i++) {
 			double add = 8.0 * f->q[i] / sqrt(qn);
 			float nk = (float)(kk(f, t, i) + add);
 
 			f->k[(size_t)t * D + i] = tu_to_kv(nk, NELSSA_KV_BF16);
-			ix.centroids[(size_t)hidden * D + i] += (float)(add / sizes[hidden]);
+			ix->centroids[(size_t)hidden * D + i] += (float)(add / x.sizes[hidden]);
 		}
 	}
-	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, f->k, far);
+	nelssa_cluster_far_keys(ix, NELSSA_KV_BF16, f->k, x.far);	/* of the moved keys */
 	/* Row 0 alone: a one-row group. */
-	assert_int_equal(0, nelssa_far_probs(f->q, 1, D, 0.5f, ix.centroids, far, sizes,
-					     ix.n_clusters, fs));
-	assert_int_equal(0, nelssa_centroid_scores(f->q, 1, D, 0.5f, ix.centroids, sizes,
-						   ix.n_clusters, cs));
-	assert_int_equal(1, nelssa_topk(fs, ix.n_clusters, 1, ids));
-	assert_int_equal(hidden, ids[0]);
-	assert_int_equal(1, nelssa_topk(cs, ix.n_clusters, 1, ids));
-	assert_int_not_equal(hidden, ids[0]);
-	nelssa_kmeans_free(&ix);
-	free(far);
-	free(fs);
-	free(cs);
-	free(sizes);
-	free(ids);
+	assert_int_equal(0, nelssa_far_probs(f->q, 1, D, 0.5f, ix->centroids, x.far, x.sizes,
+					     ix->n_clusters, x.score));
+	assert_int_equal(0, nelssa_centroid_scores(f->q, 1, D, 0.5f, ix->centroids, x.sizes,
+						   ix->n_clusters, x.cscore));
+	assert_int_equal(1, nelssa_topk(x.score, ix->n_clusters, 1, x.ids));
+	assert_int_equal(hidden, x.ids[0]);
+	assert_int_equal(1, nelssa_topk(x.cscore, ix->n_clusters, 1, x.ids));
+	assert_int_not_equal(hidden, x.ids[0]);
+	cfx_free(&x);
 	free(f);
 }
 
@@ -521,27 +524,19 @@ static void select_is_the_documented_fill(void **state)
 	struct fx *f = fx_new(__func__);
 	const struct nelssa_kmeans_cfg kc = NELSSA_KMEANS_DEFAULT;
 	const struct nelssa_select_cfg def = NELSSA_SELECT_DEFAULT;
-	struct nelssa_cluster_index ix;
-	float *far, *fs, *cs;
-	uint32_t *sizes, *ids, *want;
+	struct cfx x;
+	const struct nelssa_cluster_index *ix = &x.ix;
+	uint32_t *want;
 	unsigned char *taken;
 
 	(void)state;
-	assert_int_equal(0, nelssa_kmeans_build(&ix, &kc, NELSSA_KV_BF16, f->k, N, D));
-	far = tu_alloc(sizeof(float) * ix.n_clusters * D);
-	fs = tu_alloc(sizeof(float) * ix.n_clusters);
-	cs = tu_alloc(sizeof(float) * ix.n_clusters);
-	sizes = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	ids = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	want = tu_alloc(sizeof(uint32_t) * ix.n_clusters);
-	taken = tu_alloc(ix.n_clusters);
-	for (uint32_t c = 0; c < ix.n_clusters; c++)
-		sizes[c] = ix.table[c].count;
-	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, f->k, far);
-	assert_int_equal(0, nelssa_far_probs(f->q, G, D, 0.5f, ix.centroids, far, sizes,
-					     ix.n_clusters, fs));
-	assert_int_equal(0, nelssa_centroid_scores(f->q, G, D, 0.5f, ix.centroids, sizes,
-						   ix.n_clusters, cs));
+	cfx_build(&x, f, &kc);
+	want = tu_alloc(sizeof(uint32_t) * ix->n_clusters);
+	taken = tu_alloc(ix->n_clusters);
+	assert_int_equal(0, nelssa_far_probs(f->q, G, D, 0.5f, ix->centroids, x.far, x.sizes,
+					     ix->n_clusters, x.score));
+	assert_int_equal(0, nelssa_centroid_scores(f->q, G, D, 0.5f, ix->centroids, x.sizes,
+						   ix->n_clusters, x.cscore));
 	for (double share = 0.0; share <= 1.0; share += 0.25)
 		for (uint64_t budget = 1; budget <= N; budget = budget * 3 + 7) {
 			const struct nelssa_select_cfg cfg = { share, 1 };
@@ -549,23 +544,24 @@ static void select_is_the_documented_fill(void **state)
 			uint32_t nw = 0;
 			int n;
 
-			memset(taken, 0, ix.n_clusters);
+			memset(taken, 0, ix->n_clusters);
 			if (share > 0.0) {
-				used = greedy(fs, sizes, ix.n_clusters,
-					      share >= 1.0 ? budget : (uint64_t)(share * budget), used,
+				used = greedy(x.score, x.sizes, ix->n_clusters,
+					      share >= 1.0 ? budget : (uint64_t)(share * budget),
+					      used, taken, want, &nw);
+				used = greedy(x.cscore, x.sizes, ix->n_clusters, budget, used,
 					      taken, want, &nw);
-				used = greedy(cs, sizes, ix.n_clusters, budget, used, taken, want,
-					      &nw);
-				used = greedy(fs, sizes, ix.n_clusters, budget, used, taken, want,
-					      &nw);
+				used = greedy(x.score, x.sizes, ix->n_clusters, budget, used,
+					      taken, want, &nw);
 			}
-			used = greedy(cs, sizes, ix.n_clusters, budget, used, taken, want, &nw);
-			n = nelssa_select(&cfg, f->q, G, D, 0.5f, ix.centroids, far, sizes,
-					  ix.n_clusters, budget, ids, &tok);
+			used = greedy(x.cscore, x.sizes, ix->n_clusters, budget, used, taken, want,
+				      &nw);
+			n = nelssa_select(&cfg, f->q, G, D, 0.5f, ix->centroids, x.far, x.sizes,
+					  ix->n_clusters, budget, x.ids, &tok);
 			assert_int_equal((int)nw, n);
 			for (int i = 0; i < n; i++) {
-				assert_int_equal(want[i], ids[i]);
-				sum += sizes[ids[i]];
+				assert_int_equal(want[i], x.ids[i]);
+				sum += x.sizes[x.ids[i]];
 			}
 			assert_true(tok == used && sum == used && used <= budget);
 		}
@@ -573,17 +569,14 @@ static void select_is_the_documented_fill(void **state)
 	{
 		const struct nelssa_select_cfg bad = { 1.5, 1 }, probe = { 0.25, 1 };
 
-		assert_int_equal(-EINVAL, nelssa_select(&bad, f->q, G, D, 0.5f, ix.centroids, far,
-							sizes, ix.n_clusters, 10, ids, NULL));
-		assert_int_equal(-EINVAL, nelssa_select(&probe, f->q, G, D, 0.5f, ix.centroids,
-							NULL, sizes, ix.n_clusters, 10, ids, NULL));
+		assert_int_equal(-EINVAL, nelssa_select(&bad, f->q, G, D, 0.5f, ix->centroids,
+							x.far, x.sizes, ix->n_clusters, 10, x.ids,
+							NULL));
+		assert_int_equal(-EINVAL, nelssa_select(&probe, f->q, G, D, 0.5f, ix->centroids,
+							NULL, x.sizes, ix->n_clusters, 10, x.ids,
+							NULL));
 	}
-	nelssa_kmeans_free(&ix);
-	free(far);
-	free(fs);
-	free(cs);
-	free(sizes);
-	free(ids);
+	cfx_free(&x);
 	free(want);
 	free(taken);
 	free(f);

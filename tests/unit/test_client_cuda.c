@@ -84,56 +84,91 @@ static void near(float a, float b, double abs, double rel)
 		fail_msg("%.9g vs CPU %.9g", a, b);
 }
 
+/*
+ * A scoring case: H heads of a group's queries and @n centroids (and far
+ * keys), random cluster sizes with about one in ten empty, on the host and
+ * the device, and a result buffer on each side.
+ */
+struct score_fx {
+	float *q, *cen, *far;		/* [H][G][D], [H][n][D], [H][n][D] or NULL */
+	uint32_t *sizes;		/* [H][n] */
+	float *gpu, *cpu;		/* [H][n] from the device, [n] from the CPU */
+	float *dq, *dc, *df, *ds;	/* the device's copies; ds for the scores */
+	uint32_t *dz;
+};
+
+static void score_fx_new(struct score_fx *x, const char *name, uint32_t n, int with_far)
+{
+	const size_t qn = (size_t)H * G * D, cn = (size_t)H * n * D;
+	struct tu_rng rng;
+
+	x->q = tu_alloc(sizeof(float) * qn);
+	x->cen = tu_alloc(sizeof(float) * cn);
+	x->far = with_far ? tu_alloc(sizeof(float) * cn) : NULL;
+	x->gpu = tu_alloc(sizeof(float) * H * n);
+	x->cpu = tu_alloc(sizeof(float) * n);
+	x->sizes = tu_alloc(sizeof(uint32_t) * H * n);
+	tu_rng_for(&rng, name, 0);
+	tu_fill_f32(&rng, x->q, qn, 1.0);
+	tu_fill_f32(&rng, x->cen, cn, 1.0);
+	if (with_far)
+		tu_fill_f32(&rng, x->far, cn, 1.5);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		x->sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 30) : 0;
+	x->dq = dev_put(x->q, sizeof(float) * qn);
+	x->dc = dev_put(x->cen, sizeof(float) * cn);
+	x->df = with_far ? dev_put(x->far, sizeof(float) * cn) : NULL;
+	x->dz = dev_put(x->sizes, sizeof(uint32_t) * H * n);
+	x->ds = dev_new(sizeof(float) * H * n);
+}
+
+static void score_fx_free(struct score_fx *x)
+{
+	cudaFree(x->dq);
+	cudaFree(x->dc);
+	cudaFree(x->df);
+	cudaFree(x->dz);
+	cudaFree(x->ds);
+	free(x->q);
+	free(x->cen);
+	free(x->far);
+	free(x->gpu);
+	free(x->cpu);
+	free(x->sizes);
+}
+
 GPU_TEST(centroid_scores_match)
 {
 	const uint32_t n = 777;
-	const size_t qn = (size_t)H * G * D, cn = (size_t)H * n * D;
-	float *q = tu_alloc(sizeof(float) * qn), *cen = tu_alloc(sizeof(float) * cn);
-	float *gpu = tu_alloc(sizeof(float) * H * n), *cpu = tu_alloc(sizeof(float) * n);
-	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
-	struct tu_rng rng;
-	float *dq, *dc, *ds;
-	uint32_t *dz;
+	const size_t cn = (size_t)H * n * D;
+	struct score_fx x;
 
-	tu_rng_for(&rng, __func__, 0);
-	tu_fill_f32(&rng, q, qn, 1.0);
-	tu_fill_f32(&rng, cen, cn, 1.0);
-	for (size_t c = 0; c < (size_t)H * n; c++)
-		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 30) : 0;
-	dq = dev_put(q, sizeof(float) * qn);
-	dc = dev_put(cen, sizeof(float) * cn);
-	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
-	ds = dev_new(sizeof(float) * H * n);
-	assert_int_equal(0, nelssa_cuda_centroid_scores(dq, H, G, D, 0.088f, dc, dz, n, ds, NULL));
-	dev_get(gpu, ds, sizeof(float) * H * n);
+	score_fx_new(&x, __func__, n, 0);
+	assert_int_equal(0, nelssa_cuda_centroid_scores(x.dq, H, G, D, 0.088f, x.dc, x.dz, n, x.ds,
+							NULL));
+	dev_get(x.gpu, x.ds, sizeof(float) * H * n);
 	for (uint32_t h = 0; h < H; h++) {
-		assert_int_equal(0, nelssa_centroid_scores(q + (size_t)h * G * D, G, D, 0.088f,
-							    cen + (size_t)h * n * D, sizes + h * n,
-							    n, cpu));
+		assert_int_equal(0, nelssa_centroid_scores(x.q + (size_t)h * G * D, G, D, 0.088f,
+							    x.cen + (size_t)h * n * D,
+							    x.sizes + h * n, n, x.cpu));
 		for (uint32_t c = 0; c < n; c++)
-			near(gpu[h * n + c], cpu[c], 1e-6, 1e-4);
+			near(x.gpu[h * n + c], x.cpu[c], 1e-6, 1e-4);
 	}
 	/* A non-finite logit poisons its head only. */
-	cen[(size_t)n * D + 5] = INFINITY;
-	sizes[n] = 1;
-	assert_int_equal(cudaSuccess, cudaMemcpy(dc, cen, sizeof(float) * cn, cudaMemcpyHostToDevice));
-	assert_int_equal(cudaSuccess, cudaMemcpy(dz, sizes, sizeof(uint32_t) * H * n,
+	x.cen[(size_t)n * D + 5] = INFINITY;
+	x.sizes[n] = 1;
+	assert_int_equal(cudaSuccess, cudaMemcpy(x.dc, x.cen, sizeof(float) * cn,
 						 cudaMemcpyHostToDevice));
-	assert_int_equal(0, nelssa_cuda_centroid_scores(dq, H, G, D, 0.088f, dc, dz, n, ds, NULL));
-	dev_get(gpu, ds, sizeof(float) * H * n);
-	assert_true(isnan(gpu[n]));
-	assert_false(isnan(gpu[0]));
-	assert_int_equal(-EINVAL, nelssa_cuda_centroid_scores(dq, H, 0, D, 0.088f, dc, dz, n, ds,
-							      NULL));
-	cudaFree(dq);
-	cudaFree(dc);
-	cudaFree(dz);
-	cudaFree(ds);
-	free(q);
-	free(cen);
-	free(gpu);
-	free(cpu);
-	free(sizes);
+	assert_int_equal(cudaSuccess, cudaMemcpy(x.dz, x.sizes, sizeof(uint32_t) * H * n,
+						 cudaMemcpyHostToDevice));
+	assert_int_equal(0, nelssa_cuda_centroid_scores(x.dq, H, G, D, 0.088f, x.dc, x.dz, n, x.ds,
+							NULL));
+	dev_get(x.gpu, x.ds, sizeof(float) * H * n);
+	assert_true(isnan(x.gpu[n]));
+	assert_false(isnan(x.gpu[0]));
+	assert_int_equal(-EINVAL, nelssa_cuda_centroid_scores(x.dq, H, 0, D, 0.088f, x.dc, x.dz, n,
+							      x.ds, NULL));
+	score_fx_free(&x);
 }
 
 /* Few score levels (many ties), some -inf, one head with a NaN. */
@@ -143,252 +178,226 @@ static void fill_scores(struct tu_rng *rng, float *score, uint32_t n)
 		score[c] = tu_below(rng, 8) ? (float)tu_below(rng, 50) / 7.0f : -INFINITY;
 }
 
+/* The budgets of the selection cases: none, one token, a few, all and past all. */
+static const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
+
+/* How a selection case draws its cluster sizes. */
+enum sel_sizes {
+	SEL_NO_SIZES,	/* none: Top-K alone */
+	SEL_FULL,	/* 1..31 tokens each */
+	SEL_SOME_EMPTY,	/* the same, about one in ten empty */
+};
+
+/*
+ * A selection case: H heads of @n clusters, one or two score lists and
+ * the sizes, then room for @room ids per head; sel_fx_new() draws the host
+ * side, so that a case can plant values before sel_fx_upload() copies it.
+ */
+struct sel_fx {
+	uint32_t n, room;
+	int lists;
+	float *score[2];	/* [H][n] each */
+	uint32_t *sizes;	/* [H][n], or NULL */
+	uint32_t *ids, *cpu;	/* [H][room] from the device, [n] from the CPU */
+	float *ds[2];		/* the device's copies */
+	uint32_t *dz, *dids;
+	int32_t *dcount;
+	uint64_t *dtok;
+};
+
+static void sel_fx_new(struct sel_fx *x, const char *name, uint32_t n, uint32_t room, int lists,
+		       enum sel_sizes how)
+{
+	struct tu_rng rng;
+
+	memset(x, 0, sizeof(*x));
+	x->n = n;
+	x->room = room;
+	x->lists = lists;
+	tu_rng_for(&rng, name, 0);
+	for (int l = 0; l < lists; l++) {
+		x->score[l] = tu_alloc(sizeof(float) * H * n);
+		fill_scores(&rng, x->score[l], H * n);
+	}
+	if (how != SEL_NO_SIZES) {
+		x->sizes = tu_alloc(sizeof(uint32_t) * H * n);
+		for (size_t c = 0; c < (size_t)H * n; c++)
+			x->sizes[c] = (how == SEL_FULL || tu_below(&rng, 10)) ?
+				      1 + tu_below(&rng, 31) : 0;
+	}
+	x->ids = tu_alloc(sizeof(uint32_t) * H * room);
+	x->cpu = tu_alloc(sizeof(uint32_t) * n);
+}
+
+static void sel_fx_upload(struct sel_fx *x)
+{
+	for (int l = 0; l < x->lists; l++)
+		x->ds[l] = dev_put(x->score[l], sizeof(float) * H * x->n);
+	if (x->sizes)
+		x->dz = dev_put(x->sizes, sizeof(uint32_t) * H * x->n);
+	x->dids = dev_new(sizeof(uint32_t) * H * x->room);
+	x->dcount = dev_new(sizeof(int32_t) * H);
+	x->dtok = dev_new(sizeof(uint64_t) * H);
+}
+
+static void sel_fx_free(struct sel_fx *x)
+{
+	for (int l = 0; l < x->lists; l++) {
+		cudaFree(x->ds[l]);
+		free(x->score[l]);
+	}
+	cudaFree(x->dz);
+	cudaFree(x->dids);
+	cudaFree(x->dcount);
+	cudaFree(x->dtok);
+	free(x->sizes);
+	free(x->ids);
+	free(x->cpu);
+}
+
 GPU_TEST(topk_matches)
 {
 	const uint32_t n = 1500, ks[] = { 0, 1, 5, 60, 1400, 1500, 1507 };
-	float *score = tu_alloc(sizeof(float) * H * n);
-	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * (n + 7));
-	uint32_t *cpu = tu_alloc(sizeof(uint32_t) * n);
 	int32_t count[H];
-	struct tu_rng rng;
-	uint32_t *dids;
-	int32_t *dcount;
-	float *ds;
+	struct sel_fx x;
 
-	tu_rng_for(&rng, __func__, 0);
-	fill_scores(&rng, score, H * n);
-	score[2 * n + 17] = NAN;
-	ds = dev_put(score, sizeof(float) * H * n);
-	dids = dev_new(sizeof(uint32_t) * H * (n + 7));
-	dcount = dev_new(sizeof(int32_t) * H);
+	sel_fx_new(&x, __func__, n, n + 7, 1, SEL_NO_SIZES);
+	x.score[0][2 * n + 17] = NAN;
+	sel_fx_upload(&x);
 	for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
-		assert_int_equal(0, nelssa_cuda_topk(ds, H, n, ks[i], dids, dcount, NULL));
-		dev_get(count, dcount, sizeof(count));
-		dev_get(ids, dids, sizeof(uint32_t) * H * ks[i]);
+		assert_int_equal(0, nelssa_cuda_topk(x.ds[0], H, n, ks[i], x.dids, x.dcount, NULL));
+		dev_get(count, x.dcount, sizeof(count));
+		dev_get(x.ids, x.dids, sizeof(uint32_t) * H * ks[i]);
 		for (uint32_t h = 0; h < H; h++) {
-			int want = nelssa_topk(score + h * n, n, ks[i], cpu);
+			int want = nelssa_topk(x.score[0] + h * n, n, ks[i], x.cpu);
 
 			assert_int_equal(want, count[h]);
 			if (want > 0)
-				assert_memory_equal(cpu, ids + (size_t)h * ks[i],
+				assert_memory_equal(x.cpu, x.ids + (size_t)h * ks[i],
 						    sizeof(uint32_t) * (size_t)want);
 		}
 	}
-	cudaFree(ds);
-	cudaFree(dids);
-	cudaFree(dcount);
-	free(score);
-	free(ids);
-	free(cpu);
+	sel_fx_free(&x);
 }
 
 GPU_TEST(budget_matches)
 {
 	const uint32_t n = 2000;
-	const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
-	float *score = tu_alloc(sizeof(float) * H * n);
-	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
-	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
 	int32_t count[H];
-	struct tu_rng rng;
-	uint32_t *dids, *dz;
-	int32_t *dcount;
-	float *ds;
+	struct sel_fx x;
 
-	tu_rng_for(&rng, __func__, 0);
-	fill_scores(&rng, score, H * n);
-	for (size_t c = 0; c < (size_t)H * n; c++)
-		sizes[c] = 1 + tu_below(&rng, 31);
-	ds = dev_put(score, sizeof(float) * H * n);
-	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
-	dids = dev_new(sizeof(uint32_t) * H * n);
-	dcount = dev_new(sizeof(int32_t) * H);
+	sel_fx_new(&x, __func__, n, n, 1, SEL_FULL);
+	sel_fx_upload(&x);
 	for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
-		assert_int_equal(0, nelssa_cuda_topk_budget(ds, dz, H, n, budgets[i], dids, dcount,
-							    NULL));
-		dev_get(count, dcount, sizeof(count));
-		dev_get(ids, dids, sizeof(uint32_t) * H * n);
+		assert_int_equal(0, nelssa_cuda_topk_budget(x.ds[0], x.dz, H, n, budgets[i], x.dids,
+							    x.dcount, NULL));
+		dev_get(count, x.dcount, sizeof(count));
+		dev_get(x.ids, x.dids, sizeof(uint32_t) * H * n);
 		for (uint32_t h = 0; h < H; h++) {
-			int want = nelssa_topk_budget(score + h * n, sizes + h * n, n, budgets[i], cpu);
+			int want = nelssa_topk_budget(x.score[0] + h * n, x.sizes + h * n, n,
+						      budgets[i], x.cpu);
 
 			assert_int_equal(want, count[h]);
-			assert_memory_equal(cpu, ids + (size_t)h * n, sizeof(uint32_t) * (size_t)want);
+			assert_memory_equal(x.cpu, x.ids + (size_t)h * n,
+					    sizeof(uint32_t) * (size_t)want);
 		}
 	}
-	cudaFree(ds);
-	cudaFree(dz);
-	cudaFree(dids);
-	cudaFree(dcount);
-	free(score);
-	free(sizes);
-	free(ids);
-	free(cpu);
+	sel_fx_free(&x);
 }
 
 GPU_TEST(fill_matches)
 {
 	const uint32_t n = 2000;
-	const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
-	float *score = tu_alloc(sizeof(float) * H * n);
-	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
-	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
-	uint64_t tokens[H], *dtok;
+	uint64_t tokens[H];
 	int32_t count[H];
-	struct tu_rng rng;
-	uint32_t *dids, *dz;
-	int32_t *dcount;
-	float *ds;
+	struct sel_fx x;
 
-	tu_rng_for(&rng, __func__, 0);
-	fill_scores(&rng, score, H * n);
-	for (size_t c = 0; c < (size_t)H * n; c++)
-		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 31) : 0;
-	ds = dev_put(score, sizeof(float) * H * n);
-	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
-	dids = dev_new(sizeof(uint32_t) * H * n);
-	dcount = dev_new(sizeof(int32_t) * H);
-	dtok = dev_new(sizeof(uint64_t) * H);
+	sel_fx_new(&x, __func__, n, n, 1, SEL_SOME_EMPTY);
+	sel_fx_upload(&x);
 	for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
-		assert_int_equal(0, nelssa_cuda_topk_fill(ds, dz, H, n, budgets[i], dids, dcount,
-							  dtok, NULL));
-		dev_get(count, dcount, sizeof(count));
-		dev_get(tokens, dtok, sizeof(tokens));
-		dev_get(ids, dids, sizeof(uint32_t) * H * n);
+		assert_int_equal(0, nelssa_cuda_topk_fill(x.ds[0], x.dz, H, n, budgets[i], x.dids,
+							  x.dcount, x.dtok, NULL));
+		dev_get(count, x.dcount, sizeof(count));
+		dev_get(tokens, x.dtok, sizeof(tokens));
+		dev_get(x.ids, x.dids, sizeof(uint32_t) * H * n);
 		for (uint32_t h = 0; h < H; h++) {
 			uint64_t want_tok;
-			int want = nelssa_topk_fill(score + h * n, sizes + h * n, n, budgets[i], cpu,
-						    &want_tok);
+			int want = nelssa_topk_fill(x.score[0] + h * n, x.sizes + h * n, n,
+						    budgets[i], x.cpu, &want_tok);
 
 			assert_int_equal(want, count[h]);
 			if (want < 0)
 				continue;
 			assert_true(want_tok == tokens[h]);
-			assert_memory_equal(cpu, ids + (size_t)h * n, sizeof(uint32_t) * (size_t)want);
+			assert_memory_equal(x.cpu, x.ids + (size_t)h * n,
+					    sizeof(uint32_t) * (size_t)want);
 		}
 	}
-	cudaFree(ds);
-	cudaFree(dz);
-	cudaFree(dids);
-	cudaFree(dcount);
-	cudaFree(dtok);
-	free(score);
-	free(sizes);
-	free(ids);
-	free(cpu);
+	sel_fx_free(&x);
 }
 
 /* The far-member scores: the centroid kernels with a second probe. */
 GPU_TEST(far_probs_match)
 {
 	const uint32_t n = 777;
-	const size_t qn = (size_t)H * G * D, cn = (size_t)H * n * D;
-	float *q = tu_alloc(sizeof(float) * qn), *cen = tu_alloc(sizeof(float) * cn);
-	float *far = tu_alloc(sizeof(float) * cn);
-	float *gpu = tu_alloc(sizeof(float) * H * n), *cpu = tu_alloc(sizeof(float) * n);
-	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
-	struct tu_rng rng;
-	float *dq, *dc, *df, *ds;
-	uint32_t *dz;
+	struct score_fx x;
 
-	tu_rng_for(&rng, __func__, 0);
-	tu_fill_f32(&rng, q, qn, 1.0);
-	tu_fill_f32(&rng, cen, cn, 1.0);
-	tu_fill_f32(&rng, far, cn, 1.5);
-	for (size_t c = 0; c < (size_t)H * n; c++)
-		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 30) : 0;
-	dq = dev_put(q, sizeof(float) * qn);
-	dc = dev_put(cen, sizeof(float) * cn);
-	df = dev_put(far, sizeof(float) * cn);
-	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
-	ds = dev_new(sizeof(float) * H * n);
-	assert_int_equal(0, nelssa_cuda_far_probs(dq, H, G, D, 0.088f, dc, df, dz, n, ds, NULL));
-	dev_get(gpu, ds, sizeof(float) * H * n);
+	score_fx_new(&x, __func__, n, 1);
+	assert_int_equal(0, nelssa_cuda_far_probs(x.dq, H, G, D, 0.088f, x.dc, x.df, x.dz, n, x.ds,
+						  NULL));
+	dev_get(x.gpu, x.ds, sizeof(float) * H * n);
 	for (uint32_t h = 0; h < H; h++) {
-		assert_int_equal(0, nelssa_far_probs(q + (size_t)h * G * D, G, D, 0.088f,
-						     cen + (size_t)h * n * D, far + (size_t)h * n * D,
-						     sizes + h * n, n, cpu));
+		assert_int_equal(0, nelssa_far_probs(x.q + (size_t)h * G * D, G, D, 0.088f,
+						     x.cen + (size_t)h * n * D,
+						     x.far + (size_t)h * n * D, x.sizes + h * n, n,
+						     x.cpu));
 		for (uint32_t c = 0; c < n; c++)
-			near(gpu[h * n + c], cpu[c], 1e-6, 1e-4);
+			near(x.gpu[h * n + c], x.cpu[c], 1e-6, 1e-4);
 	}
-	assert_int_equal(-EINVAL, nelssa_cuda_far_probs(dq, H, G, D, 0.088f, dc, NULL, dz, n, ds,
-							NULL));
-	cudaFree(dq);
-	cudaFree(dc);
-	cudaFree(df);
-	cudaFree(dz);
-	cudaFree(ds);
-	free(q);
-	free(cen);
-	free(far);
-	free(gpu);
-	free(cpu);
-	free(sizes);
+	assert_int_equal(-EINVAL, nelssa_cuda_far_probs(x.dq, H, G, D, 0.088f, x.dc, NULL, x.dz, n,
+							x.ds, NULL));
+	score_fx_free(&x);
 }
 
 /* Two rankings filling one budget: exactly nelssa_select_hybrid(). */
 GPU_TEST(hybrid_matches)
 {
 	const uint32_t n = 2000;
-	const uint64_t budgets[] = { 0, 1, 16, 999, 5000, 1000000 };
 	const double shares[] = { 0.0, 0.25, 0.5, 1.0 };
-	float *s0 = tu_alloc(sizeof(float) * H * n), *s1 = tu_alloc(sizeof(float) * H * n);
-	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n);
-	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
-	uint64_t tokens[H], *dtok;
+	uint64_t tokens[H];
 	int32_t count[H];
-	struct tu_rng rng;
-	uint32_t *dids, *dz;
-	int32_t *dcount;
-	float *d0, *d1;
+	struct sel_fx x;
 
-	tu_rng_for(&rng, __func__, 0);
-	fill_scores(&rng, s0, H * n);
-	fill_scores(&rng, s1, H * n);
-	s1[n + 3] = NAN;	/* head 1's second list is invalid */
-	for (size_t c = 0; c < (size_t)H * n; c++)
-		sizes[c] = tu_below(&rng, 10) ? 1 + tu_below(&rng, 31) : 0;
-	d0 = dev_put(s0, sizeof(float) * H * n);
-	d1 = dev_put(s1, sizeof(float) * H * n);
-	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
-	dids = dev_new(sizeof(uint32_t) * H * n);
-	dcount = dev_new(sizeof(int32_t) * H);
-	dtok = dev_new(sizeof(uint64_t) * H);
+	sel_fx_new(&x, __func__, n, n, 2, SEL_SOME_EMPTY);
+	x.score[1][n + 3] = NAN;	/* head 1's second list is invalid */
+	sel_fx_upload(&x);
 	for (size_t si = 0; si < sizeof(shares) / sizeof(shares[0]); si++)
 		for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
-			assert_int_equal(0, nelssa_cuda_select_hybrid2(d0, d1, shares[si], dz, H, n,
-								       budgets[i], dids, dcount,
-								       dtok, NULL));
-			dev_get(count, dcount, sizeof(count));
-			dev_get(tokens, dtok, sizeof(tokens));
-			dev_get(ids, dids, sizeof(uint32_t) * H * n);
+			assert_int_equal(0, nelssa_cuda_select_hybrid2(x.ds[0], x.ds[1], shares[si],
+								       x.dz, H, n, budgets[i],
+								       x.dids, x.dcount, x.dtok,
+								       NULL));
+			dev_get(count, x.dcount, sizeof(count));
+			dev_get(tokens, x.dtok, sizeof(tokens));
+			dev_get(x.ids, x.dids, sizeof(uint32_t) * H * n);
 			for (uint32_t h = 0; h < H; h++) {
-				const float *lists[2] = { s0 + h * n, s1 + h * n };
+				const float *lists[2] = { x.score[0] + h * n, x.score[1] + h * n };
 				const double share[2] = { shares[si], 1.0 - shares[si] };
 				uint64_t want_tok;
-				int want = nelssa_select_hybrid(lists, share, 2, sizes + h * n, n,
-								budgets[i], cpu, &want_tok);
+				int want = nelssa_select_hybrid(lists, share, 2, x.sizes + h * n, n,
+								budgets[i], x.cpu, &want_tok);
 
 				assert_int_equal(want, count[h]);
 				if (want < 0)
 					continue;
 				assert_true(want_tok == tokens[h]);
-				assert_memory_equal(cpu, ids + (size_t)h * n,
+				assert_memory_equal(x.cpu, x.ids + (size_t)h * n,
 						    sizeof(uint32_t) * (size_t)want);
 			}
 		}
-	assert_int_equal(-EINVAL, nelssa_cuda_select_hybrid2(d0, d1, 1.5, dz, H, n, 10, dids,
-							     dcount, dtok, NULL));
-	cudaFree(d0);
-	cudaFree(d1);
-	cudaFree(dz);
-	cudaFree(dids);
-	cudaFree(dcount);
-	cudaFree(dtok);
-	free(s0);
-	free(s1);
-	free(sizes);
-	free(ids);
-	free(cpu);
+	assert_int_equal(-EINVAL, nelssa_cuda_select_hybrid2(x.ds[0], x.ds[1], 1.5, x.dz, H, n, 10,
+							     x.dids, x.dcount, x.dtok, NULL));
+	sel_fx_free(&x);
 }
 
 GPU_TEST(window_matches)
