@@ -75,10 +75,7 @@ int nd_token_new(uint64_t *token)
 /* The endpoint a message came on, while open; poller thread. */
 static struct nd_ep *ep_find(struct nelssad *nd, ucp_ep_h ep)
 {
-	for (struct nd_ep *e = nd->eps; e; e = e->next)
-		if (e->ep == ep)
-			return e;
-	return NULL;
+	return nd_ep_table_find(&nd->ep_table, ep);
 }
 
 /*
@@ -544,6 +541,9 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 		why = "no connection has its key";
 	else if (!why && p->eps >= ND_EPS_PER_CONN)
 		why = "its connection has its endpoints already";
+	/* Room in the table first: once UCX has made the endpoint, it must go in. */
+	if (!why && nd_ep_table_reserve(&nd->ep_table, nd->n_eps + 1))
+		why = "out of memory";
 	if (!why && !(e = calloc(1, sizeof(*e))))
 		why = "out of memory";
 	if (!why) {
@@ -579,6 +579,7 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 	e->next = nd->eps;
 	nd->eps = e;
 	nd->n_eps++;
+	nd_ep_table_add(&nd->ep_table, e->ep, e);
 	if (nd->cfg.verbose)
 		nd_log(nd, "connection %llu: data endpoint open (%s)", (unsigned long long)p->id,
 		       p->shm ? "shared memory, no error handling" : "peer error handling");
@@ -601,6 +602,7 @@ static void ep_close(struct nelssad *nd, struct nd_ep *e)
 		nd_log(nd, "connection %llu: closing a data endpoint (%s)",
 		       (unsigned long long)e->peer->id,
 		       e->failed ? ucs_status_string(e->why) : "connection closed");
+	nd_ep_table_del(&nd->ep_table, e->ep);
 	sp = ucp_ep_close_nbx(e->ep, &prm);
 	if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_INVALID_PARAM) {
 		prm.flags = 0;
@@ -943,6 +945,7 @@ void nd_dataplane_stop(struct nelssad *nd)
 	}
 	nd->eps = NULL;
 	nd->n_eps = 0;
+	nd_ep_table_free(&nd->ep_table);
 	for (struct nd_peer *p = nd->peers, *n; p; p = n) {
 		n = p->next;
 		free(p);

@@ -9,6 +9,7 @@
  *   control.c   the control messages: hello, sessions, KV allocation, stats
  *   fdlimit.c   file descriptors: the limit, a reserve, accept(2) for UCX
  *   dataplane.c the UCX worker and its poller thread: KV ingest, steps
+ *   ep_table.c  the poller's endpoints by UCX handle
  *   partition.c the KV Partitioner: device arenas, request stores, ingest
  *   dispatch.c  the Job Dispatcher and Output Aggregator of a decode step
  *
@@ -141,6 +142,33 @@ struct nd_ep {
 	struct nd_ep *next;
 };
 
+/*
+ * The open ones of nd->eps by their UCX handle (ep_table.c), for the
+ * poller to find the endpoint an active message came on: an endpoint is
+ * in it while its @ep is set, from ucp_ep_create() until ep_close().
+ * Poller thread only.
+ */
+struct nd_ep_slot {
+	ucp_ep_h ep;			/* NULL: empty */
+	struct nd_ep *e;
+};
+struct nd_ep_table {
+	struct nd_ep_slot *slot;	/* 1 << @bits of them, or NULL */
+	uint32_t bits;
+	uint32_t n;			/* entries, at most half the slots */
+};
+
+/* Room for @n entries in all, so that adding up to them cannot fail; -ENOMEM. */
+int nd_ep_table_reserve(struct nd_ep_table *t, uint32_t n);
+/* Adds @ep, not in @t, as @e's, into room nd_ep_table_reserve() made. */
+void nd_ep_table_add(struct nd_ep_table *t, ucp_ep_h ep, struct nd_ep *e);
+/* The endpoint of @ep, or NULL (none in @t, or @ep NULL). */
+struct nd_ep *nd_ep_table_find(const struct nd_ep_table *t, ucp_ep_h ep);
+/* Removes @ep, when in @t. */
+void nd_ep_table_del(struct nd_ep_table *t, ucp_ep_h ep);
+/* Frees @t's slots; @t is then empty, as zeroed, and may be used again. */
+void nd_ep_table_free(struct nd_ep_table *t);
+
 struct nd_sdev {
 	uint32_t arena;		/* region handle */
 	uint64_t arena_bytes;
@@ -201,6 +229,7 @@ struct nelssad {
 	int shm_ok;			/* a shared-memory transport: NELSSA_HELLO_SHM can be granted */
 	struct nd_ep *eps;		/* poller thread */
 	uint32_t n_eps;
+	struct nd_ep_table ep_table;	/* ... the open ones of @eps */
 	char transports[256];
 	/* Registered staging for rendezvous KV messages (poller thread only). */
 	uint8_t *stage;
