@@ -48,6 +48,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nelssa/link.h>
+
 #include "nelssad.h"
 
 #define MS 1000000ull			/* ns */
@@ -267,34 +269,25 @@ static int on_readable(struct nelssad *nd, struct nd_conn *c)
 	return ret;
 }
 
-/* Numeric address of @ss, v4-mapped IPv6 as IPv4; "ADDR:PORT" in @name. */
+/* Numeric address of @ss (nelssa_link_addr()); "ADDR:PORT" in @name. */
 static void peer_addr(const struct sockaddr_storage *ss, struct nd_addr *a, char *name,
 		      size_t len)
 {
 	char text[INET6_ADDRSTRLEN] = "?";
+	const uint8_t *bytes = NULL;
+	const size_t n = nelssa_link_addr(ss, &bytes);
 	unsigned int port = 0;
 
 	memset(a, 0, sizeof(*a));
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-
-		a->family = AF_INET;
-		memcpy(a->a, &in->sin_addr, 4);
-		port = ntohs(in->sin_port);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-
-		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-			a->family = AF_INET;
-			memcpy(a->a, in6->sin6_addr.s6_addr + 12, 4);
-		} else {
-			a->family = AF_INET6;
-			memcpy(a->a, &in6->sin6_addr, 16);
-		}
-		port = ntohs(in6->sin6_port);
-	}
-	if (a->family)
+	if (n) {
+		a->family = n == 4 ? AF_INET : AF_INET6;
+		memcpy(a->a, bytes, n);
 		inet_ntop(a->family, a->a, text, sizeof(text));
+	}
+	if (ss->ss_family == AF_INET)
+		port = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	else if (ss->ss_family == AF_INET6)
+		port = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
 	snprintf(name, len, a->family == AF_INET6 ? "[%s]:%u" : "%s:%u", text, port);
 }
 

@@ -113,27 +113,29 @@ ucs_status_t nelssa_link_worker(ucp_context_h ctx, uint64_t client_id, ucp_worke
 	return ucp_worker_create(ctx, &wp, out);
 }
 
-/* @ss's address bytes (v4-mapped IPv6 as IPv4) and whether it is a loopback one. */
-static size_t addr_bytes(const struct sockaddr_storage *ss, const uint8_t **a, int *loopback)
+size_t nelssa_link_addr(const struct sockaddr_storage *ss, const uint8_t **a)
 {
 	static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
 	if (ss->ss_family == AF_INET) {
 		*a = (const uint8_t *)&((const struct sockaddr_in *)ss)->sin_addr;
-		*loopback = (*a)[0] == 127;
 		return 4;
 	}
 	if (ss->ss_family == AF_INET6) {
 		*a = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
 		if (!memcmp(*a, v4mapped, 12)) {
 			*a += 12;
-			*loopback = (*a)[0] == 127;
 			return 4;
 		}
-		*loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
 		return 16;
 	}
 	return 0;
+}
+
+/* Whether the @n address bytes at @a (nelssa_link_addr()'s) are a loopback address. */
+static int is_loopback(const uint8_t *a, size_t n)
+{
+	return (n == 4 && a[0] == 127) || (n == 16 && !memcmp(a, &in6addr_loopback, 16));
 }
 
 int nelssa_link_is_local(int fd)
@@ -141,16 +143,15 @@ int nelssa_link_is_local(int fd)
 	struct sockaddr_storage me, peer;
 	socklen_t me_len = sizeof(me), peer_len = sizeof(peer);
 	const uint8_t *a = NULL, *b = NULL;
-	int lo_a = 0, lo_b = 0;
 	size_t na, nb;
 
 	if (getsockname(fd, (struct sockaddr *)&me, &me_len) ||
 	    getpeername(fd, (struct sockaddr *)&peer, &peer_len))
 		return 0;
-	na = addr_bytes(&me, &a, &lo_a);
-	nb = addr_bytes(&peer, &b, &lo_b);
+	na = nelssa_link_addr(&me, &a);
+	nb = nelssa_link_addr(&peer, &b);
 	/* A connection within one host comes from the address it goes to. */
-	return nb && (lo_b || (na == nb && !memcmp(a, b, na)));
+	return nb && (is_loopback(b, nb) || (na == nb && !memcmp(a, b, na)));
 }
 
 ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int shm,

@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <ucp/api/ucp.h>
 
@@ -48,6 +49,15 @@ int nelssa_link_can_connect(const char *transports);
 
 /* A single-threaded worker; @client_id: the key connections carry (0: none). */
 ucs_status_t nelssa_link_worker(ucp_context_h ctx, uint64_t client_id, ucp_worker_h *out);
+
+/*
+ * The numeric address of @ss, in @a (pointing into @ss) and its length in
+ * bytes, the one rule the daemon and the library read peers' addresses by:
+ * 4 for AF_INET and for a v4-mapped AF_INET6 one (::ffff:a.b.c.d is the
+ * IPv4 peer a.b.c.d, as a dual-stack listener sees it), 16 for any other
+ * AF_INET6; 0 for another family, @a then untouched.
+ */
+size_t nelssa_link_addr(const struct sockaddr_storage *ss, const uint8_t **a);
 
 /* Whether the far end of the connected socket @fd is on this host. */
 int nelssa_link_is_local(int fd);
