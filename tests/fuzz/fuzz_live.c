@@ -1391,6 +1391,47 @@ static void mutate_hdr(uint8_t *h, size_t len)
 }
 
 /*
+ * What a KV or STEP message of @a's is about, in this order: a session,
+ * @s (pick_session(); @own: @a's), and the endpoint it goes on (pick_ep():
+ * NULL, no message, and nothing more is drawn); whether it is "clean"
+ * (about half of those that can be: @a's own session with requests, on an
+ * endpoint of @a's connection now), and when not, whether its header is
+ * mutated (@mutate_pct in 100).
+ */
+static struct lep *pick_msg(struct actor *a, struct sess **s, int *own, int *clean, int *mutate,
+			    uint32_t mutate_pct)
+{
+	struct lep *e;
+
+	*own = 1;
+	*s = pick_session(a, own);
+	e = pick_ep(a);
+	if (!e)
+		return NULL;
+	*clean = *own && *s && (*s)->n_req && e->lw->key == a->key && chance(50);
+	*mutate = !*clean && chance(mutate_pct);
+	return e;
+}
+
+/*
+ * The session and token a message names: @s's, or (none) an edge-case id
+ * and a random token; then, not @clean, now and then another token, at
+ * random or one bit off.
+ */
+static void name_session(const struct sess *s, int clean, uint64_t *session, uint64_t *token)
+{
+	if (s) {
+		*session = s->id;
+		*token = s->token;
+	} else {
+		*session = edge(64);
+		*token = rnd();
+	}
+	if (!clean && chance(15))
+		*token = chance(50) ? rnd() : *token ^ 1;
+}
+
+/*
  * A KV message: "clean" ones (about half) are valid for one of the actor's
  * own requests and record what they store, so that steps can select it;
  * the others have their session, token, request, ranges, header or data
@@ -1399,22 +1440,18 @@ static void mutate_hdr(uint8_t *h, size_t len)
 static void act_kv(struct actor *a)
 {
 	struct nelssa_kv_hdr h = { 0 };
-	int own = 1, mutate, big = chance(4), clean, garbage_table = chance(10);
-	struct sess *s = pick_session(a, &own);
+	int own, mutate, big = chance(4), clean, garbage_table = chance(10);
+	struct sess *s;
+	struct lep *e = pick_msg(a, &s, &own, &clean, &mutate, 50);
 	uint32_t dim = s ? s->shape.head_dim : 64, tokens, clusters, r = 0;
 	size_t hdr_len = NELSSA_KV_HDR_BYTES, len;
-	struct lep *e = pick_ep(a);
 	uint8_t *buf;
 
 	if (!e)
 		return;
-	clean = own && s && s->n_req && e->lw->key == a->key && chance(50);
-	mutate = !clean && chance(50);
 	tokens = 1 + below(big ? 8192 : 64);
 	clusters = 1 + below(tokens < 16 ? tokens : 16);
 	if (s) {
-		h.session = s->id;
-		h.token = s->token;
 		if (s->n_req) {
 			r = below(s->n_req);
 			h.request = s->req[r];
@@ -1427,12 +1464,8 @@ static void act_kv(struct actor *a)
 		}
 		h.layer = (uint16_t)below(s->shape.layers);
 		h.head = (uint16_t)below(s->shape.kv_heads);
-	} else {
-		h.session = edge(64);
-		h.token = rnd();
 	}
-	if (!clean && chance(15))
-		h.token = chance(50) ? rnd() : h.token ^ 1;
+	name_session(s, clean, &h.session, &h.token);
 	if (!clean && chance(10))
 		h.request = edge(64);
 	h.cookie = rnd() | 1;	/* random: no bit flip makes another message's */
@@ -1497,32 +1530,24 @@ static void act_kv(struct actor *a)
 static void act_step(struct actor *a)
 {
 	struct nelssa_step_hdr h = { 0 };
-	int own = 1, mutate, clean;
-	struct sess *s = pick_session(a, &own);
+	int own, mutate, clean;
+	struct sess *s;
 	uint32_t g = 1, dim = 16, items, sel_total = 0, kvh = 1;
 	size_t hdr_len = NELSSA_STEP_HDR_BYTES, len, off;
 	struct step_rec *rec;
-	struct lep *e = pick_ep(a);
+	struct lep *e = pick_msg(a, &s, &own, &clean, &mutate, 40);
 	uint8_t *buf;
 	uint32_t nsel[16], ireq[16], ihead[16];
 
 	if (!e)
 		return;
-	clean = own && s && s->n_req && e->lw->key == a->key && chance(50);
-	mutate = !clean && chance(40);
 	if (s) {
 		g = s->shape.q_heads / s->shape.kv_heads;
 		dim = s->shape.head_dim;
 		kvh = s->shape.kv_heads;
-		h.session = s->id;
-		h.token = s->token;
 		h.layer = (uint16_t)below(s->shape.layers + (!clean && chance(5) ? 2 : 0));
-	} else {
-		h.session = edge(64);
-		h.token = rnd();
 	}
-	if (!clean && chance(15))
-		h.token = chance(50) ? rnd() : h.token ^ 1;
+	name_session(s, clean, &h.session, &h.token);
 	items = 1 + below(s ? (s->max_batch * kvh < 16 ? s->max_batch * kvh : 16) : 4);
 	if (!clean && chance(5))
 		items = below(17);
