@@ -3,8 +3,8 @@
  * The optional estimation term (RetroInfer's "estimation zone"): clusters
  * ranked just below the Top-K are not fetched but approximated from the
  * Centroid Meta-Info on the GPU, recovering attention mass that a plain
- * Top-K drops.  Off by default; Documentation/client.rst says when it
- * helps.
+ * Top-K drops.  On by default (NELSSA_SELECT_DEFAULT); Documentation/
+ * client.rst gives the measurements.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,9 +30,62 @@ void nelssa_cluster_value_sums(const struct nelssa_cluster_index *ix, enum nelss
 	}
 }
 
+void nelssa_cluster_key_spread(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
+			       const void *k, float *m2)
+{
+	const uint32_t d = ix->head_dim;
+	float row[NELSSA_ATTN_MAX_HEAD_DIM];
+	double acc[NELSSA_ATTN_MAX_HEAD_DIM];
+
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		const float *cen = ix->centroids + (size_t)c * d;
+		const uint32_t n = ix->table[c].count;
+
+		memset(acc, 0, sizeof(*acc) * d);
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t t = ix->perm[ix->table[c].first + j];
+
+			nelssa_kv_widen(row, (const uint16_t *)k + (size_t)t * d, d, dtype);
+			for (uint32_t i = 0; i < d; i++)
+				acc[i] += ((double)row[i] - cen[i]) * ((double)row[i] - cen[i]);
+		}
+		for (uint32_t i = 0; i < d; i++)
+			m2[(size_t)c * d + i] = n ? (float)(acc[i] / n) : 0.0f;
+	}
+}
+
 int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
 			 const float *centroids, const float *vsum, const uint32_t *sizes,
 			 const uint32_t *ids, uint32_t n_ids, float *o, float *lse)
+{
+	return nelssa_estimate_attn_spread(geom, q, centroids, NULL, vsum, sizes, ids, n_ids, o,
+					   lse);
+}
+
+/*
+ * log E[exp(scale q.k)] over a cluster's members, to second order: the
+ * centroid's logit plus half the variance of the members' logits, that
+ * variance taken as scale^2 sum_i q_i^2 m2_i (the channels' spreads about
+ * the centroid; cross-channel terms are not kept).  For members spread
+ * normally about the centroid this is exact (the log-normal mean).
+ */
+static float log_mean_weight(const float *qr, const float *cen, const float *m2, uint32_t d,
+			     float scale)
+{
+	float s = scale * nelssa_dot_f32(qr, cen, d);
+	double v = 0.0;
+
+	if (!m2)
+		return s;
+	for (uint32_t i = 0; i < d; i++)
+		v += (double)qr[i] * qr[i] * m2[i];
+	return s + (float)(0.5 * (double)scale * scale * v);
+}
+
+int nelssa_estimate_attn_spread(const struct nelssa_attn_geom *geom, const float *q,
+				const float *centroids, const float *m2, const float *vsum,
+				const uint32_t *sizes, const uint32_t *ids, uint32_t n_ids,
+				float *o, float *lse)
 {
 	const uint32_t d = geom->head_dim;
 	int ret = nelssa_attn_geom_check(geom);
@@ -55,7 +108,10 @@ int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
 
 			if (!sizes[id])
 				continue;
-			s = geom->scale * nelssa_dot_f32(qr, centroids + (size_t)id * d, d);
+			s = log_mean_weight(qr, centroids + (size_t)id * d,
+					    m2 ? m2 + (size_t)id * d : NULL, d, geom->scale);
+			if (!isfinite(s))
+				return -EINVAL;
 			l = s + logf((float)sizes[id]);
 			if (l > m) {
 				float shrink = expf(m - l);	/* 0 on the first cluster */

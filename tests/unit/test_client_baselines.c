@@ -565,7 +565,8 @@ static void select_is_the_documented_fill(void **state)
 			}
 			assert_true(tok == used && sum == used && used <= budget);
 		}
-	assert_true(def.far_share > 0.0 && def.far_share < 1.0 && def.estimate);
+	assert_true(def.far_share > 0.0 && def.far_share < 1.0 &&
+		    def.estimate == NELSSA_ESTIMATE_SPREAD);
 	{
 		const struct nelssa_select_cfg bad = { 1.5, 1 }, probe = { 0.25, 1 };
 

@@ -515,16 +515,21 @@ GPU_TEST(estimate_matches)
 	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 0.088f };
 	float *q = tu_alloc(sizeof(float) * H * G * D), *cen = tu_alloc(sizeof(float) * H * n * D);
 	float *vs = tu_alloc(sizeof(float) * H * n * D), *o = tu_alloc(sizeof(float) * H * G * D);
+	float *m2 = tu_alloc(sizeof(float) * H * n * D);
 	float lse[H * G], co[G * D], cl[G];
 	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n), *ids = tu_alloc(sizeof(uint32_t) * H * stride);
 	struct tu_rng rng;
-	float *dq, *dc, *dv, *dout, *dl;
+	float *dq, *dc, *dv, *dm, *dout, *dl;
 	uint32_t *dz, *di, *dn;
 
 	tu_rng_for(&rng, __func__, 0);
 	tu_fill_f32(&rng, q, (size_t)H * G * D, 1.0);
 	tu_fill_f32(&rng, cen, (size_t)H * n * D, 1.0);
 	tu_fill_f32(&rng, vs, (size_t)H * n * D, 8.0);
+	/* Key spreads: squares, as nelssa_cluster_key_spread() gives. */
+	tu_fill_f32(&rng, m2, (size_t)H * n * D, 0.3);
+	for (size_t i = 0; i < (size_t)H * n * D; i++)
+		m2[i] *= m2[i];
 	for (size_t c = 0; c < (size_t)H * n; c++)
 		sizes[c] = tu_below(&rng, 6) ? 1 + tu_below(&rng, 40) : 0;
 	for (size_t i = 0; i < (size_t)H * stride; i++)
@@ -532,14 +537,34 @@ GPU_TEST(estimate_matches)
 	dq = dev_put(q, sizeof(float) * H * G * D);
 	dc = dev_put(cen, sizeof(float) * H * n * D);
 	dv = dev_put(vs, sizeof(float) * H * n * D);
+	dm = dev_put(m2, sizeof(float) * H * n * D);
 	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
 	di = dev_put(ids, sizeof(uint32_t) * H * stride);
 	dn = dev_put(n_ids, sizeof(n_ids));
 	dout = dev_new(sizeof(float) * H * G * D);
 	dl = dev_new(sizeof(lse));
+	/* Without the key spread (the mean-key estimate), then with it. */
+	for (int sp = 0; sp < 2; sp++) {
+		assert_int_equal(0, nelssa_cuda_estimate_attn_spread(&g, H, dq, dc, sp ? dm : NULL,
+								     dv, dz, n, di, stride, dn,
+								     dout, dl, NULL));
+		dev_get(o, dout, sizeof(float) * H * G * D);
+		dev_get(lse, dl, sizeof(lse));
+		for (uint32_t h = 0; h < H; h++) {
+			assert_int_equal(0, nelssa_estimate_attn_spread(
+						    &g, q + (size_t)h * G * D, cen + (size_t)h * n * D,
+						    sp ? m2 + (size_t)h * n * D : NULL,
+						    vs + (size_t)h * n * D, sizes + h * n,
+						    ids + h * stride, n_ids[h], co, cl));
+			for (uint32_t r = 0; r < G; r++)
+				near(lse[h * G + r], cl[r], 1e-5, 1e-5);
+			for (uint32_t i = 0; i < G * D; i++)
+				near(o[(size_t)h * G * D + i], co[i], 1e-5, 1e-4);
+		}
+	}
+	/* The plain entry point is the spread one without a spread. */
 	assert_int_equal(0, nelssa_cuda_estimate_attn(&g, H, dq, dc, dv, dz, n, di, stride, dn,
 						      dout, dl, NULL));
-	dev_get(o, dout, sizeof(float) * H * G * D);
 	dev_get(lse, dl, sizeof(lse));
 	for (uint32_t h = 0; h < H; h++) {
 		assert_int_equal(0, nelssa_estimate_attn(&g, q + (size_t)h * G * D,
@@ -548,12 +573,11 @@ GPU_TEST(estimate_matches)
 							 cl));
 		for (uint32_t r = 0; r < G; r++)
 			near(lse[h * G + r], cl[r], 1e-5, 1e-5);
-		for (uint32_t i = 0; i < G * D; i++)
-			near(o[(size_t)h * G * D + i], co[i], 1e-5, 1e-4);
 	}
 	cudaFree(dq);
 	cudaFree(dc);
 	cudaFree(dv);
+	cudaFree(dm);
 	cudaFree(dz);
 	cudaFree(di);
 	cudaFree(dn);
@@ -562,6 +586,7 @@ GPU_TEST(estimate_matches)
 	free(q);
 	free(cen);
 	free(vs);
+	free(m2);
 	free(o);
 	free(sizes);
 	free(ids);

@@ -450,6 +450,130 @@ static void estimate_exact_for_identical_keys(void **state)
 	free(kv.v);
 }
 
+/*
+ * Clusters of members spread a little about their mean: the key spread
+ * against float64, and the spread-weighted estimate against the float64
+ * second-order formula and against the members' true LSE, which it must
+ * come closer to than the mean key's weight (Jensen's shortfall).
+ */
+static void estimate_spread_weighs_the_members(void **state)
+{
+	enum { N_CL = 30, MAX_SZ = 20 };
+	struct nelssa_cluster table[N_CL];
+	uint32_t perm[N_CL * MAX_SZ], sizes[N_CL], ids[N_CL], n = 0;
+	float *cen = tu_alloc(sizeof(float) * N_CL * D), *vsum = tu_alloc(sizeof(float) * N_CL * D);
+	float *m2 = tu_alloc(sizeof(float) * N_CL * D);
+	float o[G * D], lse[G], po[G * D], pl[G], no[G * D], nl[G];
+	struct nelssa_cluster_index ix;
+	struct tu_rng rng;
+	struct kv kv;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	kv_init(&kv, &rng, N_CL * MAX_SZ);
+	for (uint32_t c = 0; c < N_CL; c++) {
+		double base[D];
+
+		sizes[c] = c == 7 ? 0 : 2 + tu_below(&rng, MAX_SZ - 1);
+		table[c] = (struct nelssa_cluster){ n, sizes[c] };
+		for (uint32_t i = 0; i < D; i++)
+			base[i] = tu_normal(&rng);
+		for (uint32_t j = 0; j < sizes[c]; j++, n++) {
+			perm[n] = n;
+			for (uint32_t i = 0; i < D; i++)
+				kv.k[(size_t)n * D + i] =
+					tu_to_kv(base[i] + 0.1 * tu_normal(&rng), NELSSA_KV_BF16);
+		}
+		/* The centroid: the float64 mean of the stored members. */
+		for (uint32_t i = 0; i < D; i++) {
+			double m = 0.0;
+
+			for (uint32_t j = 0; j < sizes[c]; j++)
+				m += tu_from_kv(kv.k[(size_t)(table[c].first + j) * D + i],
+						NELSSA_KV_BF16);
+			cen[c * D + i] = sizes[c] ? (float)(m / sizes[c]) : 0.0f;
+		}
+		ids[c] = c;
+	}
+	ix = (struct nelssa_cluster_index){ .head_dim = D, .n_tokens = n, .n_clusters = N_CL,
+					    .perm = perm, .table = table, .centroids = cen };
+	nelssa_cluster_key_spread(&ix, NELSSA_KV_BF16, kv.k, m2);
+	nelssa_cluster_value_sums(&ix, NELSSA_KV_BF16, kv.v, vsum);
+	for (uint32_t c = 0; c < N_CL; c++)
+		for (uint32_t i = 0; i < D; i++) {
+			double ref = 0.0;
+
+			for (uint32_t j = 0; j < sizes[c]; j++) {
+				double e = tu_from_kv(kv.k[(size_t)(table[c].first + j) * D + i],
+						      NELSSA_KV_BF16) - cen[c * D + i];
+
+				ref += e * e;
+			}
+			ref = sizes[c] ? ref / sizes[c] : 0.0;
+			assert_true(fabs(m2[c * D + i] - ref) <= 1e-6 * (1.0 + ref));
+		}
+	assert_int_equal(0, nelssa_estimate_attn_spread(&kv.g, kv.q, cen, m2, vsum, sizes, ids,
+							N_CL, o, lse));
+	assert_int_equal(0, nelssa_estimate_attn(&kv.g, kv.q, cen, vsum, sizes, ids, N_CL, po,
+						 pl));
+	/* No spread given: the plain estimate, bit for bit. */
+	assert_int_equal(0, nelssa_estimate_attn_spread(&kv.g, kv.q, cen, NULL, vsum, sizes, ids,
+							N_CL, no, nl));
+	assert_memory_equal(po, no, sizeof(po));
+	assert_memory_equal(pl, nl, sizeof(pl));
+	for (uint32_t r = 0; r < G; r++) {
+		const float *qr = kv.q + r * D;
+		double w = 0.0, ws[D] = { 0 }, m = -INFINITY, tm = -INFINITY, tsum = 0.0;
+		double lw[N_CL], tl[N_CL * MAX_SZ];
+
+		/* The formula, float64: log w_c = s q.c + s^2/2 sum q_i^2 m2_ci. */
+		for (uint32_t c = 0; c < N_CL; c++) {
+			double dot = 0.0, v = 0.0;
+
+			if (!sizes[c])
+				continue;
+			for (uint32_t i = 0; i < D; i++) {
+				dot += (double)qr[i] * cen[c * D + i];
+				v += (double)qr[i] * qr[i] * m2[c * D + i];
+			}
+			lw[c] = 0.125 * dot + 0.5 * 0.125 * 0.125 * v;
+			m = fmax(m, lw[c]);
+		}
+		for (uint32_t c = 0; c < N_CL; c++) {
+			if (!sizes[c])
+				continue;
+			w += sizes[c] * exp(lw[c] - m);
+			for (uint32_t i = 0; i < D; i++)
+				ws[i] += exp(lw[c] - m) * vsum[c * D + i];
+		}
+		assert_true(fabs(lse[r] - (m + log(w))) <= 1e-4 * (1.0 + fabs(m)));
+		for (uint32_t i = 0; i < D; i++)
+			assert_true(fabs(o[r * D + i] - ws[i] / w) <= 1e-4);
+		/* The members' true LSE, float64 over the stored keys. */
+		for (uint32_t t = 0; t < n; t++) {
+			double dot = 0.0;
+
+			for (uint32_t i = 0; i < D; i++)
+				dot += (double)qr[i] * tu_from_kv(kv.k[(size_t)t * D + i],
+								  NELSSA_KV_BF16);
+			tl[t] = 0.125 * dot;
+			tm = fmax(tm, tl[t]);
+		}
+		for (uint32_t t = 0; t < n; t++)
+			tsum += exp(tl[t] - tm);
+		tsum = tm + log(tsum);
+		/* The mean key's weight falls short; the spread recovers it. */
+		assert_true(pl[r] < tsum);
+		assert_true(fabs(lse[r] - tsum) < fabs(pl[r] - tsum));
+		assert_true(fabs(lse[r] - tsum) <= 2e-3);
+	}
+	free(cen);
+	free(vsum);
+	free(m2);
+	free(kv.k);
+	free(kv.v);
+}
+
 static void merge_with_empty_states(void **state)
 {
 	float wo[G * D], wl[G], o[G * D], lse[G], eo[G * D] = { 0 }, el[G];
@@ -483,6 +607,7 @@ int main(void)
 		cmocka_unit_test(window_matches_float64),
 		cmocka_unit_test(window_plus_clusters_equals_union),
 		cmocka_unit_test(estimate_exact_for_identical_keys),
+		cmocka_unit_test(estimate_spread_weighs_the_members),
 		cmocka_unit_test(merge_with_empty_states),
 	};
 

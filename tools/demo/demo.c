@@ -11,7 +11,7 @@
  * the "GPU" (this process), one step message asks the PNM devices for
  * attention over them, and the reply is merged with the local window (4
  * sinks + 64 recent tokens) and the estimation term over the clusters not
- * selected, both computed here.  Each merged output is compared with
+ * selected (weighted by each cluster's key spread), both computed here.  Each merged output is compared with
  * dense attention over the whole context.  Printed: the per-step latency
  * breakdown, decode tokens/s, the tokens read and the accuracy.
  */
@@ -43,6 +43,7 @@ struct head {
 	uint32_t *sizes;
 	float *far;	/* farthest member per cluster, the second probe */
 	float *vsum;	/* member V sums, for the estimation term */
+	float *m2;	/* member key spread, which weighs it */
 };
 
 struct opts {
@@ -86,7 +87,8 @@ static void *prefill_worker(void *arg)
 		hd->sizes = calloc(hd->ix.n_clusters, sizeof(uint32_t));
 		hd->far = calloc((size_t)hd->ix.n_clusters * D, sizeof(float));
 		hd->vsum = calloc((size_t)hd->ix.n_clusters * D, sizeof(float));
-		if (!hd->sizes || !hd->far || !hd->vsum) {
+		hd->m2 = calloc((size_t)hd->ix.n_clusters * D, sizeof(float));
+		if (!hd->sizes || !hd->far || !hd->vsum || !hd->m2) {
 			atomic_store(&j->failed, 1);
 			break;
 		}
@@ -97,13 +99,19 @@ static void *prefill_worker(void *arg)
 		nelssa_cluster_value_sums(&hd->ix, NELSSA_KV_BF16,
 					  (const char *)hd->s.v + win.sink * D * sizeof(uint16_t),
 					  hd->vsum);
+		nelssa_cluster_key_spread(&hd->ix, NELSSA_KV_BF16,
+					  (const char *)hd->s.k + win.sink * D * sizeof(uint16_t),
+					  hd->m2);
 	}
 	return NULL;
 }
 
+static const char *const estimate_name[] = { "none", "mean", "spread" };
+
 /* The estimation term over the clusters of @hd that @sel does not hold. */
-static int estimate_rest(const struct nelssa_attn_geom *g, const float *q, const struct head *hd,
-			 const uint32_t *sel, uint32_t n_sel, float *o, float *lse)
+static int estimate_rest(const struct nelssa_attn_geom *g, enum nelssa_estimate how,
+			 const float *q, const struct head *hd, const uint32_t *sel, uint32_t n_sel,
+			 float *o, float *lse)
 {
 	unsigned char *chosen = xcalloc(hd->ix.n_clusters, 1);
 	uint32_t *rest = xcalloc(hd->ix.n_clusters, sizeof(uint32_t)), n_rest = 0;
@@ -114,8 +122,9 @@ static int estimate_rest(const struct nelssa_attn_geom *g, const float *q, const
 	for (uint32_t c = 0; c < hd->ix.n_clusters; c++)
 		if (!chosen[c])
 			rest[n_rest++] = c;
-	ret = nelssa_estimate_attn(g, q, hd->ix.centroids, hd->vsum, hd->sizes, rest, n_rest, o,
-				   lse);
+	ret = nelssa_estimate_attn_spread(g, q, hd->ix.centroids,
+					  how == NELSSA_ESTIMATE_SPREAD ? hd->m2 : NULL, hd->vsum,
+					  hd->sizes, rest, n_rest, o, lse);
 	if (ret)
 		fprintf(stderr, "nelssa-demo: estimate failed\n");
 	free(chosen);
@@ -376,8 +385,8 @@ int main(int argc, char **argv)
 					nelssa_window_attn(&g, in[i].q, hd->s.k, hd->s.v, hd->s.n, &win, wo, wl);
 					/* The estimation term over every cluster not selected. */
 					if (scfg.estimate) {
-						if (estimate_rest(&g, in[i].q, hd, in[i].sel, in[i].nr_sel,
-								  eo, el))
+						if (estimate_rest(&g, scfg.estimate, in[i].q, hd,
+								  in[i].sel, in[i].nr_sel, eo, el))
 							return 1;
 						n_states = 2;
 					}
@@ -446,13 +455,13 @@ int main(int argc, char **argv)
 			       "\"rtt\":%.1f,\"daemon_recv\":%.1f,\"dispatch\":%.1f,\"device\":%.1f,"
 			       "\"aggregate\":%.1f,\"window_merge\":%.1f},\"tokens_per_s\":%.2f,"
 			       "\"median_rel_err\":%.6g,\"max_rel_err\":%.6g,\"needle_hit_rate\":%.4f,"
-			       "\"budget\":%g,\"estimate\":%s,\"tokens_read\":%.1f,"
+			       "\"budget\":%g,\"estimate\":\"%s\",\"tokens_read\":%.1f,"
 			       "\"window_tokens\":%u,\"selected_token_fraction\":%.4f}\n",
 			       o.n_req, o.layers, o.kv_heads, o.steps, nelssa_client_devices(cli),
 			       t_prefill, t_select * per, t_rtt * per, t_recv * per, t_disp * per,
 			       t_dev * per, t_agg * per, t_window * per, tps, errs[n_err / 2],
 			       errs[n_err - 1], (double)hits / needles, o.budget,
-			       scfg.estimate ? "true" : "false", sel_tokens / n_sel_items,
+			       estimate_name[scfg.estimate], sel_tokens / n_sel_items,
 			       win.sink + win.recent, sel_tokens / all_tokens);
 		} else {
 			printf("prefill (synthesis, k-means, offload): %.1f s\n", t_prefill);
@@ -491,6 +500,7 @@ int main(int argc, char **argv)
 		free(heads[i].sizes);
 		free(heads[i].far);
 		free(heads[i].vsum);
+		free(heads[i].m2);
 	}
 	free(heads);
 	free(errs);

@@ -128,21 +128,37 @@ int nelssa_select_hybrid(const float *const *score, const double *share, uint32_
 			 uint32_t *ids, uint64_t *tokens);
 
 /**
+ * enum nelssa_estimate - what stands in for the clusters not selected.
+ * @NELSSA_ESTIMATE_NONE: nothing: their mass is lost.
+ * @NELSSA_ESTIMATE_MEAN: nelssa_estimate_attn(), each cluster weighted
+ *	as its mean key (never more than the members' mass, by Jensen).
+ * @NELSSA_ESTIMATE_SPREAD: nelssa_estimate_attn_spread(), each cluster
+ *	weighted by its members' mean weight to second order (needs
+ *	nelssa_cluster_key_spread()).
+ */
+enum nelssa_estimate {
+	NELSSA_ESTIMATE_NONE,
+	NELSSA_ESTIMATE_MEAN,
+	NELSSA_ESTIMATE_SPREAD,
+};
+
+/**
  * struct nelssa_select_cfg - the shipped cluster selection.
  * @far_share: fraction of the token budget filled first by
  *	nelssa_far_probs() (mean and farthest member) before the centroid
  *	scores fill the rest (default 0.25; 0 ranks by centroids alone).
- * @estimate: whether the caller adds nelssa_estimate_attn() over every
- *	cluster not selected (default 1, on: measured never to hurt).
+ * @estimate: what the caller adds over every cluster not selected
+ *	(default NELSSA_ESTIMATE_SPREAD).
  *
  * The defaults are chosen by measurement (Documentation/client.rst).
  */
 struct nelssa_select_cfg {
 	double far_share;
-	int estimate;
+	enum nelssa_estimate estimate;
 };
 
-#define NELSSA_SELECT_DEFAULT ((struct nelssa_select_cfg){ .far_share = 0.25, .estimate = 1 })
+#define NELSSA_SELECT_DEFAULT \
+	((struct nelssa_select_cfg){ .far_share = 0.25, .estimate = NELSSA_ESTIMATE_SPREAD })
 
 /**
  * nelssa_select() - the shipped selection of one KV head's clusters.
@@ -375,6 +391,55 @@ void nelssa_cluster_value_sums(const struct nelssa_cluster_index *ix, enum nelss
 int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
 			 const float *centroids, const float *vsum, const uint32_t *sizes,
 			 const uint32_t *ids, uint32_t n_ids, float *o, float *lse);
+
+/**
+ * nelssa_cluster_key_spread() - each cluster's per-channel key spread.
+ * @ix: the index.
+ * @dtype: element type of @k.
+ * @k: keys in token order [ix->n_tokens][ix->head_dim].
+ * @m2: receives fp32 [ix->n_clusters][ix->head_dim]: the mean over the
+ *	cluster's members of (k_i - centroid_i)^2, accumulated in float64;
+ *	0 for an empty cluster.
+ *
+ * d floats per cluster beside the centroid, like the V sums; what
+ * nelssa_estimate_attn_spread() needs to weigh a cluster by its members'
+ * mean weight instead of its mean key's.
+ */
+void nelssa_cluster_key_spread(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
+			       const void *k, float *m2);
+
+/**
+ * nelssa_estimate_attn_spread() - the estimate, weighted by the members' spread.
+ * @geom: shape (kv_dtype unused).
+ * @q: fp32 [group][head_dim].
+ * @centroids: fp32 [..][head_dim], indexed by @ids.
+ * @m2: fp32 [..][head_dim] from nelssa_cluster_key_spread(), indexed by
+ *	@ids; NULL gives nelssa_estimate_attn().
+ * @vsum: fp32 [..][head_dim], member V sums, indexed by @ids.
+ * @sizes: tokens per cluster, indexed by @ids.
+ * @ids: the clusters to estimate.
+ * @n_ids: how many.
+ * @o: receives fp32 [group][head_dim].
+ * @lse: receives fp32 [group].
+ *
+ * As nelssa_estimate_attn() with s_c raised to the second-order mean of
+ * the members' logits,
+ *
+ *	s_c = scale q.c_c + scale^2 / 2 * sum_i q_i^2 m2_ci,
+ *
+ * the log-normal mean: exp(q.c) alone is the weight of the mean key,
+ * which by Jensen's inequality is below the members' mean weight by about
+ * exp(var / 2) -- a factor of 4 when the members' logits spread by 1.7
+ * about the centroid's.  Exact for members spread normally and
+ * independently per channel; it can overstate a cluster (it is an
+ * estimate, no longer a lower bound).
+ *
+ * Return: 0 or -EINVAL (bad shape, non-finite weight).
+ */
+int nelssa_estimate_attn_spread(const struct nelssa_attn_geom *geom, const float *q,
+				const float *centroids, const float *m2, const float *vsum,
+				const uint32_t *sizes, const uint32_t *ids, uint32_t n_ids,
+				float *o, float *lse);
 
 /*
  * Comparison baselines for the accuracy harness: what a perfect token

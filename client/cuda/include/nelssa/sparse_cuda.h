@@ -232,6 +232,33 @@ int nelssa_cuda_estimate_attn(const struct nelssa_attn_geom *geom, uint32_t n_it
 			      void *stream);
 
 /**
+ * nelssa_cuda_estimate_attn_spread() - nelssa_estimate_attn_spread() for a batch.
+ * @geom: shape shared by the items (kv_dtype unused).
+ * @n_items: work items.
+ * @q: device fp32 [@n_items][group][head_dim].
+ * @centroids: device fp32 [@n_items][@n_clusters][head_dim].
+ * @m2: device fp32 [@n_items][@n_clusters][head_dim], from
+ *	nelssa_cluster_key_spread(); NULL gives nelssa_cuda_estimate_attn().
+ * @vsum: device fp32 [@n_items][@n_clusters][head_dim].
+ * @sizes: device [@n_items][@n_clusters].
+ * @n_clusters: clusters per item.
+ * @ids: device [@n_items][@ids_stride]: clusters to estimate.
+ * @ids_stride: entries between items' id lists.
+ * @n_ids: device [@n_items]: ids used per item.
+ * @o: device fp32 [@n_items][group][head_dim].
+ * @lse: device fp32 [@n_items][group].
+ * @stream: cudaStream_t.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_estimate_attn_spread(const struct nelssa_attn_geom *geom, uint32_t n_items,
+				     const float *q, const float *centroids, const float *m2,
+				     const float *vsum, const uint32_t *sizes,
+				     uint32_t n_clusters, const uint32_t *ids,
+				     uint32_t ids_stride, const uint32_t *n_ids, float *o,
+				     float *lse, void *stream);
+
+/**
  * nelssa_cuda_kmeans_build() - nelssa_kmeans_build() with the work on the GPU.
  * @ix: host index to fill, exactly as the CPU version lays it out.
  * @cfg: parameters.
