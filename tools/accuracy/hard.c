@@ -57,6 +57,19 @@
  *   larger values there and along the sink direction — take a large share
  *   of the attention, as sink tokens do away from position 0 (Sun et al.;
  *   Xiao et al.).  The deep sinks and four needles are the targets.
+ * - spread: the members of a topic do not scatter evenly on every
+ *   channel but along two directions of their own (within-topic variation
+ *   is low-rank, as key and value activations are: Singhania et al. 2024,
+ *   "Loki: Low-rank Keys for Efficient Sparse Attention"), one with
+ *   heavy-tailed (Laplace) amplitudes, one two-valued (a binary feature),
+ *   and the query reads one of each.  Written against the
+ *   spread-weighted estimate (client/estimate.c), which assumes members
+ *   spread normally and independently per channel: here the spread is
+ *   neither, its channels are correlated, a few members far out along the
+ *   query carry the cluster's mass (Laplace) or none is far out at all
+ *   (two values, where the normal assumption overstates the mass).  Four
+ *   needles, weaker than elsewhere so the background keeps real mass, are
+ *   the targets.
  */
 #include <errno.h>
 #include <math.h>
@@ -80,9 +93,12 @@
 #define SINK_K 12.0		/* sink key along the sink direction */
 #define SINK_Q 8.0		/* query's sink component: sink logit ~8.5 */
 #define BIAS 8.0		/* shared key bias on four channels */
+#define SPREAD 1.5		/* spread family: amplitude along each direction */
+#define Q_SPREAD 12.0		/* its query along one direction: logit spread ~1.6 */
 
 const char *const hard_family_name[HARD_N_FAMILIES] = { "copy", "needle", "entropy",
-							"drift", "hidden", "massive" };
+							"drift", "hidden", "massive",
+							"spread" };
 
 static const uint32_t bias_ch[] = { 3, 17, 64, 100 };
 static const uint32_t massive_ch[] = { 5, 69 };
@@ -159,7 +175,7 @@ enum role { R_NONE, R_COPY, R_NEEDLE, R_DISTRACT, R_HIDDEN, R_DEEP_SINK };
 int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed)
 {
 	uint32_t topics = n / 512 > 2 ? n / 512 : 2, topic = 0, run = 0, qt[2];
-	double (*centre)[D], sink[D], dir[G][D], dis[G][6][D], drift[3][D], x[D];
+	double (*centre)[D], (*along)[2][D] = NULL, sink[D], dir[G][D], dis[G][6][D], drift[3][D], x[D];
 	struct plan *plan;
 	struct rng r = { seed * 0x2545f4914f6cdd1dull + (uint64_t)f * 7919 + 17 };
 
@@ -170,9 +186,12 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 	c->k = malloc(sizeof(*c->k) * (size_t)n * D);
 	c->v = malloc(sizeof(*c->v) * (size_t)n * D);
 	centre = malloc(sizeof(*centre) * topics);
+	if (f == HARD_SPREAD)
+		along = malloc(sizeof(*along) * topics);
 	plan = calloc(n, sizeof(*plan));
-	if (!c->k || !c->v || !centre || !plan) {
+	if (!c->k || !c->v || !centre || !plan || (f == HARD_SPREAD && !along)) {
 		free(centre);
+		free(along);
 		free(plan);
 		hard_free(c);
 		return -ENOMEM;
@@ -196,6 +215,10 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 			normalise(centre[p], TOPIC_NORM);
 		}
 	}
+	/* Drawn after the topics, so every other family's stream is as before. */
+	for (uint32_t p = 0; along && p < topics; p++)
+		for (uint32_t j = 0; j < 2; j++)
+			unit_on(&r, along[p][j], D / 2, D);
 	unit_on(&r, sink, D - 8, D);
 	for (uint32_t g = 0; g < G; g++) {
 		if (f == HARD_COPY)
@@ -245,6 +268,10 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 			for (uint32_t j = 0; j < 3; j++)
 				plan[plant(c, &r)] = (struct plan){ R_HIDDEN, g, 5.0 };
 		break;
+	case HARD_SPREAD:
+		for (uint32_t g = 0; g < G; g++)
+			plan[plant(c, &r)] = (struct plan){ R_NEEDLE, g, 18.0 };
+		break;
 	case HARD_MASSIVE:
 		for (uint32_t j = 0; j < 6; j++)
 			plan[plant(c, &r)] = (struct plan){ R_DEEP_SINK, 0, 16.0 };
@@ -264,6 +291,20 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 		run--;
 		for (uint32_t i = 0; i < D; i++)
 			x[i] = centre[topic][i] + NOISE * gauss(&r);
+		for (uint32_t j = 0; along && j < 2; j++) {
+			/*
+			 * Unit variance either way: Laplace (-ln U with a random
+			 * sign, / sqrt 2; heavier tails than normal) on the first
+			 * direction, +-1 (a binary feature; lighter) on the second.
+			 */
+			double a = uni(&r) < 0.5 ? -1.0 : 1.0;
+
+			if (!j)
+				a *= -log(1.0 - uni(&r)) / sqrt(2.0);
+
+			for (uint32_t i = 0; i < D; i++)
+				x[i] += SPREAD * a * along[topic][j][i];
+		}
 		if (t < SYNTH_SINKS)
 			for (uint32_t i = 0; i < D; i++)
 				x[i] = SINK_K * sink[i] + 0.2 * gauss(&r);
@@ -322,6 +363,10 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 		case HARD_DRIFT:
 			qdir = 22.0 / (18.0 * SCALE);
 			break;
+		case HARD_SPREAD:
+			/* Needles at ~12, not ~22: the background keeps real mass. */
+			qdir = 12.0 / (18.0 * SCALE);
+			break;
 		case HARD_HIDDEN:
 			qdir = 16.0 / (5.0 * SCALE);
 			break;
@@ -336,6 +381,8 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 			x[i] = qtop * (0.8 * centre[qt[g & 1]][i] + 0.35 * centre[qt[1 - (g & 1)]][i]) /
 				       TOPIC_NORM +
 			       SINK_Q * sink[i] + qdir * dir[g][i] + 0.3 * gauss(&r);
+		for (uint32_t i = 0; along && i < D; i++)
+			x[i] += Q_SPREAD * (along[qt[0]][0][i] + along[qt[1]][1][i]);
 		rope(x, n);
 		for (uint32_t j = 0; j < sizeof(bias_ch) / sizeof(bias_ch[0]); j++)
 			x[bias_ch[j]] += 2.0;
@@ -349,6 +396,7 @@ int hard_make(struct hard_case *c, enum hard_family f, uint32_t n, uint64_t seed
 			c->q[g * D + i] = (float)x[i];
 	}
 	free(centre);
+	free(along);
 	free(plan);
 	return 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The harder generator of the accuracy harness (issue 17): six families of
+ * The harder generator of the accuracy harness (issue 17): seven families of
  * synthetic attention heads on a language-like background, each built
  * around one way a sparse selection goes wrong in real long-context
  * models.  hard.c says why each feature exists and cites the literature.
@@ -19,6 +19,7 @@ enum hard_family {
 	HARD_DRIFT,	/* key mean drifting along the context */
 	HARD_HIDDEN,	/* strong members whose cluster mean hides them */
 	HARD_MASSIVE,	/* massive outlier channels and deep attention sinks */
+	HARD_SPREAD,	/* members spread heavy-tailed along a few directions */
 	HARD_N_FAMILIES
 };
 
