@@ -40,10 +40,12 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..69"
+echo "1..75"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
+t "nelssa-step-bench: a zero budget is a usage error" 2 "$sbench" --port 1 --budget 0
+t "nelssa-step-bench: a budget above 1 is a usage error" 2 "$sbench" --port 1 --budget 1.5
 UCX_TLS=tcp t "--require-rdma refuses a TCP-only UCX" 1 "$nd" --require-rdma \
 	--listen 127.0.0.1:0 --sim-opts mem=1M
 if grep -q "refusing to run on a TCP or shared-memory fallback" "$out/stderr"; then
@@ -187,6 +189,21 @@ for tls in tcp shm,tcp; do
 			 and r['rtt_median_us'] > 0 and r['pingpong_median_us'] > 0 and \
 			 abs(r['rtt_over_pingpong'] - r['rtt_median_us'] / r['pingpong_median_us']) < 0.01 \
 			 for r in j['runs'])"
+		# 4 % of 4096 = 164 tokens: 10 whole 16-token clusters, 160 read.
+		json_check "step bench: tokens read never above the budget, within one cluster" \
+			"j['budget'] == 0.04 and j['budget_tokens'] == 164 and j['selected'] == 10 and \
+			 j['tokens_read'] == j['selected'] * j['cluster_tokens'] and \
+			 j['budget_tokens'] - j['cluster_tokens'] < j['tokens_read'] <= j['budget_tokens']"
+		t "nelssa-step-bench --ratio, the deprecated alias, still runs" 0 "$sbench" \
+			--port "$port" --context 4096 --kv-heads 4 --batches 1 --iters 1 --ratio 0.04 --json
+		if grep -q "deprecated" "$out/stderr"; then
+			echo "ok $((n += 1)) - nelssa-step-bench --ratio says it is deprecated"
+		else
+			sed 's/^/# /' "$out/stderr"
+			echo "not ok $((n += 1)) - nelssa-step-bench --ratio says it is deprecated"
+		fi
+		json_check "step bench: --ratio sets the same token budget" \
+			"j['budget_tokens'] == 164 and j['tokens_read'] == 160"
 	fi
 	unset UCX_TLS
 	if [ $tls = tcp ]; then

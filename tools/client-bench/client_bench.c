@@ -7,9 +7,12 @@
  *   kmeans  segmented k-means of one KV head: ms per 1K tokens, against
  *           one plain pass of key . centroid products over the same data
  *           (the floor any iteration has to pay);
- *   topk    one decode step at a given context: centroid scoring + Top-K
- *           for every KV head, against a plain dot-product pass over the
- *           same centroids (how close scoring is to memory speed).
+ *   topk    one decode step at a given context: the shipped selection
+ *           (nelssa_select(), far members then centroids filling a token
+ *           budget) for every KV head, against a plain dot-product pass
+ *           over the same centroids (how close scoring is to memory speed;
+ *           the selection also scores each cluster's farthest member, so
+ *           it costs more than that one pass).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -28,7 +31,7 @@
 
 struct opts {
 	uint32_t context, heads, group, head_dim, iters;
-	double ratio;
+	double budget;
 	int json;
 };
 
@@ -85,29 +88,69 @@ static int bench_kmeans(const struct opts *o, double *ms_per_k, double *base_ms_
 	return ret;
 }
 
-static int bench_topk(const struct opts *o, double *step_ms, double *base_ms, uint32_t *sel)
+/* What one Top-K step selected: per KV head, the extremes over heads. */
+struct topk_sel {
+	uint64_t budget, tokens_min, tokens_max;
+	uint32_t clusters, max_size, sel_min, sel_max;
+};
+
+/*
+ * Cluster sizes 1..31 in pairs summing to 32, the remainder of the context
+ * in the last: a token budget then differs from a ratio of clusters, and
+ * the clusters still hold exactly @context tokens.  Returns the largest.
+ */
+static uint32_t vary_sizes(uint32_t *sizes, uint32_t n, uint32_t context)
 {
-	uint32_t n = o->context / 16, d = o->head_dim, k = nelssa_topk_ratio_count(n, o->ratio);
+	uint32_t max = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (i % 2)
+			sizes[i] = 32 - sizes[i - 1];
+		else if (i + 1 < n)
+			sizes[i] = 1 + (uint32_t)(tl_next(&rng_state) % 31);
+		else
+			sizes[i] = 16;
+		if (i + 1 == n)
+			sizes[i] += context - 16 * n;
+		max = sizes[i] > max ? sizes[i] : max;
+	}
+	return max;
+}
+
+static int bench_topk(const struct opts *o, double *step_ms, double *base_ms,
+		      struct topk_sel *sel)
+{
+	const struct nelssa_select_cfg cfg = NELSSA_SELECT_DEFAULT;
+	uint32_t n = o->context / 16, d = o->head_dim;
 	float *cen = xalloc(sizeof(*cen) * o->heads * n * d);
-	float *q = xalloc(sizeof(*q) * o->group * d), *score = xalloc(sizeof(*score) * n);
-	uint32_t *sizes = xalloc(sizeof(*sizes) * n), *ids = xalloc(sizeof(*ids) * (k ? k : 1));
+	float *far = xalloc(sizeof(*far) * o->heads * n * d);
+	float *q = xalloc(sizeof(*q) * o->group * d);
+	uint32_t *sizes = xalloc(sizeof(*sizes) * n), *ids = xalloc(sizeof(*ids) * n);
 	double best = INFINITY, base = INFINITY, t0;
 	float sink = 0.0f;
+	uint64_t tokens;
 	int ret = 0;
 
-	for (size_t i = 0; i < (size_t)o->heads * n * d; i++)
+	for (size_t i = 0; i < (size_t)o->heads * n * d; i++) {
 		cen[i] = tl_frand(&rng_state);
+		far[i] = tl_frand(&rng_state);
+	}
 	for (uint32_t i = 0; i < o->group * d; i++)
 		q[i] = tl_frand(&rng_state);
-	for (uint32_t i = 0; i < n; i++)
-		sizes[i] = 16;
+	*sel = (struct topk_sel){ (uint64_t)llround(o->budget * o->context), UINT64_MAX, 0, n,
+				  vary_sizes(sizes, n, o->context), UINT32_MAX, 0 };
 	for (uint32_t it = 0; it < o->iters && ret >= 0; it++) {
 		t0 = tl_now();
 		for (uint32_t h = 0; h < o->heads && ret >= 0; h++) {
-			ret = nelssa_centroid_scores(q, o->group, d, 1.0f / sqrtf((float)d),
-						     cen + (size_t)h * n * d, sizes, n, score);
-			if (!ret)
-				ret = nelssa_topk(score, n, k, ids);
+			ret = nelssa_select(&cfg, q, o->group, d, 1.0f / sqrtf((float)d),
+					    cen + (size_t)h * n * d, far + (size_t)h * n * d, sizes,
+					    n, sel->budget, ids, &tokens);
+			if (ret < 0)
+				break;
+			sel->tokens_min = tokens < sel->tokens_min ? tokens : sel->tokens_min;
+			sel->tokens_max = tokens > sel->tokens_max ? tokens : sel->tokens_max;
+			sel->sel_min = (uint32_t)ret < sel->sel_min ? (uint32_t)ret : sel->sel_min;
+			sel->sel_max = (uint32_t)ret > sel->sel_max ? (uint32_t)ret : sel->sel_max;
 		}
 		best = fmin(best, tl_now() - t0);
 		t0 = tl_now();
@@ -117,10 +160,9 @@ static int bench_topk(const struct opts *o, double *step_ms, double *base_ms, ui
 	}
 	*step_ms = best * 1e3;
 	*base_ms = base * 1e3 + 0.0f * sink;
-	*sel = k;
 	free(cen);
+	free(far);
 	free(q);
-	free(score);
 	free(sizes);
 	free(ids);
 	return ret < 0 ? ret : 0;
@@ -130,12 +172,16 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: nelssa-client-bench [--context N] [--heads N] [--group N] [--head-dim N]\n"
-		"                           [--ratio R] [--iters N] [--json]\n"
-		"  --context N   tokens of context for the Top-K step (default 131072)\n"
+		"                           [--budget F] [--iters N] [--json]\n"
+		"  --context N   tokens of context for the Top-K step, in clusters of\n"
+		"                1-31 tokens, 16 on average (default 131072)\n"
 		"  --heads N     KV heads per layer (default 8)\n"
 		"  --group N     query heads per KV head (default 4)\n"
 		"  --head-dim N  head dimension (default 128)\n"
-		"  --ratio R     selection ratio (default 0.04)\n"
+		"  --budget F    tokens each selection reads, as a fraction of the\n"
+		"                context (default 0.04).  --ratio is a deprecated\n"
+		"                alias: it is the same token budget, no longer a\n"
+		"                ratio of clusters\n"
 		"  --iters N     repetitions; the best is reported (default 3)\n"
 		"  --json        one JSON object instead of text\n");
 }
@@ -145,13 +191,14 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "context", required_argument, NULL, 'c' }, { "heads", required_argument, NULL, 'H' },
 		{ "group", required_argument, NULL, 'g' }, { "head-dim", required_argument, NULL, 'd' },
+		{ "budget", required_argument, NULL, 'b' },
 		{ "ratio", required_argument, NULL, 'r' }, { "iters", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { 131072, 8, 4, 128, 3, 0.04, 0 };
 	double km, km_base, step, step_base;
-	uint32_t sel;
+	struct topk_sel sel;
 	char *end;
 	int c, bad = 0;
 
@@ -164,9 +211,14 @@ int main(int argc, char **argv)
 					   "--head-dim"); break;
 		case 'i': bad |= tl_parse_u32("nelssa-client-bench", optarg, 1, 1000, &o.iters, "--iters"); break;
 		case 'r':
-			o.ratio = strtod(optarg, &end);
-			if (*end || !(o.ratio > 0.0 && o.ratio <= 1.0)) {
-				fprintf(stderr, "nelssa-client-bench: --ratio %s: need (0, 1]\n", optarg);
+			fprintf(stderr, "nelssa-client-bench: --ratio is deprecated: it now "
+				"sets the token budget, as --budget does\n");
+			/* fall through */
+		case 'b':
+			o.budget = strtod(optarg, &end);
+			if (*end || !(o.budget > 0.0 && o.budget <= 1.0)) {
+				fprintf(stderr, "nelssa-client-bench: --budget %s: need (0, 1]\n",
+					optarg);
 				bad = 1;
 			}
 			break;
@@ -187,7 +239,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!o.json)
-		fprintf(stderr, "Top-K at %u tokens, %u KV heads ...\n", o.context, o.heads);
+		fprintf(stderr, "selection at %u tokens, %u KV heads ...\n", o.context, o.heads);
 	if (bench_topk(&o, &step, &step_base, &sel)) {
 		fprintf(stderr, "nelssa-client-bench: Top-K failed\n");
 		return 1;
@@ -195,18 +247,26 @@ int main(int argc, char **argv)
 	if (o.json) {
 		printf("{\"kmeans\":{\"ms_per_1k_tokens_per_head\":%.4f,\"dot_pass_ms_per_1k\":%.4f,"
 		       "\"ratio\":%.3f},\"topk\":{\"context\":%u,\"kv_heads\":%u,\"group\":%u,"
-		       "\"head_dim\":%u,\"clusters_per_head\":%u,\"selected\":%u,\"step_ms\":%.4f,"
-		       "\"dot_pass_ms\":%.4f,\"ratio\":%.3f}}\n",
+		       "\"head_dim\":%u,\"clusters_per_head\":%u,\"max_cluster_tokens\":%u,"
+		       "\"budget\":%g,\"budget_tokens\":%llu,\"tokens_read_min\":%llu,"
+		       "\"tokens_read_max\":%llu,\"selected_min\":%u,\"selected_max\":%u,"
+		       "\"step_ms\":%.4f,\"dot_pass_ms\":%.4f,\"ratio\":%.3f}}\n",
 		       km, km_base, km / km_base, o.context, o.heads, o.group, o.head_dim,
-		       o.context / 16, sel, step, step_base, step / step_base);
+		       sel.clusters, sel.max_size, o.budget, (unsigned long long)sel.budget,
+		       (unsigned long long)sel.tokens_min, (unsigned long long)sel.tokens_max,
+		       sel.sel_min, sel.sel_max, step, step_base, step / step_base);
 		return 0;
 	}
 	printf("k-means      %8.3f ms per 1K tokens per KV head (10 iterations)\n", km);
 	printf("  baseline   %8.3f ms per 1K tokens: one key.centroid pass (ratio %.1f)\n",
 	       km_base, km / km_base);
-	printf("Top-K step   %8.3f ms at %u tokens: %u KV heads x %u clusters, %u selected each\n",
-	       step, o.context, o.heads, o.context / 16, sel);
+	printf("Top-K step   %8.3f ms at %u tokens: %u KV heads x %u clusters of 1-%u tokens\n",
+	       step, o.context, o.heads, sel.clusters, sel.max_size);
 	printf("  baseline   %8.3f ms: plain q.centroid pass, same data (ratio %.2f)\n", step_base,
 	       step / step_base);
+	printf("  selection  budget %llu tokens (%g of the context): %llu-%llu tokens read, "
+	       "%u-%u clusters a head\n", (unsigned long long)sel.budget, o.budget,
+	       (unsigned long long)sel.tokens_min, (unsigned long long)sel.tokens_max,
+	       sel.sel_min, sel.sel_max);
 	return 0;
 }

@@ -3,10 +3,11 @@
  * nelssa-cuda-bench: GPU timings of the decode step's GPU-node kernels,
  * each beside a same-run baseline (only ratios carry across machines):
  *
- *   topk    centroid scoring + Top-K for a batch of KV heads at a given
- *           context; baseline: a device-to-device copy of the centroid
- *           bytes (the memory floor of reading them once) and the CPU
- *           twin on one head, scaled to the batch;
+ *   topk    centroid scoring + the token-budget fill for a batch of KV
+ *           heads at a given context, in clusters of 1-31 tokens;
+ *           baseline: a device-to-device copy of the centroid bytes (the
+ *           memory floor of reading them once) and the CPU twin on one
+ *           head, with the same budget, scaled to the batch;
  *   window  local-window attention (4 sinks + 64 recent) for the same
  *           batch; baseline: the CPU twin, likewise;
  *   kmeans  segmented k-means of one KV head's prefill; baseline: the
@@ -38,7 +39,7 @@
 
 struct opts {
 	uint32_t context, heads, batch, group, head_dim, iters, prefill;
-	double ratio;
+	double budget;
 	int json;
 };
 
@@ -101,6 +102,29 @@ static uint16_t *bf16_n(size_t n)
 	return x;
 }
 
+/*
+ * Cluster sizes 1..31 in pairs summing to 32, the remainder of the context
+ * in the last: a token budget then differs from a ratio of clusters, and
+ * the clusters still hold exactly @context tokens.  Returns the largest.
+ */
+static uint32_t vary_sizes(uint32_t *sizes, uint32_t n, uint32_t context)
+{
+	uint32_t max = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (i % 2)
+			sizes[i] = 32 - sizes[i - 1];
+		else if (i + 1 < n)
+			sizes[i] = 1 + (uint32_t)(tl_next(&rng_state) % 31);
+		else
+			sizes[i] = 16;
+		if (i + 1 == n)
+			sizes[i] += context - 16 * n;
+		max = sizes[i] > max ? sizes[i] : max;
+	}
+	return max;
+}
+
 /* Best of @iters timed repetitions of @fn on the GPU, in ms. */
 struct gpu_job {
 	void (*fn)(void *ctx);
@@ -132,10 +156,12 @@ static double gpu_best_ms(struct gpu_job job, uint32_t iters)
 
 struct topk_ctx {
 	const struct opts *o;
-	uint32_t heads, clusters, k;
+	uint32_t heads, clusters;
+	uint64_t budget;
 	float *q, *cen, *score;
 	uint32_t *sizes, *ids;
 	int32_t *count;
+	uint64_t *tokens;
 	void *copy_dst;
 };
 
@@ -146,8 +172,8 @@ static void topk_run(void *p)
 	check(nelssa_cuda_centroid_scores(c->q, c->heads, c->o->group, c->o->head_dim, 0.088f,
 					  c->cen, c->sizes, c->clusters, c->score, NULL),
 	      "centroid scores");
-	check(nelssa_cuda_topk(c->score, c->heads, c->clusters, c->k, c->ids, c->count, NULL),
-	      "top-k");
+	check(nelssa_cuda_topk_fill(c->score, c->sizes, c->heads, c->clusters, c->budget, c->ids,
+				    c->count, c->tokens, NULL), "top-k fill");
 }
 
 static void copy_run(void *p)
@@ -180,13 +206,17 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " [--context N] [--heads N] [--batch N] [--group N] [--head-dim N]\n"
-		"                         [--ratio R] [--prefill N] [--iters N] [--json]\n"
-		"  --context N   tokens of context per request (default 131072)\n"
+		"                         [--budget F] [--prefill N] [--iters N] [--json]\n"
+		"  --context N   tokens of context per request, in clusters of 1-31\n"
+		"                tokens, 16 on average (default 131072)\n"
 		"  --heads N     KV heads per layer (default 8)\n"
 		"  --batch N     requests in the decode batch (default 16)\n"
 		"  --group N     query heads per KV head (default 4)\n"
 		"  --head-dim N  head dimension (default 128)\n"
-		"  --ratio R     selection ratio (default 0.04)\n"
+		"  --budget F    tokens each selection reads, as a fraction of the\n"
+		"                context (default 0.04).  --ratio is a deprecated\n"
+		"                alias: it is the same token budget, no longer a\n"
+		"                ratio of clusters\n"
 		"  --prefill N   tokens clustered by the k-means timing (default 32768)\n"
 		"  --iters N     timed repetitions; the best is reported (default 10)\n"
 		"  --json        one JSON object instead of text\n"
@@ -198,7 +228,9 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "context", required_argument, NULL, 'c' }, { "heads", required_argument, NULL, 'H' },
 		{ "batch", required_argument, NULL, 'b' }, { "group", required_argument, NULL, 'g' },
-		{ "head-dim", required_argument, NULL, 'd' }, { "ratio", required_argument, NULL, 'r' },
+		{ "head-dim", required_argument, NULL, 'd' },
+		{ "budget", required_argument, NULL, 'B' },
+		{ "ratio", required_argument, NULL, 'r' },
 		{ "prefill", required_argument, NULL, 'p' }, { "iters", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -211,7 +243,9 @@ int main(int argc, char **argv)
 	double topk_ms, copy_ms, cpu_topk_ms, win_ms, cpu_win_ms, km_ms, cpu_km_ms, t0;
 	struct cudaDeviceProp prop;
 	float *cpu_score, cpu_o[64 * 128], cpu_l[64];
-	uint32_t *cpu_ids;
+	uint64_t *tokens, tok_min = UINT64_MAX, tok_max = 0, cpu_tokens;
+	int32_t *count, sel_min = INT32_MAX, sel_max = 0;
+	uint32_t *cpu_ids, max_size = 0;
 	uint16_t *keys;
 	void *dkeys;
 	char *end;
@@ -227,10 +261,15 @@ int main(int argc, char **argv)
 		case 'p': bad |= tl_parse_u32(PROG, optarg, 16, 1u << 22, &o.prefill, "--prefill"); break;
 		case 'i': bad |= tl_parse_u32(PROG, optarg, 1, 1000, &o.iters, "--iters"); break;
 		case 'r':
+			fprintf(stderr, PROG ": --ratio is deprecated: it now sets the token "
+				"budget, as --budget does\n");
+			/* fall through */
+		case 'B':
 			errno = 0;
-			o.ratio = strtod(optarg, &end);
-			if (errno || *end || !(o.ratio > 0.0 && o.ratio <= 1.0)) {
-				fprintf(stderr, PROG ": --ratio %s: need a number in (0, 1]\n", optarg);
+			o.budget = strtod(optarg, &end);
+			if (errno || *end || !(o.budget > 0.0 && o.budget <= 1.0)) {
+				fprintf(stderr, PROG ": --budget %s: need a number in (0, 1]\n",
+					optarg);
 				bad = 1;
 			}
 			break;
@@ -252,34 +291,57 @@ int main(int argc, char **argv)
 	cudaGetDevice(&dev);
 	cudaGetDeviceProperties(&prop, dev);
 
-	/* Top-K step: every KV head of the batch, 16 tokens a cluster. */
+	/* Top-K step: every KV head of the batch, 16 tokens a cluster on average. */
 	tc.o = &o;
 	tc.heads = o.heads * o.batch;
 	tc.clusters = o.context / 16;
-	tc.k = nelssa_topk_ratio_count(tc.clusters, o.ratio);
+	tc.budget = (uint64_t)llround(o.budget * o.context);
 	{
 		float *q = frand_n((size_t)tc.heads * o.group * o.head_dim);
 		float *cen = frand_n((size_t)tc.heads * tc.clusters * o.head_dim);
 		uint32_t *sizes = xmalloc(sizeof(*sizes) * tc.heads * tc.clusters);
 
-		for (size_t i = 0; i < (size_t)tc.heads * tc.clusters; i++)
-			sizes[i] = 16;
+		for (uint32_t h = 0; h < tc.heads; h++) {
+			uint32_t m = vary_sizes(sizes + (size_t)h * tc.clusters, tc.clusters,
+						o.context);
+
+			max_size = m > max_size ? m : max_size;
+		}
 		tc.q = dput(q, sizeof(float) * tc.heads * o.group * o.head_dim);
 		tc.cen = dput(cen, sizeof(float) * tc.heads * tc.clusters * o.head_dim);
 		tc.sizes = dput(sizes, sizeof(uint32_t) * tc.heads * tc.clusters);
 		tc.score = dmalloc(sizeof(float) * tc.heads * tc.clusters);
-		tc.ids = dmalloc(sizeof(uint32_t) * tc.heads * tc.k);
+		tc.ids = dmalloc(sizeof(uint32_t) * tc.heads * tc.clusters);
 		tc.count = dmalloc(sizeof(int32_t) * tc.heads);
+		tc.tokens = dmalloc(sizeof(uint64_t) * tc.heads);
 		tc.copy_dst = dmalloc(sizeof(float) * tc.heads * tc.clusters * o.head_dim);
 		topk_ms = gpu_best_ms((struct gpu_job){ topk_run, &tc }, o.iters);
+		/* What the last repetition selected: every repetition selects the same. */
+		tokens = xmalloc(sizeof(*tokens) * tc.heads);
+		count = xmalloc(sizeof(*count) * tc.heads);
+		if (cudaMemcpy(tokens, tc.tokens, sizeof(*tokens) * tc.heads,
+			       cudaMemcpyDeviceToHost) != cudaSuccess ||
+		    cudaMemcpy(count, tc.count, sizeof(*count) * tc.heads,
+			       cudaMemcpyDeviceToHost) != cudaSuccess)
+			die("cudaMemcpy", cudaGetLastError());
+		for (uint32_t h = 0; h < tc.heads; h++) {
+			check(count[h] < 0 ? count[h] : 0, "top-k fill (a head)");
+			tok_min = tokens[h] < tok_min ? tokens[h] : tok_min;
+			tok_max = tokens[h] > tok_max ? tokens[h] : tok_max;
+			sel_min = count[h] < sel_min ? count[h] : sel_min;
+			sel_max = count[h] > sel_max ? count[h] : sel_max;
+		}
+		free(tokens);
+		free(count);
 		copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
 		cpu_score = xmalloc(sizeof(float) * tc.clusters);
-		cpu_ids = xmalloc(sizeof(uint32_t) * tc.k);
+		cpu_ids = xmalloc(sizeof(uint32_t) * tc.clusters);
 		t0 = tl_now();
 		check(nelssa_centroid_scores(q, o.group, o.head_dim, 0.088f, cen, sizes, tc.clusters,
 					     cpu_score), "CPU scores");
-		bad = nelssa_topk(cpu_score, tc.clusters, tc.k, cpu_ids);
-		check(bad < 0 ? bad : 0, "CPU top-k");
+		bad = nelssa_topk_fill(cpu_score, sizes, tc.clusters, tc.budget, cpu_ids,
+				       &cpu_tokens);
+		check(bad < 0 ? bad : 0, "CPU top-k fill");
 		cpu_topk_ms = (tl_now() - t0) * 1e3 * tc.heads;
 		free(q);
 		free(cen);
@@ -341,7 +403,10 @@ int main(int argc, char **argv)
 		if (o.json) {
 			printf("{\"device\":\"%s\",\"context\":%u,\"heads\":%u,\"batch\":%u,"
 			       "\"group\":%u,\"head_dim\":%u,\"iters\":%u,"
-			       "\"topk\":{\"kv_heads\":%u,\"clusters_per_head\":%u,\"selected\":%u,"
+			       "\"topk\":{\"kv_heads\":%u,\"clusters_per_head\":%u,"
+			       "\"max_cluster_tokens\":%u,\"budget\":%g,\"budget_tokens\":%llu,"
+			       "\"tokens_read_min\":%llu,\"tokens_read_max\":%llu,"
+			       "\"selected_min\":%d,\"selected_max\":%d,\"cpu_tokens_read\":%llu,"
 			       "\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,\"speedup\":%.2f,"
 			       "\"centroid_read_gbps\":%.2f,\"copy_gbps\":%.2f,\"ratio\":%.3f},"
 			       "\"window\":{\"items\":%u,\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,"
@@ -349,16 +414,24 @@ int main(int argc, char **argv)
 			       "\"kmeans\":{\"tokens\":%u,\"gpu_ms_per_1k\":%.3f,"
 			       "\"cpu_ms_per_1k\":%.3f,\"speedup\":%.2f}}\n",
 			       prop.name, o.context, o.heads, o.batch, o.group, o.head_dim, o.iters,
-			       tc.heads, tc.clusters, tc.k, topk_ms, cpu_topk_ms,
+			       tc.heads, tc.clusters, max_size, o.budget,
+			       (unsigned long long)tc.budget, (unsigned long long)tok_min,
+			       (unsigned long long)tok_max, sel_min, sel_max,
+			       (unsigned long long)cpu_tokens, topk_ms, cpu_topk_ms,
 			       cpu_topk_ms / topk_ms, eff, copy, eff / copy, wc.items, win_ms,
 			       cpu_win_ms, cpu_win_ms / win_ms, o.prefill,
 			       km_ms * 1024 / o.prefill, cpu_km_ms * 1024 / o.prefill,
 			       cpu_km_ms / km_ms);
 		} else {
 			printf("device %s\n", prop.name);
-			printf("top-k step: %u KV heads x %u clusters, %u selected: GPU %.4f ms, "
-			       "CPU twin %.3f ms (x%.1f)\n", tc.heads, tc.clusters, tc.k, topk_ms,
-			       cpu_topk_ms, cpu_topk_ms / topk_ms);
+			printf("top-k step: %u KV heads x %u clusters of 1-%u tokens: GPU %.4f ms, "
+			       "CPU twin %.3f ms (x%.1f)\n", tc.heads, tc.clusters, max_size,
+			       topk_ms, cpu_topk_ms, cpu_topk_ms / topk_ms);
+			printf("  budget %llu tokens (%g of the context): %llu-%llu tokens read, "
+			       "%d-%d clusters a head (CPU twin, head 0: %llu tokens)\n",
+			       (unsigned long long)tc.budget, o.budget, (unsigned long long)tok_min,
+			       (unsigned long long)tok_max, sel_min, sel_max,
+			       (unsigned long long)cpu_tokens);
 			printf("  centroid read %.1f GB/s vs device copy %.1f GB/s: ratio %.3f\n", eff,
 			       copy, eff / copy);
 			printf("window: %u items, 4 + 64 tokens: GPU %.4f ms, CPU twin %.3f ms (x%.1f)\n",
@@ -374,6 +447,7 @@ int main(int argc, char **argv)
 	cudaFree(tc.score);
 	cudaFree(tc.ids);
 	cudaFree(tc.count);
+	cudaFree(tc.tokens);
 	cudaFree(tc.copy_dst);
 	cudaFree(wc.q);
 	cudaFree(wc.k);

@@ -7,11 +7,12 @@
  *
  * One request of --context tokens (16-token clusters, random bf16 rows) is
  * offloaded for every KV head of one layer; each step asks for a batch of
- * B copies of it (B x kv_heads items, each with its own random 4 %
- * selection), so the devices do the work of B distinct requests without B
- * times the memory.  The ping-pong baseline is a forked echo process that
- * answers each active message with one of the reply's size, waiting on its
- * worker's event fd as nelssad's poller does.
+ * B copies of it (B x kv_heads items, each with its own random selection
+ * of whole clusters filling a 4 % token budget), so the devices do the
+ * work of B distinct requests without B times the memory.  The ping-pong
+ * baseline is a forked echo process that answers each active message with
+ * one of the reply's size, waiting on its worker's event fd as nelssad's
+ * poller does.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,7 +42,7 @@ struct opts {
 	const char *host, *label;
 	uint16_t port;
 	uint32_t context, kv_heads, group, head_dim, iters, batch[MAX_BATCHES], n_batch;
-	double ratio;
+	double budget;
 	int json;
 };
 
@@ -266,13 +267,17 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --port P [--host H] [--context N] [--kv-heads N] [--batches B,B..]\n"
-		"                         [--ratio R] [--iters N] [--label NAME] [--json]\n"
+		"                         [--budget F] [--iters N] [--label NAME] [--json]\n"
 		"  --context N   tokens of the request (default 131072)\n"
 		"  --kv-heads N  KV heads of the layer, 4 query heads each (default 8)\n"
 		"  --batches     requests per step (default 1,8)\n"
-		"  --ratio R     selected fraction of clusters (default 0.04)\n"
+		"  --budget F    tokens each item reads, as a fraction of the context\n"
+		"                (default 0.04): as many 16-token clusters as fit, at\n"
+		"                least one.  --ratio is a deprecated alias: it is the\n"
+		"                same token budget, no longer a ratio of clusters\n"
 		"  --iters N     timed steps per batch size (default 200, after 20 warm-up)\n"
-		"  --label NAME  tag for the output (e.g. the daemon's kernel mode)\n");
+		"  --label NAME  tag for the output (e.g. the daemon's kernel mode)\n"
+		"  --json        one JSON object instead of text\n");
 }
 
 static int parse(struct opts *o, int argc, char **argv)
@@ -280,7 +285,9 @@ static int parse(struct opts *o, int argc, char **argv)
 	static const struct option lo[] = {
 		{ "host", required_argument, NULL, 'H' }, { "port", required_argument, NULL, 'p' },
 		{ "context", required_argument, NULL, 'c' }, { "kv-heads", required_argument, NULL, 'k' },
-		{ "batches", required_argument, NULL, 'b' }, { "ratio", required_argument, NULL, 'r' },
+		{ "batches", required_argument, NULL, 'b' },
+		{ "budget", required_argument, NULL, 'B' },
+		{ "ratio", required_argument, NULL, 'r' },
 		{ "iters", required_argument, NULL, 'i' }, { "label", required_argument, NULL, 'l' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -297,9 +304,15 @@ static int parse(struct opts *o, int argc, char **argv)
 		case 'j': o->json = 1; break;
 		case 'h': usage(stdout); exit(0);
 		case 'r':
-			o->ratio = strtod(optarg, &end);
-			if (*end || !(o->ratio > 0 && o->ratio <= 1))
+			fprintf(stderr, PROG ": --ratio is deprecated: it now sets the token "
+				"budget, as --budget does\n");
+			/* fall through */
+		case 'B':
+			o->budget = strtod(optarg, &end);
+			if (*end || !(o->budget > 0 && o->budget <= 1)) {
+				fprintf(stderr, PROG ": --budget: need (0, 1]\n");
 				return -1;
+			}
 			break;
 		case 'b':
 			o->n_batch = 0;
@@ -340,7 +353,8 @@ int main(int argc, char **argv)
 	struct opts o;
 	uint64_t session;
 	uint16_t *k, *v;
-	uint32_t nclu, nsel;
+	uint32_t nclu, nfull, nsel;
+	uint64_t budget;
 	int pfd[2], status;
 	pid_t child;
 	struct pp p = { 0 };
@@ -367,7 +381,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	nclu = (o.context + CLUSTER - 1) / CLUSTER;
-	nsel = (uint32_t)lround(o.ratio * nclu);
+	/*
+	 * Every cluster is CLUSTER tokens but a short last one, which no
+	 * selection takes, so each item reads exactly nsel * CLUSTER tokens:
+	 * the budget rounded down to whole clusters (at least one, as the
+	 * daemon takes no empty selection).
+	 */
+	nfull = o.context / CLUSTER;
+	budget = (uint64_t)llround(o.budget * o.context);
+	nsel = (uint32_t)(budget / CLUSTER);
 	nsel = nsel ? nsel : 1;
 	sc.shape = (struct nelssa_shape){ 1, (uint16_t)(o.kv_heads * o.group), (uint16_t)o.kv_heads,
 					  (uint16_t)o.head_dim, NELSSA_KV_BF16 };
@@ -444,8 +466,14 @@ int main(int argc, char **argv)
 		free(addr);
 	}
 	if (o.json)
-		printf("{\"label\":\"%s\",\"context\":%u,\"kv_heads\":%u,\"selected\":%u,\"runs\":[",
-		       o.label, o.context, o.kv_heads, nsel);
+		printf("{\"label\":\"%s\",\"context\":%u,\"kv_heads\":%u,\"budget\":%g,"
+		       "\"budget_tokens\":%llu,\"cluster_tokens\":%u,\"selected\":%u,"
+		       "\"tokens_read\":%u,\"runs\":[", o.label, o.context, o.kv_heads, o.budget,
+		       (unsigned long long)budget, CLUSTER, nsel, nsel * CLUSTER);
+	else
+		printf("%s selection: %u clusters of %u tokens = %u tokens read per item "
+		       "(budget %llu tokens, %g of %u)\n", o.label, nsel, CLUSTER, nsel * CLUSTER,
+		       (unsigned long long)budget, o.budget, o.context);
 	for (uint32_t b = 0; b < o.n_batch; b++) {
 		const uint32_t n = o.batch[b] * o.kv_heads;
 		const size_t q_bytes = 4ull * o.group * o.head_dim;
@@ -465,7 +493,8 @@ int main(int argc, char **argv)
 			for (uint32_t c = 0; c < nclu; c++)
 				perm[c] = c;
 			for (uint32_t c = 0; c < nsel; c++) {
-				uint32_t j = c + (uint32_t)(tl_next(&rng) % (nclu - c)), x = perm[c];
+				uint32_t j = c + (uint32_t)(tl_next(&rng) % (nfull - c));
+				uint32_t x = perm[c];
 
 				perm[c] = perm[j];
 				perm[j] = x;
