@@ -134,14 +134,20 @@ void nelssa_far_logits(const float *q, uint32_t group, uint32_t head_dim, float 
 {
 	for (uint32_t r = 0; r < group; r++)
 		for (uint32_t c = 0; c < n_clusters; c++) {
-			double *u = logit + (size_t)r * n_clusters + c;
+			double *u = logit + (size_t)r * n_clusters + c, sf, rest;
 
-			/* A cluster is worth what its mean or its outlying
-			 * member is worth, whichever is more. */
-			if (sizes[c])
-				*u = fmax(*u, (double)scale *
-					      nelssa_dot_f32(q + (size_t)r * head_dim,
-							     far + (size_t)c * head_dim, head_dim));
+			if (!sizes[c])
+				continue;
+			sf = (double)scale * nelssa_dot_f32(q + (size_t)r * head_dim,
+							    far + (size_t)c * head_dim, head_dim);
+			/*
+			 * The mean of the other members, (n c - far) / (n - 1), is
+			 * known too: its logit is the other member's exactly in a
+			 * pair, where "farthest" is a tie the far key may lose.
+			 * None of the three exceeds the best member's logit.
+			 */
+			rest = sizes[c] > 1 ? (sizes[c] * *u - sf) / (sizes[c] - 1) : sf;
+			*u = fmax(*u, fmax(sf, rest));
 		}
 }
 

@@ -6,8 +6,9 @@
  * of the rows' probabilities.  Keeping the logits in a scratch buffer costs
  * group * n_clusters floats and saves reading the centroids twice.  The
  * far-member scores (nelssa_cuda_far_probs()) are the same three kernels
- * with a second probe per cluster: the logit is the larger of the
- * centroid's and the far member's, as on the CPU.
+ * with a second probe per cluster: the logit is the largest of the
+ * centroid's, the far member's and the other members' mean's, as on the
+ * CPU.
  */
 #include <math.h>
 
@@ -45,11 +46,15 @@ __global__ void logits_kernel(const float *q, const float *cen, const float *far
 			s += qh[(size_t)g * d + i] * cr[i];
 		s = nc_warp_sum(s);
 		if (fr) {
-			float sf = 0.0f;
+			const uint32_t sz = sizes[(size_t)h * n + c];
+			float sf = 0.0f, rest;
 
 			for (uint32_t i = lane; i < d; i += NC_WARP)
 				sf += qh[(size_t)g * d + i] * fr[i];
-			s = fmaxf(s, nc_warp_sum(sf));
+			sf = nc_warp_sum(sf);
+			/* The CPU's third probe: the other members' mean. */
+			rest = sz > 1 ? (sz * s - sf) / (float)(sz - 1) : sf;
+			s = fmaxf(s, fmaxf(sf, rest));
 		}
 		s = scale * s;
 		if (!lane) {

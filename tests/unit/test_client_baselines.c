@@ -341,7 +341,10 @@ static double dist2(const struct fx *f, const struct nelssa_cluster_index *ix, u
 	return s;
 }
 
-/* float64 per-row softmax of scale * max(q.c, q.far), summed over rows. */
+/*
+ * float64 per-row softmax of scale * max(q.c, q.far, q.rest), rest the
+ * other members' mean (n c - far) / (n - 1), summed over rows.
+ */
 static void far_ref(const struct fx *f, const struct nelssa_cluster_index *ix, const float *far,
 		    const uint32_t *sizes, double scale, double *ref)
 {
@@ -361,6 +364,8 @@ static void far_ref(const struct fx *f, const struct nelssa_cluster_index *ix, c
 				b += (double)f->q[r * D + i] * far[(size_t)c * D + i];
 			}
 			u[c] = scale * (a > b ? a : b);
+			if (sizes[c] > 1)
+				u[c] = fmax(u[c], scale * (sizes[c] * a - b) / (sizes[c] - 1));
 			if (sizes[c])
 				m = fmax(m, u[c]);
 		}
@@ -475,6 +480,48 @@ static void far_probe_finds_a_hidden_member(void **state)
 	assert_int_not_equal(hidden, x.ids[0]);
 	cfx_free(&x);
 	free(f);
+}
+
+/*
+ * In a pair both members are equally far from the mean, so the far key
+ * may be the weaker one; the probe still sees the stronger, as the other
+ * members' mean, which in a pair is that member.  Cluster 0 = {strong,
+ * weak} with the weak one as its far key, cluster 1 a single key between
+ * the pair's mean and its strong member: the probe ranks the pair first,
+ * at the strong member's logit, the centroids rank the single key first.
+ */
+static void far_probe_sees_both_members_of_a_pair(void **state)
+{
+	float q[D], cen[2 * D], far[2 * D], score[2], cscore[2];
+	const uint32_t sizes[2] = { 2, 1 };
+	double qn = 0.0, strong = 0.0, u0, u1, m;
+	uint32_t ids[1];
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	tu_fill_f32(&rng, q, D, 1.0);
+	for (uint32_t i = 0; i < D; i++)
+		qn += (double)q[i] * q[i];
+	for (uint32_t i = 0; i < D; i++) {
+		float s = (float)(8.0 * q[i] / sqrt(qn)), w = (float)(-2.0 * q[i] / sqrt(qn));
+
+		far[i] = w;				/* the weak member */
+		cen[i] = 0.5f * (s + w);		/* the pair's mean */
+		cen[D + i] = far[D + i] = (float)(5.0 * q[i] / sqrt(qn));
+		strong += (double)q[i] * s;
+	}
+	assert_int_equal(0, nelssa_far_probs(q, 1, D, 0.5f, cen, far, sizes, 2, score));
+	assert_int_equal(0, nelssa_centroid_scores(q, 1, D, 0.5f, cen, sizes, 2, cscore));
+	assert_int_equal(1, nelssa_topk(score, 2, 1, ids));
+	assert_int_equal(0, ids[0]);
+	assert_int_equal(1, nelssa_topk(cscore, 2, 1, ids));
+	assert_int_equal(1, ids[0]);
+	/* The pair scores at its strong member's logit: a float64 softmax. */
+	u0 = 0.5 * strong;
+	u1 = 0.5 * 5.0 * sqrt(qn);
+	m = fmax(u0, u1);
+	assert_true(fabs(score[0] - exp(u0 - m) / (exp(u0 - m) + exp(u1 - m))) < 1e-4);
 }
 
 struct ranked {
@@ -594,6 +641,7 @@ int main(void)
 		cmocka_unit_test(bound_probs_match_float64),
 		cmocka_unit_test(far_probe_matches_float64),
 		cmocka_unit_test(far_probe_finds_a_hidden_member),
+		cmocka_unit_test(far_probe_sees_both_members_of_a_pair),
 		cmocka_unit_test(select_is_the_documented_fill),
 	};
 

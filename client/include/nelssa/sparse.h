@@ -577,7 +577,10 @@ void nelssa_cluster_far_keys(const struct nelssa_cluster_index *ix, enum nelssa_
  * @sizes: tokens per cluster; 0 scores -inf.
  * @n_clusters: number of clusters.
  * @score: receives [@n_clusters]: sum over rows r of softmax_c(scale *
- *	max(q_r . centroid_c, q_r . far_c)), fp32 products (nelssa_dot_f32())
+ *	max(q_r . centroid_c, q_r . far_c, q_r . rest_c)), rest_c = (size_c
+ *	centroid_c - far_c) / (size_c - 1) the other members' mean (its
+ *	logit from the other two; in a pair, the other member's key), fp32
+ *	products (nelssa_dot_f32())
  *	and a float64 softmax.
  *
  * Normalised per row like nelssa_centroid_scores(), so a cluster one row
