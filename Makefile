@@ -73,7 +73,7 @@ kselftest-debug:
 bench: userspace
 	@echo "== GPU-node steps on the CPU: k-means and Top-K at 128K context =="
 	@$(BUILD)/tools/client-bench/nelssa-client-bench
-	@echo "== sparse attention accuracy vs dense: six families, 32K and 128K, seeds 1-3 (about 25 min) =="
+	@echo "== sparse attention accuracy vs dense: seven families, 32K and 128K, seeds 1-3 (about 60 min) =="
 	@$(BUILD)/tools/accuracy/nelssa-accuracy --seeds 1,2,3
 	@echo "== decode-step round trip through nelssad vs a bare UCX ping-pong (128K, 4%, 4 devices) =="
 	@scripts/bench-daemon.sh $(BUILD)
