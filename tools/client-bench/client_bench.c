@@ -43,7 +43,6 @@ static void *xalloc(size_t n)
 	return tl_calloc("nelssa-client-bench", 1, n);
 }
 
-
 /* Plain pass: every query row against every centroid, results summed. */
 static float dot_pass(const float *q, uint32_t rows, const float *c, uint32_t n, uint32_t d)
 {
@@ -94,29 +93,6 @@ struct topk_sel {
 	uint32_t clusters, max_size, sel_min, sel_max;
 };
 
-/*
- * Cluster sizes 1..31 in pairs summing to 32, the remainder of the context
- * in the last: a token budget then differs from a ratio of clusters, and
- * the clusters still hold exactly @context tokens.  Returns the largest.
- */
-static uint32_t vary_sizes(uint32_t *sizes, uint32_t n, uint32_t context)
-{
-	uint32_t max = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		if (i % 2)
-			sizes[i] = 32 - sizes[i - 1];
-		else if (i + 1 < n)
-			sizes[i] = 1 + (uint32_t)(tl_next(&rng_state) % 31);
-		else
-			sizes[i] = 16;
-		if (i + 1 == n)
-			sizes[i] += context - 16 * n;
-		max = sizes[i] > max ? sizes[i] : max;
-	}
-	return max;
-}
-
 static int bench_topk(const struct opts *o, double *step_ms, double *base_ms,
 		      struct topk_sel *sel)
 {
@@ -138,7 +114,7 @@ static int bench_topk(const struct opts *o, double *step_ms, double *base_ms,
 	for (uint32_t i = 0; i < o->group * d; i++)
 		q[i] = tl_frand(&rng_state);
 	*sel = (struct topk_sel){ (uint64_t)llround(o->budget * o->context), UINT64_MAX, 0, n,
-				  vary_sizes(sizes, n, o->context), UINT32_MAX, 0 };
+				  tl_vary_sizes(&rng_state, sizes, n, o->context), UINT32_MAX, 0 };
 	for (uint32_t it = 0; it < o->iters && ret >= 0; it++) {
 		t0 = tl_now();
 		for (uint32_t h = 0; h < o->heads && ret >= 0; h++) {

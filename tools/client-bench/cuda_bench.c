@@ -102,29 +102,6 @@ static uint16_t *bf16_n(size_t n)
 	return x;
 }
 
-/*
- * Cluster sizes 1..31 in pairs summing to 32, the remainder of the context
- * in the last: a token budget then differs from a ratio of clusters, and
- * the clusters still hold exactly @context tokens.  Returns the largest.
- */
-static uint32_t vary_sizes(uint32_t *sizes, uint32_t n, uint32_t context)
-{
-	uint32_t max = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		if (i % 2)
-			sizes[i] = 32 - sizes[i - 1];
-		else if (i + 1 < n)
-			sizes[i] = 1 + (uint32_t)(tl_next(&rng_state) % 31);
-		else
-			sizes[i] = 16;
-		if (i + 1 == n)
-			sizes[i] += context - 16 * n;
-		max = sizes[i] > max ? sizes[i] : max;
-	}
-	return max;
-}
-
 /* Best of @iters timed repetitions of @fn on the GPU, in ms. */
 struct gpu_job {
 	void (*fn)(void *ctx);
@@ -302,7 +279,7 @@ int main(int argc, char **argv)
 		uint32_t *sizes = xmalloc(sizeof(*sizes) * tc.heads * tc.clusters);
 
 		for (uint32_t h = 0; h < tc.heads; h++) {
-			uint32_t m = vary_sizes(sizes + (size_t)h * tc.clusters, tc.clusters,
+			uint32_t m = tl_vary_sizes(&rng_state, sizes + (size_t)h * tc.clusters, tc.clusters,
 						o.context);
 
 			max_size = m > max_size ? m : max_size;

@@ -41,6 +41,24 @@ float tl_frand(uint64_t *state)
 	return (float)((tl_next(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+uint32_t tl_vary_sizes(uint64_t *state, uint32_t *sizes, uint32_t n, uint32_t context)
+{
+	uint32_t max = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (i % 2)
+			sizes[i] = 32 - sizes[i - 1];
+		else if (i + 1 < n)
+			sizes[i] = 1 + (uint32_t)(tl_next(state) % 31);
+		else
+			sizes[i] = 16;
+		if (i + 1 == n)
+			sizes[i] += context - 16 * n;
+		max = sizes[i] > max ? sizes[i] : max;
+	}
+	return max;
+}
+
 int tl_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

@@ -22,6 +22,14 @@ uint64_t tl_next(uint64_t *state);
 /* Uniform in [-1, 1) from the next 53 bits of *@state. */
 float tl_frand(uint64_t *state);
 
+/*
+ * Benches' cluster sizes: 1..31 (from *@state) in pairs summing to 32, the
+ * remainder of @context in the last, so a token budget differs from a
+ * ratio of clusters and the @n clusters hold exactly @context tokens
+ * (@context >= 16 * @n - 16).  Returns the largest size.
+ */
+uint32_t tl_vary_sizes(uint64_t *state, uint32_t *sizes, uint32_t n, uint32_t context);
+
 /* qsort() comparator for doubles, ascending. */
 int tl_cmp_double(const void *a, const void *b);
 
