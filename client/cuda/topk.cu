@@ -188,7 +188,8 @@ int nelssa_cuda_topk(const float *score, uint32_t n_heads, uint32_t n_clusters, 
 		return -EINVAL;
 	if (!n_heads)
 		return 0;
-	if (!n_clusters || !k)
+	/* k = 0 still checks the scores: a NaN head reports -EINVAL, as on the CPU. */
+	if (!n_clusters)
 		return nc_err(cudaMemsetAsync(count, 0, sizeof(*count) * n_heads, st));
 	ret = nc_err(cudaMallocAsync((void **)&ranked,
 				     sizeof(uint32_t) * (size_t)n_heads * n_clusters +
@@ -198,7 +199,7 @@ int nelssa_cuda_topk(const float *score, uint32_t n_heads, uint32_t n_clusters, 
 	valid = (int32_t *)(ranked + (size_t)n_heads * n_clusters);
 	ret = rank_all(score, n_heads, n_clusters, ranked, valid, st);
 	if (!ret) {
-		take_kernel<<<dim3(nc_blocks(k, THREADS), n_heads), THREADS, 0, st>>>(
+		take_kernel<<<dim3(nc_blocks(k ? k : 1, THREADS), n_heads), THREADS, 0, st>>>(
 			ranked, valid, n_clusters, k, ids, count);
 		ret = nc_launched();
 	}
