@@ -1,10 +1,19 @@
 // SPDX-License-Identifier: MIT
 /*
- * The estimation term on the GPU: a warp per query row walks the item's
- * estimation-zone clusters with the same online recurrence as the CPU
- * version -- log-weight s_c + log size_c (s_c raised by half the members'
- * logit variance when the key spread is given), weight sum and V-sum
- * accumulator rescaled when the running maximum grows.
+ * The estimation term on the GPU, in two passes like split-K decoding.
+ * First a warp per (query row, chunk of the id list) runs the CPU
+ * version's online recurrence over its chunk -- log-weight s_c + log
+ * size_c (s_c raised by half the members' logit variance when the key
+ * spread is given), weight sum and V-sum accumulator rescaled when the
+ * running maximum grows -- and leaves its state (max, weight, accumulator)
+ * in a scratch buffer; then a warp per row merges the chunks' states in
+ * chunk order.  The order is fixed, so the result is deterministic; only
+ * the rounding of the sums differs from the CPU's single pass.  One warp
+ * walking a whole list, as before, left most of the GPU idle: 28 ms for
+ * 128 items of 8K clusters on an H200, against 0.4 ms to read the bytes.
+ * Each lane keeps SLOTS of a row's channels in registers, SLOTS sized to
+ * the head dimension rather than to the largest one allowed, which would
+ * spill.
  */
 #include <math.h>
 
@@ -13,24 +22,35 @@
 #include "common.cuh"
 
 #define ROWS_PER_BLOCK 4u
+#define CHUNK 128u	/* ids per warp in the first pass */
 
-__global__ void estimate_kernel(struct nelssa_attn_geom g, uint32_t n_items, const float *q,
-				const float *cen, const float *m2, const float *vsum,
-				const uint32_t *sizes,
-				uint32_t n_clusters, const uint32_t *ids, uint32_t ids_stride,
-				const uint32_t *n_ids, float *o, float *lse)
+/* One chunk's state for one row: max, weight sum, then head_dim sums. */
+static __host__ __device__ size_t part_floats(uint32_t d)
+{
+	return 2 + (size_t)d;
+}
+
+template <uint32_t SLOTS>
+__global__ void estimate_part_kernel(struct nelssa_attn_geom g, const float *q,
+				     const float *cen, const float *m2, const float *vsum,
+				     const uint32_t *sizes, uint32_t n_clusters,
+				     const uint32_t *ids, uint32_t ids_stride,
+				     const uint32_t *n_ids, float *part)
 {
 	const uint32_t lane = threadIdx.x % NC_WARP, d = g.head_dim;
-	const uint32_t r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / NC_WARP;
-	const uint32_t item = blockIdx.y;
+	const uint32_t r = blockIdx.y * ROWS_PER_BLOCK + threadIdx.x / NC_WARP;
+	const uint32_t chunk = blockIdx.x, item = blockIdx.z;
 	const size_t row = (size_t)item * g.group + r;
-	float m = -INFINITY, w = 0.0f, acc[NC_LANE_SLOTS] = { 0 };
+	const uint32_t used = n_ids[item] < ids_stride ? n_ids[item] : ids_stride;
+	const uint32_t from = chunk * CHUNK, to = from + CHUNK < used ? from + CHUNK : used;
+	float m = -INFINITY, w = 0.0f, acc[SLOTS] = { 0 };
 	const float *qr;
+	float *out;
 
-	if (r >= g.group || item >= n_items)
+	if (r >= g.group)
 		return;
 	qr = q + row * d;
-	for (uint32_t n = 0; n < n_ids[item]; n++) {
+	for (uint32_t n = from; n < to; n++) {
 		const uint32_t id = ids[(size_t)item * ids_stride + n];
 		const size_t c = (size_t)item * n_clusters + id;
 		float s = 0.0f, v = 0.0f, l, e, alpha;
@@ -38,7 +58,7 @@ __global__ void estimate_kernel(struct nelssa_attn_geom g, uint32_t n_items, con
 		if (id >= n_clusters || !sizes[c])
 			continue;
 #pragma unroll
-		for (uint32_t j = 0; j < NC_LANE_SLOTS; j++) {
+		for (uint32_t j = 0; j < SLOTS; j++) {
 			uint32_t i = lane + j * NC_WARP;
 
 			if (i < d) {
@@ -57,15 +77,58 @@ __global__ void estimate_kernel(struct nelssa_attn_geom g, uint32_t n_items, con
 		w = w * alpha + expf(l - m);
 		e = expf(s - m);
 #pragma unroll
-		for (uint32_t j = 0; j < NC_LANE_SLOTS; j++) {
+		for (uint32_t j = 0; j < SLOTS; j++) {
 			uint32_t i = lane + j * NC_WARP;
 
 			if (i < d)
 				acc[j] = acc[j] * alpha + e * vsum[c * d + i];
 		}
 	}
+	out = part + (row * gridDim.x + chunk) * part_floats(d);
 #pragma unroll
-	for (uint32_t j = 0; j < NC_LANE_SLOTS; j++) {
+	for (uint32_t j = 0; j < SLOTS; j++) {
+		uint32_t i = lane + j * NC_WARP;
+
+		if (i < d)
+			out[2 + i] = acc[j];
+	}
+	if (!lane) {
+		out[0] = m;
+		out[1] = w;
+	}
+}
+
+/* A warp per row: the chunks' states merged in order, as the merge rule does. */
+template <uint32_t SLOTS>
+__global__ void estimate_merge_kernel(uint32_t rows, uint32_t d, uint32_t chunks,
+				      const float *part, float *o, float *lse)
+{
+	const uint32_t lane = threadIdx.x % NC_WARP;
+	const size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / NC_WARP;
+	float m = -INFINITY, w = 0.0f, acc[SLOTS] = { 0 };
+
+	if (row >= rows)
+		return;
+	for (uint32_t k = 0; k < chunks; k++) {
+		const float *p = part + (row * chunks + k) * part_floats(d);
+		float pm = p[0], alpha, beta;
+
+		if (!(p[1] > 0.0f))
+			continue;	/* a chunk with nothing to estimate */
+		alpha = pm > m ? expf(m - pm) : 1.0f;
+		beta = pm > m ? 1.0f : expf(pm - m);
+		m = fmaxf(m, pm);
+		w = w * alpha + p[1] * beta;
+#pragma unroll
+		for (uint32_t j = 0; j < SLOTS; j++) {
+			uint32_t i = lane + j * NC_WARP;
+
+			if (i < d)
+				acc[j] = acc[j] * alpha + p[2 + i] * beta;
+		}
+	}
+#pragma unroll
+	for (uint32_t j = 0; j < SLOTS; j++) {
 		uint32_t i = lane + j * NC_WARP;
 
 		if (i < d)
@@ -73,6 +136,21 @@ __global__ void estimate_kernel(struct nelssa_attn_geom g, uint32_t n_items, con
 	}
 	if (!lane)
 		lse[row] = w > 0.0f ? m + logf(w) : -INFINITY;
+}
+
+template <uint32_t SLOTS>
+static void launch(struct nelssa_attn_geom g, uint32_t n_items, uint32_t chunks, const float *q,
+		   const float *cen, const float *m2, const float *vsum, const uint32_t *sizes,
+		   uint32_t n_clusters, const uint32_t *ids, uint32_t ids_stride,
+		   const uint32_t *n_ids, float *part, float *o, float *lse, cudaStream_t st)
+{
+	const size_t rows = (size_t)n_items * g.group;
+
+	estimate_part_kernel<SLOTS><<<dim3(chunks, nc_blocks(g.group, ROWS_PER_BLOCK), n_items),
+				      ROWS_PER_BLOCK * NC_WARP, 0, st>>>(
+		g, q, cen, m2, vsum, sizes, n_clusters, ids, ids_stride, n_ids, part);
+	estimate_merge_kernel<SLOTS><<<nc_blocks(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * NC_WARP,
+				       0, st>>>((uint32_t)rows, g.head_dim, chunks, part, o, lse);
 }
 
 int nelssa_cuda_estimate_attn(const struct nelssa_attn_geom *geom, uint32_t n_items,
@@ -93,7 +171,12 @@ int nelssa_cuda_estimate_attn_spread(const struct nelssa_attn_geom *geom, uint32
 				     uint32_t ids_stride, const uint32_t *n_ids, float *o,
 				     float *lse, void *stream)
 {
+	cudaStream_t st = (cudaStream_t)stream;
 	struct nelssa_attn_geom g;
+	uint32_t chunks;
+	float *part = NULL;
+	size_t rows;
+	int ret;
 
 	if (!geom || !geom->head_dim || geom->head_dim > NELSSA_ATTN_MAX_HEAD_DIM ||
 	    !geom->group || geom->group > NELSSA_ATTN_MAX_GROUP || !(geom->scale > 0.0f) ||
@@ -102,9 +185,27 @@ int nelssa_cuda_estimate_attn_spread(const struct nelssa_attn_geom *geom, uint32
 	if (!n_items)
 		return 0;
 	g = *geom;
-	estimate_kernel<<<dim3(nc_blocks(g.group, ROWS_PER_BLOCK), n_items),
-			  ROWS_PER_BLOCK * NC_WARP, 0, (cudaStream_t)stream>>>(
-		g, n_items, q, centroids, m2, vsum, sizes, n_clusters, ids, ids_stride, n_ids, o,
-		lse);
-	return nc_launched();
+	chunks = ids_stride ? nc_blocks(ids_stride, CHUNK) : 1;
+	if (chunks > 65535)
+		return -EINVAL;
+	rows = (size_t)n_items * g.group;
+	ret = nc_err(cudaMallocAsync((void **)&part,
+				     sizeof(float) * rows * chunks * part_floats(g.head_dim), st));
+	if (ret)
+		return ret;
+	if (g.head_dim <= 2 * NC_WARP)
+		launch<2>(g, n_items, chunks, q, centroids, m2, vsum, sizes, n_clusters, ids,
+			  ids_stride, n_ids, part, o, lse, st);
+	else if (g.head_dim <= 4 * NC_WARP)
+		launch<4>(g, n_items, chunks, q, centroids, m2, vsum, sizes, n_clusters, ids,
+			  ids_stride, n_ids, part, o, lse, st);
+	else if (g.head_dim <= 8 * NC_WARP)
+		launch<8>(g, n_items, chunks, q, centroids, m2, vsum, sizes, n_clusters, ids,
+			  ids_stride, n_ids, part, o, lse, st);
+	else
+		launch<NC_LANE_SLOTS>(g, n_items, chunks, q, centroids, m2, vsum, sizes,
+				      n_clusters, ids, ids_stride, n_ids, part, o, lse, st);
+	ret = nc_launched();
+	cudaFreeAsync(part, st);
+	return ret;
 }

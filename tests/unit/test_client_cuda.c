@@ -512,57 +512,59 @@ GPU_TEST(merge_matches)
 	cudaFree(dl);
 }
 
-GPU_TEST(estimate_matches)
+/* One head dimension: every register layout of the kernels is a case. */
+static void estimate_case(uint32_t d)
 {
-	const uint32_t n = 300, stride = 200, n_ids[H] = { 0, 7, 200 };
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 0.088f };
-	float *q = tu_alloc(sizeof(float) * H * G * D), *cen = tu_alloc(sizeof(float) * H * n * D);
-	float *vs = tu_alloc(sizeof(float) * H * n * D), *o = tu_alloc(sizeof(float) * H * G * D);
-	float *m2 = tu_alloc(sizeof(float) * H * n * D);
-	float lse[H * G], co[G * D], cl[G];
+	/* Lists of none, one partial chunk and several chunks (128 ids each). */
+	const uint32_t n = 3000, stride = 1500, n_ids[H] = { 0, 7, 1500 };
+	const struct nelssa_attn_geom g = { d, G, NELSSA_KV_BF16, 0.088f };
+	float *q = tu_alloc(sizeof(float) * H * G * d), *cen = tu_alloc(sizeof(float) * H * n * d);
+	float *vs = tu_alloc(sizeof(float) * H * n * d), *o = tu_alloc(sizeof(float) * H * G * d);
+	float *m2 = tu_alloc(sizeof(float) * H * n * d);
+	float lse[H * G], *co = tu_alloc(sizeof(float) * G * d), cl[G];
 	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n), *ids = tu_alloc(sizeof(uint32_t) * H * stride);
 	struct tu_rng rng;
 	float *dq, *dc, *dv, *dm, *dout, *dl;
 	uint32_t *dz, *di, *dn;
 
-	tu_rng_for(&rng, __func__, 0);
-	tu_fill_f32(&rng, q, (size_t)H * G * D, 1.0);
-	tu_fill_f32(&rng, cen, (size_t)H * n * D, 1.0);
-	tu_fill_f32(&rng, vs, (size_t)H * n * D, 8.0);
+	tu_rng_for(&rng, __func__, d);
+	tu_fill_f32(&rng, q, (size_t)H * G * d, 1.0);
+	tu_fill_f32(&rng, cen, (size_t)H * n * d, 1.0);
+	tu_fill_f32(&rng, vs, (size_t)H * n * d, 8.0);
 	/* Key spreads: squares, as nelssa_cluster_key_spread() gives. */
-	tu_fill_f32(&rng, m2, (size_t)H * n * D, 0.3);
-	for (size_t i = 0; i < (size_t)H * n * D; i++)
+	tu_fill_f32(&rng, m2, (size_t)H * n * d, 0.3);
+	for (size_t i = 0; i < (size_t)H * n * d; i++)
 		m2[i] *= m2[i];
 	for (size_t c = 0; c < (size_t)H * n; c++)
 		sizes[c] = tu_below(&rng, 6) ? 1 + tu_below(&rng, 40) : 0;
 	for (size_t i = 0; i < (size_t)H * stride; i++)
 		ids[i] = tu_below(&rng, n);
-	dq = dev_put(q, sizeof(float) * H * G * D);
-	dc = dev_put(cen, sizeof(float) * H * n * D);
-	dv = dev_put(vs, sizeof(float) * H * n * D);
-	dm = dev_put(m2, sizeof(float) * H * n * D);
+	dq = dev_put(q, sizeof(float) * H * G * d);
+	dc = dev_put(cen, sizeof(float) * H * n * d);
+	dv = dev_put(vs, sizeof(float) * H * n * d);
+	dm = dev_put(m2, sizeof(float) * H * n * d);
 	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
 	di = dev_put(ids, sizeof(uint32_t) * H * stride);
 	dn = dev_put(n_ids, sizeof(n_ids));
-	dout = dev_new(sizeof(float) * H * G * D);
+	dout = dev_new(sizeof(float) * H * G * d);
 	dl = dev_new(sizeof(lse));
 	/* Without the key spread (the mean-key estimate), then with it. */
 	for (int sp = 0; sp < 2; sp++) {
 		assert_int_equal(0, nelssa_cuda_estimate_attn_spread(&g, H, dq, dc, sp ? dm : NULL,
 								     dv, dz, n, di, stride, dn,
 								     dout, dl, NULL));
-		dev_get(o, dout, sizeof(float) * H * G * D);
+		dev_get(o, dout, sizeof(float) * H * G * d);
 		dev_get(lse, dl, sizeof(lse));
 		for (uint32_t h = 0; h < H; h++) {
 			assert_int_equal(0, nelssa_estimate_attn_spread(
-						    &g, q + (size_t)h * G * D, cen + (size_t)h * n * D,
-						    sp ? m2 + (size_t)h * n * D : NULL,
-						    vs + (size_t)h * n * D, sizes + h * n,
+						    &g, q + (size_t)h * G * d, cen + (size_t)h * n * d,
+						    sp ? m2 + (size_t)h * n * d : NULL,
+						    vs + (size_t)h * n * d, sizes + h * n,
 						    ids + h * stride, n_ids[h], co, cl));
 			for (uint32_t r = 0; r < G; r++)
 				near(lse[h * G + r], cl[r], 1e-5, 1e-5);
-			for (uint32_t i = 0; i < G * D; i++)
-				near(o[(size_t)h * G * D + i], co[i], 1e-5, 1e-4);
+			for (uint32_t i = 0; i < G * d; i++)
+				near(o[(size_t)h * G * d + i], co[i], 1e-5, 1e-4);
 		}
 	}
 	/* The plain entry point is the spread one without a spread. */
@@ -570,8 +572,8 @@ GPU_TEST(estimate_matches)
 						      dout, dl, NULL));
 	dev_get(lse, dl, sizeof(lse));
 	for (uint32_t h = 0; h < H; h++) {
-		assert_int_equal(0, nelssa_estimate_attn(&g, q + (size_t)h * G * D,
-							 cen + (size_t)h * n * D, vs + (size_t)h * n * D,
+		assert_int_equal(0, nelssa_estimate_attn(&g, q + (size_t)h * G * d,
+							 cen + (size_t)h * n * d, vs + (size_t)h * n * d,
 							 sizes + h * n, ids + h * stride, n_ids[h], co,
 							 cl));
 		for (uint32_t r = 0; r < G; r++)
@@ -593,6 +595,15 @@ GPU_TEST(estimate_matches)
 	free(o);
 	free(sizes);
 	free(ids);
+	free(co);
+}
+
+GPU_TEST(estimate_matches)
+{
+	const uint32_t dims[] = { 40, 128, 256, 300 };
+
+	for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
+		estimate_case(dims[i]);
 }
 
 /* Cluster of every token under @ix. */

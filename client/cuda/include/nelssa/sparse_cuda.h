@@ -244,10 +244,15 @@ int nelssa_cuda_estimate_attn(const struct nelssa_attn_geom *geom, uint32_t n_it
  * @n_clusters: clusters per item.
  * @ids: device [@n_items][@ids_stride]: clusters to estimate.
  * @ids_stride: entries between items' id lists.
- * @n_ids: device [@n_items]: ids used per item.
+ * @n_ids: device [@n_items]: ids used per item (at most @ids_stride are
+ *	read).
  * @o: device fp32 [@n_items][group][head_dim].
  * @lse: device fp32 [@n_items][group].
  * @stream: cudaStream_t.
+ *
+ * Splits each item's list into chunks of 128 ids, one warp per (row,
+ * chunk), and merges the chunks' states in order: deterministic, and
+ * within a few fp32 roundings of the CPU version.
  *
  * Return: 0 or a negative errno.
  */
