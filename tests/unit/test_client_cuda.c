@@ -403,6 +403,80 @@ GPU_TEST(hybrid_matches)
 	sel_fx_free(&x);
 }
 
+/*
+ * The shipped selection end to end: the GPU's three steps against
+ * nelssa_select() with NELSSA_SELECT_DEFAULT.  The fill must be exactly
+ * nelssa_select_hybrid() of the scores the GPU computed; against the CPU's
+ * own float64 scores, only clusters whose scores differ by a rounding may
+ * swap, so the two selections may differ by a few clusters, never more.
+ */
+GPU_TEST(select_matches)
+{
+	const uint32_t n = 2000;
+	const uint64_t sel_budgets[] = { 0, 16, 1200, 5000, 40000 };
+	const struct nelssa_select_cfg cfg = NELSSA_SELECT_DEFAULT;
+	float *far_gpu = tu_alloc(sizeof(float) * H * n), *dfar_s;
+	uint32_t *ids = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
+	uint32_t *mine = tu_alloc(sizeof(uint32_t) * n), *dids;
+	uint64_t tokens[H], *dtok;
+	int32_t count[H], *dcount;
+	struct score_fx x;
+
+	score_fx_new(&x, __func__, n, 1);
+	dfar_s = dev_new(sizeof(float) * H * n);
+	dids = dev_new(sizeof(uint32_t) * H * n);
+	dcount = dev_new(sizeof(count));
+	dtok = dev_new(sizeof(tokens));
+	for (size_t b = 0; b < sizeof(sel_budgets) / sizeof(sel_budgets[0]); b++) {
+		assert_int_equal(0, nelssa_cuda_centroid_scores(x.dq, H, G, D, 0.088f, x.dc, x.dz, n,
+								x.ds, NULL));
+		assert_int_equal(0, nelssa_cuda_far_probs(x.dq, H, G, D, 0.088f, x.dc, x.df, x.dz, n,
+							  dfar_s, NULL));
+		assert_int_equal(0, nelssa_cuda_select_hybrid2(dfar_s, x.ds, cfg.far_share, x.dz, H,
+							       n, sel_budgets[b], dids, dcount,
+							       dtok, NULL));
+		dev_get(x.gpu, x.ds, sizeof(float) * H * n);
+		dev_get(far_gpu, dfar_s, sizeof(float) * H * n);
+		dev_get(ids, dids, sizeof(uint32_t) * H * n);
+		dev_get(count, dcount, sizeof(count));
+		dev_get(tokens, dtok, sizeof(tokens));
+		for (uint32_t h = 0; h < H; h++) {
+			const float *lists[2] = { far_gpu + h * n, x.gpu + h * n };
+			const double share[2] = { cfg.far_share, 1.0 - cfg.far_share };
+			uint64_t want_tok, cpu_tok;
+			int want = nelssa_select_hybrid(lists, share, 2, x.sizes + h * n, n,
+							sel_budgets[b], mine, &want_tok);
+			int got = nelssa_select(&cfg, x.q + (size_t)h * G * D, G, D, 0.088f,
+						x.cen + (size_t)h * n * D, x.far + (size_t)h * n * D,
+						x.sizes + h * n, n, sel_budgets[b], cpu, &cpu_tok);
+			uint32_t common = 0;
+
+			/* Exactly the CPU fill of the GPU's scores. */
+			assert_int_equal(want, count[h]);
+			assert_true(want_tok == tokens[h]);
+			assert_memory_equal(mine, ids + (size_t)h * n, sizeof(uint32_t) * want);
+			/* Nearly the CPU's own selection, within the same budget. */
+			assert_true(got >= 0);
+			assert_true(cpu_tok <= sel_budgets[b] && tokens[h] <= sel_budgets[b]);
+			for (int i = 0; i < want; i++)
+				for (int j = 0; j < got; j++)
+					common += ids[(size_t)h * n + i] == cpu[j];
+			if (common + 2 + (uint32_t)got / 50 < (uint32_t)(got > want ? got : want))
+				fail_msg("head %u, budget %llu: %u of %d/%d clusters in common", h,
+					 (unsigned long long)sel_budgets[b], common, want, got);
+		}
+	}
+	cudaFree(dfar_s);
+	cudaFree(dids);
+	cudaFree(dcount);
+	cudaFree(dtok);
+	score_fx_free(&x);
+	free(far_gpu);
+	free(ids);
+	free(cpu);
+	free(mine);
+}
+
 GPU_TEST(window_matches)
 {
 	/* Items shorter than, equal to and longer than the window; one empty. */
@@ -719,6 +793,7 @@ int main(void)
 		cmocka_unit_test(fill_matches),
 		cmocka_unit_test(far_probs_match),
 		cmocka_unit_test(hybrid_matches),
+		cmocka_unit_test(select_matches),
 		cmocka_unit_test(window_matches),
 		cmocka_unit_test(merge_matches),
 		cmocka_unit_test(estimate_matches),
