@@ -8,6 +8,13 @@
  *           baseline: a device-to-device copy of the centroid bytes (the
  *           memory floor of reading them once) and the CPU twin on one
  *           head, with the same budget, scaled to the batch;
+ *   select  the shipped selection, nelssa_select()'s GPU form: centroid
+ *           and far-member scores, then the two-list fill (a quarter of
+ *           the budget by the far probe); baselines: the copy of the
+ *           centroid and far-key bytes, and the CPU nelssa_select();
+ *   est     the spread-weighted estimate over every cluster the
+ *           selection left (centroid, spread and V-sum rows read);
+ *           baselines: the copy of those bytes and the CPU twin;
  *   window  local-window attention (4 sinks + 64 recent) for the same
  *           batch; baseline: the CPU twin, likewise;
  *   kmeans  segmented k-means of one KV head's prefill; baseline: the
@@ -139,7 +146,11 @@ struct topk_ctx {
 	uint32_t *sizes, *ids;
 	int32_t *count;
 	uint64_t *tokens;
-	void *copy_dst;
+	void *copy_src, *copy_dst;	/* the copy baseline's, 3 rows' worth */
+	/* The shipped selection and the estimate over what it left. */
+	float *far, *far_score, *m2, *vsum, *est_o, *est_lse;
+	uint32_t *est_ids, *n_est;
+	size_t copy_bytes;
 };
 
 static void topk_run(void *p)
@@ -153,13 +164,101 @@ static void topk_run(void *p)
 				    c->count, c->tokens, NULL), "top-k fill");
 }
 
+/* nelssa_select() with NELSSA_SELECT_DEFAULT, for every head at once. */
+static void select_run(void *p)
+{
+	struct topk_ctx *c = p;
+	const struct nelssa_select_cfg cfg = NELSSA_SELECT_DEFAULT;
+
+	check(nelssa_cuda_centroid_scores(c->q, c->heads, c->o->group, c->o->head_dim, 0.088f,
+					  c->cen, c->sizes, c->clusters, c->score, NULL),
+	      "centroid scores");
+	check(nelssa_cuda_far_probs(c->q, c->heads, c->o->group, c->o->head_dim, 0.088f, c->cen,
+				    c->far, c->sizes, c->clusters, c->far_score, NULL),
+	      "far-member scores");
+	check(nelssa_cuda_select_hybrid2(c->far_score, c->score, cfg.far_share, c->sizes,
+					 c->heads, c->clusters, c->budget, c->ids, c->count,
+					 c->tokens, NULL), "two-list fill");
+}
+
+static void estimate_run(void *p)
+{
+	struct topk_ctx *c = p;
+	const struct nelssa_attn_geom g = { c->o->head_dim, c->o->group, NELSSA_KV_BF16, 0.088f };
+
+	check(nelssa_cuda_estimate_attn_spread(&g, c->heads, c->q, c->cen, c->m2, c->vsum,
+					       c->sizes, c->clusters, c->est_ids, c->clusters,
+					       c->n_est, c->est_o, c->est_lse, NULL),
+	      "spread estimate");
+}
+
+/* The memory floor: one device copy of @copy_bytes. */
 static void copy_run(void *p)
 {
 	struct topk_ctx *c = p;
 
-	cudaMemcpyAsync(c->copy_dst, c->cen,
-			sizeof(float) * c->heads * c->clusters * c->o->head_dim,
-			cudaMemcpyDeviceToDevice, NULL);
+	cudaMemcpyAsync(c->copy_dst, c->copy_src, c->copy_bytes, cudaMemcpyDeviceToDevice, NULL);
+}
+
+/* Min and max over the heads of what the last selection read and took. */
+static void selection_span(const struct topk_ctx *c, uint64_t tok[2], int32_t sel[2])
+{
+	uint64_t *tokens = xmalloc(sizeof(*tokens) * c->heads);
+	int32_t *count = xmalloc(sizeof(*count) * c->heads);
+
+	if (cudaMemcpy(tokens, c->tokens, sizeof(*tokens) * c->heads,
+		       cudaMemcpyDeviceToHost) != cudaSuccess ||
+	    cudaMemcpy(count, c->count, sizeof(*count) * c->heads,
+		       cudaMemcpyDeviceToHost) != cudaSuccess)
+		die("cudaMemcpy", cudaGetLastError());
+	tok[0] = UINT64_MAX;
+	tok[1] = 0;
+	sel[0] = INT32_MAX;
+	sel[1] = 0;
+	for (uint32_t h = 0; h < c->heads; h++) {
+		check(count[h] < 0 ? count[h] : 0, "selection (a head)");
+		tok[0] = tokens[h] < tok[0] ? tokens[h] : tok[0];
+		tok[1] = tokens[h] > tok[1] ? tokens[h] : tok[1];
+		sel[0] = count[h] < sel[0] ? count[h] : sel[0];
+		sel[1] = count[h] > sel[1] ? count[h] : sel[1];
+	}
+	free(tokens);
+	free(count);
+}
+
+/*
+ * Each head's clusters the selection left, for the estimate: the device
+ * ids of the last selection, complemented on the host (the timing is of
+ * the estimate, which takes any id list).
+ */
+static void upload_complement(struct topk_ctx *c)
+{
+	const size_t n = (size_t)c->heads * c->clusters;
+	uint32_t *ids = xmalloc(sizeof(*ids) * n), *left = xmalloc(sizeof(*left) * n);
+	uint32_t *n_left = xmalloc(sizeof(*n_left) * c->heads);
+	int32_t *count = xmalloc(sizeof(*count) * c->heads);
+	unsigned char *taken = xmalloc(c->clusters);
+
+	if (cudaMemcpy(ids, c->ids, sizeof(*ids) * n, cudaMemcpyDeviceToHost) != cudaSuccess ||
+	    cudaMemcpy(count, c->count, sizeof(*count) * c->heads,
+		       cudaMemcpyDeviceToHost) != cudaSuccess)
+		die("cudaMemcpy", cudaGetLastError());
+	for (uint32_t h = 0; h < c->heads; h++) {
+		memset(taken, 0, c->clusters);
+		for (int32_t i = 0; i < count[h]; i++)
+			taken[ids[(size_t)h * c->clusters + i]] = 1;
+		n_left[h] = 0;
+		for (uint32_t k = 0; k < c->clusters; k++)
+			if (!taken[k])
+				left[(size_t)h * c->clusters + n_left[h]++] = k;
+	}
+	c->est_ids = dput(left, sizeof(*left) * n);
+	c->n_est = dput(n_left, sizeof(*n_left) * c->heads);
+	free(ids);
+	free(left);
+	free(n_left);
+	free(count);
+	free(taken);
 }
 
 struct window_ctx {
@@ -218,10 +317,11 @@ int main(int argc, char **argv)
 	struct nelssa_cluster_index ix;
 	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
 	double topk_ms, copy_ms, cpu_topk_ms, win_ms, cpu_win_ms, km_ms, cpu_km_ms, t0;
+	double sel_ms, sel_copy_ms, cpu_sel_ms, est_ms, est_copy_ms, cpu_est_ms;
 	struct cudaDeviceProp prop;
 	float *cpu_score, cpu_o[64 * 128], cpu_l[64];
-	uint64_t *tokens, tok_min = UINT64_MAX, tok_max = 0, cpu_tokens;
-	int32_t *count, sel_min = INT32_MAX, sel_max = 0;
+	uint64_t topk_tok[2], sel_tok[2], cpu_tokens, cpu_sel_tokens;
+	int32_t topk_sel[2], sel_sel[2];
 	uint32_t *cpu_ids, max_size = 0;
 	uint16_t *keys;
 	void *dkeys;
@@ -274,10 +374,20 @@ int main(int argc, char **argv)
 	tc.clusters = o.context / 16;
 	tc.budget = (uint64_t)llround(o.budget * o.context);
 	{
+		const size_t rows = (size_t)tc.heads * tc.clusters * o.head_dim;
+		const size_t row_bytes = sizeof(float) * rows;
 		float *q = frand_n((size_t)tc.heads * o.group * o.head_dim);
-		float *cen = frand_n((size_t)tc.heads * tc.clusters * o.head_dim);
+		float *cen = frand_n(rows), *far = frand_n(rows), *m2 = frand_n(rows);
+		float *vsum = frand_n(rows);
 		uint32_t *sizes = xmalloc(sizeof(*sizes) * tc.heads * tc.clusters);
+		uint32_t *left = xmalloc(sizeof(*left) * tc.clusters), n_left = 0;
+		unsigned char *taken = xmalloc(tc.clusters);
+		const struct nelssa_select_cfg scfg = NELSSA_SELECT_DEFAULT;
+		const struct nelssa_attn_geom g = { o.head_dim, o.group, NELSSA_KV_BF16, 0.088f };
 
+		/* Spreads are mean squares: non-negative, smaller than the centroids. */
+		for (size_t i = 0; i < rows; i++)
+			m2[i] = 0.05f * m2[i] * m2[i];
 		for (uint32_t h = 0; h < tc.heads; h++) {
 			uint32_t m = tl_vary_sizes(&rng_state, sizes + (size_t)h * tc.clusters, tc.clusters,
 						o.context);
@@ -285,32 +395,40 @@ int main(int argc, char **argv)
 			max_size = m > max_size ? m : max_size;
 		}
 		tc.q = dput(q, sizeof(float) * tc.heads * o.group * o.head_dim);
-		tc.cen = dput(cen, sizeof(float) * tc.heads * tc.clusters * o.head_dim);
+		tc.cen = dput(cen, row_bytes);
+		tc.far = dput(far, row_bytes);
+		tc.m2 = dput(m2, row_bytes);
+		tc.vsum = dput(vsum, row_bytes);
 		tc.sizes = dput(sizes, sizeof(uint32_t) * tc.heads * tc.clusters);
 		tc.score = dmalloc(sizeof(float) * tc.heads * tc.clusters);
+		tc.far_score = dmalloc(sizeof(float) * tc.heads * tc.clusters);
 		tc.ids = dmalloc(sizeof(uint32_t) * tc.heads * tc.clusters);
 		tc.count = dmalloc(sizeof(int32_t) * tc.heads);
 		tc.tokens = dmalloc(sizeof(uint64_t) * tc.heads);
-		tc.copy_dst = dmalloc(sizeof(float) * tc.heads * tc.clusters * o.head_dim);
+		tc.est_o = dmalloc(sizeof(float) * tc.heads * o.group * o.head_dim);
+		tc.est_lse = dmalloc(sizeof(float) * tc.heads * o.group);
+		tc.copy_src = dmalloc(3 * row_bytes);
+		tc.copy_dst = dmalloc(3 * row_bytes);
+		if (cudaMemset(tc.copy_src, 0, 3 * row_bytes) != cudaSuccess)
+			die("cudaMemset", cudaGetLastError());
+
 		topk_ms = gpu_best_ms((struct gpu_job){ topk_run, &tc }, o.iters);
 		/* What the last repetition selected: every repetition selects the same. */
-		tokens = xmalloc(sizeof(*tokens) * tc.heads);
-		count = xmalloc(sizeof(*count) * tc.heads);
-		if (cudaMemcpy(tokens, tc.tokens, sizeof(*tokens) * tc.heads,
-			       cudaMemcpyDeviceToHost) != cudaSuccess ||
-		    cudaMemcpy(count, tc.count, sizeof(*count) * tc.heads,
-			       cudaMemcpyDeviceToHost) != cudaSuccess)
-			die("cudaMemcpy", cudaGetLastError());
-		for (uint32_t h = 0; h < tc.heads; h++) {
-			check(count[h] < 0 ? count[h] : 0, "top-k fill (a head)");
-			tok_min = tokens[h] < tok_min ? tokens[h] : tok_min;
-			tok_max = tokens[h] > tok_max ? tokens[h] : tok_max;
-			sel_min = count[h] < sel_min ? count[h] : sel_min;
-			sel_max = count[h] > sel_max ? count[h] : sel_max;
-		}
-		free(tokens);
-		free(count);
+		selection_span(&tc, topk_tok, topk_sel);
+		tc.copy_bytes = row_bytes;
 		copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
+
+		sel_ms = gpu_best_ms((struct gpu_job){ select_run, &tc }, o.iters);
+		selection_span(&tc, sel_tok, sel_sel);
+		tc.copy_bytes = 2 * row_bytes;
+		sel_copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
+
+		upload_complement(&tc);
+		est_ms = gpu_best_ms((struct gpu_job){ estimate_run, &tc }, o.iters);
+		tc.copy_bytes = 3 * row_bytes;
+		est_copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
+
+		/* The CPU twins on head 0, scaled to the batch. */
 		cpu_score = xmalloc(sizeof(float) * tc.clusters);
 		cpu_ids = xmalloc(sizeof(uint32_t) * tc.clusters);
 		t0 = tl_now();
@@ -320,9 +438,29 @@ int main(int argc, char **argv)
 				       &cpu_tokens);
 		check(bad < 0 ? bad : 0, "CPU top-k fill");
 		cpu_topk_ms = (tl_now() - t0) * 1e3 * tc.heads;
+		t0 = tl_now();
+		bad = nelssa_select(&scfg, q, o.group, o.head_dim, 0.088f, cen, far, sizes,
+				    tc.clusters, tc.budget, cpu_ids, &cpu_sel_tokens);
+		check(bad < 0 ? bad : 0, "CPU nelssa_select()");
+		cpu_sel_ms = (tl_now() - t0) * 1e3 * tc.heads;
+		memset(taken, 0, tc.clusters);
+		for (int i = 0; i < bad; i++)
+			taken[cpu_ids[i]] = 1;
+		for (uint32_t k = 0; k < tc.clusters; k++)
+			if (!taken[k])
+				left[n_left++] = k;
+		t0 = tl_now();
+		check(nelssa_estimate_attn_spread(&g, q, cen, m2, vsum, sizes, left, n_left, cpu_o,
+						  cpu_l), "CPU spread estimate");
+		cpu_est_ms = (tl_now() - t0) * 1e3 * tc.heads;
 		free(q);
 		free(cen);
+		free(far);
+		free(m2);
+		free(vsum);
 		free(sizes);
+		free(left);
+		free(taken);
 		free(cpu_score);
 		free(cpu_ids);
 	}
@@ -374,8 +512,12 @@ int main(int argc, char **argv)
 	free(keys);
 
 	{
-		const double cen_gb = (double)sizeof(float) * tc.heads * tc.clusters * o.head_dim / 1e9;
-		const double eff = cen_gb / (topk_ms / 1e3), copy = 2 * cen_gb / (copy_ms / 1e3);
+		const double row_gb = (double)sizeof(float) * tc.heads * tc.clusters * o.head_dim / 1e9;
+		const double eff = row_gb / (topk_ms / 1e3), copy = 2 * row_gb / (copy_ms / 1e3);
+		const double sel_eff = 2 * row_gb / (sel_ms / 1e3);
+		const double sel_copy = 4 * row_gb / (sel_copy_ms / 1e3);
+		const double est_eff = 3 * row_gb / (est_ms / 1e3);
+		const double est_copy = 6 * row_gb / (est_copy_ms / 1e3);
 
 		if (o.json) {
 			printf("{\"device\":\"%s\",\"context\":%u,\"heads\":%u,\"batch\":%u,"
@@ -386,16 +528,29 @@ int main(int argc, char **argv)
 			       "\"selected_min\":%d,\"selected_max\":%d,\"cpu_tokens_read\":%llu,"
 			       "\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,\"speedup\":%.2f,"
 			       "\"centroid_read_gbps\":%.2f,\"copy_gbps\":%.2f,\"ratio\":%.3f},"
+			       "\"select\":{\"far_share\":%g,\"tokens_read_min\":%llu,"
+			       "\"tokens_read_max\":%llu,\"selected_min\":%d,\"selected_max\":%d,"
+			       "\"cpu_tokens_read\":%llu,\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,"
+			       "\"speedup\":%.2f,\"read_gbps\":%.2f,\"copy_gbps\":%.2f,"
+			       "\"ratio\":%.3f},"
+			       "\"estimate\":{\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,\"speedup\":%.2f,"
+			       "\"read_gbps\":%.2f,\"copy_gbps\":%.2f,\"ratio\":%.3f},"
 			       "\"window\":{\"items\":%u,\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,"
 			       "\"speedup\":%.2f},"
 			       "\"kmeans\":{\"tokens\":%u,\"gpu_ms_per_1k\":%.3f,"
 			       "\"cpu_ms_per_1k\":%.3f,\"speedup\":%.2f}}\n",
 			       prop.name, o.context, o.heads, o.batch, o.group, o.head_dim, o.iters,
 			       tc.heads, tc.clusters, max_size, o.budget,
-			       (unsigned long long)tc.budget, (unsigned long long)tok_min,
-			       (unsigned long long)tok_max, sel_min, sel_max,
+			       (unsigned long long)tc.budget, (unsigned long long)topk_tok[0],
+			       (unsigned long long)topk_tok[1], topk_sel[0], topk_sel[1],
 			       (unsigned long long)cpu_tokens, topk_ms, cpu_topk_ms,
-			       cpu_topk_ms / topk_ms, eff, copy, eff / copy, wc.items, win_ms,
+			       cpu_topk_ms / topk_ms, eff, copy, eff / copy,
+			       NELSSA_SELECT_DEFAULT.far_share, (unsigned long long)sel_tok[0],
+			       (unsigned long long)sel_tok[1], sel_sel[0], sel_sel[1],
+			       (unsigned long long)cpu_sel_tokens, sel_ms, cpu_sel_ms,
+			       cpu_sel_ms / sel_ms, sel_eff, sel_copy, sel_eff / sel_copy,
+			       est_ms, cpu_est_ms, cpu_est_ms / est_ms, est_eff, est_copy,
+			       est_eff / est_copy, wc.items, win_ms,
 			       cpu_win_ms, cpu_win_ms / win_ms, o.prefill,
 			       km_ms * 1024 / o.prefill, cpu_km_ms * 1024 / o.prefill,
 			       cpu_km_ms / km_ms);
@@ -406,11 +561,24 @@ int main(int argc, char **argv)
 			       topk_ms, cpu_topk_ms, cpu_topk_ms / topk_ms);
 			printf("  budget %llu tokens (%g of the context): %llu-%llu tokens read, "
 			       "%d-%d clusters a head (CPU twin, head 0: %llu tokens)\n",
-			       (unsigned long long)tc.budget, o.budget, (unsigned long long)tok_min,
-			       (unsigned long long)tok_max, sel_min, sel_max,
-			       (unsigned long long)cpu_tokens);
+			       (unsigned long long)tc.budget, o.budget,
+			       (unsigned long long)topk_tok[0], (unsigned long long)topk_tok[1],
+			       topk_sel[0], topk_sel[1], (unsigned long long)cpu_tokens);
 			printf("  centroid read %.1f GB/s vs device copy %.1f GB/s: ratio %.3f\n", eff,
 			       copy, eff / copy);
+			printf("shipped selection (far probe %g of the budget, then centroids): GPU %.4f "
+			       "ms, CPU twin %.3f ms (x%.1f)\n", NELSSA_SELECT_DEFAULT.far_share,
+			       sel_ms, cpu_sel_ms, cpu_sel_ms / sel_ms);
+			printf("  %llu-%llu tokens read, %d-%d clusters a head (CPU twin, head 0: "
+			       "%llu tokens)\n", (unsigned long long)sel_tok[0],
+			       (unsigned long long)sel_tok[1], sel_sel[0], sel_sel[1],
+			       (unsigned long long)cpu_sel_tokens);
+			printf("  centroid + far-key read %.1f GB/s vs device copy %.1f GB/s: ratio "
+			       "%.3f\n", sel_eff, sel_copy, sel_eff / sel_copy);
+			printf("spread estimate over the clusters left: GPU %.4f ms, CPU twin %.3f ms "
+			       "(x%.1f)\n", est_ms, cpu_est_ms, cpu_est_ms / est_ms);
+			printf("  centroid + spread + V-sum read %.1f GB/s vs device copy %.1f GB/s: "
+			       "ratio %.3f\n", est_eff, est_copy, est_eff / est_copy);
 			printf("window: %u items, 4 + 64 tokens: GPU %.4f ms, CPU twin %.3f ms (x%.1f)\n",
 			       wc.items, win_ms, cpu_win_ms, cpu_win_ms / win_ms);
 			printf("k-means: %u tokens: GPU %.3f ms per 1K tokens, CPU twin %.3f (x%.1f)\n",
@@ -425,7 +593,16 @@ int main(int argc, char **argv)
 	cudaFree(tc.ids);
 	cudaFree(tc.count);
 	cudaFree(tc.tokens);
+	cudaFree(tc.copy_src);
 	cudaFree(tc.copy_dst);
+	cudaFree(tc.far);
+	cudaFree(tc.far_score);
+	cudaFree(tc.m2);
+	cudaFree(tc.vsum);
+	cudaFree(tc.est_ids);
+	cudaFree(tc.n_est);
+	cudaFree(tc.est_o);
+	cudaFree(tc.est_lse);
 	cudaFree(wc.q);
 	cudaFree(wc.k);
 	cudaFree(wc.v);
