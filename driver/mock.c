@@ -10,9 +10,12 @@
  *
  * Tests hold commands deterministically, never by racing a delay: the
  * core's debugfs ``hold`` keeps commands queued (they can still be taken
- * back); the module parameter mock_hold = 1 makes the mock start commands
- * and hold them running, as a busy device would, until 0 lets them finish.
- * mock_delay_us adds a delay before each command runs.
+ * back); the module parameter mock_hold = 1 makes the mock start each
+ * command as it is submitted, as a device with a free core for it would,
+ * and hold it running until 0 lets it finish.  Starting at submission
+ * rather than when the workqueue gets to it means a short deadline always
+ * finds a held command running (quarantined), never still queued, however
+ * slow the machine.  mock_delay_us adds a delay before each command runs.
  */
 #include <linux/delay.h>
 #include <linux/module.h>
@@ -83,6 +86,7 @@ struct npnm_mock_cmd {
 	struct work_struct work;
 	enum mock_cmd_state state;
 	struct npnm_kcmd *kc;
+	bool started;		/* started at submission (mock_hold) */
 };
 
 static u32 mock_fill(struct npnm_device *ndev, const struct npnm_cmd *c)
@@ -244,9 +248,11 @@ static void mock_work(struct work_struct *work)
 	struct npnm_mock *m = ndev->priv;
 	unsigned int delay = READ_ONCE(mock_delay_us);
 
-	if (!mock_advance(m, mc, MOCK_RUNNING))
-		goto out;
-	npnm_cmd_started(kc);
+	if (!mc->started) {
+		if (!mock_advance(m, mc, MOCK_RUNNING))
+			goto out;
+		npnm_cmd_started(kc);
+	}
 	if (delay)
 		fsleep(delay);
 	/* TASK_IDLE: a test may hold it for long; that is not a hung task. */
@@ -264,10 +270,13 @@ static void mock_submit(struct npnm_device *ndev, struct npnm_kcmd *kc)
 	struct npnm_mock *m = ndev->priv;
 
 	mc->kc = kc;
+	mc->started = READ_ONCE(mock_hold);
 	INIT_WORK(&mc->work, mock_work);
 	spin_lock(&m->lock);
-	mc->state = MOCK_QUEUED;
+	mc->state = mc->started ? MOCK_RUNNING : MOCK_QUEUED;
 	spin_unlock(&m->lock);
+	if (mc->started)
+		npnm_cmd_started(kc);
 	queue_work(m->wq, &mc->work);
 }
 

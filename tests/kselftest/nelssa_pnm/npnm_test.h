@@ -177,7 +177,8 @@ static inline const char *npnm_debugfs(const char *file)
  * Commands held in flight deterministically, never by racing the device:
  * npnm_hold(1) keeps new commands of the device under test queued in the
  * driver (they can still be taken back) until npnm_hold(0); on the mock,
- * npnm_mock_hold(1) holds started commands running until npnm_mock_hold(0).
+ * npnm_mock_hold(1) starts commands at submission and holds them running
+ * until npnm_mock_hold(0).
  */
 static inline int npnm_hold(int on)
 {
