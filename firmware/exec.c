@@ -32,26 +32,16 @@ uint32_t nfw_execute(const struct nfw_mem *mem, const struct npnm_cmd *desc, enu
 		     uint32_t item_begin, uint32_t item_end, struct nfw_scratch *scratch,
 		     uint32_t *detail)
 {
+	const struct nfw_opdef *def = nfw_opdef(desc->opcode);
+	const struct nfw_exec_args x = {
+		.isa = isa, .item_begin = item_begin, .item_end = item_end,
+		.scratch = scratch, .detail = detail,
+	};
+
 	*detail = 0;
-	switch (desc->opcode) {
-	case NPNM_OP_FILL:
-		nfw_exec_fill(mem, desc);
-		break;
-	case NPNM_OP_COPY:
-		nfw_exec_copy(mem, desc);
-		break;
-	case NPNM_OP_KV_WRITE:
-		nfw_exec_kv_write(mem, desc);
-		break;
-	case NPNM_OP_SPARSE_ATTN:
-		return nfw_exec_attn(mem, desc, nfw_isa_resolve(isa), item_begin, item_end, scratch);
-	case NPNM_OP_SELFTEST:
-		*detail = nfw_selftest(desc->p.selftest.mask, scratch);
-		return *detail ? NPNM_ST_SELFTEST_FAIL : NPNM_ST_OK;
-	default:
-		break;
-	}
-	return NPNM_ST_OK;
+	if (!def || !def->execute)
+		return NPNM_ST_OK;	/* validated: NOP */
+	return def->execute(mem, desc, &x);
 }
 
 uint32_t nfw_run(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,

@@ -3,6 +3,8 @@
 #ifndef NFW_INTERNAL_H
 #define NFW_INTERNAL_H
 
+#include <stdbool.h>
+
 #include <nelssa/fw.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -44,6 +46,35 @@ uint32_t nfw_check_common(const struct nfw_mem *mem, const struct npnm_cmd *desc
 uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc);
 uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc,
 			   struct nfw_scratch *scratch);
+
+/* What an opcode's execute() gets beside the descriptor. */
+struct nfw_exec_args {
+	enum nfw_isa isa;
+	uint32_t item_begin, item_end;	/* the work items this part runs */
+	struct nfw_scratch *scratch;
+	uint32_t *detail;		/* the completion's detail word */
+};
+
+/**
+ * struct nfw_opdef - one opcode of the firmware (opdef.c).
+ * @name: for logs and tests.
+ * @validate: what the parameters mean, after nfw_check_common(); NULL
+ *	when the common checks are all (NOP).
+ * @execute: run a validated descriptor; NULL when there is nothing to do.
+ * @split_items: work items may be spread over several executor threads
+ *	(each part gets its own [item_begin, item_end)).
+ */
+struct nfw_opdef {
+	const char *name;
+	uint32_t (*validate)(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+			     struct nfw_scratch *scratch);
+	uint32_t (*execute)(const struct nfw_mem *mem, const struct npnm_cmd *desc,
+			    const struct nfw_exec_args *x);
+	bool split_items;
+};
+
+/* The entry of @opcode; NULL for an opcode this firmware does not run. */
+const struct nfw_opdef *nfw_opdef(uint32_t opcode);
 
 void nfw_exec_fill(const struct nfw_mem *mem, const struct npnm_cmd *desc);
 void nfw_exec_copy(const struct nfw_mem *mem, const struct npnm_cmd *desc);

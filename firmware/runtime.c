@@ -192,7 +192,7 @@ static void *executor(void *arg)
 			complete_job(rt, job);
 			continue;
 		}
-		run_part(rt, job, job->desc.opcode == NPNM_OP_SPARSE_ATTN && rt->nthreads > 1 &&
+		run_part(rt, job, nfw_opdef(job->desc.opcode)->split_items && rt->nthreads > 1 &&
 			 split(rt, job), &scratch);
 	}
 	nfw_scratch_free(&scratch);

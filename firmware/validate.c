@@ -5,8 +5,8 @@
  * completes with a status and leaves memory exactly as it was.  The form
  * of the descriptor -- header, operand slots, parameter tail, reserved
  * fields -- is judged by the rules the driver and the library share
- * (driver/npnm_rules.h); this file adds device-memory bounds and what
- * parameters mean.
+ * (driver/npnm_rules.h); this file adds device-memory bounds, and each
+ * opcode's entry in the table (opdef.c) what its parameters mean.
  */
 #include <stdlib.h>
 
@@ -29,56 +29,18 @@ uint32_t nfw_check_common(const struct nfw_mem *mem, const struct npnm_cmd *desc
 	return NPNM_ST_OK;
 }
 
-static uint32_t validate_fill(const struct npnm_cmd *desc)
-{
-	const struct npnm_fill_params *f = &desc->p.fill;
-
-	if (f->width != 1 && f->width != 2 && f->width != 4 && f->width != 8)
-		return NPNM_ST_BAD_PARAM;
-	if (f->width < 8 && (f->pattern >> (8 * f->width)))
-		return NPNM_ST_BAD_PARAM;
-	if (desc->op[NPNM_FILL_DST].len % f->width)
-		return NPNM_ST_BAD_PARAM;
-	return NPNM_ST_OK;
-}
-
-static uint32_t validate_copy(const struct npnm_cmd *desc)
-{
-	if (desc->op[NPNM_COPY_DST].len != desc->op[NPNM_COPY_SRC].len)
-		return NPNM_ST_BAD_PARAM;
-	return NPNM_ST_OK;
-}
-
-static uint32_t validate_selftest(const struct npnm_cmd *desc)
-{
-	if (desc->p.selftest.mask & ~NFW_SELFTEST_ALL)
-		return NPNM_ST_BAD_PARAM;
-	return NPNM_ST_OK;
-}
-
 uint32_t nfw_validate(const struct nfw_mem *mem, const struct npnm_cmd *desc,
 		      struct nfw_scratch *scratch)
 {
 	uint32_t st = nfw_check_common(mem, desc);
+	const struct nfw_opdef *def;
 
 	if (st)
 		return st;
-	switch (desc->opcode) {
-	case NPNM_OP_NOP:
-		return NPNM_ST_OK;
-	case NPNM_OP_FILL:
-		return validate_fill(desc);
-	case NPNM_OP_COPY:
-		return validate_copy(desc);
-	case NPNM_OP_KV_WRITE:
-		return nfw_validate_kv_write(mem, desc);
-	case NPNM_OP_SPARSE_ATTN:
-		return nfw_validate_attn(mem, desc, scratch);
-	case NPNM_OP_SELFTEST:
-		return validate_selftest(desc);
-	default:
+	def = nfw_opdef(desc->opcode);
+	if (!def)
 		return NPNM_ST_BAD_OPCODE;	/* an opcode the rules know and this code does not */
-	}
+	return def->validate ? def->validate(mem, desc, scratch) : NPNM_ST_OK;
 }
 
 void nfw_scratch_free(struct nfw_scratch *s)
