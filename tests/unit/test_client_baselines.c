@@ -429,44 +429,122 @@ static void far_probe_matches_float64(void **state)
 	free(f);
 }
 
+/* q . x in float64 for a float row. */
+static double qdot(const float *q, const float *x)
+{
+	double s = 0.0;
+
+	for (uint32_t i = 0; i < D; i++)
+		s += (double)q[i] * x[i];
+	return s;
+}
+
 /*
  * What the probe is for: a member whose key is its cluster's plus a
  * strong component along row 0's query stays in the cluster (the mean
  * dilutes it), and the far probe ranks that cluster first for row 0
- * where the centroid scores do not.
+ * where the centroid scores do not.  The test seeds differ run to run,
+ * so the member is moved by exactly enough, and in a cluster chosen so
+ * that the move cannot lift the centroid to the top: the premise holds
+ * by construction for every draw, not by luck.
  */
 static void far_probe_finds_a_hidden_member(void **state)
 {
+	const double margin = 4.0;	/* logits, before the 0.5 scale */
 	struct fx *f = fx_new(__func__);
 	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
 	struct cfx x;
 	struct nelssa_cluster_index *ix = &x.ix;
-	uint32_t hidden = 0;
-	double qn = 0.0;
+	double qn = 0.0, probe_max = -INFINITY, cen_max = -INFINITY, best_room = -INFINITY;
+	double *probe, add = 0.0;
+	uint32_t hidden = UINT32_MAX, t = 0;
 
 	(void)state;
 	cfg.outlier_per_mille = 0;	/* no split: the member stays hidden */
 	cfx_build(&x, f, &cfg);
-	for (uint32_t c = 0; c < ix->n_clusters; c++) {
-		if (x.sizes[c] >= 8 && !hidden)
-			hidden = c + 1;
-	}
-	assert_true(hidden > 0);
-	hidden--;
-	/* Move the cluster's middle member along q_0 (in the stored keys and
-	 * the centroid alike, as a rebuilt index would have it). */
 	for (uint32_t i = 0; i < D; i++)
 		qn += (double)f->q[i] * f->q[i];
-	{
-		uint32_t t = ix->perm[ix->table[hidden].first + x.sizes[hidden] / 2];
+	qn = sqrt(qn);
+	/* Each cluster's probe logit for row 0: centroid, far key, the rest. */
+	probe = tu_alloc(sizeof(double) * ix->n_clusters);
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		const double n = x.sizes[c], lc = qdot(f->q, ix->centroids + (size_t)c * D);
+		const double lf = qdot(f->q, x.far + (size_t)c * D);
 
-		for (uint32_t i = 0; i < D; i++) {
-			double add = 8.0 * f->q[i] / sqrt(qn);
-			float nk = (float)(kk(f, t, i) + add);
+		probe[c] = fmax(lc, lf);
+		if (n > 1)
+			probe[c] = fmax(probe[c], (n * lc - lf) / (n - 1));
+		probe_max = fmax(probe_max, probe[c]);
+		cen_max = fmax(cen_max, lc);
+	}
+	/*
+	 * Moving member m by a along q/|q| lifts its logit by a |q| and its
+	 * centroid's by a |q| / n.  In each cluster of 8 or more take the
+	 * member most aligned with q, and a just large enough for it to beat
+	 * every other cluster's probe by the margin and to end up the
+	 * cluster's farthest member (so that it is the far key the probe
+	 * reads); of those clusters, the one whose centroid then stays
+	 * furthest below the top.
+	 */
+	for (uint32_t c = 0; c < ix->n_clusters; c++) {
+		const uint32_t n = x.sizes[c], first = ix->table[c].first;
+		const float *cen = ix->centroids + (size_t)c * D;
+		double need, room, best_dot = -INFINITY;
+		uint32_t m = 0;
 
-			f->k[(size_t)t * D + i] = tu_to_kv(nk, NELSSA_KV_BF16);
-			ix->centroids[(size_t)hidden * D + i] += (float)(add / x.sizes[hidden]);
+		if (n < 8)
+			continue;
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t tok = ix->perm[first + j];
+			double dq = 0.0;
+
+			for (uint32_t i = 0; i < D; i++)
+				dq += (double)f->q[i] * kk(f, tok, i);
+			if (dq > best_dot) {
+				best_dot = dq;
+				m = tok;
+			}
 		}
+		need = fmax(probe_max + margin - best_dot, 0.0) / qn;
+		for (int grow = 0; grow < 400; grow++, need += 0.25) {
+			double dm = 0.0, dmax = 0.0;
+
+			for (uint32_t j = 0; j < n; j++) {
+				uint32_t tok = ix->perm[first + j];
+				double d2 = 0.0;
+
+				for (uint32_t i = 0; i < D; i++) {
+					double u = need * f->q[i] / qn;
+					double k = kk(f, tok, i) + (tok == m ? u : 0.0);
+
+					d2 += (k - cen[i] - u / n) * (k - cen[i] - u / n);
+				}
+				if (tok == m)
+					dm = d2;
+				else
+					dmax = fmax(dmax, d2);
+			}
+			if (dm > 1.1 * dmax)
+				break;
+		}
+		room = cen_max - (qdot(f->q, cen) + need * qn / n);
+		if (room > best_room) {
+			best_room = room;
+			hidden = c;
+			t = m;
+			add = need;
+		}
+	}
+	assert_true(hidden != UINT32_MAX);
+	/* bf16 rounding of the moved key moves its logit by far less than this. */
+	assert_true(best_room > margin / 2);
+	/* Move it (in the stored keys and the centroid alike, as a rebuilt index would). */
+	for (uint32_t i = 0; i < D; i++) {
+		double d = add * f->q[i] / qn;
+		float nk = (float)(kk(f, t, i) + d);
+
+		f->k[(size_t)t * D + i] = tu_to_kv(nk, NELSSA_KV_BF16);
+		ix->centroids[(size_t)hidden * D + i] += (float)(d / x.sizes[hidden]);
 	}
 	nelssa_cluster_far_keys(ix, NELSSA_KV_BF16, f->k, x.far);	/* of the moved keys */
 	/* Row 0 alone: a one-row group. */
@@ -478,6 +556,7 @@ static void far_probe_finds_a_hidden_member(void **state)
 	assert_int_equal(hidden, x.ids[0]);
 	assert_int_equal(1, nelssa_topk(x.cscore, ix->n_clusters, 1, x.ids));
 	assert_int_not_equal(hidden, x.ids[0]);
+	free(probe);
 	cfx_free(&x);
 	free(f);
 }
