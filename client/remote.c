@@ -27,6 +27,7 @@
 
 #include <nelssa/client.h>
 #include <nelssa/link.h>
+#include <nelssa/util.h>
 
 #define MAX_SESSIONS 64
 #define CHUNK_BYTES (256u << 10)
@@ -127,22 +128,6 @@ uint32_t nelssa_client_devices(const struct nelssa_client *c)
 	return c->devices;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Control path */
 
 static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m, uint64_t deadline)
@@ -157,7 +142,7 @@ static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m, uint64_t dead
 		return fail(c, ret, "cannot encode %s", nelssa_msg_type_str(m->type));
 	while (off < len) {
 		struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
-		uint64_t now = now_ms();
+		uint64_t now = nelssa_now_ms();
 		ssize_t n;
 
 		if (now >= deadline)
@@ -184,7 +169,7 @@ static int read_more(struct nelssa_client *c, size_t want, uint64_t deadline)
 {
 	while (c->rhave < want) {
 		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-		uint64_t now = now_ms();
+		uint64_t now = nelssa_now_ms();
 		ssize_t n;
 
 		if (now >= deadline)
@@ -230,7 +215,7 @@ static int read_reply(struct nelssa_client *c, struct nelssa_msg *r, uint64_t de
  */
 static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r)
 {
-	const uint64_t deadline = now_ms() + c->timeout_ms;
+	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	int ret = ctl_send(c, m, deadline);
 
 	while (!ret) {
@@ -362,7 +347,7 @@ static int wait_for(struct nelssa_client *c, const int *done, uint64_t deadline)
 			break;
 		if (c->ep_failed)
 			return -ECONNRESET;
-		now = now_ms();
+		now = nelssa_now_ms();
 		if (now >= deadline)
 			return fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
 		if (busy || ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
@@ -444,10 +429,10 @@ static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, si
 	ret = wait_for(c, &op->done, deadline);
 	if (ret) {
 		/* Bounded: a send UCX cannot cancel is left to it (see struct send_op). */
-		const uint64_t end = now_ms() + CANCEL_GRACE_MS;
+		const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
 
 		ucp_request_cancel(c->worker, sp);
-		while (!op->done && now_ms() < end)
+		while (!op->done && nelssa_now_ms() < end)
 			ucp_worker_progress(c->worker);
 		if (!op->done) {
 			op->data = *data;
@@ -468,7 +453,7 @@ static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, si
 static int connect_bounded(struct nelssa_client *c, int fd, const struct sockaddr *sa,
 			   socklen_t len)
 {
-	const uint64_t deadline = now_ms() + c->timeout_ms;
+	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	int fl = fcntl(fd, F_GETFL), err = 0;
 	socklen_t el = sizeof(err);
 
@@ -480,7 +465,7 @@ static int connect_bounded(struct nelssa_client *c, int fd, const struct sockadd
 		return errno;
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-		uint64_t now = now_ms();
+		uint64_t now = nelssa_now_ms();
 		int r;
 
 		if (now >= deadline)
@@ -536,7 +521,7 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
  */
 static int data_path_up(struct nelssa_client *c, uint16_t port)
 {
-	const uint64_t deadline = now_ms() + c->timeout_ms;
+	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 						    UCP_OP_ATTR_FIELD_USER_DATA };
 	struct send_op *op = calloc(1, sizeof(*op));
@@ -559,10 +544,10 @@ static int data_path_up(struct nelssa_client *c, uint16_t port)
 	ret = wait_for(c, &op->done, deadline);
 	if (!op->done) {
 		/* Failed or the deadline: cancel, and give UCX a bounded while. */
-		const uint64_t end = now_ms() + CANCEL_GRACE_MS;
+		const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
 
 		ucp_request_cancel(c->worker, sp);
-		while (!op->done && now_ms() < end)
+		while (!op->done && nelssa_now_ms() < end)
 			ucp_worker_progress(c->worker);
 	}
 	if (!ret && op->status != UCS_OK)
@@ -668,12 +653,12 @@ void nelssa_client_close(struct nelssa_client *c)
 		 * connect).  Flush a live endpoint first, for a bounded time.
 		 */
 		if (!c->ep_failed) {
-			uint64_t end = now_ns() + CLOSE_WAIT_NS;
+			uint64_t end = nelssa_now_ns() + CLOSE_WAIT_NS;
 
 			sp = ucp_ep_flush_nbx(c->ep, &prm);
 			if (UCS_PTR_IS_PTR(sp)) {
 				while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
-				       now_ns() < end)
+				       nelssa_now_ns() < end)
 					ucp_worker_progress(c->worker);
 				ucp_request_free(sp);
 			}
@@ -682,10 +667,10 @@ void nelssa_client_close(struct nelssa_client *c)
 		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
 		sp = ucp_ep_close_nbx(c->ep, &prm);
 		if (UCS_PTR_IS_PTR(sp)) {
-			uint64_t end = now_ns() + CLOSE_WAIT_NS;
+			uint64_t end = nelssa_now_ns() + CLOSE_WAIT_NS;
 
 			/* Forced, it completes locally; bounded all the same. */
-			while (ucp_request_check_status(sp) == UCS_INPROGRESS && now_ns() < end)
+			while (ucp_request_check_status(sp) == UCS_INPROGRESS && nelssa_now_ns() < end)
 				ucp_worker_progress(c->worker);
 			if (ucp_request_check_status(sp) != UCS_INPROGRESS)
 				ucp_request_free(sp);
@@ -789,7 +774,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			  uint32_t from, const void *k, const void *v)
 {
 	const struct csession *s = find(c, session);
-	const uint64_t deadline = now_ms() + c->timeout_ms;
+	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	size_t row;
 	uint8_t *buf;
 	int ret = 0;
@@ -853,8 +838,8 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			int done = 0;
 
 			while (!ret && c->acks_pending >= ACK_WINDOW && !done) {
-				ret = wait_for(c, &done, now_ms() + 1 > deadline ? deadline : now_ms() + 1);
-				if (ret == -ETIMEDOUT && now_ms() < deadline)
+				ret = wait_for(c, &done, nelssa_now_ms() + 1 > deadline ? deadline : nelssa_now_ms() + 1);
+				if (ret == -ETIMEDOUT && nelssa_now_ms() < deadline)
 					ret = 0, done = 1;
 			}
 		}
@@ -863,8 +848,8 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	while (!ret && c->acks_pending) {
 		int done = 0;
 
-		ret = wait_for(c, &done, now_ms() + 1 > deadline ? deadline : now_ms() + 1);
-		if (ret == -ETIMEDOUT && now_ms() < deadline)
+		ret = wait_for(c, &done, nelssa_now_ms() + 1 > deadline ? deadline : nelssa_now_ms() + 1);
+		if (ret == -ETIMEDOUT && nelssa_now_ms() < deadline)
 			ret = 0;
 		else if (ret == -ETIMEDOUT)
 			ret = fail(c, -ETIMEDOUT, "KV offload not acknowledged in %u ms", c->timeout_ms);
@@ -881,7 +866,7 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 			    struct nelssa_step_pending **out)
 {
 	const struct csession *s = find(c, session);
-	const uint64_t deadline = now_ms() + c->timeout_ms;
+	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	struct nelssa_step_pending *p = NULL;
 	size_t len, q_bytes, out_slot;
 	struct nelssa_step_hdr h;
@@ -938,7 +923,7 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 	p->done = 0;
 	p->status = 0;
 	p->len = 0;
-	p->t0 = now_ns();
+	p->t0 = nelssa_now_ns();
 	{
 		void *d = data;
 
@@ -969,7 +954,7 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 			;
 		if (!p->done && !timeout_ms)
 			return -EAGAIN;
-		ret = p->done ? 0 : wait_for(c, &p->done, now_ms() + timeout_ms);
+		ret = p->done ? 0 : wait_for(c, &p->done, nelssa_now_ms() + timeout_ms);
 		if (ret) {
 			if (ret == -ETIMEDOUT)
 				return -EAGAIN;	/* still in flight: poll again */
@@ -987,7 +972,7 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 		memcpy(p->lse + (size_t)i * p->g, p->buf + i * out_slot + q_bytes, 4ull * p->g);
 	}
 	if (t)
-		*t = (struct nelssa_step_times){ .rtt = now_ns() - p->t0, .recv = p->reply.t_recv,
+		*t = (struct nelssa_step_times){ .rtt = nelssa_now_ns() - p->t0, .recv = p->reply.t_recv,
 						 .dispatch = p->reply.t_dispatch,
 						 .device = p->reply.t_device,
 						 .aggregate = p->reply.t_aggregate };

@@ -25,12 +25,10 @@
 
 static struct nelssad the_daemon;
 
+/* The daemon's clock, a seam of its own: the in-process fuzzer replaces it. */
 uint64_t nd_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return nelssa_now_ns();
 }
 
 void nd_log(struct nelssad *nd, const char *fmt, ...)
@@ -173,14 +171,9 @@ static const struct opt *find_opt(const char *name, size_t len)
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v;
 
-	if (*s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v < lo || v > hi)
+	if (nelssa_parse_u64(s, lo, hi, &v))
 		return -1;
 	*out = (uint32_t)v;
 	return 0;
@@ -207,34 +200,24 @@ static const struct {
 /* SIZE (bytes, or with K, M, G, T: binary) or PERCENT% (1..100). */
 static int set_memory(struct nd_config *c, const char *val)
 {
-	const char *units = "KMGT";
-	uint64_t v = 0, mul = 1;
-	const char *p = val;
+	size_t n = strlen(val);
+	char pct[8];
+	uint64_t v;
 
-	if (*p < '0' || *p > '9')
-		return -1;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		if (v > (UINT64_MAX - 9) / 10)
+	if (n && val[n - 1] == '%') {
+		if (n > sizeof(pct))
 			return -1;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	if (!strcmp(p, "%")) {
-		if (v < 1 || v > 100)
+		memcpy(pct, val, n - 1);
+		pct[n - 1] = '\0';
+		if (nelssa_parse_u64(pct, 1, 100, &v))
 			return -1;
 		c->max_memory_per_conn = 0;
 		c->max_memory_pct = (uint32_t)v;
 		return 0;
 	}
-	if (*p) {
-		const char *u = strchr(units, *p);
-
-		if (!u || p[1])
-			return -1;
-		mul = 1ull << (10 * (u - units + 1));
-	}
-	if (!v || v > UINT64_MAX / mul)
+	if (nelssa_parse_size(val, &v) || !v)
 		return -1;
-	c->max_memory_per_conn = v * mul;
+	c->max_memory_per_conn = v;
 	return 0;
 }
 

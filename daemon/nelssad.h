@@ -30,8 +30,7 @@
 
 #include <nelssa/pnm.h>
 #include <nelssa/proto.h>
-
-#include "pnm_internal.h"	/* struct pnm_alloc: device-memory extents */
+#include <nelssa/util.h>
 
 #define ND_MAX_DEVICES 64
 #define ND_NAME "nelssad"
@@ -172,7 +171,7 @@ void nd_ep_table_free(struct nd_ep_table *t);
 struct nd_sdev {
 	uint32_t arena;		/* region handle */
 	uint64_t arena_bytes;
-	struct pnm_alloc alloc;
+	struct nelssa_extent_alloc alloc;
 	uint32_t stage;		/* items | in | out */
 	uint8_t *stage_map;
 	uint64_t stage_bytes, in_off, out_off;

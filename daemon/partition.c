@@ -94,7 +94,7 @@ static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
 	if (sd->arena)
 		nelssa_pnm_mem_free(dev->pnm, sd->arena);
 	if (sd->alloc.free)
-		pnm_alloc_fini(&sd->alloc);
+		nelssa_extent_fini(&sd->alloc);
 	if (sd->arena || sd->stage)
 		dev->reserved -= sd->arena_bytes + sd->stage_bytes;
 	memset(sd, 0, sizeof(*sd));
@@ -184,7 +184,7 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, cha
 
 		ret = nelssa_pnm_mem_alloc(dev->pnm, arena, &sd->arena, NULL);
 		if (!ret)
-			ret = pnm_alloc_init(&sd->alloc, arena, ALIGN);
+			ret = nelssa_extent_init(&sd->alloc, arena, ALIGN);
 		if (!ret)
 			ret = nelssa_pnm_mem_alloc(dev->pnm, stage, &sd->stage, NULL);
 		if (!ret) {
@@ -283,11 +283,11 @@ int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint
 		return -ENOMEM;
 	}
 	for (d = 0; d < nd->n_dev; d++)
-		if (pnm_alloc_get(&s->dev[d].alloc, r->bytes, &r->off[d]))
+		if (nelssa_extent_get(&s->dev[d].alloc, r->bytes, &r->off[d]))
 			break;
 	if (d < nd->n_dev) {
 		for (uint32_t j = 0; j < d; j++)
-			pnm_alloc_put(&s->dev[j].alloc, r->off[j], r->bytes);
+			nelssa_extent_put(&s->dev[j].alloc, r->off[j], r->bytes);
 		snprintf(why, why_len,
 			 "session capacity exhausted: request %llu needs %.1f MiB per device",
 			 (unsigned long long)id, mib(r->bytes));
@@ -305,7 +305,7 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
 	if (!r)
 		return -ENOENT;
 	for (uint32_t d = 0; d < nd->n_dev; d++)
-		pnm_alloc_put(&s->dev[d].alloc, r->off[d], r->bytes);
+		nelssa_extent_put(&s->dev[d].alloc, r->off[d], r->bytes);
 	request_clear(r);
 	return 0;
 }

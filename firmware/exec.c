@@ -20,14 +20,6 @@ void *nfw_scratch_get(struct nfw_scratch *s, size_t bytes)
 	return s->buf;
 }
 
-uint64_t nfw_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint32_t nfw_execute(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,
 		     uint32_t item_begin, uint32_t item_end, struct nfw_scratch *scratch,
 		     uint32_t *detail)

@@ -126,6 +126,4 @@ uint64_t nfw_attn_item_neon_peak(uint32_t head_dim, uint32_t group, uint64_t pas
 /* The kernel for @isa at @head_dim (scalar when the ISA cannot tile it). */
 nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim);
 
-uint64_t nfw_now_ns(void);
-
 #endif /* NFW_INTERNAL_H */

@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include <nelssa/util.h>
+
 #include "fw_internal.h"
 
 struct job;
@@ -61,7 +63,7 @@ static void complete_job(struct nfw_runtime *rt, struct job *job)
 	struct nfw_result res = {
 		.status = atomic_load(&job->status),
 		.detail = job->detail,
-		.device_ns = job->t_start ? nfw_now_ns() - job->t_start : 0,
+		.device_ns = job->t_start ? nelssa_now_ns() - job->t_start : 0,
 	};
 
 	rt->cfg.complete(job->owner, job->cookie, &res);
@@ -89,9 +91,9 @@ static struct task *pop(struct nfw_runtime *rt)
 	uint64_t t0;
 
 	if (rt->cfg.spin_ns) {
-		t0 = nfw_now_ns();
+		t0 = nelssa_now_ns();
 		while (!atomic_load_explicit(&rt->queued, memory_order_acquire) &&
-		       !atomic_load(&rt->stopping) && nfw_now_ns() - t0 < rt->cfg.spin_ns)
+		       !atomic_load(&rt->stopping) && nelssa_now_ns() - t0 < rt->cfg.spin_ns)
 			nfw_cpu_relax();
 	}
 	pthread_mutex_lock(&rt->lock);
@@ -185,7 +187,7 @@ static void *executor(void *arg)
 			free(t);
 			continue;
 		}
-		job->t_start = nfw_now_ns();
+		job->t_start = nelssa_now_ns();
 		st = nfw_validate(&rt->cfg.mem, &job->desc, &scratch);
 		if (st) {
 			atomic_store(&job->status, st);

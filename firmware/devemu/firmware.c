@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <nelssa/fw.h>
+#include <nelssa/util.h>
 
 #include "devemu.h"
 
@@ -44,14 +45,6 @@ static void on_term(int sig)
 {
 	(void)sig;
 	stopping = 1;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* One-writer indices: the writer stores with release, the reader loads with acquire. */
@@ -166,7 +159,7 @@ static void *heartbeat(void *arg)
 	uint64_t stop = f->d->faults.heartbeat_stop_ms;
 
 	while (!stopping) {
-		if ((!stop || now_ns() - f->start_ns < stop * 1000000ull) && !atomic_load(&f->hung))
+		if ((!stop || nelssa_now_ns() - f->start_ns < stop * 1000000ull) && !atomic_load(&f->hung))
 			__atomic_store_n(&f->hdr->heartbeat,
 					 htole64(le64toh(f->hdr->heartbeat) + 1), __ATOMIC_RELEASE);
 		usleep(NPNM_DEVIF_HEARTBEAT_MS * 1000);
@@ -206,7 +199,7 @@ static void write_header(struct fw *f)
 
 int devemu_firmware(const struct devemu *d)
 {
-	struct fw f = { .d = d, .start_ns = now_ns() };
+	struct fw f = { .d = d, .start_ns = nelssa_now_ns() };
 	struct sigaction sa = { .sa_handler = on_term };
 	pthread_t hb;
 	int ret = 0;

@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nelssa/util.h>
+
 #include "devemu.h"
 
 static volatile sig_atomic_t quit, restart;
@@ -60,28 +62,6 @@ static void usage(FILE *f)
 	      "  --hang-nth N           fault: at the Nth command the firmware dies (no heartbeat)\n"
 	      "  --restart-after-hang-ms MS  ... and is restarted MS later\n"
 	      "  --verbose              log protocol and resets\n", f);
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 0);
-	unsigned int shift = 0;
-
-	if (end == s)
-		return -1;
-	if (*end == 'K' || *end == 'k')
-		shift = 10;
-	else if (*end == 'M' || *end == 'm')
-		shift = 20;
-	else if (*end == 'G' || *end == 'g')
-		shift = 30;
-	if (shift)
-		end++;
-	if (*end)
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 static pid_t start_firmware(const struct devemu *d)
@@ -127,7 +107,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock_path = optarg; break;
 		case 'm':
-			if (parse_size(optarg, &d.mem_size) || d.mem_size < (4u << 20) ||
+			if (nelssa_parse_size(optarg, &d.mem_size) || d.mem_size < (4u << 20) ||
 			    (d.mem_size & (d.mem_size - 1))) {
 				fprintf(stderr, "nelssa-devemu: --mem %s: need a power of two >= 4M\n",
 					optarg);

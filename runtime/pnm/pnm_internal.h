@@ -4,6 +4,7 @@
 #define NELSSA_PNM_INTERNAL_H
 
 #include <nelssa/pnm.h>
+#include <nelssa/util.h>
 
 /**
  * struct pnm_backend_ops - what a backend implements.  The front end
@@ -42,9 +43,6 @@ extern const struct pnm_backend_ops pnm_kdev_ops;
 /* Record words for nelssa_pnm_strerror() and return @err. */
 int pnm_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Parse "123", "64K", "256M", "2G" (binary units); -EINVAL if malformed. */
-int pnm_parse_size(const char *s, uint64_t *out);
-
 /*
  * The command rules the driver applies at submission (driver/npnm_rules.h),
  * for command @index of a batch: 0, or -EINVAL with the rule broken in
@@ -55,26 +53,5 @@ int pnm_check_rules(const struct npnm_cmd *c, uint32_t index);
 
 /* Map a device status to a completion result. */
 int pnm_status_result(uint32_t status);
-
-/*
- * A first-fit allocator of device-memory offsets with coalescing, the
- * userspace counterpart of the driver's genalloc pool.  Offset 0 is never
- * handed out (the first granule is reserved), so 0 can mean "none".
- */
-struct pnm_extent {
-	uint64_t off, len;
-};
-
-struct pnm_alloc {
-	uint64_t size, align, used;
-	struct pnm_extent *free;	/* sorted by offset, never adjacent */
-	size_t nfree, cap;
-};
-
-int pnm_alloc_init(struct pnm_alloc *a, uint64_t size, uint64_t align);
-void pnm_alloc_fini(struct pnm_alloc *a);
-/* 0 with *off set, or -ENOMEM. */
-int pnm_alloc_get(struct pnm_alloc *a, uint64_t len, uint64_t *off);
-void pnm_alloc_put(struct pnm_alloc *a, uint64_t off, uint64_t len);
 
 #endif /* NELSSA_PNM_INTERNAL_H */

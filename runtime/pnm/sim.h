@@ -39,7 +39,7 @@ struct sim_dev {
 	struct sim_opts opts;
 	uint8_t *mem;
 	pthread_mutex_t lock;	/* allocator */
-	struct pnm_alloc alloc;
+	struct nelssa_extent_alloc alloc;
 	struct nfw_runtime *rt;
 };
 

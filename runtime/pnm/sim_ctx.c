@@ -63,14 +63,6 @@ struct sim_ctx {
 	bool closing;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static struct sim_ctx *ctx_of(struct nelssa_pnm *pnm)
 {
 	return pnm->priv;
@@ -96,7 +88,7 @@ static struct sim_region *lookup(struct sim_ctx *c, uint32_t handle)
 static void release_region(struct sim_ctx *c, struct sim_region *r)
 {
 	pthread_mutex_lock(&c->dev->lock);
-	pnm_alloc_put(&c->dev->alloc, r->dev_off, r->size);
+	nelssa_extent_put(&c->dev->alloc, r->dev_off, r->size);
 	pthread_mutex_unlock(&c->dev->lock);
 	free(r);
 }
@@ -282,7 +274,7 @@ static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle
 	}
 	r->size = (size + SIM_ALIGN - 1) & ~(uint64_t)(SIM_ALIGN - 1);
 	pthread_mutex_lock(&c->dev->lock);
-	ret = pnm_alloc_get(&c->dev->alloc, r->size, &r->dev_off);
+	ret = nelssa_extent_get(&c->dev->alloc, r->size, &r->dev_off);
 	pthread_mutex_unlock(&c->dev->lock);
 	if (ret) {
 		free(r);
@@ -495,7 +487,7 @@ static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 		    uint32_t max, int64_t timeout_ns)
 {
 	struct sim_ctx *c = ctx_of(pnm);
-	uint64_t start = now_ns(), deadline = timeout_ns > 0 ? start + (uint64_t)timeout_ns : 0;
+	uint64_t start = nelssa_now_ns(), deadline = timeout_ns > 0 ? start + (uint64_t)timeout_ns : 0;
 	uint64_t spin = c->dev->opts.spin_ns;
 	struct timespec ts;
 	uint32_t n = 0;
@@ -504,7 +496,7 @@ static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 	/* Spin briefly first: a condvar sleep costs more than a fast command. */
 	if (min && spin && timeout_ns != 0)
 		while (atomic_load_explicit(&c->cq_ready, memory_order_acquire) < min &&
-		       now_ns() - start < spin)
+		       nelssa_now_ns() - start < spin)
 			nfw_cpu_relax();
 	if (deadline) {
 		ts.tv_sec = (time_t)(deadline / 1000000000ull);
@@ -533,7 +525,7 @@ static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 	pthread_mutex_unlock(&c->lock);
 	if (n || !min)
 		return (int)n;
-	if (!c->inflight && timeout_ns != 0 && (!deadline || now_ns() < deadline))
+	if (!c->inflight && timeout_ns != 0 && (!deadline || nelssa_now_ns() < deadline))
 		return pnm_error(-EAGAIN, "nothing in flight to wait for");
 	return pnm_error(-ETIMEDOUT, "no completion within the timeout");
 }

@@ -71,7 +71,7 @@ int sim_parse(const char *spec, struct sim_opts *o)
 			return pnm_error(-EINVAL, "%s: option '%s' needs a value", spec, tok);
 		*val++ = 0;
 		if (!strcmp(tok, "mem")) {
-			if (pnm_parse_size(val, &o->mem) || o->mem < 16 * SIM_ALIGN)
+			if (nelssa_parse_size(val, &o->mem) || o->mem < 16 * SIM_ALIGN)
 				return pnm_error(-EINVAL, "%s: mem=%s: need a size of at least 64K",
 						 spec, val);
 			o->set |= SIM_OPT_MEM;
@@ -142,7 +142,7 @@ static int create(const struct sim_opts *o, struct sim_dev **out)
 	 * (and spare SPARSE_ATTN a TLB miss per cluster).  Advisory only.
 	 */
 	madvise(dev->mem, o->mem, MADV_HUGEPAGE);
-	ret = pnm_alloc_init(&dev->alloc, o->mem, SIM_ALIGN);
+	ret = nelssa_extent_init(&dev->alloc, o->mem, SIM_ALIGN);
 	if (ret)
 		goto err_unmap;
 	pthread_mutex_init(&dev->lock, NULL);
@@ -162,7 +162,7 @@ static int create(const struct sim_opts *o, struct sim_dev **out)
 
 err_alloc:
 	pthread_mutex_destroy(&dev->lock);
-	pnm_alloc_fini(&dev->alloc);
+	nelssa_extent_fini(&dev->alloc);
 err_unmap:
 	munmap(dev->mem, o->mem);
 	free(dev);
@@ -213,7 +213,7 @@ void sim_dev_put(struct sim_dev *dev)
 	*pp = dev->next;
 	pthread_mutex_unlock(&registry_lock);
 	nfw_runtime_destroy(dev->rt);
-	pnm_alloc_fini(&dev->alloc);
+	nelssa_extent_fini(&dev->alloc);
 	pthread_mutex_destroy(&dev->lock);
 	munmap(dev->mem, dev->opts.mem);
 	free(dev);

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pnm_internal.h"
+#include <nelssa/util.h>
 
-int pnm_alloc_init(struct pnm_alloc *a, uint64_t size, uint64_t align)
+int nelssa_extent_init(struct nelssa_extent_alloc *a, uint64_t size, uint64_t align)
 {
 	memset(a, 0, sizeof(*a));
 	if (!align || (align & (align - 1)) || size <= align)
@@ -22,24 +22,24 @@ int pnm_alloc_init(struct pnm_alloc *a, uint64_t size, uint64_t align)
 	if (!a->free)
 		return -ENOMEM;
 	/* The first granule is reserved: offset 0 is never a region. */
-	a->free[0] = (struct pnm_extent){ align, a->size - align };
+	a->free[0] = (struct nelssa_extent){ align, a->size - align };
 	a->nfree = 1;
 	return 0;
 }
 
-void pnm_alloc_fini(struct pnm_alloc *a)
+void nelssa_extent_fini(struct nelssa_extent_alloc *a)
 {
 	free(a->free);
 	memset(a, 0, sizeof(*a));
 }
 
-int pnm_alloc_get(struct pnm_alloc *a, uint64_t len, uint64_t *off)
+int nelssa_extent_get(struct nelssa_extent_alloc *a, uint64_t len, uint64_t *off)
 {
 	if (!len || len > a->size)
 		return -ENOMEM;
 	len = (len + a->align - 1) & ~(a->align - 1);
 	for (size_t i = 0; i < a->nfree; i++) {
-		struct pnm_extent *e = &a->free[i];
+		struct nelssa_extent *e = &a->free[i];
 
 		if (e->len < len)
 			continue;
@@ -56,7 +56,7 @@ int pnm_alloc_get(struct pnm_alloc *a, uint64_t len, uint64_t *off)
 	return -ENOMEM;
 }
 
-void pnm_alloc_put(struct pnm_alloc *a, uint64_t off, uint64_t len)
+void nelssa_extent_put(struct nelssa_extent_alloc *a, uint64_t off, uint64_t len)
 {
 	size_t i = 0;
 
@@ -80,7 +80,7 @@ void pnm_alloc_put(struct pnm_alloc *a, uint64_t off, uint64_t len)
 		return;
 	}
 	if (a->nfree == a->cap) {
-		struct pnm_extent *n = realloc(a->free, 2 * a->cap * sizeof(*n));
+		struct nelssa_extent *n = realloc(a->free, 2 * a->cap * sizeof(*n));
 
 		if (!n)
 			return;	/* the extent leaks; the device keeps working */
@@ -88,6 +88,6 @@ void pnm_alloc_put(struct pnm_alloc *a, uint64_t off, uint64_t len)
 		a->cap *= 2;
 	}
 	memmove(&a->free[i + 1], &a->free[i], (a->nfree - i) * sizeof(a->free[0]));
-	a->free[i] = (struct pnm_extent){ off, len };
+	a->free[i] = (struct nelssa_extent){ off, len };
 	a->nfree++;
 }

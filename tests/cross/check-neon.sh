@@ -30,6 +30,7 @@ flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -I$src/uapi -I$src/dri
 -I$src/firmware/include -I$src/runtime/include"
 objs=""
 for f in "$src"/firmware/*.c "$src"/firmware/kernels/attn_peak.c "$src"/runtime/numeric/*.c \
+	"$src"/runtime/util/*.c \
 	"$src"/tests/unit/testutil.c \
 	"$src"/tests/unit/fwfixture.c "$src"/tests/cross/neon_check.c; do
 	o="$out/$(basename "$f" .c).o"

@@ -7,14 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <nelssa/util.h>
+
 #include "tool_util.h"
 
 double tl_now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+	return (double)nelssa_now_ns() * 1e-9;
 }
 
 void *tl_calloc(const char *prog, size_t n, size_t size)
@@ -77,12 +76,9 @@ double tl_percentile(double *v, size_t n, double p)
 int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint32_t *out,
 		 const char *what)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoul(s, &end, 0);
-	if (errno || *end || !*s || *s == '-' || v < lo || v > hi) {
+	if (nelssa_parse_u64(s, lo, hi, &v)) {
 		fprintf(stderr, "%s: %s %s: need an integer in [%u, %u]\n", prog, what, s, lo, hi);
 		return -1;
 	}

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <nelssa/util.h>
+
 #include "nelssactl.h"
 #include "tool_util.h"
 
@@ -45,17 +47,7 @@ void ctl_print_json(struct json_object *obj)
 
 int ctl_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s || *s == '-')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || *end || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
+	return nelssa_parse_u64(s, min, max, out);
 }
 
 int ctl_parse_double(const char *s, double min, double max, double *out)
