@@ -188,9 +188,11 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, cha
 		if (!ret)
 			ret = nelssa_pnm_mem_alloc(dev->pnm, stage, &sd->stage, NULL);
 		if (!ret) {
-			sd->stage_map = nelssa_pnm_mem_map(dev->pnm, sd->stage, NULL);
-			if (!sd->stage_map)
-				ret = -ENOMEM;
+			void *map;
+
+			ret = nelssa_pnm_mem_map(dev->pnm, sd->stage, &map, NULL);
+			if (!ret)
+				sd->stage_map = map;
 		}
 		sd->arena_bytes = arena;
 		sd->stage_bytes = stage;

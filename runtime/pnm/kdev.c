@@ -220,7 +220,7 @@ static int kdev_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
 	return 0;
 }
 
-static void *kdev_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size)
+static int kdev_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size)
 {
 	struct kdev_ctx *k = kctx(pnm);
 	struct kdev_region *r;
@@ -234,28 +234,22 @@ static void *kdev_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *siz
 		off = r->mmap_offset;
 	}
 	pthread_mutex_unlock(&k->lock);
-	if (!r) {
-		pnm_error(-EINVAL, "unknown region handle %u", handle);
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!r)
+		return pnm_error(-EINVAL, "unknown region handle %u", handle);
 	p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, k->fd, (off_t)off);
-	if (p == MAP_FAILED) {
-		pnm_error(-errno, "mmap of region %u failed: %s", handle, strerror(errno));
-		return NULL;
-	}
+	if (p == MAP_FAILED)
+		return pnm_error(-errno, "mmap of region %u failed: %s", handle, strerror(errno));
 	pthread_mutex_lock(&k->lock);
 	if (grow((void **)&k->maps, &k->mcap, k->nmaps + 1, sizeof(*k->maps))) {
 		pthread_mutex_unlock(&k->lock);
 		munmap(p, sz);
-		pnm_error(-ENOMEM, "out of memory");
-		errno = ENOMEM;
-		return NULL;
+		return pnm_error(-ENOMEM, "out of memory");
 	}
 	k->maps[k->nmaps++] = (struct kdev_map){ p, sz };
 	pthread_mutex_unlock(&k->lock);
+	*addr = p;
 	*size = sz;
-	return p;
+	return 0;
 }
 
 static int kdev_mem_unmap(struct nelssa_pnm *pnm, void *addr)

@@ -170,14 +170,21 @@ int nelssa_pnm_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
 	return pnm->ops->mem_free(pnm, handle);
 }
 
-void *nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size)
+int nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size)
 {
 	uint64_t sz;
-	void *p = pnm->ops->mem_map(pnm, handle, &sz);
+	void *p;
+	int ret;
 
-	if (p && size)
+	if (!addr)
+		return pnm_error(-EINVAL, "no place for the mapping's address");
+	ret = pnm->ops->mem_map(pnm, handle, &p, &sz);
+	if (ret)
+		return ret;
+	*addr = p;
+	if (size)
 		*size = sz;
-	return p;
+	return 0;
 }
 
 int nelssa_pnm_mem_unmap(struct nelssa_pnm *pnm, void *addr)
@@ -190,10 +197,13 @@ static int mem_copy(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset, vo
 		    size_t len, int to_device)
 {
 	uint64_t size;
-	uint8_t *p = pnm->ops->mem_map(pnm, handle, &size);
+	void *m;
+	uint8_t *p;
+	int ret = pnm->ops->mem_map(pnm, handle, &m, &size);
 
-	if (!p)
-		return pnm_error(-EINVAL, "unknown region handle %u", handle);
+	if (ret)
+		return ret;
+	p = m;
 	if (offset > size || len > size - offset) {
 		pnm->ops->mem_unmap(pnm, p);
 		return pnm_error(-EINVAL, "range [%llu, +%zu) outside region %u of %llu bytes",

@@ -19,7 +19,7 @@ struct pnm_backend_ops {
 	int (*mem_alloc)(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
 			 uint64_t *alloc_size);
 	int (*mem_free)(struct nelssa_pnm *pnm, uint32_t handle);
-	void *(*mem_map)(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size);
+	int (*mem_map)(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size);
 	int (*mem_unmap)(struct nelssa_pnm *pnm, void *addr);
 	int (*submit)(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint32_t n,
 		      uint64_t *first_seqno);

@@ -337,7 +337,7 @@ static int sim_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
 	return 0;
 }
 
-static void *sim_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size)
+static int sim_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size)
 {
 	struct sim_ctx *c = ctx_of(pnm);
 	struct sim_region *r;
@@ -349,12 +349,10 @@ static void *sim_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size
 		*size = r->size;
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (!r) {
-		errno = EINVAL;
-		pnm_error(-EINVAL, "unknown region handle %u", handle);
-		return NULL;
-	}
-	return c->dev->mem + r->dev_off;
+	if (!r)
+		return pnm_error(-EINVAL, "unknown region handle %u", handle);
+	*addr = c->dev->mem + r->dev_off;
+	return 0;
 }
 
 static int sim_mem_unmap(struct nelssa_pnm *pnm, void *addr)

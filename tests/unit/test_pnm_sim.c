@@ -228,7 +228,13 @@ static void isolation(void **state)
 	/* b has no region yet: a's handle means nothing to it. */
 	assert_int_equal(nelssa_pnm_mem_read(b, ha, 0, buf, 6), -EINVAL);
 	assert_int_equal(nelssa_pnm_submit(b, &c, 1, NULL), -EINVAL);
-	assert_null(nelssa_pnm_mem_map(b, ha, NULL));
+	{
+		void *m = &m;
+
+		assert_int_equal(nelssa_pnm_mem_map(b, ha, &m, NULL), -EINVAL);
+		assert_true(m == (void *)&m);	/* untouched */
+		assert_int_equal(nelssa_pnm_mem_map(a, ha, NULL, NULL), -EINVAL);
+	}
 	assert_int_equal(nelssa_pnm_mem_free(b, ha), -EINVAL);
 	/* Handle numbers are per context: b's first handle may equal a's... */
 	hb = alloc(b, 4096);
@@ -258,7 +264,12 @@ static void map_rules(void **state)
 	struct npnm_cmd c = fill_cmd(h, 4096, 4096, 0x7c);
 
 	(void)state;
-	m = nelssa_pnm_mem_map(p, h, &size);
+	{
+		void *v = NULL;
+
+		assert_int_equal(nelssa_pnm_mem_map(p, h, &v, &size), 0);
+		m = v;
+	}
 	assert_non_null(m);
 	assert_int_equal(size, 8192);
 	memcpy(m, "abcd", 4);

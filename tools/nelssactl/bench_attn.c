@@ -124,6 +124,17 @@ static void plan(const struct attn_opts *o, struct layout *l)
 }
 
 /* Fill the stores: random bf16 in +-[0.5, 2), tables of equal clusters. */
+/* A region's mapping as bytes; *@at stays NULL on failure. */
+static int map_region(struct nelssa_pnm *p, uint32_t h, uint8_t **at)
+{
+	void *m;
+	int ret = nelssa_pnm_mem_map(p, h, &m, NULL);
+
+	if (!ret)
+		*at = m;
+	return ret;
+}
+
 static void fill_kv(uint8_t *kv, const struct attn_opts *o, const struct layout *l)
 {
 	uint64_t s = 0x2545f4914f6cdd1dull;
@@ -236,13 +247,15 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 		fprintf(stderr, "nelssactl: %s: %s\n", res->name, nelssa_pnm_strerror());
 		goto out;
 	}
-	kv = nelssa_pnm_mem_map(p, h_kv, NULL);
-	in = nelssa_pnm_mem_map(p, h_in, NULL);
-	items = nelssa_pnm_mem_map(p, h_items, NULL);
-	out = nelssa_pnm_mem_map(p, h_out, NULL);
+	if (map_region(p, h_kv, &kv) || map_region(p, h_in, &in) ||
+	    map_region(p, h_items, &items) || map_region(p, h_out, &out)) {
+		fprintf(stderr, "nelssactl: %s: cannot map device memory: %s\n", res->name,
+			nelssa_pnm_strerror());
+		goto out;
+	}
 	perm = malloc(l.st.nclusters * sizeof(*perm));
-	if (!kv || !in || !items || !out || !perm) {
-		fprintf(stderr, "nelssactl: cannot map device memory\n");
+	if (!perm) {
+		fprintf(stderr, "nelssactl: out of memory\n");
 		goto out;
 	}
 	fill_kv(kv, &o, &l);

@@ -90,11 +90,13 @@ int nelssa_pnm_mem_free(struct nelssa_pnm *pnm, uint32_t handle);
  * nelssa_pnm_mem_map() - map a whole region into this process.
  * @pnm: context.
  * @handle: region handle.
+ * @addr: receives the address; untouched on error.
  * @size: receives the region size; may be NULL.
  *
- * Return: the address, or NULL with errno set (EINVAL: unknown handle).
+ * Return: 0, or a negative errno like every call of the library
+ * (-EINVAL: unknown handle or no @addr; -ENOMEM; mmap's own errors).
  */
-void *nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, uint64_t *size);
+int nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size);
 
 /* Undo nelssa_pnm_mem_map(); -EINVAL when @addr is not a mapping. */
 int nelssa_pnm_mem_unmap(struct nelssa_pnm *pnm, void *addr);
