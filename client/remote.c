@@ -762,11 +762,21 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
 	return ctl_call(c, &m, &r);
 }
 
-int nelssa_client_stats(struct nelssa_client *c, struct nelssa_msg *r)
+int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st)
 {
-	struct nelssa_msg m = { .type = NELSSA_MSG_STATS };
+	struct nelssa_msg m = { .type = NELSSA_MSG_STATS }, r;
+	int ret = ctl_call(c, &m, &r);
 
-	return ctl_call(c, &m, r);
+	if (ret)
+		return ret;
+	*st = (struct nelssa_daemon_stats){
+		.sessions = r.u.stats.sessions, .devices = r.u.stats.devices,
+		.steps = r.u.stats.steps, .items = r.u.stats.items,
+		.kv_bytes = r.u.stats.kv_bytes, .recv_ns = r.u.stats.t_recv,
+		.dispatch_ns = r.u.stats.t_dispatch, .device_ns = r.u.stats.t_device,
+		.aggregate_ns = r.u.stats.t_aggregate, .send_ns = r.u.stats.t_send,
+	};
+	return 0;
 }
 
 int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t request,

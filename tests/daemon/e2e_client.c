@@ -347,9 +347,9 @@ static int scenario_capacity(struct tu_rng *rng)
 /* Sessions the daemon serves now, or -1 when it does not answer. */
 static int64_t daemon_sessions(void)
 {
-	struct nelssa_msg m;
+	struct nelssa_daemon_stats st;
 
-	return nelssa_client_stats(cli, &m) ? -1 : (int64_t)m.u.stats.sessions;
+	return nelssa_client_stats(cli, &st) ? -1 : (int64_t)st.sessions;
 }
 
 static int scenario_refused(struct tu_rng *rng)

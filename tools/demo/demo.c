@@ -446,7 +446,7 @@ int main(int argc, char **argv)
 	{
 		const double per = 1e6 / n_steps;
 		const double tps = (double)o.steps * o.n_req / t_decode;
-		struct nelssa_msg st;
+		struct nelssa_daemon_stats st = { 0 };
 
 		nelssa_client_stats(cli, &st);
 		if (o.json) {
@@ -490,8 +490,8 @@ int main(int argc, char **argv)
 			       hits, needles, 100.0 * hits / needles, sel_tokens / n_sel_items,
 			       100 * sel_tokens / all_tokens, win.sink + win.recent);
 			printf("daemon: %llu steps served, %.1f MiB of KV ingested\n",
-			       (unsigned long long)st.u.stats.steps,
-			       (double)st.u.stats.kv_bytes / (1 << 20));
+			       (unsigned long long)st.steps,
+			       (double)st.kv_bytes / (1 << 20));
 		}
 	}
 	for (size_t i = 0; i < (size_t)o.n_req * o.layers * o.kv_heads; i++) {

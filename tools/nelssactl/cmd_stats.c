@@ -29,7 +29,7 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv)
 	};
 	struct nelssa_client_opts o = { "127.0.0.1", 18515, 10000, "nelssactl" };
 	struct nelssa_client *c;
-	struct nelssa_msg m;
+	struct nelssa_daemon_stats st;
 	char host[256];
 	uint64_t port = 18515;
 	int ch;
@@ -65,7 +65,7 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv)
 		o.host = host;
 		o.port = (uint16_t)port;
 	}
-	if (nelssa_client_connect(&o, &c) || nelssa_client_stats(c, &m)) {
+	if (nelssa_client_connect(&o, &c) || nelssa_client_stats(c, &st)) {
 		fprintf(stderr, "nelssactl: %s:%u: %s\n", o.host, o.port, nelssa_client_error(c));
 		nelssa_client_close(c);
 		return EXIT_DEVICE;
@@ -74,30 +74,30 @@ int cmd_stats(struct ctl *ctl, int argc, char **argv)
 	if (ctl->json) {
 		json_object *j = json_object_new_object();
 
-		add_u64(j, "sessions", m.u.stats.sessions);
-		add_u64(j, "devices", m.u.stats.devices);
-		add_u64(j, "steps", m.u.stats.steps);
-		add_u64(j, "items", m.u.stats.items);
-		add_u64(j, "kv_bytes", m.u.stats.kv_bytes);
-		add_u64(j, "recv_ns", m.u.stats.t_recv);
-		add_u64(j, "dispatch_ns", m.u.stats.t_dispatch);
-		add_u64(j, "device_ns", m.u.stats.t_device);
-		add_u64(j, "aggregate_ns", m.u.stats.t_aggregate);
-		add_u64(j, "send_ns", m.u.stats.t_send);
+		add_u64(j, "sessions", st.sessions);
+		add_u64(j, "devices", st.devices);
+		add_u64(j, "steps", st.steps);
+		add_u64(j, "items", st.items);
+		add_u64(j, "kv_bytes", st.kv_bytes);
+		add_u64(j, "recv_ns", st.recv_ns);
+		add_u64(j, "dispatch_ns", st.dispatch_ns);
+		add_u64(j, "device_ns", st.device_ns);
+		add_u64(j, "aggregate_ns", st.aggregate_ns);
+		add_u64(j, "send_ns", st.send_ns);
 		ctl_print_json(j);
 	} else {
-		const double n = m.u.stats.steps ? (double)m.u.stats.steps : 1.0;
+		const double n = st.steps ? (double)st.steps : 1.0;
 		char sz[32];
 
 		printf("nelssad at %s:%u: %u device(s), %u session(s)\n", o.host, o.port,
-		       m.u.stats.devices, m.u.stats.sessions);
-		printf("  steps served   %llu (%llu items)\n", (unsigned long long)m.u.stats.steps,
-		       (unsigned long long)m.u.stats.items);
-		printf("  KV ingested    %s\n", ctl_size(m.u.stats.kv_bytes, sz, sizeof(sz)));
+		       st.devices, st.sessions);
+		printf("  steps served   %llu (%llu items)\n", (unsigned long long)st.steps,
+		       (unsigned long long)st.items);
+		printf("  KV ingested    %s\n", ctl_size(st.kv_bytes, sz, sizeof(sz)));
 		printf("  per step, mean: receive %.1f us, dispatch %.1f us, device %.1f us, "
-		       "aggregate %.1f us, send %.1f us\n", m.u.stats.t_recv / n / 1e3,
-		       m.u.stats.t_dispatch / n / 1e3, m.u.stats.t_device / n / 1e3,
-		       m.u.stats.t_aggregate / n / 1e3, m.u.stats.t_send / n / 1e3);
+		       "aggregate %.1f us, send %.1f us\n", st.recv_ns / n / 1e3,
+		       st.dispatch_ns / n / 1e3, st.device_ns / n / 1e3,
+		       st.aggregate_ns / n / 1e3, st.send_ns / n / 1e3);
 	}
 	return EXIT_OK;
 }

@@ -245,13 +245,34 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 void nelssa_client_step_cancel(struct nelssa_client *c, struct nelssa_step_pending *p);
 
 /**
+ * struct nelssa_daemon_stats - the daemon's counters since it started.
+ * @sessions: sessions open now, of every client.
+ * @devices: PNM devices the daemon serves.
+ * @steps: decode steps served.
+ * @items: work items (request x layer x KV head) in those steps.
+ * @kv_bytes: KV bytes ingested (offload and append).
+ * @recv_ns: time receiving step messages, summed over steps.
+ * @dispatch_ns: time building and submitting device commands, likewise.
+ * @device_ns: time the devices took, likewise.
+ * @aggregate_ns: time merging the devices' partial states, likewise.
+ * @send_ns: time sending the replies, likewise.
+ *
+ * The library's own type: what the wire carries is the codec's business.
+ */
+struct nelssa_daemon_stats {
+	uint32_t sessions, devices;
+	uint64_t steps, items, kv_bytes;
+	uint64_t recv_ns, dispatch_ns, device_ns, aggregate_ns, send_ns;
+};
+
+/**
  * nelssa_client_stats() - the daemon's counters.
  * @c: connection.
- * @m: receives the STATS_REPLY message (m->u.stats).
+ * @st: receives them; untouched on error.
  *
  * Return: 0 or a negative errno.
  */
-int nelssa_client_stats(struct nelssa_client *c, struct nelssa_msg *m);
+int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st);
 
 #ifdef __cplusplus
 }
