@@ -33,7 +33,7 @@
 #include <linux/pci.h>
 #include <linux/slab.h>
 
-#include <linux/nelssa_pnm_devif.h>
+#include "nelssa_pnm_devif.h"
 
 #include "cxl_range.h"
 #include "npnm.h"

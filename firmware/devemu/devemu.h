@@ -6,7 +6,7 @@
 #include <endian.h>
 #include <stdint.h>
 
-#include <linux/nelssa_pnm_devif.h>
+#include "nelssa_pnm_devif.h"	/* driver/: the interface the driver speaks */
 
 #define DEVEMU_VECTORS 1	/* per peer: vector 0 */
 #define DEVEMU_GUEST_PEER 1

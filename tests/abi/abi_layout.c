@@ -7,7 +7,7 @@
  * C11 and C++17, with -m64 and -m32; running it prints one TAP line.
  */
 #include <linux/nelssa_pnm.h>
-#include <linux/nelssa_pnm_devif.h>
+#include "nelssa_pnm_devif.h"
 #include <stddef.h>
 #include <stdio.h>
 
@@ -149,7 +149,7 @@ OFF(npnm_exec, cmd_ptr, 0);
 OFF(npnm_exec, flags, 8);
 OFF(npnm_exec, status, 12);
 
-/* The device interface (uapi/linux/nelssa_pnm_devif.h). */
+/* The device interface (driver/nelssa_pnm_devif.h). */
 SIZE(npnm_devif_hdr, 256);
 OFF(npnm_devif_hdr, mem_size, 8);
 OFF(npnm_devif_hdr, sq_entries, 48);

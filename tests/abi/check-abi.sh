@@ -45,7 +45,7 @@ for v in $variants; do
 		run=no
 		note=" (compiled only: this kernel cannot run 32-bit programs)"
 	fi
-	if "$compiler" "$std" "$bits" -Wall -Wextra -Werror -pedantic -I"$src/uapi" \
+	if "$compiler" "$std" "$bits" -Wall -Wextra -Werror -pedantic -I"$src/uapi" -I"$src/driver" \
 		-x "$lang" "$src/tests/abi/abi_layout.c" -o "$out/abi-$name" >"$log" 2>&1 &&
 		{ [ $run = no ] || "$out/abi-$name" "$name" >>"$log" 2>&1; }; then
 		echo "ok $n - uapi layout $name$note"

@@ -1,11 +1,12 @@
-/* SPDX-License-Identifier: GPL-2.0-only WITH Linux-syscall-note */
+/* SPDX-License-Identifier: (GPL-2.0-only OR MIT) */
 /*
  * NELSSA PNM device interface, version 1: the contract between the
  * nelssa_pnm driver and a PNM card's firmware (or nelssa-devemu, which
  * plays the card behind QEMU's ivshmem-doorbell device).  Not a syscall
- * ABI: it lives beside the uapi header so that the driver and the
- * firmware share one definition.  Documentation/device-interface.rst is
- * the specification; everything here is little-endian.
+ * ABI, so not in uapi/: it lives beside the command rules (npnm_rules.h),
+ * the other header the driver and the firmware compile alike, and is
+ * licensed as that one is.  Documentation/device-interface.rst is the
+ * specification; everything here is little-endian.
  *
  * Device memory (the memory BAR) starts with struct npnm_devif_hdr, then
  * the submission ring (SQ) and the completion ring (CQ), then the heap the
@@ -15,8 +16,8 @@
  * A producer writes the entry, then (release) the index; a consumer reads
  * the index (acquire), then the entry.
  */
-#ifndef _UAPI_LINUX_NELSSA_PNM_DEVIF_H
-#define _UAPI_LINUX_NELSSA_PNM_DEVIF_H
+#ifndef NELSSA_PNM_DEVIF_H
+#define NELSSA_PNM_DEVIF_H
 
 #include <linux/types.h>
 #include <linux/nelssa_pnm.h>
@@ -144,4 +145,4 @@ struct npnm_devif_cqe {
 	__le64 reserved;	/* 24 */
 };				/* 32 */
 
-#endif /* _UAPI_LINUX_NELSSA_PNM_DEVIF_H */
+#endif /* NELSSA_PNM_DEVIF_H */
