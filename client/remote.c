@@ -794,7 +794,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	if (ix->head_dim != s->cfg.shape.head_dim || from > ix->n_clusters)
 		return fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
 			    ix->head_dim, s->cfg.shape.head_dim);
-	row = 2u * ix->head_dim;
+	row = ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
 	buf = malloc(CHUNK_BYTES + 2 * row + 8);
 	if (!buf)
 		return fail(c, -ENOMEM, "out of memory");

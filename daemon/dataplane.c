@@ -132,7 +132,7 @@ static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8
 	if (id == NELSSA_AM_KV) {
 		struct nelssa_kv_hdr h = { 0 };
 
-		nelssa_kv_hdr_get(hdr, hdr_len, len, 1, &h);
+		nelssa_kv_hdr_get(hdr, hdr_len, len, 2, &h);	/* only for the cookie */
 		kv_ack(nd, ep, h.cookie, status);
 	} else {
 		uint64_t step = 0;
@@ -227,7 +227,7 @@ static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, 
 		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, len, -ENOENT);
 		return;
 	}
-	ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
+	ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 	if (!ret)
 		ret = check_rdma(nd, s, e->ep);
 	if (!ret)
@@ -310,7 +310,7 @@ static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e
 	if (!ret && id == NELSSA_AM_KV) {
 		struct nelssa_kv_hdr h;
 
-		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, s->shape.head_dim, &h);
+		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 		if (!ret)
 			ret = nd_kv_check(s, &h);
 	} else if (!ret) {

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/attention.h>
+
 #include "nelssad.h"
 
 #define ALIGN 64u
@@ -45,9 +47,17 @@ uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uin
 	return s->placement == NELSSA_PLACE_HEADS ? head / nd->n_dev : head;
 }
 
+/* One K or V row of the session's KV type (the codec refused any other). */
+uint64_t nd_row_bytes(const struct nd_session *s)
+{
+	return (uint64_t)s->shape.head_dim *
+	       nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->shape.kv_dtype);
+}
+
+/* K rows, V rows, then the cluster table. */
 static uint64_t store_bytes(const struct nd_session *s, uint32_t t, uint32_t c)
 {
-	return align_up(4ull * s->shape.head_dim * t + 8ull * c);
+	return align_up(2 * nd_row_bytes(s) * t + 8ull * c);
 }
 
 /*
@@ -78,8 +88,8 @@ void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, ui
 	const uint64_t base = ((uint64_t)layer * s->local_heads + local_head) * one;
 
 	*k = base;
-	*v = base + 2ull * s->shape.head_dim * r->store_tokens;
-	*table = base + 4ull * s->shape.head_dim * r->store_tokens;
+	*v = base + nd_row_bytes(s) * r->store_tokens;
+	*table = base + 2 * nd_row_bytes(s) * r->store_tokens;
 }
 
 static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
@@ -320,7 +330,7 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
 static int ingest_clusters(struct nelssad *nd, struct nd_session *s, struct nd_request *r,
 			   const struct nelssa_kv_hdr *h, const uint8_t *data, uint32_t cell)
 {
-	const uint64_t row = 2ull * s->shape.head_dim;
+	const uint64_t row = nd_row_bytes(s);
 	const uint8_t *table = data + 2 * h->nr_tokens * row;
 	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
 
@@ -382,7 +392,7 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 		 const uint8_t *data)
 {
 	struct nd_request *r = nd_request_find(s, h->request);
-	const uint64_t row = 2ull * s->shape.head_dim;
+	const uint64_t row = nd_row_bytes(s);
 	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
 	uint64_t k, v, t;
 	uint32_t d, cell, *nt, *nc;

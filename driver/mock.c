@@ -126,12 +126,13 @@ static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c, u64
 {
 	const struct npnm_kv_write_params *p = &c->p.kv_write;
 	const struct npnm_operand *src = &c->op[NPNM_KV_SRC], *dst = &c->op[NPNM_KV_DST];
-	u64 row = (u64)p->head_dim * 2, src_table = 2 * row * p->nr_tokens, src_len;
+	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
+	u64 src_table = 2 * row * p->nr_tokens, src_len;
 	const struct npnm_cluster *table;
 	u32 i;
 
-	if ((p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16) ||
-	    !p->head_dim || p->head_dim > NPNM_MOCK_MAX_HEAD_DIM)
+	if (!npnm_kv_elem_bytes(p->kv_dtype) || !p->head_dim ||
+	    p->head_dim > NPNM_MOCK_MAX_HEAD_DIM)
 		return NPNM_ST_BAD_PARAM;
 	*src_idx = src_table + (u64)p->nr_clusters * sizeof(*table);
 	src_len = *src_idx + ((p->flags & NPNM_KV_F_SCATTER) ? 4ULL * p->nr_tokens : 0);
@@ -170,7 +171,7 @@ static u32 mock_kv_write(struct npnm_device *ndev, const struct npnm_cmd *c)
 	const struct npnm_kv_write_params *p = &c->p.kv_write;
 	u8 *src = ndev->mem + c->op[NPNM_KV_SRC].offset;
 	u8 *dst = ndev->mem + c->op[NPNM_KV_DST].offset;
-	u64 row = (u64)p->head_dim * 2, src_idx;
+	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype), src_idx;
 	u32 st = mock_kv_check(ndev, c, &src_idx), i;
 
 	if (st)

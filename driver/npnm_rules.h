@@ -159,6 +159,27 @@ struct npnm_rules_fault {
 #define NPNM_RULES_PSIZE(m)	sizeof(((struct npnm_cmd *)0)->p.m)
 
 /**
+ * npnm_kv_elem_bytes() - bytes of one K or V element of a KV type
+ * @dtype: enum npnm_kv_dtype.
+ *
+ * The one place a row's width comes from (a row is head_dim elements), so
+ * that a narrower type (fp8, int8, int4) changes one switch.
+ *
+ * Return: the width in bytes, or 0 for a type this build does not know,
+ * which every check then refuses.
+ */
+static inline unsigned int npnm_kv_elem_bytes(unsigned int dtype)
+{
+	switch (dtype) {
+	case NPNM_DTYPE_BF16:
+	case NPNM_DTYPE_FP16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+/**
  * npnm_rule() - the rules of one opcode
  * @opcode: enum npnm_opcode.
  *

@@ -15,6 +15,7 @@
 #include <nelssa/attention.h>
 
 #include "fw_internal.h"
+#include "npnm_rules.h"
 
 static float attn_scale(const struct npnm_sparse_attn_params *p)
 {
@@ -31,7 +32,7 @@ static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *d
 			     struct npnm_attn_item *it, struct nfw_attn_args *a)
 {
 	const struct npnm_sparse_attn_params *p = &desc->p.attn;
-	const uint64_t row = (uint64_t)p->head_dim * 2;
+	const uint64_t row = (uint64_t)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
 	const uint64_t qbytes = (uint64_t)p->group * p->head_dim * sizeof(float);
 	const uint64_t kv_len = desc->op[NPNM_ATTN_KV].len;
 	const uint64_t in_len = desc->op[NPNM_ATTN_IN].len;
@@ -80,7 +81,7 @@ uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *des
 	float scale;
 	uint32_t st;
 
-	if (p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16)
+	if (!npnm_kv_elem_bytes(p->kv_dtype))
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM || p->group == 0 ||
 	    p->group > NFW_MAX_GROUP)

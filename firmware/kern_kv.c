@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fw_internal.h"
+#include "npnm_rules.h"
 
 struct kv_layout {
 	uint64_t row;		/* bytes per K or V row */
@@ -16,7 +17,7 @@ struct kv_layout {
 
 static void layout(const struct npnm_kv_write_params *p, struct kv_layout *l)
 {
-	l->row = (uint64_t)p->head_dim * 2;
+	l->row = (uint64_t)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
 	l->src_k = 0;
 	l->src_v = l->row * p->nr_tokens;
 	l->src_table = 2 * l->row * p->nr_tokens;
@@ -31,7 +32,7 @@ uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd 
 	const struct npnm_cluster *table;
 	struct kv_layout l;
 
-	if (p->kv_dtype != NPNM_DTYPE_BF16 && p->kv_dtype != NPNM_DTYPE_FP16)
+	if (!npnm_kv_elem_bytes(p->kv_dtype))
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM)
 		return NPNM_ST_BAD_PARAM;

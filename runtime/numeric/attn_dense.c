@@ -32,7 +32,7 @@ int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom)
 
 size_t nelssa_attn_row_bytes(const struct nelssa_attn_geom *geom)
 {
-	return (size_t)geom->head_dim * sizeof(uint16_t);
+	return (size_t)geom->head_dim * nelssa_kv_elem_bytes(geom->kv_dtype);
 }
 
 int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom *geom,

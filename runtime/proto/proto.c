@@ -90,7 +90,7 @@ int nelssa_shape_check(const struct nelssa_shape *s)
 	    s->kv_heads > NELSSA_PROTO_MAX_HEADS || !s->q_heads || s->q_heads % s->kv_heads ||
 	    s->q_heads / s->kv_heads > NELSSA_PROTO_MAX_GROUP || !s->head_dim ||
 	    s->head_dim > NELSSA_PROTO_MAX_HEAD_DIM ||
-	    (s->kv_dtype != NELSSA_KV_BF16 && s->kv_dtype != NELSSA_KV_FP16))
+	    !nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->kv_dtype))
 		return -EINVAL;
 	return 0;
 }
@@ -378,7 +378,7 @@ int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint6
 	return 0;
 }
 
-int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t head_dim,
+int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
 		      struct nelssa_kv_hdr *h)
 {
 	uint64_t want;
@@ -398,7 +398,7 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t he
 	if ((uint64_t)h->first_token + h->nr_tokens > UINT32_MAX ||
 	    (uint64_t)h->first_cluster + h->nr_clusters > UINT32_MAX)
 		return -EINVAL;
-	want = 4ull * h->nr_tokens * head_dim + 8ull * h->nr_clusters;
+	want = 2 * h->nr_tokens * row_bytes + 8ull * h->nr_clusters;
 	return want == data_len ? 0 : -EBADMSG;
 }
 

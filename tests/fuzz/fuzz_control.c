@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		nelssa_step_parse(data, NELSSA_STEP_HDR_BYTES, data + NELSSA_STEP_HDR_BYTES,
 				  size - NELSSA_STEP_HDR_BYTES, group, dim, 64, 1024, &h, items, q, s);
 		nelssa_kv_hdr_get(data, size < NELSSA_KV_HDR_BYTES ? size : NELSSA_KV_HDR_BYTES,
-				  size, dim, &kv);
+				  size, 2ull * dim, &kv);
 		nelssa_reply_hdr_get(data, size < NELSSA_REPLY_HDR_BYTES ? size : NELSSA_REPLY_HDR_BYTES,
 				     &r);
 		nelssa_ack_hdr_get(data, NELSSA_ACK_HDR_BYTES, &a);

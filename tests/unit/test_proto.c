@@ -277,22 +277,22 @@ static void kv_header_lengths(void **state)
 
 	(void)state;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
+	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
 	assert_true(d.session == 5 && d.token == 0xa5a5a5a55a5a5a5aull && d.request == 6 &&
 		    d.cookie == 7 && d.layer == 1 &&
 		    d.head == 2 && d.first_token == 100 && d.nr_tokens == 30 &&
 		    d.first_cluster == 4 && d.nr_clusters == 3);
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data - 1, 64, &d));
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p) - 1, data, 64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data - 1, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p) - 1, data, 128, &d));
 	/* Session and token lead, for a receiver to check before anything else. */
 	assert_int_equal(0, nelssa_am_session_get(p, sizeof(p), &session, &token));
 	assert_true(session == 5 && token == 0xa5a5a5a55a5a5a5aull);
 	assert_int_equal(-EBADMSG, nelssa_am_session_get(p, 15, &session, &token));
 	p[56] = 1;
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
 	h.first_token = UINT32_MAX;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), data, 64, &d));
+	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
 }
 
 static void step_lengths(void **state)

@@ -2,16 +2,18 @@
 /* The SPARSE_ATTN benchmarks' synthetic KV stores (attn_store.h). */
 #include <linux/nelssa_pnm.h>
 
+#include "npnm_rules.h"
+
 #include "attn_store.h"
 #include "tool_util.h"
 
-void tl_attn_store_plan(struct tl_attn_store *s, uint32_t head_dim, uint32_t context,
-			uint32_t cluster)
+void tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
+			uint32_t context, uint32_t cluster)
 {
 	s->context = context;
 	s->cluster = cluster;
 	s->nclusters = (context + cluster - 1) / cluster;
-	s->row = (uint64_t)head_dim * 2;
+	s->row = (uint64_t)head_dim * npnm_kv_elem_bytes(kv_dtype);
 	s->v_off = s->row * context;
 	s->table_off = 2 * s->row * context;
 	s->bytes = (s->table_off + (uint64_t)s->nclusters * sizeof(struct npnm_cluster) + 4095) &

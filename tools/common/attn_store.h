@@ -18,8 +18,9 @@ struct tl_attn_store {
 	uint64_t bytes;		/* one store, rounded up to 4 KiB */
 };
 
-void tl_attn_store_plan(struct tl_attn_store *s, uint32_t head_dim, uint32_t context,
-			uint32_t cluster);
+/* The layout of one store of @context tokens of @kv_dtype (enum npnm_kv_dtype) rows. */
+void tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
+			uint32_t context, uint32_t cluster);
 /* K and V as random bf16 in +-[0.5, 2), and the table, into @store. */
 void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t *rng);
 /*

@@ -312,8 +312,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (!o.json)
 		fprintf(stderr, "preparing %u items of %u tokens...\n", o.items, o.context);
-	tl_attn_store_plan(&rst, o.head_dim, o.context, o.cluster);
-	tl_attn_store_plan(&sst, o.head_dim, o.resident_tokens, o.cluster);
+	tl_attn_store_plan(&rst, NPNM_DTYPE_BF16, o.head_dim, o.context, o.cluster);
+	tl_attn_store_plan(&sst, NPNM_DTYPE_BF16, o.head_dim, o.resident_tokens, o.cluster);
 	if (build(&rnd, &o, o.items, &rst, o.select) || build(&res, &o, 1, &sst, 1.0))
 		return 1;
 	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;

@@ -111,7 +111,7 @@ struct layout {
 
 static void plan(const struct attn_opts *o, struct layout *l)
 {
-	tl_attn_store_plan(&l->st, (uint32_t)o->head_dim, (uint32_t)o->context,
+	tl_attn_store_plan(&l->st, NPNM_DTYPE_BF16, (uint32_t)o->head_dim, (uint32_t)o->context,
 			   (uint32_t)o->cluster);
 	l->nsel = (uint64_t)llround(o->select * (double)l->st.nclusters);
 	l->kv_bytes = l->st.bytes * o->items;
@@ -411,7 +411,8 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 	/* A buffer as large as the stores (at most 2 GiB): DRAM, not cache. */
 	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
 				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
-	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel, o.cluster * o.head_dim * 2 };
+	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel,
+				       o.cluster * o.head_dim * nelssa_kv_elem_bytes(NELSSA_KV_BF16) };
 	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	isa = device_isa(r.name, (uint32_t)o.head_dim);
 	if (isa >= 0)

@@ -74,7 +74,23 @@ struct nelssa_attn_run {
 /* 0 when @geom is usable, -EINVAL otherwise. */
 int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom);
 
-/* Bytes of one K or V row. */
+/*
+ * Bytes of one K or V element of @dtype; 0 for an unknown type.  The one
+ * place a row's width comes from in userspace (the uapi's twin is
+ * npnm_kv_elem_bytes()): a narrower type changes this switch.
+ */
+static inline size_t nelssa_kv_elem_bytes(enum nelssa_kv_dtype dtype)
+{
+	switch (dtype) {
+	case NELSSA_KV_BF16:
+	case NELSSA_KV_FP16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+/* Bytes of one K or V row: head_dim elements of the geometry's type. */
 size_t nelssa_attn_row_bytes(const struct nelssa_attn_geom *geom);
 
 /*

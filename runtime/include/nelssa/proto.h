@@ -261,7 +261,8 @@ int nelssa_shape_check(const struct nelssa_shape *s);
  * @nr_clusters: &struct nelssa_cluster entries after the V rows; their
  *	token ranges are absolute positions in the store.
  *
- * Data length must be exactly 2 * nr_tokens * head_dim * 2 + 8 * nr_clusters.
+ * Data length must be exactly 2 * nr_tokens * row + 8 * nr_clusters, a row
+ * being head_dim elements of the session's KV type (nelssa_kv_elem_bytes()).
  */
 struct nelssa_kv_hdr {
 	uint64_t session, token, request, cookie;
@@ -338,12 +339,13 @@ void nelssa_reply_hdr_put(uint8_t *p, const struct nelssa_reply_hdr *h);
  * @p: the header bytes.
  * @len: header length (must be NELSSA_KV_HDR_BYTES).
  * @data_len: length of the data that came with it.
- * @head_dim: the session's head dimension.
+ * @row_bytes: bytes of one K or V row of the session (head_dim elements
+ *	of its KV type).
  * @h: receives the header.
  *
  * Return: 0, -EBADMSG (lengths), -EINVAL (overflowing ranges).
  */
-int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint32_t head_dim,
+int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
 		      struct nelssa_kv_hdr *h);
 
 /**
