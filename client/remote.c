@@ -27,6 +27,7 @@
 
 #include <nelssa/client.h>
 #include <nelssa/link.h>
+#include <nelssa/log.h>
 #include <nelssa/util.h>
 
 #define MAX_SESSIONS 64
@@ -110,6 +111,7 @@ static int fail(struct nelssa_client *c, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(c->err, sizeof(c->err), fmt, ap);
 	va_end(ap);
+	nelssa_log(NELSSA_LOG_ERR, "client", c->err);
 	return err;
 }
 

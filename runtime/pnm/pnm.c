@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/log.h>
+
 #include "npnm_rules.h"
 #include "pnm_internal.h"
 
@@ -22,6 +24,7 @@ int pnm_error(int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(last_error, sizeof(last_error), fmt, ap);
 	va_end(ap);
+	nelssa_log(NELSSA_LOG_ERR, "pnm", last_error);
 	return err;
 }
 

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <nelssa/log.h>
 #include <nelssa/pnm.h>
 
 #include "fwfixture.h"
@@ -112,6 +113,37 @@ static void bad_names(void **state)
 		assert_null(p);
 		assert_true(strlen(nelssa_pnm_strerror()) > 0);	/* a reason in words */
 	}
+}
+
+struct log_seen {
+	int calls;
+	char msg[256];
+};
+
+static void log_into(void *ctx, int level, const char *source, const char *msg)
+{
+	struct log_seen *s = ctx;
+
+	if (level == NELSSA_LOG_ERR && !strcmp(source, "pnm")) {
+		s->calls++;
+		snprintf(s->msg, sizeof(s->msg), "%s", msg);
+	}
+}
+
+/* A failing call hands its words to the installed log function too. */
+static void errors_reach_the_log_fn(void **state)
+{
+	struct log_seen seen = { 0 };
+	struct nelssa_pnm *p = NULL;
+
+	(void)state;
+	nelssa_set_log_fn(log_into, &seen);
+	assert_int_equal(-EINVAL, nelssa_pnm_open("sim:1,bogus=1", &p));
+	nelssa_set_log_fn(NULL, NULL);
+	assert_int_equal(1, seen.calls);
+	assert_string_equal(nelssa_pnm_strerror(), seen.msg);
+	assert_int_equal(-EINVAL, nelssa_pnm_open("sim:1,bogus=1", &p));
+	assert_int_equal(1, seen.calls);	/* removed: nothing more */
 }
 
 static void shared_device_and_options(void **state)
@@ -666,6 +698,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(bad_names),
+		cmocka_unit_test(errors_reach_the_log_fn),
 		cmocka_unit_test(shared_device_and_options),
 		cmocka_unit_test(alloc_free_rules),
 		cmocka_unit_test(bulk_bounds),

@@ -9,11 +9,14 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
+#include <nelssa/log.h>
 #include <nelssa/util.h>
+#include <nelssa/version.h>
 
 #include "testutil.h"
 
@@ -143,6 +146,50 @@ static void extents_against_a_map(void **state)
 	nelssa_extent_fini(&a);
 }
 
+struct captured {
+	int calls, level;
+	char source[16], msg[64];
+};
+
+static void capture(void *ctx, int level, const char *source, const char *msg)
+{
+	struct captured *c = ctx;
+
+	c->calls++;
+	c->level = level;
+	snprintf(c->source, sizeof(c->source), "%s", source);
+	snprintf(c->msg, sizeof(c->msg), "%s", msg);
+}
+
+/* Messages reach the installed function, with its context, and stop when it is removed. */
+static void log_hook(void **state)
+{
+	struct captured c = { 0 };
+
+	(void)state;
+	nelssa_log(NELSSA_LOG_ERR, "pnm", "before any hook");	/* nowhere, no crash */
+	nelssa_set_log_fn(capture, &c);
+	nelssa_log(NELSSA_LOG_WARNING, "client", "hello");
+	assert_int_equal(1, c.calls);
+	assert_int_equal(NELSSA_LOG_WARNING, c.level);
+	assert_string_equal("client", c.source);
+	assert_string_equal("hello", c.msg);
+	nelssa_set_log_fn(NULL, NULL);
+	nelssa_log(NELSSA_LOG_ERR, "pnm", "after");
+	assert_int_equal(1, c.calls);
+}
+
+/* MAJOR.MINOR.PATCH, each a decimal number. */
+static void version_string(void **state)
+{
+	unsigned int major, minor, patch;
+	char end;
+
+	(void)state;
+	assert_non_null(nelssa_version());
+	assert_int_equal(3, sscanf(nelssa_version(), "%u.%u.%u%c", &major, &minor, &patch, &end));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -150,6 +197,8 @@ int main(void)
 		cmocka_unit_test(parse_size_known_answers),
 		cmocka_unit_test(clock_is_monotonic),
 		cmocka_unit_test(extents_against_a_map),
+		cmocka_unit_test(log_hook),
+		cmocka_unit_test(version_string),
 	};
 
 	tu_init("util");

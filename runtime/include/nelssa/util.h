@@ -12,6 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Hand @msg to the function of nelssa_set_log_fn() (<nelssa/log.h>), if
+ * one is installed; @source names the library part ("pnm", "client").
+ */
+void nelssa_log(int level, const char *source, const char *msg);
+
 /* CLOCK_MONOTONIC in ns: every deadline and interval uses this clock. */
 uint64_t nelssa_now_ns(void);
 
