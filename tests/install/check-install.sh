@@ -32,7 +32,7 @@ src=$work/src
 kdir=$(KDIR= "$src/scripts/kdir.sh" 2>/dev/null)
 kver=$(sed -n 's/.*UTS_RELEASE "\(.*\)"/\1/p' "$kdir/include/generated/utsrelease.h" 2>/dev/null)
 
-echo "1..12"
+echo "1..14"
 t "make install PREFIX=/usr DESTDIR=stage" 0 make -C "$src" install BUILD="$work/build" \
 	PREFIX=/usr DESTDIR="$stage"
 missing=
@@ -91,6 +91,47 @@ flags=$(PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_PATH="$pcdir" \
 t "a program builds against the installed headers and libraries (pkg-config)" 0 \
 	cc -o "$out/use" "$out/use.c" $flags
 t "... and runs" 0 "$out/use"
+
+# A GPU-node program: the client library alone, never the card's firmware
+# or the PNM User Library (issue 19).
+cat >"$out/gpu.c" <<'C'
+#include <stdio.h>
+#include <nelssa/client.h>
+#include <nelssa/log.h>
+#include <nelssa/version.h>
+
+int main(void)
+{
+	struct nelssa_client_opts o = { "127.0.0.1", 1, 100, "gpu" };
+	struct nelssa_cluster_index ix;
+	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+	struct nelssa_client *c = NULL;
+	unsigned short k[16 * 8] = { 0 };
+
+	nelssa_set_log_fn(NULL, NULL);
+	if (nelssa_kmeans_build(&ix, &cfg, NELSSA_KV_BF16, k, 16, 8))
+		return 1;
+	nelssa_kmeans_free(&ix);
+	/* Nothing listens on port 1: refused, with words. */
+	if (nelssa_client_connect(&o, &c) == 0)
+		return 1;
+	nelssa_client_close(c);
+	printf("%s\n", nelssa_version());
+	return 0;
+}
+C
+gflags=$(PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_PATH="$pcdir" \
+	pkg-config --cflags --libs --static libnelssa-remote 2>>"$out/pc.err")
+# shellcheck disable=SC2086 # the flags are words
+t "a GPU-node program builds against libnelssa-remote alone and runs" 0 \
+	sh -c "cc -o '$out/gpu' '$out/gpu.c' $gflags && '$out/gpu'"
+fw=$(nm "$out/gpu" 2>/dev/null | grep -E ' [TtDdBbRr] (nfw_|nelssa_pnm_|pnm_|sim_)' | head -5)
+if [ -x "$out/gpu" ] && [ -z "$fw" ]; then
+	echo "ok $((n += 1)) - it holds no firmware or PNM-library symbol (nm)"
+else
+	echo "$fw" | sed 's/^/# /'
+	echo "not ok $((n += 1)) - it holds no firmware or PNM-library symbol (nm)"
+fi
 t "make uninstall DESTDIR=stage" 0 make -C "$src" uninstall BUILD="$work/build" DESTDIR="$stage"
 left=$(find "$stage" -type f | sed "s|^$stage||")
 if [ -z "$left" ]; then
