@@ -100,10 +100,13 @@ mk="$dir/Makefile"
 	for f in bf16 fp16 attn_dense attn_clusters lse_merge; do
 		rule "obj/n_$f.o" "$src/runtime/numeric/$f.c" "$san"
 	done
-	for f in pnm extent_alloc sim_dev sim_ctx kdev; do
+	for f in pnm sim_dev sim_ctx kdev; do
 		rule "obj/p_$f.o" "$src/runtime/pnm/$f.c" "$san"
 	done
-	for f in exec isa kern_attn kern_kv kern_mem runtime selftest validate; do
+	for f in clock extent log parse; do
+		rule "obj/u_$f.o" "$src/runtime/util/$f.c" "$san -DNELSSA_VERSION_STRING='\"fuzz\"'"
+	done
+	for f in exec isa kern_attn kern_kv kern_mem opdef runtime selftest validate; do
 		rule "obj/f_$f.o" "$src/firmware/$f.c" "$san $fw_args"
 	done
 	for k in $kernels; do
