@@ -8,6 +8,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <nelssa/sparse.h>
@@ -52,6 +54,27 @@ void nelssa_cluster_key_spread(const struct nelssa_cluster_index *ix, enum nelss
 		for (uint32_t i = 0; i < d; i++)
 			m2[(size_t)c * d + i] = n ? (float)(acc[i] / n) : 0.0f;
 	}
+}
+
+int nelssa_unselected(const uint32_t *ids, uint32_t n_ids, const uint32_t *sizes,
+		      uint32_t n_clusters, uint32_t *out)
+{
+	unsigned char *taken;
+	uint32_t n = 0;
+
+	if (n_clusters > INT32_MAX)
+		return -EINVAL;
+	taken = calloc(n_clusters ? n_clusters : 1, 1);
+	if (!taken)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n_ids; i++)
+		if (ids[i] < n_clusters)
+			taken[ids[i]] = 1;
+	for (uint32_t c = 0; c < n_clusters; c++)
+		if (!taken[c] && sizes[c])
+			out[n++] = c;
+	free(taken);
+	return (int)n;
 }
 
 int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,

@@ -17,6 +17,8 @@
  */
 #include <math.h>
 
+#include <cub/block/block_scan.cuh>
+
 #include <nelssa/sparse_cuda.h>
 
 #include "common.cuh"
@@ -207,5 +209,90 @@ int nelssa_cuda_estimate_attn_spread(const struct nelssa_attn_geom *geom, uint32
 				      n_clusters, ids, ids_stride, n_ids, part, o, lse, st);
 	ret = nc_launched();
 	cudaFreeAsync(part, st);
+	return ret;
+}
+
+/* Mark each head's selected ids (a thread per (head, position)). */
+__global__ void mark_kernel(const uint32_t *ids, uint32_t ids_stride, const int32_t *count,
+			    uint32_t n_clusters, unsigned char *taken)
+{
+	const uint32_t h = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+	const int32_t n = count[h];
+
+	if (n > 0 && i < (uint32_t)n && i < ids_stride) {
+		uint32_t id = ids[(size_t)h * ids_stride + i];
+
+		if (id < n_clusters)
+			taken[(size_t)h * n_clusters + id] = 1;
+	}
+}
+
+/*
+ * A block per head compacts, in ascending order, the non-empty clusters
+ * not taken: CUB's block scan over windows of the block's width.
+ */
+__global__ void left_kernel(const unsigned char *taken, const uint32_t *sizes,
+			    const int32_t *count, uint32_t n_clusters, uint32_t *left,
+			    uint32_t *n_left)
+{
+	typedef cub::BlockScan<uint32_t, 256> scan_t;
+	__shared__ typename scan_t::TempStorage tmp;
+	__shared__ uint32_t base;
+	const uint32_t h = blockIdx.x;
+
+	if (!threadIdx.x)
+		base = 0;
+	__syncthreads();
+	if (count[h] < 0) {	/* an invalid head: nothing to estimate */
+		if (!threadIdx.x)
+			n_left[h] = 0;
+		return;
+	}
+	for (uint32_t c0 = 0; c0 < n_clusters; c0 += blockDim.x) {
+		const uint32_t c = c0 + threadIdx.x;
+		const size_t at = (size_t)h * n_clusters + c;
+		uint32_t flag = c < n_clusters && !taken[at] && sizes[at], pos, total;
+
+		scan_t(tmp).ExclusiveSum(flag, pos, total);
+		if (flag)
+			left[(size_t)h * n_clusters + base + pos] = c;
+		__syncthreads();
+		if (!threadIdx.x)
+			base += total;
+		__syncthreads();
+	}
+	if (!threadIdx.x)
+		n_left[h] = base;
+}
+
+int nelssa_cuda_unselected(const uint32_t *ids, uint32_t ids_stride, const int32_t *count,
+			   const uint32_t *sizes, uint32_t n_heads, uint32_t n_clusters,
+			   uint32_t *left, uint32_t *n_left, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	const size_t items = (size_t)n_heads * n_clusters;
+	unsigned char *taken = NULL;
+	int ret;
+
+	if (n_heads > 65535)
+		return -EINVAL;
+	if (!n_heads)
+		return 0;
+	if (!n_clusters)
+		return nc_err(cudaMemsetAsync(n_left, 0, sizeof(*n_left) * n_heads, st));
+	ret = nc_err(cudaMallocAsync((void **)&taken, items, st));
+	if (ret)
+		return ret;
+	ret = nc_err(cudaMemsetAsync(taken, 0, items, st));
+	if (!ret && ids_stride) {
+		mark_kernel<<<dim3(nc_blocks(ids_stride, 256), n_heads), 256, 0, st>>>(
+			ids, ids_stride, count, n_clusters, taken);
+		ret = nc_launched();
+	}
+	if (!ret) {
+		left_kernel<<<n_heads, 256, 0, st>>>(taken, sizes, count, n_clusters, left, n_left);
+		ret = nc_launched();
+	}
+	cudaFreeAsync(taken, st);
 	return ret;
 }

@@ -477,6 +477,52 @@ GPU_TEST(select_matches)
 	free(mine);
 }
 
+/* What the selection left, per head, exactly as the CPU lists it. */
+GPU_TEST(unselected_matches)
+{
+	const uint32_t n = 3000, stride = 700;
+	uint32_t *sizes = tu_alloc(sizeof(uint32_t) * H * n), *ids = tu_alloc(sizeof(uint32_t) * H * stride);
+	uint32_t *left = tu_alloc(sizeof(uint32_t) * H * n), *cpu = tu_alloc(sizeof(uint32_t) * n);
+	int32_t count[H] = { 0, 700, -EINVAL };
+	uint32_t n_left[H], *dz, *di, *dl, *dn;
+	int32_t *dc;
+	struct tu_rng rng;
+
+	tu_rng_for(&rng, __func__, 0);
+	for (size_t c = 0; c < (size_t)H * n; c++)
+		sizes[c] = tu_below(&rng, 8) ? 1 + tu_below(&rng, 30) : 0;
+	/* Repeats and ids past the clusters, as a careless caller might pass. */
+	for (size_t i = 0; i < (size_t)H * stride; i++)
+		ids[i] = tu_below(&rng, 20) ? tu_below(&rng, n) : n + tu_below(&rng, 5);
+	dz = dev_put(sizes, sizeof(uint32_t) * H * n);
+	di = dev_put(ids, sizeof(uint32_t) * H * stride);
+	dc = dev_put(count, sizeof(count));
+	dl = dev_new(sizeof(uint32_t) * H * n);
+	dn = dev_new(sizeof(n_left));
+	assert_int_equal(0, nelssa_cuda_unselected(di, stride, dc, dz, H, n, dl, dn, NULL));
+	dev_get(n_left, dn, sizeof(n_left));
+	dev_get(left, dl, sizeof(uint32_t) * H * n);
+	for (uint32_t h = 0; h < H; h++) {
+		int want = count[h] < 0 ? 0 :
+			   nelssa_unselected(ids + (size_t)h * stride, (uint32_t)count[h],
+					     sizes + (size_t)h * n, n, cpu);
+
+		assert_int_equal(want, (int)n_left[h]);
+		if (want > 0)
+			assert_memory_equal(cpu, left + (size_t)h * n, sizeof(uint32_t) * (size_t)want);
+	}
+	assert_int_equal(-EINVAL, nelssa_cuda_unselected(di, stride, dc, dz, 70000, n, dl, dn, NULL));
+	cudaFree(dz);
+	cudaFree(di);
+	cudaFree(dc);
+	cudaFree(dl);
+	cudaFree(dn);
+	free(sizes);
+	free(ids);
+	free(left);
+	free(cpu);
+}
+
 GPU_TEST(window_matches)
 {
 	/* Items shorter than, equal to and longer than the window; one empty. */
@@ -797,6 +843,7 @@ int main(void)
 		cmocka_unit_test(window_matches),
 		cmocka_unit_test(merge_matches),
 		cmocka_unit_test(estimate_matches),
+		cmocka_unit_test(unselected_matches),
 		cmocka_unit_test(kmeans_matches),
 		cmocka_unit_test(reorder_matches),
 	};

@@ -574,6 +574,24 @@ static void estimate_spread_weighs_the_members(void **state)
 	free(kv.v);
 }
 
+/* The clusters a selection left: a known answer, hostile ids included. */
+static void unselected_known_answer(void **state)
+{
+	const uint32_t sizes[8] = { 3, 0, 5, 1, 2, 0, 7, 4 };
+	const uint32_t ids[6] = { 6, 2, 6, 99, 1, 8 };	/* a repeat, an empty, two past the end */
+	const uint32_t want[3] = { 0, 3, 4 }, all[6] = { 0, 2, 3, 4, 6, 7 };
+	uint32_t out[8];
+
+	(void)state;
+	assert_int_equal(4, nelssa_unselected(ids, 6, sizes, 8, out));
+	assert_memory_equal(want, out, sizeof(want));
+	assert_int_equal(7, out[3]);
+	/* Nothing selected: every non-empty cluster, in order. */
+	assert_int_equal(6, nelssa_unselected(ids, 0, sizes, 8, out));
+	assert_memory_equal(all, out, sizeof(all));
+	assert_int_equal(0, nelssa_unselected(ids, 6, sizes, 0, out));
+}
+
 static void merge_with_empty_states(void **state)
 {
 	float wo[G * D], wl[G], o[G * D], lse[G], eo[G * D] = { 0 }, el[G];
@@ -608,6 +626,7 @@ int main(void)
 		cmocka_unit_test(window_plus_clusters_equals_union),
 		cmocka_unit_test(estimate_exact_for_identical_keys),
 		cmocka_unit_test(estimate_spread_weighs_the_members),
+		cmocka_unit_test(unselected_known_answer),
 		cmocka_unit_test(merge_with_empty_states),
 	};
 

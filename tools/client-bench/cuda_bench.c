@@ -12,8 +12,9 @@
  *           and far-member scores, then the two-list fill (a quarter of
  *           the budget by the far probe); baselines: the copy of the
  *           centroid and far-key bytes, and the CPU nelssa_select();
- *   est     the spread-weighted estimate over every cluster the
- *           selection left (centroid, spread and V-sum rows read);
+ *   est     the clusters the selection left (nelssa_cuda_unselected())
+ *           and the spread-weighted estimate over them (centroid,
+ *           spread and V-sum rows read);
  *           baselines: the copy of those bytes and the CPU twin;
  *   window  local-window attention (4 sinks + 64 recent) for the same
  *           batch; baseline: the CPU twin, likewise;
@@ -181,11 +182,14 @@ static void select_run(void *p)
 					 c->tokens, NULL), "two-list fill");
 }
 
+/* What the selection left, then the spread estimate over it: all on the GPU. */
 static void estimate_run(void *p)
 {
 	struct topk_ctx *c = p;
 	const struct nelssa_attn_geom g = { c->o->head_dim, c->o->group, NELSSA_KV_BF16, 0.088f };
 
+	check(nelssa_cuda_unselected(c->ids, c->clusters, c->count, c->sizes, c->heads, c->clusters,
+				     c->est_ids, c->n_est, NULL), "unselected clusters");
 	check(nelssa_cuda_estimate_attn_spread(&g, c->heads, c->q, c->cen, c->m2, c->vsum,
 					       c->sizes, c->clusters, c->est_ids, c->clusters,
 					       c->n_est, c->est_o, c->est_lse, NULL),
@@ -224,41 +228,6 @@ static void selection_span(const struct topk_ctx *c, uint64_t tok[2], int32_t se
 	}
 	free(tokens);
 	free(count);
-}
-
-/*
- * Each head's clusters the selection left, for the estimate: the device
- * ids of the last selection, complemented on the host (the timing is of
- * the estimate, which takes any id list).
- */
-static void upload_complement(struct topk_ctx *c)
-{
-	const size_t n = (size_t)c->heads * c->clusters;
-	uint32_t *ids = xmalloc(sizeof(*ids) * n), *left = xmalloc(sizeof(*left) * n);
-	uint32_t *n_left = xmalloc(sizeof(*n_left) * c->heads);
-	int32_t *count = xmalloc(sizeof(*count) * c->heads);
-	unsigned char *taken = xmalloc(c->clusters);
-
-	if (cudaMemcpy(ids, c->ids, sizeof(*ids) * n, cudaMemcpyDeviceToHost) != cudaSuccess ||
-	    cudaMemcpy(count, c->count, sizeof(*count) * c->heads,
-		       cudaMemcpyDeviceToHost) != cudaSuccess)
-		die("cudaMemcpy", cudaGetLastError());
-	for (uint32_t h = 0; h < c->heads; h++) {
-		memset(taken, 0, c->clusters);
-		for (int32_t i = 0; i < count[h]; i++)
-			taken[ids[(size_t)h * c->clusters + i]] = 1;
-		n_left[h] = 0;
-		for (uint32_t k = 0; k < c->clusters; k++)
-			if (!taken[k])
-				left[(size_t)h * c->clusters + n_left[h]++] = k;
-	}
-	c->est_ids = dput(left, sizeof(*left) * n);
-	c->n_est = dput(n_left, sizeof(*n_left) * c->heads);
-	free(ids);
-	free(left);
-	free(n_left);
-	free(count);
-	free(taken);
 }
 
 struct window_ctx {
@@ -381,7 +350,6 @@ int main(int argc, char **argv)
 		float *vsum = frand_n(rows);
 		uint32_t *sizes = xmalloc(sizeof(*sizes) * tc.heads * tc.clusters);
 		uint32_t *left = xmalloc(sizeof(*left) * tc.clusters), n_left = 0;
-		unsigned char *taken = xmalloc(tc.clusters);
 		const struct nelssa_select_cfg scfg = NELSSA_SELECT_DEFAULT;
 		const struct nelssa_attn_geom g = { o.head_dim, o.group, NELSSA_KV_BF16, 0.088f };
 
@@ -423,7 +391,8 @@ int main(int argc, char **argv)
 		tc.copy_bytes = 2 * row_bytes;
 		sel_copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
 
-		upload_complement(&tc);
+		tc.est_ids = dmalloc(sizeof(uint32_t) * tc.heads * tc.clusters);
+		tc.n_est = dmalloc(sizeof(uint32_t) * tc.heads);
 		est_ms = gpu_best_ms((struct gpu_job){ estimate_run, &tc }, o.iters);
 		tc.copy_bytes = 3 * row_bytes;
 		est_copy_ms = gpu_best_ms((struct gpu_job){ copy_run, &tc }, o.iters);
@@ -443,13 +412,8 @@ int main(int argc, char **argv)
 				    tc.clusters, tc.budget, cpu_ids, &cpu_sel_tokens);
 		check(bad < 0 ? bad : 0, "CPU nelssa_select()");
 		cpu_sel_ms = (tl_now() - t0) * 1e3 * tc.heads;
-		memset(taken, 0, tc.clusters);
-		for (int i = 0; i < bad; i++)
-			taken[cpu_ids[i]] = 1;
-		for (uint32_t k = 0; k < tc.clusters; k++)
-			if (!taken[k])
-				left[n_left++] = k;
 		t0 = tl_now();
+		n_left = (uint32_t)nelssa_unselected(cpu_ids, (uint32_t)bad, sizes, tc.clusters, left);
 		check(nelssa_estimate_attn_spread(&g, q, cen, m2, vsum, sizes, left, n_left, cpu_o,
 						  cpu_l), "CPU spread estimate");
 		cpu_est_ms = (tl_now() - t0) * 1e3 * tc.heads;
@@ -460,7 +424,6 @@ int main(int argc, char **argv)
 		free(vsum);
 		free(sizes);
 		free(left);
-		free(taken);
 		free(cpu_score);
 		free(cpu_ids);
 	}
@@ -575,7 +538,7 @@ int main(int argc, char **argv)
 			       (unsigned long long)cpu_sel_tokens);
 			printf("  centroid + far-key read %.1f GB/s vs device copy %.1f GB/s: ratio "
 			       "%.3f\n", sel_eff, sel_copy, sel_eff / sel_copy);
-			printf("spread estimate over the clusters left: GPU %.4f ms, CPU twin %.3f ms "
+			printf("clusters left + spread estimate over them: GPU %.4f ms, CPU twin %.3f ms "
 			       "(x%.1f)\n", est_ms, cpu_est_ms, cpu_est_ms / est_ms);
 			printf("  centroid + spread + V-sum read %.1f GB/s vs device copy %.1f GB/s: "
 			       "ratio %.3f\n", est_eff, est_copy, est_eff / est_copy);

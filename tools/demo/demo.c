@@ -113,21 +113,15 @@ static int estimate_rest(const struct nelssa_attn_geom *g, enum nelssa_estimate 
 			 const float *q, const struct head *hd, const uint32_t *sel, uint32_t n_sel,
 			 float *o, float *lse)
 {
-	unsigned char *chosen = xcalloc(hd->ix.n_clusters, 1);
-	uint32_t *rest = xcalloc(hd->ix.n_clusters, sizeof(uint32_t)), n_rest = 0;
-	int ret;
+	uint32_t *rest = xcalloc(hd->ix.n_clusters, sizeof(uint32_t));
+	int n_rest = nelssa_unselected(sel, n_sel, hd->sizes, hd->ix.n_clusters, rest), ret;
 
-	for (uint32_t c = 0; c < n_sel; c++)
-		chosen[sel[c]] = 1;
-	for (uint32_t c = 0; c < hd->ix.n_clusters; c++)
-		if (!chosen[c])
-			rest[n_rest++] = c;
-	ret = nelssa_estimate_attn_spread(g, q, hd->ix.centroids,
+	ret = n_rest < 0 ? n_rest :
+	      nelssa_estimate_attn_spread(g, q, hd->ix.centroids,
 					  how == NELSSA_ESTIMATE_SPREAD ? hd->m2 : NULL, hd->vsum,
-					  hd->sizes, rest, n_rest, o, lse);
+					  hd->sizes, rest, (uint32_t)n_rest, o, lse);
 	if (ret)
 		fprintf(stderr, "nelssa-demo: estimate failed\n");
-	free(chosen);
 	free(rest);
 	return ret;
 }

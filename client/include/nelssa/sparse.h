@@ -366,6 +366,22 @@ void nelssa_cluster_value_sums(const struct nelssa_cluster_index *ix, enum nelss
 			       const void *v, float *vsum);
 
 /**
+ * nelssa_unselected() - the clusters a selection left, for the estimate.
+ * @ids: the selection (any order; repeats and ids past @n_clusters are
+ *	ignored).
+ * @n_ids: entries of @ids.
+ * @sizes: tokens per cluster.
+ * @n_clusters: clusters of the head.
+ * @out: receives, in ascending order, every non-empty cluster not in
+ *	@ids (room for @n_clusters).
+ *
+ * Return: the number written; -EINVAL (more than INT32_MAX clusters),
+ * -ENOMEM.
+ */
+int nelssa_unselected(const uint32_t *ids, uint32_t n_ids, const uint32_t *sizes,
+		      uint32_t n_clusters, uint32_t *out);
+
+/**
  * nelssa_estimate_attn() - approximate attention over unselected clusters.
  * @geom: shape (kv_dtype unused: centroids and sums are fp32).
  * @q: fp32 [group][head_dim].

@@ -264,6 +264,31 @@ int nelssa_cuda_estimate_attn_spread(const struct nelssa_attn_geom *geom, uint32
 				     float *lse, void *stream);
 
 /**
+ * nelssa_cuda_unselected() - nelssa_unselected() for a batch of heads.
+ * @ids: device [@n_heads][@ids_stride]: each head's selection, as the
+ *	fills leave it.
+ * @ids_stride: entries between heads' selections.
+ * @count: device int32 [@n_heads]: ids used per head; a negative count
+ *	(an invalid head) leaves nothing to estimate.
+ * @sizes: device [@n_heads][@n_clusters].
+ * @n_heads: heads.
+ * @n_clusters: clusters per head.
+ * @left: device [@n_heads][@n_clusters]: each head's unselected non-empty
+ *	clusters, ascending, as nelssa_cuda_estimate_attn_spread() takes them
+ *	(ids_stride @n_clusters).
+ * @n_left: device [@n_heads]: how many.
+ * @stream: cudaStream_t.
+ *
+ * With the selection's ids and count, the GPU's whole path to the
+ * estimation term: no list crosses to the host.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_unselected(const uint32_t *ids, uint32_t ids_stride, const int32_t *count,
+			   const uint32_t *sizes, uint32_t n_heads, uint32_t n_clusters,
+			   uint32_t *left, uint32_t *n_left, void *stream);
+
+/**
  * nelssa_cuda_kmeans_build() - nelssa_kmeans_build() with the work on the GPU.
  * @ix: host index to fill, exactly as the CPU version lays it out.
  * @cfg: parameters.
