@@ -6,6 +6,10 @@
 #include <nelssa/util.h>
 #include <nelssa/version.h>
 
+#ifndef NELSSA_VERSION_STRING
+#error "NELSSA_VERSION_STRING is the meson project version; meson defines it"
+#endif
+
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static nelssa_log_fn log_fn;
 static void *log_ctx;

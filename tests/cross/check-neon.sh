@@ -34,7 +34,7 @@ for f in "$src"/firmware/*.c "$src"/firmware/kernels/attn_peak.c "$src"/runtime/
 	"$src"/tests/unit/testutil.c \
 	"$src"/tests/unit/fwfixture.c "$src"/tests/cross/neon_check.c; do
 	o="$out/$(basename "$f" .c).o"
-	$cc $flags -c "$f" -o "$o" 2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
+	$cc $flags -DNELSSA_VERSION_STRING='"cross"' -c "$f" -o "$o" 2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
 	objs="$objs $o"
 done
 $cc $flags -ffp-contract=fast -c "$src/firmware/kernels/attn_neon.c" -o "$out/attn_neon.o" \
