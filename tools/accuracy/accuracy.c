@@ -217,7 +217,6 @@ struct clusters {
 	const float *vsum, *m2;
 	const uint32_t *sizes;
 	uint32_t *tok, *rest;
-	unsigned char *chosen;
 };
 
 /*
@@ -232,24 +231,22 @@ static void score_sel(const struct step *s, const struct clusters *cs, const uin
 	const struct nelssa_cluster_index *ix = cs->ix;
 	float o[G * D], lse[G], eo[G * D], el[G];
 	struct cell *with[2] = { est, spread };
-	uint32_t n_rest = 0, nt;
+	uint32_t nt;
+	int n_rest;
 
 	if (ns < 0)
 		die("selection");
 	nt = cluster_tokens(ix, sel, (uint32_t)ns, cs->tok);
 	finish(s, cs->k, cs->v, ix->table, ix->n_clusters, sel, (uint32_t)ns, NULL, NULL, o, lse);
 	score(plain, s, o, lse, cs->tok, nt, 0);
-	memset(cs->chosen, 0, ix->n_clusters);
-	for (int i = 0; i < ns; i++)
-		cs->chosen[sel[i]] = 1;
-	for (uint32_t c = 0; c < ix->n_clusters; c++)
-		if (!cs->chosen[c])
-			cs->rest[n_rest++] = c;
+	n_rest = nelssa_unselected(sel, (uint32_t)ns, cs->sizes, ix->n_clusters, cs->rest);
+	if (n_rest < 0)
+		die("unselected");
 	for (int w = 0; w < 2; w++) {
 		if (!with[w])
 			continue;
 		if (nelssa_estimate_attn_spread(&g, s->q, ix->centroids, w ? cs->m2 : NULL,
-						cs->vsum, cs->sizes, cs->rest, n_rest, eo, el))
+						cs->vsum, cs->sizes, cs->rest, (uint32_t)n_rest, eo, el))
 			die("estimate");
 		finish(s, cs->k, cs->v, ix->table, ix->n_clusters, sel, (uint32_t)ns, eo, el, o,
 		       lse);
@@ -269,7 +266,6 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	float *cscore, *bscore, *vsum, *m2, *lo, *hi, *far, o[G * D], lse[G];
 	struct clusters cs;
 	uint16_t *ck, *cv;
-	unsigned char *chosen;
 
 	s->logit = xcalloc((size_t)G * s->n, sizeof(double));
 	s->mass = xcalloc(s->n, sizeof(double));
@@ -311,8 +307,7 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	sel = xcalloc(s->mid + ix.n_clusters, sizeof(uint32_t));
 	tok = xcalloc(s->mid, sizeof(uint32_t));
 	rest = xcalloc(ix.n_clusters, sizeof(uint32_t));
-	chosen = xcalloc(ix.n_clusters, 1);
-	cs = (struct clusters){ &ix, ck, cv, vsum, m2, sizes, tok, rest, chosen };
+	cs = (struct clusters){ &ix, ck, cv, vsum, m2, sizes, tok, rest };
 	for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
 		struct cell *cl = &cells[ri * N_METHODS];
 
@@ -377,7 +372,6 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	free(sel);
 	free(tok);
 	free(rest);
-	free(chosen);
 	free(s->logit);
 	free(s->mass);
 	free(s->in);
