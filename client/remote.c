@@ -28,6 +28,7 @@
 #include <nelssa/client.h>
 #include <nelssa/link.h>
 #include <nelssa/log.h>
+#include <nelssa/proto.h>
 #include <nelssa/util.h>
 
 #define MAX_SESSIONS 64

@@ -31,6 +31,7 @@
 
 #include <nelssa/client.h>
 #include <nelssa/half.h>
+#include <nelssa/proto.h>
 
 #include "tool_util.h"
 

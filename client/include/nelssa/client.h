@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <nelssa/proto.h>
+#include <nelssa/shape.h>
 #include <nelssa/sparse.h>
 
 #ifdef __cplusplus

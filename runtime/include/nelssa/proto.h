@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <nelssa/shape.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -91,28 +93,6 @@ struct nelssa_msg_hdr {
 	uint16_t type;
 	uint32_t length;
 	uint32_t seq;
-};
-
-/* Placement of a session's KV across the devices (DESIGN §3.5). */
-enum nelssa_placement {
-	NELSSA_PLACE_HEADS = 0,		/* head h on device h mod N */
-	NELSSA_PLACE_CLUSTERS = 1,	/* cluster c of every head on device c mod N */
-};
-
-/**
- * struct nelssa_shape - the model shape a session serves.
- * @layers: decoder layers.
- * @q_heads: query heads (a multiple of @kv_heads).
- * @kv_heads: KV heads per layer.
- * @head_dim: elements per head.
- * @kv_dtype: enum nelssa_kv_dtype (1 bf16, 2 fp16).
- */
-struct nelssa_shape {
-	uint16_t layers;
-	uint16_t q_heads;
-	uint16_t kv_heads;
-	uint16_t head_dim;
-	uint8_t kv_dtype;
 };
 
 /**

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The model shape a nelssad session serves and how its KV is placed on
+ * the devices: the two types the client API and the wire codec share, in
+ * a header of their own so that <nelssa/client.h> carries no wire format.
+ */
+#ifndef NELSSA_SHAPE_H
+#define NELSSA_SHAPE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Placement of a session's KV across the devices (DESIGN §3.5). */
+enum nelssa_placement {
+	NELSSA_PLACE_HEADS = 0,		/* head h on device h mod N */
+	NELSSA_PLACE_CLUSTERS = 1,	/* cluster c of every head on device c mod N */
+};
+
+/**
+ * struct nelssa_shape - the model shape a session serves.
+ * @layers: decoder layers.
+ * @q_heads: query heads (a multiple of @kv_heads).
+ * @kv_heads: KV heads per layer.
+ * @head_dim: elements per head.
+ * @kv_dtype: enum nelssa_kv_dtype (1 bf16, 2 fp16).
+ */
+struct nelssa_shape {
+	uint16_t layers;
+	uint16_t q_heads;
+	uint16_t kv_heads;
+	uint16_t head_dim;
+	uint8_t kv_dtype;
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NELSSA_SHAPE_H */
