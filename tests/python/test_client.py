@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: MIT
+"""Client against a live nelssad: every output checked against float64
+attention over the offloaded KV of the selected clusters."""
+
+import errno
+import time
+
+import numpy as np
+import pytest
+
+import nelssa
+from conftest import GROUP, DIM, KV_HEADS, LAYERS, Req, check_step, open_session, random_items
+
+
+def test_connect_devices_stats(daemon):
+    with daemon.client() as c:
+        assert c.devices >= 1
+        assert not c.closed
+        st = c.stats()
+        assert st["devices"] == c.devices
+        for key in ("sessions", "steps", "items", "kv_bytes", "recv_ns", "dispatch_ns",
+                    "device_ns", "aggregate_ns", "send_ns"):
+            assert isinstance(st[key], int)
+        c.set_timeout(5000)
+        assert c.timeout_ms == 5000
+    assert c.closed
+
+
+def test_step_matches_float64(daemon, rng):
+    with daemon.client() as c:
+        s = open_session(c)
+        reqs = [Req(rng, c, s, 100 + i, 300 + 200 * i) for i in range(2)]
+        before = c.stats()
+        for step in range(4):
+            layer = step % LAYERS
+            items, q = random_items(rng, reqs, layer)
+            o, lse = c.step(s, layer, items, q)
+            assert o.shape == (len(items), GROUP, DIM) and o.dtype == np.float32
+            assert lse.shape == (len(items), GROUP)
+            check_step(reqs, layer, items, q, o, lse)
+        after = c.stats()
+        assert after["steps"] >= before["steps"] + 4
+        assert after["kv_bytes"] >= before["kv_bytes"]
+        c.close_session(s)
+
+
+def test_append_then_step(daemon, rng):
+    with daemon.client() as c:
+        s = open_session(c)
+        r = Req(rng, c, s, 7, 400, extra=150)
+        old = [[r.ix[l][h].n_clusters for h in range(KV_HEADS)] for l in range(LAYERS)]
+        r.grow(c, s, 150)
+        for l in range(LAYERS):
+            assert r.ix[l][0].n_tokens == 550
+            assert r.ix[l][0].n_clusters > old[l][0]
+            # Only the appended clusters selected: exactly the new tokens' attention.
+            new = [(r.id, h, np.arange(old[l][h], r.ix[l][h].n_clusters, dtype=np.uint32))
+                   for h in range(KV_HEADS)]
+            q = rng.standard_normal((KV_HEADS, GROUP, DIM)).astype(np.float32)
+            o, lse = c.step(s, l, new, q)
+            check_step([r], l, new, q, o, lse)
+            items, q = random_items(rng, [r], l)
+            o, lse = c.step(s, l, items, q)
+            check_step([r], l, items, q, o, lse)
+
+
+def test_fp16_session(daemon, rng):
+    with daemon.client() as c:
+        s = open_session(c, fp16=True)
+        r = Req(rng, c, s, 1, 300, fp16=True)
+        items, q = random_items(rng, [r], 1)
+        o, lse = c.step(s, 1, items, q)
+        check_step([r], 1, items, q, o, lse)
+        # A bf16 array for an fp16 session is refused before anything is sent.
+        with pytest.raises(TypeError, match="float16"):
+            c.offload(s, 1, 0, 0, r.ix[0][0], r.k[0, 0, :300].view(np.uint16),
+                      r.v[0, 0, :300].view(np.uint16))
+
+
+def test_step_out_and_times(daemon, rng):
+    with daemon.client() as c:
+        s = open_session(c)
+        r = Req(rng, c, s, 3, 250)
+        items, q = random_items(rng, [r], 0)
+        o = np.full((len(items), GROUP, DIM), np.nan, dtype=np.float32)
+        lse = np.full((len(items), GROUP), np.nan, dtype=np.float32)
+        ro, rl, t = c.step(s, 0, items, q, out=o, lse_out=lse, return_times=True)
+        assert ro is o and rl is lse
+        check_step([r], 0, items, q, o, lse)
+        assert set(t) == {"rtt_ns", "recv_ns", "dispatch_ns", "device_ns", "aggregate_ns"}
+        assert t["rtt_ns"] > 0
+        # Selections as lists and int64 arrays are converted.
+        items2 = [(rid, h, [int(x) for x in sel]) for rid, h, sel in items]
+        o2, l2 = c.step(s, 0, items2, q)
+        np.testing.assert_array_equal(o2, o)
+        items3 = [(rid, h, sel.astype(np.int64)) for rid, h, sel in items]
+        o3, _ = c.step(s, 0, items3, q)
+        np.testing.assert_array_equal(o3, o)
+
+
+def test_torch_inputs(daemon, rng):
+    torch = pytest.importorskip("torch")
+    with daemon.client() as c:
+        s = open_session(c)
+        k = torch.from_numpy(rng.standard_normal((300, DIM)).astype(np.float32)).to(torch.bfloat16)
+        v = torch.from_numpy(rng.standard_normal((300, DIM)).astype(np.float32)).to(torch.bfloat16)
+        c.alloc_request(s, 5, 300, 300)
+        ix = nelssa.ClusterIndex(k)
+        c.offload(s, 5, 0, 1, ix, k, v)
+        q = torch.randn(1, GROUP, DIM, generator=torch.Generator().manual_seed(3))
+        sel = torch.arange(ix.n_clusters, dtype=torch.int32)
+        o_out = torch.empty(1, GROUP, DIM)
+        o, lse = c.step(s, 0, [(5, 1, sel)], q, out=o_out)
+        assert o is o_out
+        kb = k.view(torch.int16).numpy()
+        vb = v.view(torch.int16).numpy()
+        from conftest import attn_ref, assert_attn
+        assert_attn(o[0].numpy(), lse[0], attn_ref(q[0].numpy(), kb, vb))
+
+
+def test_step_send_poll(daemon, rng):
+    with daemon.client() as c:
+        s1, s2 = open_session(c), open_session(c)
+        r1, r2 = Req(rng, c, s1, 1, 300), Req(rng, c, s2, 1, 260)
+        i1, q1 = random_items(rng, [r1], 0)
+        i2, q2 = random_items(rng, [r2], 1)
+        p1 = c.step_send(s1, 0, i1, q1)
+        p2 = c.step_send(s2, 1, i2, q2)
+        # The inputs may be reused at once: the library copied them.
+        q1_keep, q1[:] = q1.copy(), np.nan
+        assert p1.state == "in flight"
+        with pytest.raises(ValueError, match="poll"):
+            p1.result()
+        for p in (p2, p1):
+            while not p.poll(timeout_ms=1000):
+                pass
+            assert p.done and p.state == "done"
+            assert p.poll() is True
+            assert p.times["rtt_ns"] > 0
+        check_step([r1], 0, i1, q1_keep, *p1.result())
+        check_step([r2], 1, i2, q2, *p2.result())
+
+
+def test_step_send_cancel_and_drop(daemon, rng):
+    with daemon.client() as c:
+        s = open_session(c)
+        r = Req(rng, c, s, 1, 200)
+        items, q = random_items(rng, [r], 0)
+        p = c.step_send(s, 0, items, q)
+        p.cancel()
+        assert p.state == "cancelled"
+        with pytest.raises(ValueError, match="cancelled"):
+            p.poll()
+        p.cancel()  # twice is fine
+        # More than the 16 slots' worth of dropped steps: each gives its slot back.
+        for _ in range(40):
+            p = c.step_send(s, 0, items, q)
+            del p
+        # A dropped step still runs on the daemon, which refuses a second
+        # step of the session meanwhile (EBUSY): retry, bounded.
+        for _ in range(500):
+            try:
+                o, lse = c.step(s, 0, items, q)
+                break
+            except nelssa.Error as e:
+                assert e.errno == errno.EBUSY
+                time.sleep(0.01)
+        else:
+            pytest.fail("the session stayed busy")
+        check_step([r], 0, items, q, o, lse)
+
+
+def test_daemon_refusals(daemon, rng):
+    with daemon.client() as c:
+        s = open_session(c)
+        r = Req(rng, c, s, 1, 200)
+        with pytest.raises(nelssa.Error) as e:
+            c.alloc_request(s, 1, 10, 10)
+        assert e.value.errno == errno.EEXIST
+        items, q = random_items(rng, [r], 0)
+        bad = [(999, 0, items[0][2])]
+        with pytest.raises(nelssa.Error) as e:
+            c.step(s, 0, bad, q[:1])
+        assert e.value.errno == errno.ENOENT and e.value.strerror
+        beyond = [(1, 0, np.array([r.ix[0][0].n_clusters + 5], dtype=np.uint32))]
+        with pytest.raises(nelssa.Error) as e:
+            c.step(s, 0, beyond, q[:1])
+        assert e.value.errno == errno.ERANGE
+        with pytest.raises(nelssa.Error) as e:
+            c.alloc_request(s, 2, 1 << 30, 1000)
+        assert e.value.errno == errno.ENOSPC
+        assert "capacity" in str(e.value) or e.value.strerror
+        assert c.last_error
+        with pytest.raises(nelssa.Error) as e:
+            c.open_session(LAYERS, 8, 2, DIM, capacity_tokens=1 << 40)
+        assert e.value.errno == errno.ENOSPC
+        # The connection still serves.
+        o, lse = c.step(s, 0, items, q)
+        check_step([r], 0, items, q, o, lse)
+        c.free_request(s, 1)
+        c.close_session(s)
+
+
+def test_log_fn_gets_messages(daemon):
+    got = []
+    nelssa.set_log_fn(lambda level, source, msg: got.append((level, source, msg)))
+    try:
+        with daemon.client() as c:
+            with pytest.raises(nelssa.Error):
+                c.open_session(LAYERS, 8, 2, DIM, capacity_tokens=1 << 40)
+    finally:
+        nelssa.set_log_fn(None)
+    assert got and all(isinstance(m, str) for _, _, m in got)
+    assert any(src == "client" for _, src, _ in got)
+    with pytest.raises(TypeError):
+        nelssa.set_log_fn(42)
+
+
+def test_connect_refused(make_daemon):
+    d = make_daemon()
+    port = d.port
+    d.stop()
+    with pytest.raises(nelssa.Error) as e:
+        nelssa.Client("127.0.0.1", port, timeout_ms=3000)
+    assert isinstance(e.value, OSError)
+    assert e.value.errno in (errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EIO)
+    assert e.value.strerror
