@@ -4,7 +4,9 @@
 # Debian packages of this tree, without debhelper: a release build
 # installed with prefix /usr into a staging root, split into
 #   nelssa           the daemon, the tools, udev rule, systemd unit, configs
-#   libnelssa-dev    headers, static libraries, pkg-config files
+#   libnelssa0       the shared libraries (soname 0)
+#   libnelssa-dev    headers, .so links, pkg-config files, man(3) pages
+#   python3-nelssa   the nelssa Python package
 #   nelssa-pnm-dkms  the driver's source for DKMS (built on install, and
 #                    again for every new kernel)
 # and packed with dpkg-deb.  The .debs land in OUTDIR.
@@ -26,6 +28,7 @@ meson setup "$tmp/build" "$src" --prefix=/usr --buildtype=release -Dtests=false 
 ninja -C "$tmp/build" >"$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; exit 1; }
 DESTDIR="$tmp/stage" meson install -C "$tmp/build" --no-rebuild --quiet
 s=$tmp/stage
+multi=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 
 # move SRC... DEST: paths relative to the staging root into a package root
 move() {
@@ -45,6 +48,49 @@ control() {
 	echo "Installed-Size: $installed" >>"$1/DEBIAN/control"
 }
 
+# libnelssa0 and libnelssa-dev first: the man(3) pages are the -dev's.
+r=$tmp/lib
+# shellcheck disable=SC2046 # the libraries are words
+move "$r" $(cd "$s" && ls -d usr/lib/"$multi"/libnelssa*.so.*)
+control "$r" <<EOF2
+Package: libnelssa0
+Version: $ver
+Architecture: $arch
+Maintainer: NELSSA developers <nelssa@localhost>
+Depends: libc6, libucx0 (>= 1.13), liburing2
+Section: libs
+Priority: optional
+Description: NELSSA libraries
+ libnelssa (numeric core, PNM User Library), libnelssa-sim (the embedded
+ sim device, loaded on demand) and libnelssa-client (GPU-node algorithms,
+ placement policy, the client of nelssad).
+EOF2
+printf 'activate-noawait ldconfig\n' >"$r/DEBIAN/triggers"
+
+d=$tmp/dev
+move "$d" usr/share/man/man3
+
+# python3-nelssa: the extension module and its Python parts.
+y=$tmp/python
+# shellcheck disable=SC2046 # the directories are words
+move "$y" $(cd "$s" && ls -d usr/lib/python3* 2>/dev/null)
+if [ -d "$y/usr" ]; then
+	control "$y" <<EOF2
+Package: python3-nelssa
+Version: $ver
+Architecture: $arch
+Maintainer: NELSSA developers <nelssa@localhost>
+Depends: python3 (>= 3.11), libnelssa0 (= $ver)
+Recommends: python3-numpy
+Section: python
+Priority: optional
+Description: NELSSA for Python: the client of nelssad and the GPU-node algorithms
+ The nelssa package: connections, sessions, KV offload and decode steps,
+ segmented k-means, centroid Top-K, window attention and merge, on numpy
+ arrays and PyTorch CPU tensors.
+EOF2
+fi
+
 # nelssa: programs and system integration.
 p=$tmp/nelssa
 move "$p" usr/sbin usr/bin usr/share/man etc usr/lib/systemd usr/lib/udev usr/lib/sysusers.d
@@ -53,7 +99,7 @@ Package: nelssa
 Version: $ver
 Architecture: $arch
 Maintainer: NELSSA developers <nelssa@localhost>
-Depends: libc6, libucx0 (>= 1.13), libjson-c5, liburing2, adduser
+Depends: libc6, libnelssa0 (= $ver), libucx0 (>= 1.13), libjson-c5, liburing2, adduser
 Recommends: nelssa-pnm-dkms
 Section: misc
 Priority: optional
@@ -86,20 +132,18 @@ EOF2
 chmod 0755 "$p/DEBIAN/postinst"
 
 # libnelssa-dev: everything a program building against the libraries needs.
-d=$tmp/dev
 move "$d" usr/include usr/lib
 control "$d" <<EOF2
 Package: libnelssa-dev
 Version: $ver
 Architecture: $arch
 Maintainer: NELSSA developers <nelssa@localhost>
-Depends: libucx-dev (>= 1.13), liburing-dev
+Depends: libnelssa0 (= $ver)
 Section: libdevel
 Priority: optional
-Description: NELSSA libraries: headers, static libraries, pkg-config files
- libnelssa (numeric core, PNM User Library), libnelssa-client (GPU-node
- algorithms, placement policy) and libnelssa-remote (the client of
- nelssad).
+Description: NELSSA libraries: headers, .so links, pkg-config files, man pages
+ Build against libnelssa (pkg-config nelssa), libnelssa-sim (nelssa-sim)
+ and libnelssa-client (nelssa-client).
 EOF2
 
 # nelssa-pnm-dkms: the driver's source and dkms.conf.
@@ -145,7 +189,8 @@ if [ -n "$left" ]; then
 	echo "$left" >&2
 	exit 1
 fi
-for root in "$p" "$d" "$k"; do
+for root in "$p" "$r" "$d" "$k" "$y"; do
+	[ -d "$root/DEBIAN" ] || continue
 	dpkg-deb --root-owner-group -Zxz --build "$root" "$out" >/dev/null
 done
 ls "$out"/*.deb

@@ -99,19 +99,19 @@ static int kdev_open(struct nelssa_pnm *pnm, const char *spec)
 	int ret;
 
 	if (!k)
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	k->fd = open(spec, O_RDWR | O_CLOEXEC);
 	if (k->fd < 0) {
 		ret = -errno;
 		free(k);
-		return pnm_error(ret, "%s: %s", spec, strerror(-ret));
+		return npnm_priv_error(ret, "%s: %s", spec, strerror(-ret));
 	}
 	if (ioctl(k->fd, NPNM_IOC_GET_INFO, &k->info) < 0) {
-		ret = pnm_error(-errno, "%s: not a NELSSA PNM device (%s)", spec, strerror(errno));
+		ret = npnm_priv_error(-errno, "%s: not a NELSSA PNM device (%s)", spec, strerror(errno));
 		goto err_fd;
 	}
 	if (k->info.abi_version != NPNM_ABI_VERSION) {
-		ret = pnm_error(-EPROTO, "%s: driver ABI %u, this library speaks %u", spec,
+		ret = npnm_priv_error(-EPROTO, "%s: driver ABI %u, this library speaks %u", spec,
 				k->info.abi_version, NPNM_ABI_VERSION);
 		goto err_fd;
 	}
@@ -122,7 +122,7 @@ static int kdev_open(struct nelssa_pnm *pnm, const char *spec)
 	} else {
 		k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (k->efd < 0 || io_uring_register_eventfd(&k->ring, k->efd)) {
-			ret = pnm_error(-errno ? -errno : -EIO, "eventfd setup failed");
+			ret = npnm_priv_error(-errno ? -errno : -EIO, "eventfd setup failed");
 			goto err_ring;
 		}
 	}
@@ -183,7 +183,7 @@ static int kdev_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handl
 	int ret = 0;
 
 	if (ioctl(k->fd, NPNM_IOC_MEM_ALLOC, &ma) < 0)
-		return pnm_error(-errno, "%s: cannot allocate %llu bytes: %s", pnm->name,
+		return npnm_priv_error(-errno, "%s: cannot allocate %llu bytes: %s", pnm->name,
 				 (unsigned long long)size, strerror(errno));
 	pthread_mutex_lock(&k->lock);
 	if (grow((void **)&k->regions, &k->rcap, k->nregions + 1, sizeof(*k->regions)))
@@ -196,7 +196,7 @@ static int kdev_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handl
 		struct npnm_mem_free mf = { .handle = ma.handle };
 
 		ioctl(k->fd, NPNM_IOC_MEM_FREE, &mf);
-		return pnm_error(ret, "out of memory");
+		return npnm_priv_error(ret, "out of memory");
 	}
 	*handle = ma.handle;
 	*alloc_size = ma.alloc_size;
@@ -210,7 +210,7 @@ static int kdev_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
 	struct kdev_region *r;
 
 	if (ioctl(k->fd, NPNM_IOC_MEM_FREE, &mf) < 0)
-		return pnm_error(-errno, errno == EBUSY ? "region %u is used by a command" :
+		return npnm_priv_error(-errno, errno == EBUSY ? "region %u is used by a command" :
 				 "unknown region handle %u", handle);
 	pthread_mutex_lock(&k->lock);
 	r = find_region(k, handle);
@@ -235,15 +235,15 @@ static int kdev_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, ui
 	}
 	pthread_mutex_unlock(&k->lock);
 	if (!r)
-		return pnm_error(-EINVAL, "unknown region handle %u", handle);
+		return npnm_priv_error(-EINVAL, "unknown region handle %u", handle);
 	p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, k->fd, (off_t)off);
 	if (p == MAP_FAILED)
-		return pnm_error(-errno, "mmap of region %u failed: %s", handle, strerror(errno));
+		return npnm_priv_error(-errno, "mmap of region %u failed: %s", handle, strerror(errno));
 	pthread_mutex_lock(&k->lock);
 	if (grow((void **)&k->maps, &k->mcap, k->nmaps + 1, sizeof(*k->maps))) {
 		pthread_mutex_unlock(&k->lock);
 		munmap(p, sz);
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	}
 	k->maps[k->nmaps++] = (struct kdev_map){ p, sz };
 	pthread_mutex_unlock(&k->lock);
@@ -267,8 +267,8 @@ static int kdev_mem_unmap(struct nelssa_pnm *pnm, void *addr)
 	}
 	pthread_mutex_unlock(&k->lock);
 	if (!m.addr)
-		return pnm_error(-EINVAL, "%p is not a mapping of this context", addr);
-	return munmap(m.addr, m.size) ? pnm_error(-errno, "munmap failed") : 0;
+		return npnm_priv_error(-EINVAL, "%p is not a mapping of this context", addr);
+	return munmap(m.addr, m.size) ? npnm_priv_error(-errno, "munmap failed") : 0;
 }
 
 /*
@@ -277,7 +277,7 @@ static int kdev_mem_unmap(struct nelssa_pnm *pnm, void *addr)
  */
 static int check(struct kdev_ctx *k, const struct npnm_cmd *c, uint32_t index)
 {
-	int ret = pnm_check_rules(c, index);
+	int ret = npnm_priv_check_rules(c, index);
 
 	if (ret)
 		return ret;
@@ -289,10 +289,10 @@ static int check(struct kdev_ctx *k, const struct npnm_cmd *c, uint32_t index)
 			continue;
 		r = find_region(k, op->handle);
 		if (!r)
-			return pnm_error(-EINVAL, "command %u: operand %u: unknown region handle %u",
+			return npnm_priv_error(-EINVAL, "command %u: operand %u: unknown region handle %u",
 					 index, i, op->handle);
 		if (op->offset > r->size || op->len > r->size - op->offset)
-			return pnm_error(-EINVAL, "command %u: operand %u outside region %u", index,
+			return npnm_priv_error(-EINVAL, "command %u: operand %u outside region %u", index,
 					 i, op->handle);
 	}
 	return 0;
@@ -313,7 +313,7 @@ static int submit_ioctl(struct kdev_ctx *k, const struct npnm_cmd *cmds, uint32_
 	if (i) {
 		s.nr_cmds = i;
 		if (ioctl(k->fd, NPNM_IOC_SUBMIT, &s) < 0 && !s.nr_submitted)
-			return pnm_error(-errno, "submit failed: %s", strerror(errno));
+			return npnm_priv_error(-errno, "submit failed: %s", strerror(errno));
 		k->inflight += s.nr_submitted;
 		if (first_seqno)
 			*first_seqno = s.seqno;
@@ -330,7 +330,7 @@ static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint
 	int ret = 0;
 
 	if (n > k->info.max_batch)
-		return pnm_error(-EINVAL, "%u commands: at most %u per batch", n, k->info.max_batch);
+		return npnm_priv_error(-EINVAL, "%u commands: at most %u per batch", n, k->info.max_batch);
 	pthread_mutex_lock(&k->lock);
 	if (k->use_ioctl) {
 		ret = submit_ioctl(k, cmds, n, first_seqno);
@@ -347,7 +347,7 @@ static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint
 			break;
 		/* Never more in flight than the CQ holds: no CQE is ever dropped. */
 		if (k->inflight >= 2 * KDEV_RING || k->inflight >= k->info.max_inflight) {
-			ret = pnm_error(-EAGAIN, "%u commands in flight: reap completions first",
+			ret = npnm_priv_error(-EAGAIN, "%u commands in flight: reap completions first",
 					k->inflight);
 			break;
 		}
@@ -359,7 +359,7 @@ static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint
 		rec = malloc(sizeof(*rec));
 		if (!sqe || !rec) {
 			free(rec);
-			ret = pnm_error(-ENOMEM, "no submission queue entry");
+			ret = npnm_priv_error(-ENOMEM, "no submission queue entry");
 			break;
 		}
 		rec->user_tag = cmds[i].user_tag;
@@ -375,7 +375,7 @@ static int kdev_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint
 	}
 	/* The driver copies each descriptor during this call. */
 	if (i && io_uring_submit(&k->ring) < 0)
-		ret = pnm_error(-EIO, "io_uring_submit failed");
+		ret = npnm_priv_error(-EIO, "io_uring_submit failed");
 	pthread_mutex_unlock(&k->lock);
 	return i ? (int)i : ret;
 }
@@ -423,7 +423,7 @@ static int wait_ioctl(struct kdev_ctx *k, struct npnm_completion *comps, uint32_
 	inflight = k->inflight;
 	pthread_mutex_unlock(&k->lock);
 	if (min && !inflight)
-		return pnm_error(-EAGAIN, "nothing in flight to wait for");
+		return npnm_priv_error(-EAGAIN, "nothing in flight to wait for");
 	if (min > inflight)
 		w.min_comps = inflight;
 	clock_gettime(CLOCK_MONOTONIC, &now);
@@ -435,7 +435,7 @@ static int wait_ioctl(struct kdev_ctx *k, struct npnm_completion *comps, uint32_
 	pthread_mutex_unlock(&k->lock);
 	if (w.nr_comps || !min)
 		return (int)w.nr_comps;
-	return pnm_error(ret ? ret : -ETIMEDOUT, "no completion within the timeout");
+	return npnm_priv_error(ret ? ret : -ETIMEDOUT, "no completion within the timeout");
 }
 
 static int kdev_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
@@ -456,7 +456,7 @@ static int kdev_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint
 	pthread_mutex_lock(&k->cq_lock);
 	if (min && !io_uring_cq_ready(&k->ring) && !inflight) {
 		pthread_mutex_unlock(&k->cq_lock);
-		return pnm_error(-EAGAIN, "nothing in flight to wait for");
+		return npnm_priv_error(-EAGAIN, "nothing in flight to wait for");
 	}
 	if (timeout_ns > 0) {
 		ts.tv_sec = timeout_ns / 1000000000;
@@ -472,7 +472,7 @@ static int kdev_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint
 	pthread_mutex_unlock(&k->cq_lock);
 	if (n || !min)
 		return n;
-	return pnm_error(ret ? ret : -ETIMEDOUT, "no completion within the timeout");
+	return npnm_priv_error(ret ? ret : -ETIMEDOUT, "no completion within the timeout");
 }
 
 static int kdev_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
@@ -490,7 +490,7 @@ static int kdev_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
 	ret = ioctl(k->fd, NPNM_IOC_EXEC, &ex) < 0 ? -errno : 0;
 	/* A failure with a device status completed; one without was refused. */
 	if (ret && !ex.status)
-		return pnm_error(ret, "command refused: %s", strerror(-ret));
+		return npnm_priv_error(ret, "command refused: %s", strerror(-ret));
 	*comp = (struct npnm_completion){ .user_tag = cmd->user_tag, .result = ret,
 					  .status = ex.status };
 	return 0;

@@ -17,7 +17,7 @@
 
 static _Thread_local char last_error[256];
 
-int pnm_error(int err, const char *fmt, ...)
+int npnm_priv_error(int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -33,7 +33,7 @@ const char *nelssa_pnm_strerror(void)
 	return last_error;
 }
 
-int pnm_check_rules(const struct npnm_cmd *c, uint32_t index)
+int npnm_priv_check_rules(const struct npnm_cmd *c, uint32_t index)
 {
 	struct npnm_rules_fault why;
 	const char *words;
@@ -52,21 +52,21 @@ int pnm_check_rules(const struct npnm_cmd *c, uint32_t index)
 	case NPNM_RULE_OPERAND_UNUSED:
 	case NPNM_RULE_OPERAND_MISSING:
 	case NPNM_RULE_OPERAND_FLAGS:
-		return pnm_error(ret, "command %u (%s): operand %u: %s", index, op, why.slot, words);
+		return npnm_priv_error(ret, "command %u (%s): operand %u: %s", index, op, why.slot, words);
 	case NPNM_RULE_PARAM_TAIL:
 		if (!npnm_rules_param_bytes(c->opcode))
-			return pnm_error(ret, "command %u (%s): parameter byte %u: %s (it has none)",
+			return npnm_priv_error(ret, "command %u (%s): parameter byte %u: %s (it has none)",
 					 index, op, why.offset, words);
-		return pnm_error(ret, "command %u (%s): parameter byte %u: %s (it has %u)", index,
+		return npnm_priv_error(ret, "command %u (%s): parameter byte %u: %s (it has %u)", index,
 				 op, why.offset, words, npnm_rules_param_bytes(c->opcode));
 	case NPNM_RULE_PARAM_RESERVED:
-		return pnm_error(ret, "command %u (%s): %s: %s", index, op, why.field, words);
+		return npnm_priv_error(ret, "command %u (%s): %s: %s", index, op, why.field, words);
 	default:
-		return pnm_error(ret, "command %u (%s): %s", index, op, words);
+		return npnm_priv_error(ret, "command %u (%s): %s", index, op, words);
 	}
 }
 
-int pnm_status_result(uint32_t status)
+int npnm_priv_status_result(uint32_t status)
 {
 	switch (status) {
 	case NPNM_ST_OK:
@@ -107,18 +107,22 @@ int nelssa_pnm_open(const char *name, struct nelssa_pnm **out)
 
 	last_error[0] = 0;
 	if (!name || !out)
-		return pnm_error(-EINVAL, "no device name");
-	if (!strncmp(name, "sim:", 4))
-		ops = &pnm_sim_ops;
-	else if (!strncmp(name, "/dev/nelssa_pnm", 15))
+		return npnm_priv_error(-EINVAL, "no device name");
+	if (!strncmp(name, "sim:", 4)) {
+		ops = pnm_sim_find();
+		if (!ops)
+			return -ENODEV;
+	} else if (!strncmp(name, "/dev/nelssa_pnm", 15)) {
 		ops = &pnm_kdev_ops;
-	else
-		return pnm_error(-EINVAL, "%s: not a device name (sim:N or /dev/nelssa_pnmN)", name);
+	} else {
+		return npnm_priv_error(-EINVAL, "%s: not a device name (sim:N or /dev/nelssa_pnmN)",
+				       name);
+	}
 	if (strlen(name) >= sizeof(pnm->name))
-		return pnm_error(-EINVAL, "device name too long");
+		return npnm_priv_error(-EINVAL, "device name too long");
 	pnm = calloc(1, sizeof(*pnm));
 	if (!pnm)
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	pnm->ops = ops;
 	snprintf(pnm->name, sizeof(pnm->name), "%s", name);
 	ret = ops->open(pnm, name);
@@ -161,7 +165,7 @@ int nelssa_pnm_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle
 	int ret;
 
 	if (!size || !handle)
-		return pnm_error(-EINVAL, "region size must be non-zero");
+		return npnm_priv_error(-EINVAL, "region size must be non-zero");
 	ret = pnm->ops->mem_alloc(pnm, size, handle, &got);
 	if (!ret && alloc_size)
 		*alloc_size = got;
@@ -180,7 +184,7 @@ int nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uin
 	int ret;
 
 	if (!addr)
-		return pnm_error(-EINVAL, "no place for the mapping's address");
+		return npnm_priv_error(-EINVAL, "no place for the mapping's address");
 	ret = pnm->ops->mem_map(pnm, handle, &p, &sz);
 	if (ret)
 		return ret;
@@ -209,7 +213,7 @@ static int mem_copy(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset, vo
 	p = m;
 	if (offset > size || len > size - offset) {
 		pnm->ops->mem_unmap(pnm, p);
-		return pnm_error(-EINVAL, "range [%llu, +%zu) outside region %u of %llu bytes",
+		return npnm_priv_error(-EINVAL, "range [%llu, +%zu) outside region %u of %llu bytes",
 				 (unsigned long long)offset, len, handle, (unsigned long long)size);
 	}
 	if (to_device)
@@ -235,7 +239,7 @@ int nelssa_pnm_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint3
 		      uint64_t *first_seqno)
 {
 	if (!cmds || !n)
-		return pnm_error(-EINVAL, "no commands to submit");
+		return npnm_priv_error(-EINVAL, "no commands to submit");
 	return pnm->ops->submit(pnm, cmds, n, first_seqno);
 }
 
@@ -243,7 +247,7 @@ int nelssa_pnm_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 		    uint32_t max, int64_t timeout_ns)
 {
 	if (!comps || !max || min > max)
-		return pnm_error(-EINVAL, "need 0 <= min <= max and max >= 1");
+		return npnm_priv_error(-EINVAL, "need 0 <= min <= max and max >= 1");
 	return pnm->ops->wait(pnm, comps, min, max, timeout_ns);
 }
 
@@ -271,14 +275,14 @@ int nelssa_pnm_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
 	int ret;
 
 	if (!cmd)
-		return pnm_error(-EINVAL, "no command");
+		return npnm_priv_error(-EINVAL, "no command");
 	ret = pnm->ops->exec(pnm, cmd, &c);
 	if (ret)
 		return ret;
 	if (comp)
 		*comp = c;
 	if (c.result)
-		pnm_error(c.result, "command failed on the device: %s",
+		npnm_priv_error(c.result, "command failed on the device: %s",
 			  nelssa_pnm_status_str(c.status));
 	return c.result;
 }

@@ -37,11 +37,32 @@ struct nelssa_pnm {
 	void *priv;
 };
 
-extern const struct pnm_backend_ops pnm_sim_ops;
 extern const struct pnm_backend_ops pnm_kdev_ops;
 
+/*
+ * The sim backend lives in libnelssa-sim (the firmware and its ISA
+ * kernels), which a kdev-only program never loads.  pnm_sim_find() gives
+ * its ops: from the program when it linked the backend in (sim_linked.c,
+ * the static build), else loaded on first use (sim_load.c, libnelssa.so).
+ * NULL, with words in nelssa_pnm_strerror(), when it is not there.
+ */
+const struct pnm_backend_ops *pnm_sim_find(void);
+
+/*
+ * The sim backend's one entry point: its ops, or NULL when @version (the
+ * caller's NELSSA_VERSION_STRING) is not its own -- the ops table is
+ * private, so both sides must come from one build.
+ */
+const struct pnm_backend_ops *npnm_sim_backend(const char *version);
+
+/*
+ * The npnm_priv_ helpers are exported by libnelssa.so (version node
+ * NELSSA_PRIVATE) for libnelssa-sim only: one thread-local error text,
+ * one set of rules, whichever library reports.
+ */
+
 /* Record words for nelssa_pnm_strerror() and return @err. */
-int pnm_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int npnm_priv_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
  * The command rules the driver applies at submission (driver/npnm_rules.h),
@@ -49,9 +70,9 @@ int pnm_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * nelssa_pnm_strerror().  Region bounds are the backend's to check; after
  * a 0 the operands in use are exactly those with a non-zero handle.
  */
-int pnm_check_rules(const struct npnm_cmd *c, uint32_t index);
+int npnm_priv_check_rules(const struct npnm_cmd *c, uint32_t index);
 
 /* Map a device status to a completion result. */
-int pnm_status_result(uint32_t status);
+int npnm_priv_status_result(uint32_t status);
 
 #endif /* NELSSA_PNM_INTERNAL_H */

@@ -43,6 +43,8 @@ struct sim_dev {
 	struct nfw_runtime *rt;
 };
 
+extern const struct pnm_backend_ops pnm_sim_ops;
+
 int sim_parse(const char *spec, struct sim_opts *o);
 /* Find or create device opts->index; -EBUSY if explicit options conflict. */
 int sim_dev_get(const struct sim_opts *o, struct sim_dev **out);

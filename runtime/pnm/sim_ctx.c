@@ -150,7 +150,7 @@ void sim_complete(void *owner, uint64_t cookie, const struct nfw_result *res)
 	struct npnm_completion comp = {
 		.user_tag = cmd->user_tag,
 		.seqno = cmd->seqno,
-		.result = pnm_status_result(res->status),
+		.result = npnm_priv_status_result(res->status),
 		.status = res->status,
 		.device_ns = res->device_ns,
 		.detail = res->detail,
@@ -182,10 +182,10 @@ static int sim_open(struct nelssa_pnm *pnm, const char *spec)
 		return ret;
 	c = calloc(1, sizeof(*c));
 	if (!c)
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->efd < 0) {
-		ret = pnm_error(-errno, "eventfd failed");
+		ret = npnm_priv_error(-errno, "eventfd failed");
 		free(c);
 		return ret;
 	}
@@ -266,10 +266,10 @@ static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle
 	int ret;
 
 	if (!r)
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	if (size > ~0ull - SIM_ALIGN) {
 		free(r);
-		return pnm_error(-ENOMEM, "region of %llu bytes is larger than the device",
+		return npnm_priv_error(-ENOMEM, "region of %llu bytes is larger than the device",
 				 (unsigned long long)size);
 	}
 	r->size = (size + SIM_ALIGN - 1) & ~(uint64_t)(SIM_ALIGN - 1);
@@ -278,7 +278,7 @@ static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle
 	pthread_mutex_unlock(&c->dev->lock);
 	if (ret) {
 		free(r);
-		return pnm_error(-ENOMEM, "%s: no room for %llu bytes of device memory", pnm->name,
+		return npnm_priv_error(-ENOMEM, "%s: no room for %llu bytes of device memory", pnm->name,
 				 (unsigned long long)size);
 	}
 	/* Hand out zeroes, never a previous owner's data. */
@@ -291,7 +291,7 @@ static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle
 	if (grow((void **)&c->regions, &c->rcap, c->nregions + 1, sizeof(*c->regions))) {
 		pthread_mutex_unlock(&c->lock);
 		release_region(c, r);
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	}
 	r->handle = c->next_handle++;
 	c->regions[c->nregions++] = r;	/* handles only grow: stays sorted */
@@ -311,16 +311,16 @@ static int sim_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
 	r = lookup(c, handle);
 	if (!r) {
 		pthread_mutex_unlock(&c->lock);
-		return pnm_error(-EINVAL, "unknown region handle %u", handle);
+		return npnm_priv_error(-EINVAL, "unknown region handle %u", handle);
 	}
 	if (r->busy) {
 		pthread_mutex_unlock(&c->lock);
-		return pnm_error(-EBUSY, "region %u is used by %u queued or running commands",
+		return npnm_priv_error(-EBUSY, "region %u is used by %u queued or running commands",
 				 handle, r->busy);
 	}
 	if (r->maps && grow((void **)&c->zombies, &c->zcap, c->nzombies + 1, sizeof(r))) {
 		pthread_mutex_unlock(&c->lock);
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	}
 	for (i = 0; c->regions[i] != r; i++)
 		;
@@ -350,7 +350,7 @@ static int sim_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uin
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!r)
-		return pnm_error(-EINVAL, "unknown region handle %u", handle);
+		return npnm_priv_error(-EINVAL, "unknown region handle %u", handle);
 	*addr = c->dev->mem + r->dev_off;
 	return 0;
 }
@@ -378,7 +378,7 @@ static int sim_mem_unmap(struct nelssa_pnm *pnm, void *addr)
 		r->maps--;
 	pthread_mutex_unlock(&c->lock);
 	if (!r)
-		return pnm_error(-EINVAL, "%p is not a mapping of this context", addr);
+		return npnm_priv_error(-EINVAL, "%p is not a mapping of this context", addr);
 	if (dead)
 		release_region(c, dead);
 	return 0;
@@ -393,7 +393,7 @@ static int resolve(struct sim_ctx *c, const struct npnm_cmd *in, struct npnm_cmd
 	*out = *in;
 	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++)
 		regions[i] = NULL;
-	ret = pnm_check_rules(in, index);
+	ret = npnm_priv_check_rules(in, index);
 	if (ret)
 		return ret;
 	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
@@ -404,10 +404,10 @@ static int resolve(struct sim_ctx *c, const struct npnm_cmd *in, struct npnm_cmd
 			continue;
 		r = lookup(c, op->handle);
 		if (!r)
-			return pnm_error(-EINVAL, "command %u: operand %u: unknown region handle %u",
+			return npnm_priv_error(-EINVAL, "command %u: operand %u: unknown region handle %u",
 					 index, i, op->handle);
 		if (op->offset > r->size || op->len > r->size - op->offset)
-			return pnm_error(-EINVAL, "command %u: operand %u: [%llu, +%llu) outside region "
+			return npnm_priv_error(-EINVAL, "command %u: operand %u: [%llu, +%llu) outside region "
 					 "%u of %llu bytes", index, i,
 					 (unsigned long long)op->offset, (unsigned long long)op->len,
 					 op->handle, (unsigned long long)r->size);
@@ -426,16 +426,16 @@ static int submit_one(struct sim_ctx *c, const struct npnm_cmd *in, uint32_t ind
 	int ret;
 
 	if (c->closing)
-		return pnm_error(-ESHUTDOWN, "context is closing");
+		return npnm_priv_error(-ESHUTDOWN, "context is closing");
 	if (c->inflight >= SIM_MAX_INFLIGHT)
-		return pnm_error(-EAGAIN, "%u commands in flight: reap completions first",
+		return npnm_priv_error(-EAGAIN, "%u commands in flight: reap completions first",
 				 c->inflight);
 	cmd = calloc(1, sizeof(*cmd));
 	if (!cmd)
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	ret = resolve(c, in, &desc, cmd->regions, index);
 	if (!ret && !waiter && cq_reserve(c, 1))
-		ret = pnm_error(-ENOMEM, "out of memory");
+		ret = npnm_priv_error(-ENOMEM, "out of memory");
 	if (ret) {
 		free(cmd);
 		return ret;
@@ -447,7 +447,7 @@ static int submit_one(struct sim_ctx *c, const struct npnm_cmd *in, uint32_t ind
 	ret = nfw_runtime_submit(c->dev->rt, &desc, c, (uint64_t)(uintptr_t)cmd);
 	if (ret) {
 		free(cmd);
-		return pnm_error(ret, "device is shutting down");
+		return npnm_priv_error(ret, "device is shutting down");
 	}
 	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++)
 		if (cmd->regions[i])
@@ -466,7 +466,7 @@ static int sim_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint3
 	int ret = 0;
 
 	if (n > SIM_MAX_BATCH)
-		return pnm_error(-EINVAL, "%u commands: at most %u per batch", n, SIM_MAX_BATCH);
+		return npnm_priv_error(-EINVAL, "%u commands: at most %u per batch", n, SIM_MAX_BATCH);
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < n; i++) {
 		ret = submit_one(c, &cmds[i], i, NULL, &seqno);
@@ -524,8 +524,8 @@ static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 	if (n || !min)
 		return (int)n;
 	if (!c->inflight && timeout_ns != 0 && (!deadline || nelssa_now_ns() < deadline))
-		return pnm_error(-EAGAIN, "nothing in flight to wait for");
-	return pnm_error(-ETIMEDOUT, "no completion within the timeout");
+		return npnm_priv_error(-EAGAIN, "nothing in flight to wait for");
+	return npnm_priv_error(-ETIMEDOUT, "no completion within the timeout");
 }
 
 static int sim_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,

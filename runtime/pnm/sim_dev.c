@@ -54,57 +54,57 @@ int sim_parse(const char *spec, struct sim_opts *o)
 	o->isa = NFW_ISA_AUTO;
 	o->spin_ns = 20000;
 	if (strlen(spec) >= sizeof(buf))
-		return pnm_error(-EINVAL, "device name too long");
+		return npnm_priv_error(-EINVAL, "device name too long");
 	strcpy(buf, spec + 4);	/* after "sim:" */
 	tok = strtok_r(buf, ",", &save);
 	if (!tok)
-		return pnm_error(-EINVAL, "%s: expected sim:N", spec);
+		return npnm_priv_error(-EINVAL, "%s: expected sim:N", spec);
 	errno = 0;
 	v = strtoul(tok, &end, 10);
 	if (errno || end == tok || *end || v > 255)
-		return pnm_error(-EINVAL, "%s: device number must be 0..255", spec);
+		return npnm_priv_error(-EINVAL, "%s: device number must be 0..255", spec);
 	o->index = (unsigned int)v;
 	while ((tok = strtok_r(NULL, ",", &save))) {
 		char *val = strchr(tok, '=');
 
 		if (!val)
-			return pnm_error(-EINVAL, "%s: option '%s' needs a value", spec, tok);
+			return npnm_priv_error(-EINVAL, "%s: option '%s' needs a value", spec, tok);
 		*val++ = 0;
 		if (!strcmp(tok, "mem")) {
 			if (nelssa_parse_size(val, &o->mem) || o->mem < 16 * SIM_ALIGN)
-				return pnm_error(-EINVAL, "%s: mem=%s: need a size of at least 64K",
+				return npnm_priv_error(-EINVAL, "%s: mem=%s: need a size of at least 64K",
 						 spec, val);
 			o->set |= SIM_OPT_MEM;
 		} else if (!strcmp(tok, "cores")) {
 			v = strtoul(val, &end, 10);
 			if (end == val || *end || v < 1 || v > 256)
-				return pnm_error(-EINVAL, "%s: cores=%s: need 1..256", spec, val);
+				return npnm_priv_error(-EINVAL, "%s: cores=%s: need 1..256", spec, val);
 			o->cores = (unsigned int)v;
 			o->set |= SIM_OPT_CORES;
 		} else if (!strcmp(tok, "isa")) {
 			int isa = nfw_isa_parse(val);
 
 			if (isa < 0)
-				return pnm_error(-EINVAL, "%s: isa=%s: need auto, scalar, avx2, avx512 "
+				return npnm_priv_error(-EINVAL, "%s: isa=%s: need auto, scalar, avx2, avx512 "
 						 "or neon", spec, val);
 			if (!nfw_isa_supported((enum nfw_isa)isa))
-				return pnm_error(-EOPNOTSUPP, "%s: isa=%s: not supported by this "
+				return npnm_priv_error(-EOPNOTSUPP, "%s: isa=%s: not supported by this "
 						 "CPU or build", spec, val);
 			o->isa = (enum nfw_isa)isa;
 			o->set |= SIM_OPT_ISA;
 		} else if (!strcmp(tok, "spin_us")) {
 			v = strtoul(val, &end, 10);
 			if (end == val || *end || v > 1000000)
-				return pnm_error(-EINVAL, "%s: spin_us=%s: need 0..1000000", spec, val);
+				return npnm_priv_error(-EINVAL, "%s: spin_us=%s: need 0..1000000", spec, val);
 			o->spin_ns = (uint64_t)v * 1000;
 			o->set |= SIM_OPT_SPIN;
 		} else if (!strcmp(tok, "cpus")) {
 			if (parse_cpus(val, o))
-				return pnm_error(-EINVAL, "%s: cpus=%s: need FIRST or FIRST-LAST, "
+				return npnm_priv_error(-EINVAL, "%s: cpus=%s: need FIRST or FIRST-LAST, "
 						 "CPU numbers 0..%d", spec, val, SIM_MAX_CPU);
 			o->set |= SIM_OPT_CPUS;
 		} else {
-			return pnm_error(-EINVAL, "%s: unknown option '%s' (mem, cores, isa, spin_us, "
+			return npnm_priv_error(-EINVAL, "%s: unknown option '%s' (mem, cores, isa, spin_us, "
 					 "cpus)", spec, tok);
 		}
 	}
@@ -128,13 +128,13 @@ static int create(const struct sim_opts *o, struct sim_dev **out)
 	int ret;
 
 	if (!dev)
-		return pnm_error(-ENOMEM, "out of memory");
+		return npnm_priv_error(-ENOMEM, "out of memory");
 	dev->opts = *o;
 	dev->mem = mmap(NULL, o->mem, PROT_READ | PROT_WRITE,
 			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (dev->mem == MAP_FAILED) {
 		free(dev);
-		return pnm_error(-ENOMEM, "sim:%u: cannot reserve %llu bytes of device memory",
+		return npnm_priv_error(-ENOMEM, "sim:%u: cannot reserve %llu bytes of device memory",
 				 o->index, (unsigned long long)o->mem);
 	}
 	/*
@@ -167,9 +167,9 @@ err_unmap:
 	munmap(dev->mem, o->mem);
 	free(dev);
 	if (ret == -EINVAL && o->cpu_count)
-		return pnm_error(ret, "sim:%u: cpus=%u-%u: not all CPUs this process may run on",
+		return npnm_priv_error(ret, "sim:%u: cpus=%u-%u: not all CPUs this process may run on",
 				 o->index, o->cpu_first, o->cpu_first + o->cpu_count - 1);
-	return pnm_error(ret, "sim:%u: cannot start the device runtime", o->index);
+	return npnm_priv_error(ret, "sim:%u: cannot start the device runtime", o->index);
 }
 
 int sim_dev_get(const struct sim_opts *o, struct sim_dev **out)
@@ -183,7 +183,7 @@ int sim_dev_get(const struct sim_opts *o, struct sim_dev **out)
 			break;
 	if (dev) {
 		if (conflicts(&dev->opts, o))
-			ret = pnm_error(-EBUSY, "sim:%u is already open with other options", o->index);
+			ret = npnm_priv_error(-EBUSY, "sim:%u is already open with other options", o->index);
 		else
 			dev->refs++;
 	} else {

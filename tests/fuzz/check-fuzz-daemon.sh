@@ -100,8 +100,9 @@ mk="$dir/Makefile"
 	for f in bf16 fp16 attn_dense attn_clusters lse_merge; do
 		rule "obj/n_$f.o" "$src/runtime/numeric/$f.c" "$san"
 	done
-	for f in pnm sim_dev sim_ctx kdev; do
-		rule "obj/p_$f.o" "$src/runtime/pnm/$f.c" "$san"
+	# The static build's sim backend: linked in (sim_linked.c), not loaded.
+	for f in pnm sim_dev sim_ctx sim_entry sim_linked kdev; do
+		rule "obj/p_$f.o" "$src/runtime/pnm/$f.c" "$san -DNELSSA_VERSION_STRING='\"fuzz\"'"
 	done
 	for f in clock extent log parse; do
 		rule "obj/u_$f.o" "$src/runtime/util/$f.c" "$san -DNELSSA_VERSION_STRING='\"fuzz\"'"

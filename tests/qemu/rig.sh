@@ -112,7 +112,7 @@ if [ ! -f "$out/guest-build/build.ninja" ]; then
 		die "meson setup of the guest build"
 fi
 ninja -C "$out/guest-build" tests/unit/test_pnm_sim tools/nelssactl/nelssactl \
-	firmware/devemu/nelssa-devemu >>"$log" 2>&1 ||
+	firmware/devemu/nelssa-devemu lib/libnelssa-sim.so.0.1.0 >>"$log" 2>&1 ||
 	die "guest build of test_pnm_sim, nelssactl and nelssa-devemu"
 mkdir -p "$out/root/opt/host" "$out/root/lib/x86_64-linux-gnu" "$out/root/lib64"
 cp "$out/guest-build/tests/unit/test_pnm_sim" "$out/root/opt/host/pnm_kdev"
@@ -120,6 +120,8 @@ cp "$out/guest-build/tools/nelssactl/nelssactl" "$out/root/opt/host/nelssactl"
 # shellcheck source=guest-libs.sh
 . "$src/tests/qemu/guest-libs.sh"
 copy_libs "$out/root" "$out/root/opt/host/pnm_kdev" "$out/root/opt/host/nelssactl"
+# libnelssa loads it on a sim: device, beside itself: ldd cannot see it.
+cp -L "$out/guest-build/lib/libnelssa-sim.so.0" "$out/root/lib/x86_64-linux-gnu/"
 
 # 5. Initramfs: busybox, the module, the tests, /init.
 cp /bin/busybox "$out/root/bin/busybox"

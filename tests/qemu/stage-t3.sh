@@ -99,11 +99,24 @@ cp -L /usr/lib/$multi/libibverbs/librxe-rdmav34.so "$root/usr/lib/$multi/libibve
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 cp -L /usr/lib/$multi/ucx/libuct_*.so.0 "$lib/ucx/"
 cp -L /usr/lib/$multi/libgcc_s.so.1 "$lib/"
-copy_libs "$root" "$root"/bin/rdma "$root"/bin/ib_*_lat "$root"/opt/t3/e2e_client \
+# The installed programs load the installed libraries (resolved in the
+# root, not copied); the loader finds them through the cache ldconfig
+# builds below, as after a real install.
+LD_LIBRARY_PATH=$root/usr/local/lib/$multi copy_libs "$root" "$root"/bin/rdma \
+	"$root"/bin/ib_*_lat "$root"/opt/t3/e2e_client \
 	"$root"/usr/local/bin/nelssa-step-bench "$root"/usr/local/sbin/nelssad "$root"/usr/local/bin/nelssactl \
+	"$root"/usr/local/lib/$multi/libnelssa*.so.0 \
 	"$lib"/ucx/*.so.0 "$root"/usr/lib/$multi/libibverbs/*.so "$lib"/libucs.so.0
 for l in "$lib"/libucs_signal.so.0 "$lib"/libnuma.so.1; do
 	[ -e "$l" ] || cp -L "/usr/lib/$multi/$(basename "$l")" "$lib/"
 done
 cp "$src"/tests/qemu/t3-lib.sh "$src"/tests/qemu/t3-install.sh "$src"/tests/qemu/t3-rdma.sh \
 	"$root/opt/t3/"
+
+# 6. The loader's cache over the root, with Debian's search path (which
+#    names /usr/local/lib/x86_64-linux-gnu, where make install put the
+#    shared libraries), as a package's postinst or ldconfig would.
+mkdir -p "$root/etc/ld.so.conf.d"
+echo 'include /etc/ld.so.conf.d/*.conf' >"$root/etc/ld.so.conf"
+cp /etc/ld.so.conf.d/*.conf "$root/etc/ld.so.conf.d/"
+ldconfig -r "$root" 2>>"$out/install.log" || { echo "ldconfig -r over the guest root failed"; exit 1; }
