@@ -58,16 +58,39 @@ struct nelssa_client_opts {
  */
 int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_client **out);
 
-/* Closes the connection; the daemon reclaims its sessions.  NULL is fine. */
+/**
+ * nelssa_client_close() - close a connection.
+ * @c: connection; NULL is fine.
+ *
+ * The daemon reclaims the connection's sessions.  Besides the
+ * connection's timeout, it may wait up to 2 s for each step of the UCX
+ * endpoint's close (flush, then close).
+ */
 void nelssa_client_close(struct nelssa_client *c);
 
-/* Words about the last failure ("" if none). */
+/**
+ * nelssa_client_error() - words about the last failure of a connection.
+ * @c: connection; NULL (what a connect that ran out of memory leaves) is
+ *	fine.
+ *
+ * Return: the message of the connection's last failure, "" if none;
+ * "out of memory" for a NULL @c.
+ */
 const char *nelssa_client_error(const struct nelssa_client *c);
 
-/* Sets the most any later call waits, in ms (0: 30 s). */
+/**
+ * nelssa_client_set_timeout() - set the most any later call waits.
+ * @c: connection.
+ * @timeout_ms: the timeout in ms (0: 30 s).
+ */
 void nelssa_client_set_timeout(struct nelssa_client *c, uint32_t timeout_ms);
 
-/* Devices the daemon serves with, from its HELLO_OK. */
+/**
+ * nelssa_client_devices() - how many PNM devices the daemon serves with.
+ * @c: connection.
+ *
+ * Return: the device count from the daemon's HELLO_OK.
+ */
 uint32_t nelssa_client_devices(const struct nelssa_client *c);
 
 /**
@@ -99,7 +122,17 @@ struct nelssa_session_cfg {
 int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_cfg *cfg,
 			  uint64_t *session);
 
-/* Ends a session, freeing its device memory. */
+/**
+ * nelssa_client_session_close() - end a session, freeing its device memory.
+ * @c: connection.
+ * @session: a session created on this connection.
+ *
+ * The connection forgets the session before it asks the daemon, so it is
+ * gone here even when the daemon's answer is an error.
+ *
+ * Return: 0, -ENOENT (no such session on this connection), or the
+ * daemon's refusal, -ETIMEDOUT, -ECONNRESET.
+ */
 int nelssa_client_session_close(struct nelssa_client *c, uint64_t session);
 
 /**
@@ -115,11 +148,19 @@ int nelssa_client_session_close(struct nelssa_client *c, uint64_t session);
 int nelssa_client_request(struct nelssa_client *c, uint64_t session, uint64_t request,
 			  uint32_t max_tokens, uint32_t max_clusters);
 
-/* Releases a request's room. */
+/**
+ * nelssa_client_request_free() - release a request's room.
+ * @c: connection.
+ * @session: its session.
+ * @request: the id given to nelssa_client_request().
+ *
+ * Return: 0, or the daemon's refusal (such as -ENOENT), -ETIMEDOUT,
+ * -ECONNRESET.
+ */
 int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64_t request);
 
 /**
- * nelssa_client_offload() - send clusters [@from, ix->n_clusters) of one
+ * nelssa_client_offload() - send clusters [from, ix->n_clusters) of one
  *	(request, layer, KV head) with their K and V rows.
  * @c: connection.
  * @session: session.
@@ -241,7 +282,14 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending *p,
 			    uint32_t timeout_ms, struct nelssa_step_times *t);
 
-/* Gives up on a step in flight; its reply, if it comes, is dropped. */
+/**
+ * nelssa_client_step_cancel() - give up on a step in flight.
+ * @c: connection.
+ * @p: the handle from nelssa_client_step_send(); NULL, or a handle of
+ *	another connection, is ignored.
+ *
+ * The step's reply, if it comes, is dropped and the handle is spent.
+ */
 void nelssa_client_step_cancel(struct nelssa_client *c, struct nelssa_step_pending *p);
 
 /**

@@ -52,18 +52,50 @@ struct nelssa_model_profile {
 	double compression, select;
 };
 
-/* M_kv: KV bytes per token over all layers (K and V). */
+/**
+ * nelssa_kv_bytes_per_token() - M_kv, the KV bytes of one token.
+ * @m: model.
+ *
+ * Return: KV bytes per token over all layers, K and V:
+ * 2 * layers * kv_heads * head_dim * elem_bytes.
+ */
 double nelssa_kv_bytes_per_token(const struct nelssa_model_profile *m);
 
-/* T_comm(N) for a whole decode step (all layers), seconds. */
+/**
+ * nelssa_t_comm() - T_comm(N), the communication cost of a decode step.
+ * @hw: hardware.
+ * @m: model.
+ * @n_dev: PNM devices.
+ *
+ * Return: seconds for a whole decode step (all layers):
+ * layers * (t_base + @n_dev * t_dev + (t_host when @n_dev > 1)).
+ */
 double nelssa_t_comm(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
 		     uint32_t n_dev);
 
-/* T_gpu(L): dense decode attention of one request of @len tokens on the GPU, s. */
+/**
+ * nelssa_t_gpu() - T_gpu(L), dense decode attention on the GPU.
+ * @hw: hardware.
+ * @m: model.
+ * @len: the request's context, tokens.
+ *
+ * Return: seconds of dense decode attention of one request of @len tokens
+ * on the GPU (one step, all layers): @len * M_kv / gpu_bw.
+ */
 double nelssa_t_gpu(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
 		    double len);
 
-/* T_pnm(L, N): centroids on the GPU + sparse attention on N devices + T_comm, s. */
+/**
+ * nelssa_t_pnm() - T_pnm(L, N), decode attention with the PNM tier.
+ * @hw: hardware.
+ * @m: model.
+ * @len: the request's context, tokens.
+ * @n_dev: PNM devices, at least 1.
+ *
+ * Return: seconds of one decode step of one request of @len tokens:
+ * centroids on the GPU (@len M_kv / (C gpu_bw)) + sparse attention on
+ * @n_dev devices (S @len M_kv / (@n_dev pnm_bw)) + T_comm(@n_dev).
+ */
 double nelssa_t_pnm(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
 		    double len, uint32_t n_dev);
 
@@ -106,7 +138,13 @@ int nelssa_hw_profile_builtin(const char *name, struct nelssa_hw_profile *hw);
 int nelssa_hw_profile_load(const char *path, struct nelssa_hw_profile *hw, char *err,
 			   size_t err_len);
 
-/* Where a request runs, or why it waits. */
+/**
+ * enum nelssa_route - where a request runs, or why it waits.
+ * @NELSSA_ROUTE_GPU: on the GPU.
+ * @NELSSA_ROUTE_PNM: on the PNM tier (admitted: counted by the router).
+ * @NELSSA_ROUTE_QUEUE: bound for the PNM tier, which is at a cap now.
+ * @NELSSA_ROUTE_REFUSE: its KV fits neither tier, ever: refuse it.
+ */
 enum nelssa_route {
 	NELSSA_ROUTE_GPU = 0,
 	NELSSA_ROUTE_PNM = 1,
@@ -181,7 +219,16 @@ struct nelssa_router {
 int nelssa_router_init(struct nelssa_router *r, const struct nelssa_hw_profile *hw,
 		       const struct nelssa_model_profile *m, uint32_t n_dev);
 
-/* Seconds per decode step the PNM tier takes for @tokens admitted tokens in @reqs requests. */
+/**
+ * nelssa_pnm_step_time() - the PNM tier's decode step at a given load.
+ * @r: the router.
+ * @tokens: admitted tokens, of all the tier's requests.
+ * @reqs: the requests they belong to.
+ *
+ * Return: seconds per decode step the PNM tier takes for @tokens admitted
+ * tokens in @reqs requests: their sparse reads on the router's devices
+ * plus T_comm; 0 when @reqs is 0.
+ */
 double nelssa_pnm_step_time(const struct nelssa_router *r, double tokens, uint32_t reqs);
 
 /**
@@ -207,11 +254,17 @@ struct nelssa_route_query {
 /* What nelssa_router_fits() answers. */
 enum { NELSSA_FITS_GPU = 1, NELSSA_FITS_PNM = 2 };
 
-/*
- * Where a request of @final_len tokens at its end can ever run: on the
- * GPU when its KV fits gpu_kv; on the PNM tier when its KV fits the PNM
- * memory cap and its centroids and window the GPU memory cap, the tier
- * otherwise empty.  A bitmask of NELSSA_FITS_*.
+/**
+ * nelssa_router_fits() - where a request can ever run.
+ * @r: the router.
+ * @final_len: the request's length at its end, tokens.
+ *
+ * On the GPU when its KV fits gpu_kv; on the PNM tier when its KV fits
+ * the PNM memory cap and its centroids and window the GPU memory cap, the
+ * tier otherwise empty.
+ *
+ * Return: a bitmask of NELSSA_FITS_GPU and NELSSA_FITS_PNM; 0 when it
+ * fits neither.
  */
 int nelssa_router_fits(const struct nelssa_router *r, double final_len);
 
@@ -236,19 +289,47 @@ int nelssa_router_fits(const struct nelssa_router *r, double final_len);
  */
 enum nelssa_route nelssa_route(struct nelssa_router *r, const struct nelssa_route_query *q);
 
-/*
+/**
+ * nelssa_route_request() - route a new request of a known length.
+ * @r: the router.
+ * @len: its context, tokens; also its length at its end.
+ *
  * nelssa_route() of a new request of @len tokens that ends at @len, the
- * GPU's free memory unknown.
+ * GPU's free memory unknown (@gpu_free 0), not pinned, behind no one.
+ *
+ * Return: enum nelssa_route.
  */
 enum nelssa_route nelssa_route_request(struct nelssa_router *r, double len);
 
-/* A PNM request of @len tokens now and @final_len reserved left the tier. */
+/**
+ * nelssa_router_leave() - a request left the PNM tier.
+ * @r: the router.
+ * @len: its tokens now.
+ * @final_len: the tokens reserved for it at admission (its length at its
+ *	end).
+ *
+ * Takes the request out of the tier's counts (never below zero), and out
+ * of those of the requests only the tier can hold when it is one.
+ */
 void nelssa_router_leave(struct nelssa_router *r, double len, double final_len);
 
-/* nelssa_router_leave() of a request admitted by nelssa_route_request(). */
+/**
+ * nelssa_router_release() - a request admitted by nelssa_route_request() left.
+ * @r: the router.
+ * @len: its tokens now.
+ *
+ * nelssa_router_leave(@r, @len, @len).
+ */
 void nelssa_router_release(struct nelssa_router *r, double len);
 
-/* A PNM request ending at @final_len tokens produced @tokens more (its context grew). */
+/**
+ * nelssa_router_grow() - a PNM request's context grew.
+ * @r: the router.
+ * @tokens: tokens it produced.
+ * @final_len: its length at its end (tells which class it is in).
+ *
+ * Adds @tokens to the tier's tokens now; its reservation is unchanged.
+ */
 void nelssa_router_grow(struct nelssa_router *r, double tokens, double final_len);
 
 /**
@@ -289,13 +370,23 @@ double nelssa_pnm_step_of(const struct nelssa_router *r, double final_len, doubl
 int nelssa_pick_migration(const struct nelssa_router *r, const double *ctx, size_t n,
 			  double gpu_kv_used, double high_water);
 
-/*
- * nelssa_pick_migration() with each candidate's length at its end in
- * @final_ctx (NULL: @ctx), which the PNM tier must reserve, and one more
- * condition: its pause while ctx M_kv crosses at net_bw, spread over its
- * remaining tokens, is at most cap_migrate_pause x cap_step per token --
- * a request near its end is not worth moving.  The caller then routes it
- * with nelssa_route().
+/**
+ * nelssa_pick_migration_final() - the GPU request to move, knowing its end.
+ * @r: the router.
+ * @ctx: current context lengths of the GPU's requests.
+ * @final_ctx: each one's length at its end, which the PNM tier must
+ *	reserve; NULL: @ctx (then this is nelssa_pick_migration()).
+ * @n: how many.
+ * @gpu_kv_used: fraction of the GPU's KV memory in use.
+ * @high_water: migrate only at or above this fraction.
+ *
+ * nelssa_pick_migration() with one more condition when @final_ctx is
+ * given: the candidate's pause while ctx M_kv crosses at net_bw, spread
+ * over its remaining tokens, is at most cap_migrate_pause x cap_step per
+ * token -- a request near its end is not worth moving.
+ *
+ * Return: its index, or -1 (below the watermark, no candidate, or none
+ * admissible).  The caller then routes it with nelssa_route().
  */
 int nelssa_pick_migration_final(const struct nelssa_router *r, const double *ctx,
 				const double *final_ctx, size_t n, double gpu_kv_used,
@@ -343,12 +434,16 @@ struct nelssa_threshold_ctl {
 	double acc, sum_gpu, sum_pnm, still, dir;
 };
 
-/*
+/**
+ * nelssa_threshold_init() - a controller with the default settings.
+ * @c: the controller to initialise.
+ * @base: T_input from the model (nelssa_crossover()).
+ *
  * Defaults: period 60 s, gain 0.2, deadband 0.15, max_step 0.25, hold
- * 120 s, x in [-2, 0]: the threshold moves between a quarter of the
- * model's crossover and the crossover itself, never above it (above it
- * the PNM tier is the faster one for a request alone, and long requests
- * moved to the GPU fill its memory).
+ * 120 s, x in [-2, 0], starting at x = 0: the threshold moves between a
+ * quarter of the model's crossover and the crossover itself, never above
+ * it (above it the PNM tier is the faster one for a request alone, and
+ * long requests moved to the GPU fill its memory).
  */
 void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base);
 

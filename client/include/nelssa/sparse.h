@@ -41,7 +41,7 @@ int nelssa_centroid_scores(const float *q, uint32_t group, uint32_t head_dim, fl
 			   float *score);
 
 /**
- * nelssa_topk() - the @k best clusters by score.
+ * nelssa_topk() - the k best clusters by score.
  * @score: [@n_clusters], as from nelssa_centroid_scores(); NaN is invalid.
  * @n_clusters: number of clusters.
  * @k: how many to select.
@@ -340,7 +340,13 @@ int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kme
 int nelssa_kmeans_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 			 enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new);
 
-/* Frees what the index holds and zeroes it. */
+/**
+ * nelssa_kmeans_free() - free what an index holds.
+ * @ix: an index from nelssa_kmeans_build() (not NULL); a zeroed one is fine.
+ *
+ * Frees the index's arrays and zeroes it; the struct itself is the
+ * caller's.
+ */
 void nelssa_kmeans_free(struct nelssa_cluster_index *ix);
 
 /**
@@ -477,7 +483,7 @@ int nelssa_token_mass(const struct nelssa_attn_geom *geom, const float *q, const
 		      uint32_t n_tokens, double *mass);
 
 /**
- * nelssa_oracle_tokens() - the @budget tokens of largest attention mass.
+ * nelssa_oracle_tokens() - the budget tokens of largest attention mass.
  * @geom: shape.
  * @q: fp32 [group][head_dim].
  * @k: K rows [@n_tokens][head_dim].

@@ -23,7 +23,13 @@
 extern "C" {
 #endif
 
-/* Same values as NPNM_DTYPE_* in <linux/nelssa_pnm.h>; 0 is invalid. */
+/**
+ * enum nelssa_kv_dtype - element type of K and V rows.
+ * @NELSSA_KV_BF16: bfloat16.
+ * @NELSSA_KV_FP16: IEEE binary16.
+ *
+ * Same values as NPNM_DTYPE_* in <linux/nelssa_pnm.h>; 0 is invalid.
+ */
 enum nelssa_kv_dtype {
 	NELSSA_KV_BF16 = 1,
 	NELSSA_KV_FP16 = 2,
@@ -50,6 +56,8 @@ struct nelssa_attn_geom {
 /**
  * struct nelssa_cluster - one cluster of a cluster-contiguous KV layout:
  * tokens [first, first + count).  Same layout as struct npnm_cluster.
+ * @first: row of the cluster's first token.
+ * @count: number of tokens (rows) in the cluster.
  */
 struct nelssa_cluster {
 	uint32_t first;
@@ -58,6 +66,11 @@ struct nelssa_cluster {
 
 /**
  * struct nelssa_attn_run - streaming softmax state of one work item.
+ * @geom: copy of the geometry given to nelssa_attn_begin().
+ * @q: the caller's queries, fp32 [group][head_dim].
+ * @o: the caller's output buffer, fp32 [group][head_dim].
+ * @max: running maximum logit per query row.
+ * @sum: running sum of exp(logit - max) per query row.
  *
  * Between nelssa_attn_begin() and nelssa_attn_end() the caller's output
  * buffer holds the unnormalised accumulator; @max and @sum are the running
@@ -71,7 +84,16 @@ struct nelssa_attn_run {
 	float sum[NELSSA_ATTN_MAX_GROUP];
 };
 
-/* 0 when @geom is usable, -EINVAL otherwise. */
+/**
+ * nelssa_attn_geom_check() - check that a geometry is usable.
+ * @geom: the geometry; may be NULL.
+ *
+ * Usable means: @geom not NULL, head_dim 1..NELSSA_ATTN_MAX_HEAD_DIM,
+ * group 1..NELSSA_ATTN_MAX_GROUP, kv_dtype NELSSA_KV_BF16 or
+ * NELSSA_KV_FP16, and scale positive and finite.
+ *
+ * Return: 0 when @geom is usable, -EINVAL otherwise.
+ */
 int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom);
 
 /*
@@ -90,17 +112,52 @@ static inline size_t nelssa_kv_elem_bytes(enum nelssa_kv_dtype dtype)
 	}
 }
 
-/* Bytes of one K or V row: head_dim elements of the geometry's type. */
+/**
+ * nelssa_attn_row_bytes() - bytes of one K or V row.
+ * @geom: the geometry (not NULL).
+ *
+ * Return: head_dim elements of the geometry's KV type, in bytes
+ * (head_dim * nelssa_kv_elem_bytes(kv_dtype)); 0 for an unknown type.
+ */
 size_t nelssa_attn_row_bytes(const struct nelssa_attn_geom *geom);
 
-/*
- * Streaming interface: begin(), feed() any number of contiguous token
- * blocks, end().  @q is fp32 [group][head_dim]; @o receives fp32
- * [group][head_dim] and @lse fp32 [group].  Returns 0 or -EINVAL.
+/**
+ * nelssa_attn_begin() - start a streaming attention work item.
+ * @run: the state to initialise.
+ * @geom: the geometry; checked with nelssa_attn_geom_check() and copied.
+ * @q: queries, fp32 [group][head_dim]; must stay valid until
+ *	nelssa_attn_end().
+ * @o: output buffer, fp32 [group][head_dim]; zeroed here, it holds the
+ *	unnormalised accumulator until nelssa_attn_end().
+ *
+ * Streaming interface: nelssa_attn_begin(), nelssa_attn_feed() any number
+ * of contiguous token blocks, nelssa_attn_end().
+ *
+ * Return: 0, or -EINVAL for an unusable @geom (@run and @o untouched).
  */
 int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom *geom,
 		      const float *q, float *o);
+
+/**
+ * nelssa_attn_feed() - fold a contiguous block of tokens into a work item.
+ * @run: a state started with nelssa_attn_begin().
+ * @k: K rows [@n_tokens][head_dim] of the geometry's KV type.
+ * @v: V rows, likewise.
+ * @n_tokens: number of tokens in the block; 0 does nothing.
+ *
+ * Each K and V row is read once; the running maximum and sum of every
+ * query row are updated with an online softmax in fp32.
+ */
 void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v, size_t n_tokens);
+
+/**
+ * nelssa_attn_end() - finish a work item: normalise its outputs.
+ * @run: a state started with nelssa_attn_begin().
+ * @lse: receives the LSE of each query row, fp32 [group].
+ *
+ * Divides each output row by its sum and writes lse = max + log(sum).  A
+ * row that saw no tokens gives the empty state: o = 0, lse = -inf.
+ */
 void nelssa_attn_end(struct nelssa_attn_run *run, float *lse);
 
 /*
@@ -116,20 +173,59 @@ static inline float nelssa_dot_f32(const float *a, const float *b, uint32_t n)
 	return acc;
 }
 
-/* Widen @n K/V elements of type @dtype to fp32. */
+/**
+ * nelssa_kv_widen() - widen K/V elements to fp32.
+ * @dst: receives @n floats.
+ * @src: @n elements of type @dtype.
+ * @n: number of elements.
+ * @dtype: NELSSA_KV_BF16 or NELSSA_KV_FP16 (any other value is read as
+ *	fp16).
+ *
+ * Exact: nelssa_bf16_to_f32_n() or nelssa_fp16_to_f32_n().
+ */
 void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype dtype);
 
-/* Dense attention of one query group over @n_tokens K/V rows. */
+/**
+ * nelssa_attn_dense() - dense attention of one query group over K/V rows.
+ * @geom: the geometry.
+ * @q: queries, fp32 [group][head_dim].
+ * @k: K rows [@n_tokens][head_dim] of the geometry's KV type.
+ * @v: V rows, likewise.
+ * @n_tokens: number of tokens; 0 gives the empty state.
+ * @o: receives the outputs, fp32 [group][head_dim].
+ * @lse: receives the LSEs, fp32 [group].
+ *
+ * nelssa_attn_begin(), one nelssa_attn_feed() of all the rows, and
+ * nelssa_attn_end().
+ *
+ * Return: 0, or -EINVAL for an unusable @geom (@o and @lse untouched).
+ */
 int nelssa_attn_dense(const struct nelssa_attn_geom *geom, const float *q, const void *k,
 		      const void *v, size_t n_tokens, float *o, float *lse);
 
-/*
- * Attention over the union of the selected clusters of a cluster-contiguous
- * KV store (@k and @v hold @n_tokens rows; @table has @n_clusters entries).
+/**
+ * nelssa_attn_clusters() - attention over the union of selected clusters.
+ * @geom: the geometry.
+ * @q: queries, fp32 [group][head_dim].
+ * @k: K rows [@n_tokens][head_dim] of a cluster-contiguous KV store, of
+ *	the geometry's KV type.
+ * @v: V rows, likewise.
+ * @n_tokens: rows in @k and @v.
+ * @table: the clusters, @n_clusters entries.
+ * @n_clusters: number of entries in @table.
+ * @sel: ids of the selected clusters, @n_sel of them.
+ * @n_sel: number of selected clusters; 0 gives the empty state.
+ * @o: receives the outputs, fp32 [group][head_dim].
+ * @lse: receives the LSEs, fp32 [group].
+ *
  * Every selected id must be below @n_clusters and appear once, and every
- * table entry it names must lie inside the @n_tokens rows; otherwise
- * -EINVAL is returned and @o and @lse are left untouched.  -ENOMEM if the
- * duplicate check cannot allocate.
+ * table entry it names must lie inside the @n_tokens rows.  Everything is
+ * validated before the first output is written; each selected cluster is
+ * then streamed as one contiguous block into the same softmax state.
+ *
+ * Return: 0; -EINVAL for an unusable @geom or a bad selection (@o and
+ * @lse are left untouched); -ENOMEM if the duplicate check cannot
+ * allocate.
  */
 int nelssa_attn_clusters(const struct nelssa_attn_geom *geom, const float *q, const void *k,
 			 const void *v, uint32_t n_tokens, const struct nelssa_cluster *table,

@@ -52,12 +52,72 @@ static inline uint16_t nelssa_f32_to_bf16(float f)
 	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+/**
+ * nelssa_fp16_to_f32() - widen one IEEE binary16 value to binary32.
+ * @h: the binary16 bits.
+ *
+ * Exact: every binary16 value, subnormals included, is representable in
+ * binary32.  Infinities stay infinite and a NaN stays a NaN with its sign
+ * and payload kept in the leading fraction bits.
+ *
+ * Return: the value as a float.
+ */
 float nelssa_fp16_to_f32(uint16_t h);
+
+/**
+ * nelssa_f32_to_fp16() - narrow one binary32 value to IEEE binary16.
+ * @f: the value.
+ *
+ * Rounds to nearest, ties to even.  Magnitudes of 65520 (65504 plus half
+ * an ulp) and above become infinity; magnitudes below 2^-14 round to a
+ * subnormal or a signed zero.  A NaN stays a NaN (quieted, sign and
+ * leading payload kept).
+ *
+ * Return: the binary16 bits.
+ */
 uint16_t nelssa_f32_to_fp16(float f);
 
+/**
+ * nelssa_bf16_to_f32_n() - widen an array of bfloat16 values to binary32.
+ * @dst: receives @n floats.
+ * @src: @n bfloat16 values.
+ * @n: number of elements.
+ *
+ * Element by element nelssa_bf16_to_f32(), exact; a branch-free loop the
+ * compiler vectorises.
+ */
 void nelssa_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+
+/**
+ * nelssa_f32_to_bf16_n() - narrow an array of binary32 values to bfloat16.
+ * @dst: receives @n bfloat16 values.
+ * @src: @n floats.
+ * @n: number of elements.
+ *
+ * Element by element nelssa_f32_to_bf16(): round to nearest, ties to
+ * even, NaN kept a (quiet) NaN; a branch-free loop the compiler vectorises.
+ */
 void nelssa_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+
+/**
+ * nelssa_fp16_to_f32_n() - widen an array of IEEE binary16 values to binary32.
+ * @dst: receives @n floats.
+ * @src: @n binary16 values.
+ * @n: number of elements.
+ *
+ * Element by element nelssa_fp16_to_f32(), exact.
+ */
 void nelssa_fp16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+
+/**
+ * nelssa_f32_to_fp16_n() - narrow an array of binary32 values to IEEE binary16.
+ * @dst: receives @n binary16 values.
+ * @src: @n floats.
+ * @n: number of elements.
+ *
+ * Element by element nelssa_f32_to_fp16(): round to nearest, ties to
+ * even, overflow to infinity, NaN kept a (quiet) NaN.
+ */
 void nelssa_f32_to_fp16_n(uint16_t *dst, const float *src, size_t n);
 
 #ifdef __cplusplus

@@ -21,17 +21,36 @@
 extern "C" {
 #endif
 
-/*
- * Merge state b into state a, row by row: @o_a and @o_b are [rows][d],
- * @lse_a and @lse_b are [rows].  @o_a/@lse_a are updated in place.
+/**
+ * nelssa_lse_merge() - merge state b into state a, row by row.
+ * @o_a: outputs of state a, fp32 [@rows][@d]; updated in place.
+ * @lse_a: LSEs of state a, fp32 [@rows]; updated in place.
+ * @o_b: outputs of state b, fp32 [@rows][@d].
+ * @lse_b: LSEs of state b, fp32 [@rows].
+ * @rows: number of rows.
+ * @d: elements per output row.
+ *
+ * Empty rows (lse -inf or +inf) contribute nothing; two empty rows give
+ * (0, -inf).  A NaN lse in either state makes the row's output and lse
+ * NaN.
  */
 void nelssa_lse_merge(float *o_a, float *lse_a, const float *o_b, const float *lse_b,
 		      uint32_t rows, uint32_t d);
 
-/*
- * Merge @n states into (@o, @lse) in one pass: state i is (@o_in[i],
- * @lse_in[i]), each [rows][d] and [rows].  n = 0 gives the empty state.
- * @o may not alias any input.
+/**
+ * nelssa_lse_merge_n() - merge n states into one in a single pass.
+ * @o: receives the merged outputs, fp32 [@rows][@d]; may not alias any
+ *	input.
+ * @lse: receives the merged LSEs, fp32 [@rows].
+ * @o_in: @n pointers; state i's outputs are @o_in[i], fp32 [@rows][@d].
+ * @lse_in: @n pointers; state i's LSEs are @lse_in[i], fp32 [@rows].
+ * @n: number of states; 0 gives the empty state (0, -inf).
+ * @rows: number of rows.
+ * @d: elements per output row.
+ *
+ * Empty rows (lse -inf or +inf) contribute nothing; a row empty in every
+ * state gives (0, -inf).  A NaN lse in any state makes the row's output
+ * and lse NaN.
  */
 void nelssa_lse_merge_n(float *o, float *lse, const float *const *o_in,
 			const float *const *lse_in, size_t n, uint32_t rows, uint32_t d);

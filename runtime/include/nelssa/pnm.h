@@ -49,17 +49,38 @@ struct nelssa_pnm;
 int nelssa_pnm_open(const char *name, struct nelssa_pnm **out);
 
 /**
- * nelssa_pnm_close() - abort queued commands, wait for running ones, free
- * every region of the context and close it.  Mappings die with it.
+ * nelssa_pnm_close() - close a context.
  * @pnm: context, may be NULL.
+ *
+ * Aborts queued commands, waits for running ones, frees every region of
+ * the context and closes it.  Mappings die with it.
  */
 void nelssa_pnm_close(struct nelssa_pnm *pnm);
 
-/* Name the context was opened with, and its backend ("sim", "kdev"). */
+/**
+ * nelssa_pnm_name() - the name the context was opened with.
+ * @pnm: context.
+ *
+ * Return: the name given to nelssa_pnm_open(); valid while @pnm is open.
+ */
 const char *nelssa_pnm_name(const struct nelssa_pnm *pnm);
+
+/**
+ * nelssa_pnm_backend() - the backend serving the context.
+ * @pnm: context.
+ *
+ * Return: "sim" or "kdev"; a static string.
+ */
 const char *nelssa_pnm_backend(const struct nelssa_pnm *pnm);
 
-/* Device facts: struct npnm_info as NPNM_IOC_GET_INFO returns it. */
+/**
+ * nelssa_pnm_info() - device facts.
+ * @pnm: context.
+ * @info: receives struct npnm_info as NPNM_IOC_GET_INFO returns it
+ *	(zeroed first).
+ *
+ * Return: 0, or a negative errno.
+ */
 int nelssa_pnm_info(struct nelssa_pnm *pnm, struct npnm_info *info);
 
 /* Memory API */
@@ -98,7 +119,14 @@ int nelssa_pnm_mem_free(struct nelssa_pnm *pnm, uint32_t handle);
  */
 int nelssa_pnm_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size);
 
-/* Undo nelssa_pnm_mem_map(); -EINVAL when @addr is not a mapping. */
+/**
+ * nelssa_pnm_mem_unmap() - undo nelssa_pnm_mem_map().
+ * @pnm: context.
+ * @addr: an address nelssa_pnm_mem_map() returned in this context.
+ *
+ * Return: 0, -EINVAL when @addr is not a mapping of this context, or (on
+ * a kdev context) the error of munmap(2).
+ */
 int nelssa_pnm_mem_unmap(struct nelssa_pnm *pnm, void *addr);
 
 /**
@@ -114,7 +142,21 @@ int nelssa_pnm_mem_unmap(struct nelssa_pnm *pnm, void *addr);
  */
 int nelssa_pnm_mem_write(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset,
 			 const void *src, size_t len);
-/* The reverse copy, with the same rules. */
+
+/**
+ * nelssa_pnm_mem_read() - copy a region into host memory (bulk path).
+ * @pnm: context.
+ * @handle: region handle.
+ * @offset: byte offset in the region.
+ * @dst: destination.
+ * @len: bytes.
+ *
+ * The reverse of nelssa_pnm_mem_write(), with the same rules: it bypasses
+ * the command queue.
+ *
+ * Return: 0, or -EINVAL when [@offset, @offset + @len) leaves the region
+ * or @handle is unknown.
+ */
 int nelssa_pnm_mem_read(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset, void *dst,
 			size_t len);
 
@@ -154,26 +196,46 @@ int nelssa_pnm_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint3
 int nelssa_pnm_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
 		    uint32_t max, int64_t timeout_ns);
 
-/* Non-blocking reap: nelssa_pnm_wait(pnm, comps, 0, max, 0). */
+/**
+ * nelssa_pnm_poll() - reap completions without blocking.
+ * @pnm: context.
+ * @comps: receives completions.
+ * @max: capacity of @comps (>= 1).
+ *
+ * nelssa_pnm_wait(@pnm, @comps, 0, @max, 0), except that finding none is
+ * not an error.
+ *
+ * Return: completions written (0 when none was waiting), or -EINVAL.
+ */
 int nelssa_pnm_poll(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t max);
 
 /**
- * nelssa_pnm_event_fd() - a file descriptor that polls readable (POLLIN)
- * while completions are waiting to be reaped; for poll/epoll loops.  It
- * belongs to the context: do not read or close it.
+ * nelssa_pnm_event_fd() - a file descriptor for poll/epoll loops.
  * @pnm: context.
+ *
+ * The descriptor polls readable (POLLIN) while completions are waiting to
+ * be reaped.  It belongs to the context: do not read or close it.
+ *
+ * Return: the file descriptor, valid until the context is closed.
  */
 int nelssa_pnm_event_fd(struct nelssa_pnm *pnm);
 
-/* Commands queued or running, not yet reaped. */
+/**
+ * nelssa_pnm_inflight() - commands submitted and not yet reaped.
+ * @pnm: context.
+ *
+ * Return: the number of commands queued or running, or completed but not
+ * yet reaped.
+ */
 uint32_t nelssa_pnm_inflight(struct nelssa_pnm *pnm);
 
 /**
- * nelssa_pnm_exec() - run one command and wait for it, without disturbing
- * the completions of asynchronous commands.
+ * nelssa_pnm_exec() - run one command and wait for it.
  * @pnm: context.
  * @cmd: descriptor.
  * @comp: receives the completion; may be NULL.
+ *
+ * The completions of asynchronous commands are not disturbed.
  *
  * Return: the command's result (0, -EIO, -ETIMEDOUT, -ECANCELED) or a
  * submission error.
@@ -181,10 +243,22 @@ uint32_t nelssa_pnm_inflight(struct nelssa_pnm *pnm);
 int nelssa_pnm_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
 		    struct npnm_completion *comp);
 
-/* Text for an NPNM_ST_* status ("bad operand", ...). */
+/**
+ * nelssa_pnm_status_str() - text for a completion status.
+ * @status: an NPNM_ST_* value.
+ *
+ * Return: a static string ("ok", "operand out of bounds", ...);
+ * "unknown status" for a value the library does not know.
+ */
 const char *nelssa_pnm_status_str(uint32_t status);
 
-/* Words about the last failure of a call on this thread ("" if none). */
+/**
+ * nelssa_pnm_strerror() - words about the last failure on this thread.
+ *
+ * Return: a thread-local message about the last failure of a call of the
+ * library on this thread, "" if none; the thread's next failure overwrites
+ * it.
+ */
 const char *nelssa_pnm_strerror(void);
 
 #ifdef __cplusplus
