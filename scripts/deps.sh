@@ -13,7 +13,7 @@ set -eu
 
 arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 
-pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev libucx-dev python3"
+pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev libucx-dev python3 python3-dev"
 # ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
 # checkpatch and kernel-doc from Debian's linux-source), docutils for the
 # documentation check and the man page; on x86-64 clang/lld with the arm64
@@ -27,6 +27,8 @@ pkgs_test="$pkgs_test flex bison bc libelf-dev"
 # Tier T3 and the install tests in that guest: Soft-RoCE tools, perftest,
 # and the users a package's sysusers.d entry makes.
 pkgs_test="$pkgs_test iproute2 ibverbs-providers perftest"
+# The nelssa Python package's pytest suite (tests/python/).
+pkgs_test="$pkgs_test python3-numpy python3-pytest python3-torch"
 command -v systemd-sysusers >/dev/null 2>&1 || pkgs_test="$pkgs_test systemd-standalone-sysusers"
 case "$arch" in
 amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang libclang-rt-14-dev lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
