@@ -192,7 +192,17 @@ if [ "$(id -u)" != 0 ]; then
 elif command -v setpriv >/dev/null 2>&1; then
 	chmod 711 "$out"
 	n=$((n + 1))
-	timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups "$nd" \
+	# nobody may not reach the build tree (a clone under a 0700 mktemp
+	# directory): the daemon and the NELSSA libraries it loads go beside
+	# the file, libnelssa-sim included (loaded from libnelssa's directory).
+	mkdir -p "$out/nobody"
+	cp "$nd" "$out/nobody/nelssad"
+	for l in $(ldd "$nd" | awk '/libnelssa/ { print $3 }'); do
+		cp "$l" "$(dirname "$l")"/libnelssa-sim.so.0 "$out/nobody/" 2>/dev/null
+	done
+	chmod -R a+rX "$out/nobody"
+	timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups \
+		env LD_LIBRARY_PATH="$out/nobody" "$out/nobody/nelssad" \
 		--config "$out/secret.conf" >"$out/stdout" 2>"$out/stderr"
 	got=$?
 	chmod 700 "$out"
