@@ -119,7 +119,10 @@ cp "$out/guest-build/tests/unit/test_pnm_sim" "$out/root/opt/host/pnm_kdev"
 cp "$out/guest-build/tools/nelssactl/nelssactl" "$out/root/opt/host/nelssactl"
 # shellcheck source=guest-libs.sh
 . "$src/tests/qemu/guest-libs.sh"
-copy_libs "$out/root" "$out/root/opt/host/pnm_kdev" "$out/root/opt/host/nelssactl"
+# ldd on the build's own files: their RUNPATH ($ORIGIN/../../lib) finds
+# the NELSSA libraries there, not from the copies in the root.
+copy_libs "$out/root" "$out/guest-build/tests/unit/test_pnm_sim" \
+	"$out/guest-build/tools/nelssactl/nelssactl"
 # libnelssa loads it on a sim: device, beside itself: ldd cannot see it.
 cp -L "$out/guest-build/lib/libnelssa-sim.so.0" "$out/root/lib/x86_64-linux-gnu/"
 
