@@ -31,81 +31,9 @@
 #include <nelssa/proto.h>
 #include <nelssa/util.h>
 
-#define MAX_SESSIONS 64
-#define CHUNK_BYTES (256u << 10)
-#define ACK_WINDOW 8
+#include "remote_internal.h"
 
-#define MAX_PENDING 16
-/* After a cancel, how long UCX may take to let go of a send's buffers. */
-#define CANCEL_GRACE_MS 20
-/* How long nelssa_client_close() waits for the endpoint's flush, and for its close. */
-#define CLOSE_WAIT_NS 2000000000ull
-
-/*
- * One active message being sent: UCX reads its header and data until the
- * send completes.  A send that outlives its call's timeout (a stopped or
- * wedged daemon: UCX 1.13 cannot cancel a send) is left to UCX, with its
- * buffers, on the connection's list of orphans; its completion, or the
- * endpoint's close, ends it, and nelssa_client_close() frees it.
- */
-struct send_op {
-	struct send_op *next;
-	int done;
-	ucs_status_t status;
-	void *req;		/* UCX's request while in flight */
-	void *data;		/* owned */
-	uint8_t hdr[64];
-};
-
-/* One step in flight: where its reply goes. */
-struct nelssa_step_pending {
-	struct nelssa_client *c;
-	uint64_t id;			/* 0: the slot is free */
-	uint32_t n, g, d;
-	float *o, *lse;
-	int done;
-	int receiving;			/* UCX writes @buf: the slot is not free */
-	int32_t status;
-	struct nelssa_reply_hdr reply;
-	uint8_t *buf;
-	size_t cap, len;
-	uint64_t t0;
-};
-
-/* A session of this connection; @token goes in every KV and STEP header. */
-struct csession {
-	uint64_t id, token;
-	struct nelssa_session_cfg cfg;
-};
-
-struct nelssa_client {
-	int fd;
-	uint32_t seq, timeout_ms, devices;
-	char err[256];
-	/* control replies: a frame being read */
-	uint8_t rbuf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
-	size_t rhave;
-	ucp_context_h ucp;
-	ucp_worker_h worker;
-	ucp_ep_h ep;
-	int efd;
-	int ep_failed;
-	/* KV acks: those of the offload in progress have cookies >= ack_base */
-	uint32_t acks_pending;
-	int32_t ack_status;
-	uint64_t next_cookie, ack_base;
-	struct send_op *orphans;
-	/* steps sent and not yet collected */
-	uint64_t next_step;
-	struct nelssa_step_pending pend[MAX_PENDING];
-	struct csession sess[MAX_SESSIONS];
-	uint32_t n_sess;
-};
-
-static int fail(struct nelssa_client *c, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(struct nelssa_client *c, int err, const char *fmt, ...)
+int nc_fail(struct nelssa_client *c, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -142,14 +70,14 @@ static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m, uint64_t dead
 	m->seq = ++c->seq;
 	ret = nelssa_msg_encode(m, buf, sizeof(buf), &len);
 	if (ret)
-		return fail(c, ret, "cannot encode %s", nelssa_msg_type_str(m->type));
+		return nc_fail(c, ret, "cannot encode %s", nelssa_msg_type_str(m->type));
 	while (off < len) {
 		struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
 		uint64_t now = nelssa_now_ms();
 		ssize_t n;
 
 		if (now >= deadline)
-			return fail(c, -ETIMEDOUT, "the daemon took no request in %u ms",
+			return nc_fail(c, -ETIMEDOUT, "the daemon took no request in %u ms",
 				    c->timeout_ms);
 		if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
 			continue;
@@ -157,7 +85,7 @@ static int ctl_send(struct nelssa_client *c, struct nelssa_msg *m, uint64_t dead
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
-			return fail(c, -ECONNRESET, "control connection lost: %s", strerror(errno));
+			return nc_fail(c, -ECONNRESET, "control connection lost: %s", strerror(errno));
 		off += (size_t)n;
 	}
 	return 0;
@@ -176,14 +104,14 @@ static int read_more(struct nelssa_client *c, size_t want, uint64_t deadline)
 		ssize_t n;
 
 		if (now >= deadline)
-			return fail(c, -ETIMEDOUT, "no reply from the daemon in %u ms", c->timeout_ms);
+			return nc_fail(c, -ETIMEDOUT, "no reply from the daemon in %u ms", c->timeout_ms);
 		if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
 			continue;
 		n = recv(c->fd, c->rbuf + c->rhave, want - c->rhave, MSG_DONTWAIT);
 		if (n == 0)
-			return fail(c, -ECONNRESET, "the daemon closed the control connection");
+			return nc_fail(c, -ECONNRESET, "the daemon closed the control connection");
 		if (n < 0 && errno != EINTR && errno != EAGAIN)
-			return fail(c, -ECONNRESET, "control connection: %s", strerror(errno));
+			return nc_fail(c, -ECONNRESET, "control connection: %s", strerror(errno));
 		if (n > 0)
 			c->rhave += (size_t)n;
 	}
@@ -200,14 +128,14 @@ static int read_reply(struct nelssa_client *c, struct nelssa_msg *r, uint64_t de
 		return ret;
 	ret = nelssa_msg_decode_hdr(c->rbuf, &h);
 	if (ret)
-		return fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
+		return nc_fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
 	ret = read_more(c, NELSSA_PROTO_HDR_BYTES + h.length, deadline);
 	if (ret)
 		return ret;
 	ret = nelssa_msg_decode(c->rbuf, c->rhave, r);
 	c->rhave = 0;
 	if (ret)
-		return fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
+		return nc_fail(c, ret, "bad reply from the daemon: %s", strerror(-ret));
 	return 0;
 }
 
@@ -216,7 +144,7 @@ static int read_reply(struct nelssa_client *c, struct nelssa_msg *r, uint64_t de
  * The late reply of an earlier call that timed out is skipped (an ERROR
  * of sequence 0 is about the connection, so it is this call's).
  */
-static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r)
+int nc_ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r)
 {
 	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	int ret = ctl_send(c, m, deadline);
@@ -229,16 +157,16 @@ static int ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa
 	if (ret)
 		return ret;
 	if (r->type == NELSSA_MSG_ERROR)
-		return fail(c, r->u.error.code, "%s", r->u.error.msg);
+		return nc_fail(c, r->u.error.code, "%s", r->u.error.msg);
 	if (r->seq != m->seq)
-		return fail(c, -EPROTO, "reply out of sequence");
+		return nc_fail(c, -EPROTO, "reply out of sequence");
 	return 0;
 }
 
 /* Data path */
 
 /* What a daemon's status means, in words. */
-static const char *refusal(int status)
+const char *nc_refusal(int status)
 {
 	if (status == -EPROTONOSUPPORT)
 		return "the daemon requires RDMA (--require-rdma) and this client reaches it "
@@ -252,7 +180,7 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 
 	(void)ep;
 	c->ep_failed = 1;
-	fail(c, -ECONNRESET, "data path to the daemon failed: %s", ucs_status_string(status));
+	nc_fail(c, -ECONNRESET, "data path to the daemon failed: %s", ucs_status_string(status));
 }
 
 static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,
@@ -270,6 +198,7 @@ static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, 
 		return UCS_OK;	/* of an offload that timed out */
 	if (c->acks_pending)
 		c->acks_pending--;
+	c->ack_seen = 1;
 	if (a.status && !c->ack_status)
 		c->ack_status = a.status;
 	return UCS_OK;
@@ -337,7 +266,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
  * a failed endpoint, or -- for transports without peer-failure detection,
  * such as shared memory -- the control connection closing.
  */
-static int wait_for(struct nelssa_client *c, const int *done, uint64_t deadline)
+int nc_wait(struct nelssa_client *c, const int *done, uint64_t deadline)
 {
 	while (!*done) {
 		struct pollfd pfd[2] = { { .fd = c->efd, .events = POLLIN },
@@ -352,18 +281,18 @@ static int wait_for(struct nelssa_client *c, const int *done, uint64_t deadline)
 			return -ECONNRESET;
 		now = nelssa_now_ms();
 		if (now >= deadline)
-			return fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
+			return nc_fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
 		if (busy || ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
 			continue;
 		poll(pfd, 2, (int)(deadline - now < 100 ? deadline - now : 100));
 		if ((pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
 		    recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
-			return fail(c, -ECONNRESET, "the daemon closed the connection");
+			return nc_fail(c, -ECONNRESET, "the daemon closed the connection");
 	}
 	return 0;
 }
 
-static void sent(void *request, ucs_status_t status, void *user_data)
+void nc_sent(void *request, ucs_status_t status, void *user_data)
 {
 	struct send_op *op = user_data;
 
@@ -372,14 +301,14 @@ static void sent(void *request, ucs_status_t status, void *user_data)
 	op->done = 1;
 }
 
-static void op_free(struct send_op *op)
+void nc_op_free(struct send_op *op)
 {
 	free(op->data);
 	free(op);
 }
 
 /* Frees the orphans UCX has finished with. */
-static void reap_orphans(struct nelssa_client *c)
+void nc_reap_orphans(struct nelssa_client *c)
 {
 	for (struct send_op **pp = &c->orphans; *pp;) {
 		struct send_op *op = *pp;
@@ -387,7 +316,7 @@ static void reap_orphans(struct nelssa_client *c)
 		if (op->done) {
 			*pp = op->next;
 			ucp_request_free(op->req);
-			op_free(op);
+			nc_op_free(op);
 		} else {
 			pp = &op->next;
 		}
@@ -400,7 +329,7 @@ static void reap_orphans(struct nelssa_client *c)
  * on return it is the caller's again, or NULL when the send outlived the
  * deadline and keeps it.
  */
-static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t hdr_len,
+int nc_am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t hdr_len,
 		   void **data, size_t len, uint64_t deadline)
 {
 	ucp_request_param_t prm = { 0 };
@@ -408,28 +337,28 @@ static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, si
 	ucs_status_ptr_t sp;
 	int ret;
 
-	reap_orphans(c);
+	nc_reap_orphans(c);
 	if (hdr_len > sizeof(op->hdr))
-		return fail(c, -EINVAL, "header of %zu bytes", hdr_len);
+		return nc_fail(c, -EINVAL, "header of %zu bytes", hdr_len);
 	op = calloc(1, sizeof(*op));
 	if (!op)
-		return fail(c, -ENOMEM, "out of memory");
+		return nc_fail(c, -ENOMEM, "out of memory");
 	memcpy(op->hdr, hdr, hdr_len);
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
 			   UCP_OP_ATTR_FIELD_FLAGS;
 	prm.flags = UCP_AM_SEND_FLAG_REPLY;
-	prm.cb.send = sent;
+	prm.cb.send = nc_sent;
 	prm.user_data = op;
 	sp = ucp_am_send_nbx(c->ep, id, op->hdr, hdr_len, *data, len, &prm);
 	if (!UCS_PTR_IS_PTR(sp)) {
 		free(op);
 		if (UCS_PTR_IS_ERR(sp))
-			return fail(c, -EIO, "send failed: %s",
+			return nc_fail(c, -EIO, "send failed: %s",
 				    ucs_status_string(UCS_PTR_STATUS(sp)));
 		return 0;
 	}
 	op->req = sp;
-	ret = wait_for(c, &op->done, deadline);
+	ret = nc_wait(c, &op->done, deadline);
 	if (ret) {
 		/* Bounded: a send UCX cannot cancel is left to it (see struct send_op). */
 		const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
@@ -446,7 +375,7 @@ static int am_send(struct nelssa_client *c, unsigned int id, const void *hdr, si
 		}
 	}
 	if (!ret && op->status != UCS_OK)
-		ret = fail(c, -EIO, "send failed: %s", ucs_status_string(op->status));
+		ret = nc_fail(c, -EIO, "send failed: %s", ucs_status_string(op->status));
 	ucp_request_free(sp);
 	free(op);
 	return ret;
@@ -495,7 +424,7 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
 	snprintf(ps, sizeof(ps), "%u", port);
 	err = getaddrinfo(host, ps, &hints, &res);
 	if (err)
-		return fail(c, -EHOSTUNREACH, "cannot resolve %s: %s", host, gai_strerror(err));
+		return nc_fail(c, -EHOSTUNREACH, "cannot resolve %s: %s", host, gai_strerror(err));
 	c->fd = -1;
 	for (ai = res; ai && c->fd < 0; ai = ai->ai_next) {
 		c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -511,7 +440,7 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
 	}
 	freeaddrinfo(res);
 	if (c->fd < 0)
-		return fail(c, -err, "cannot connect to %s:%u: %s", host, port, strerror(err));
+		return nc_fail(c, -err, "cannot connect to %s:%u: %s", host, port, strerror(err));
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return 0;
 }
@@ -533,18 +462,18 @@ static int data_path_up(struct nelssa_client *c, uint16_t port)
 	int ret;
 
 	if (!op)
-		return fail(c, -ENOMEM, "out of memory");
-	prm.cb.send = sent;
+		return nc_fail(c, -ENOMEM, "out of memory");
+	prm.cb.send = nc_sent;
 	prm.user_data = op;
 	sp = ucp_ep_flush_nbx(c->ep, &prm);
 	if (!UCS_PTR_IS_PTR(sp)) {
 		free(op);
-		return UCS_PTR_IS_ERR(sp) ? fail(c, -ECONNREFUSED, "the daemon's UCX data path "
+		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -ECONNREFUSED, "the daemon's UCX data path "
 						 "(port %u): %s", port,
 						 ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
 	}
 	op->req = sp;
-	ret = wait_for(c, &op->done, deadline);
+	ret = nc_wait(c, &op->done, deadline);
 	if (!op->done) {
 		/* Failed or the deadline: cancel, and give UCX a bounded while. */
 		const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
@@ -565,7 +494,7 @@ static int data_path_up(struct nelssa_client *c, uint16_t port)
 		c->orphans = op;
 	}
 	if (ret)
-		return fail(c, ret == -ETIMEDOUT ? ret : -ECONNREFUSED,
+		return nc_fail(c, ret == -ETIMEDOUT ? ret : -ECONNREFUSED,
 			    "the daemon's UCX data path (port %u) did not come up: %s", port, why);
 	return 0;
 }
@@ -591,23 +520,23 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	st = nelssa_link_context(0, &c->ucp);
 	if (st != UCS_OK) {
 		c->ucp = NULL;
-		return fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
+		return nc_fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
 	}
 	/* Shared memory where the daemon is on this host and UCX here has it. */
 	nelssa_link_transports(c->ucp, tls, sizeof(tls));
 	if (!nelssa_link_can_connect(tls))
-		return fail(c, -EPROTONOSUPPORT, "UCX here has no transport to reach the daemon "
+		return nc_fail(c, -EPROTONOSUPPORT, "UCX here has no transport to reach the daemon "
 			    "over (only '%s'): UCX_TLS must include tcp or an RDMA transport; "
 			    "on the daemon's host, shared memory is then used", tls);
 	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
 	m.u.hello.flags = nelssa_link_has_shm(tls) && nelssa_link_is_local(c->fd)
 			  ? NELSSA_HELLO_SHM : 0;
 	snprintf(m.u.hello.name, sizeof(m.u.hello.name), "%s", o->name ? o->name : "client");
-	ret = ctl_call(c, &m, &r);
+	ret = nc_ctl_call(c, &m, &r);
 	if (ret)
 		return ret;
 	if (r.type != NELSSA_MSG_HELLO_OK)
-		return fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
+		return nc_fail(c, -EPROTO, "expected HELLO_OK, got %s", nelssa_msg_type_str(r.type));
 	c->devices = r.u.hello_ok.devices;
 	shm = !!(r.u.hello_ok.flags & NELSSA_HELLO_SHM);
 	/* The worker carries the connection's key: the daemon takes endpoints by it. */
@@ -631,11 +560,11 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 		st = ucp_worker_set_am_recv_handler(c->worker, &ap);
 	}
 	if (st != UCS_OK)
-		return fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
+		return nc_fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));
 	st = nelssa_link_connect(c->worker, c->fd, r.u.hello_ok.data_port, shm, ep_error, c, &c->ep);
 	if (st != UCS_OK) {
 		c->ep = NULL;
-		return fail(c, -EIO, "UCX setup towards the daemon (port %u) failed: %s",
+		return nc_fail(c, -EIO, "UCX setup towards the daemon (port %u) failed: %s",
 			    r.u.hello_ok.data_port, ucs_status_string(st));
 	}
 	return data_path_up(c, r.u.hello_ok.data_port);
@@ -645,6 +574,8 @@ void nelssa_client_close(struct nelssa_client *c)
 {
 	if (!c)
 		return;
+	for (uint32_t i = 0; i < c->n_sess; i++)
+		nc_rma_session_close(&c->sess[i]);	/* keys go before their endpoint */
 	if (c->ep) {
 		ucp_request_param_t prm = { 0 };
 		ucs_status_ptr_t sp;
@@ -680,14 +611,14 @@ void nelssa_client_close(struct nelssa_client *c)
 		}
 	}
 	/* The close completed (or purged) what sends were left; free their buffers. */
-	reap_orphans(c);
+	nc_reap_orphans(c);
 	if (c->worker)
 		ucp_worker_destroy(c->worker);
 	while (c->orphans) {
 		struct send_op *op = c->orphans;	/* the worker, and UCX's hold, are gone */
 
 		c->orphans = op->next;
-		op_free(op);
+		nc_op_free(op);
 	}
 	if (c->ucp)
 		ucp_cleanup(c->ucp);
@@ -698,7 +629,7 @@ void nelssa_client_close(struct nelssa_client *c)
 	free(c);
 }
 
-static struct csession *find(struct nelssa_client *c, uint64_t id)
+struct csession *nc_find(struct nelssa_client *c, uint64_t id)
 {
 	for (uint32_t i = 0; i < c->n_sess; i++)
 		if (c->sess[i].id == id)
@@ -713,7 +644,7 @@ int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_c
 	int ret;
 
 	if (c->n_sess == MAX_SESSIONS)
-		return fail(c, -EBUSY, "at most %d sessions per connection", MAX_SESSIONS);
+		return nc_fail(c, -EBUSY, "at most %d sessions per connection", MAX_SESSIONS);
 	m.u.create.tenant = cfg->tenant;
 	m.u.create.shape = cfg->shape;
 	m.u.create.placement = cfg->placement;
@@ -721,27 +652,32 @@ int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_c
 	m.u.create.max_sel = cfg->max_sel;
 	m.u.create.capacity_tokens = cfg->capacity_tokens;
 	if (nelssa_shape_check(&cfg->shape))
-		return fail(c, -EINVAL, "bad model shape");
-	ret = ctl_call(c, &m, &r);
+		return nc_fail(c, -EINVAL, "bad model shape");
+	ret = nc_ctl_call(c, &m, &r);
 	if (ret)
 		return ret;
+	memset(&c->sess[c->n_sess], 0, sizeof(c->sess[c->n_sess]));
 	c->sess[c->n_sess].id = r.u.session_ok.session;
 	c->sess[c->n_sess].token = r.u.session_ok.token;
-	c->sess[c->n_sess++].cfg = *cfg;
-	*session = r.u.session_ok.session;
+	c->sess[c->n_sess].cfg = *cfg;
+	c->sess[c->n_sess].n_dev = r.u.session_ok.devices;
+	if ((r.u.session_ok.flags & NELSSA_SESSION_RMA) && !c->no_zero_copy)
+		nc_rma_session_open(c, &c->sess[c->n_sess]);
+	*session = c->sess[c->n_sess++].id;
 	return 0;
 }
 
 int nelssa_client_session_close(struct nelssa_client *c, uint64_t session)
 {
 	struct nelssa_msg m = { .type = NELSSA_MSG_CLOSE }, r;
-	struct csession *s = find(c, session);
+	struct csession *s = nc_find(c, session);
 
 	if (!s)
-		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+		return nc_fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
 	m.u.session.session = session;
+	nc_rma_session_close(s);
 	*s = c->sess[--c->n_sess];
-	return ctl_call(c, &m, &r);
+	return nc_ctl_call(c, &m, &r);
 }
 
 int nelssa_client_request(struct nelssa_client *c, uint64_t session, uint64_t request,
@@ -751,24 +687,38 @@ int nelssa_client_request(struct nelssa_client *c, uint64_t session, uint64_t re
 
 	m.u.req.session = session;
 	m.u.req.request = request;
+	struct csession *s = nc_find(c, session);
+	int ret;
+
 	m.u.req.max_tokens = max_tokens;
 	m.u.req.max_clusters = max_clusters;
-	return ctl_call(c, &m, &r);
+	ret = nc_ctl_call(c, &m, &r);
+	if (ret)
+		return ret;
+	if (r.type != NELSSA_MSG_REQ_OK || r.u.req_ok.request != request)
+		return nc_fail(c, -EPROTO, "expected REQ_OK for request %llu, got %s",
+			       (unsigned long long)request, nelssa_msg_type_str(r.type));
+	return s && s->rma ? nc_rma_request_add(c, s, &r) : 0;
 }
 
 int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64_t request)
 {
 	struct nelssa_msg m = { .type = NELSSA_MSG_REQ_FREE }, r;
+	struct csession *s = nc_find(c, session);
+	int ret;
 
 	m.u.req.session = session;
 	m.u.req.request = request;
-	return ctl_call(c, &m, &r);
+	ret = nc_ctl_call(c, &m, &r);
+	if (!ret && s)
+		nc_rma_request_del(s, request);
+	return ret;
 }
 
 int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st)
 {
 	struct nelssa_msg m = { .type = NELSSA_MSG_STATS }, r;
-	int ret = ctl_call(c, &m, &r);
+	int ret = nc_ctl_call(c, &m, &r);
 
 	if (ret)
 		return ret;
@@ -782,25 +732,77 @@ int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st)
 	return 0;
 }
 
+int nc_wait_acks(struct nelssa_client *c, uint32_t below, uint64_t deadline)
+{
+	while (c->acks_pending >= below) {
+		int ret;
+
+		c->ack_seen = 0;
+		ret = nc_wait(c, &c->ack_seen, deadline);
+		if (ret == -ETIMEDOUT)
+			return nc_fail(c, -ETIMEDOUT, "KV offload not acknowledged in %u ms",
+				       c->timeout_ms);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void nelssa_client_set_zero_copy(struct nelssa_client *c, int enable)
+{
+	c->no_zero_copy = !enable;
+}
+
+int nelssa_client_zero_copy(struct nelssa_client *c, uint64_t session)
+{
+	const struct csession *s = nc_find(c, session);
+
+	if (!s)
+		return nc_fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+	return s->rma;
+}
+
+int nelssa_client_ingest_stats(struct nelssa_client *c, uint64_t session,
+			       struct nelssa_ingest_stats *st)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_STATS }, r;
+	int ret;
+
+	m.u.session.session = session;
+	ret = nc_ctl_call(c, &m, &r);
+	if (ret)
+		return ret;
+	if (r.type != NELSSA_MSG_STATS_REPLY)
+		return nc_fail(c, -EPROTO, "expected STATS_REPLY, got %s",
+			       nelssa_msg_type_str(r.type));
+	memset(st, 0, sizeof(*st));
+	st->kv_bytes = r.u.stats.kv_bytes;
+	st->rma_bytes = r.u.stats.kv_rma_bytes;
+	st->copied_bytes = r.u.stats.kv_bytes - r.u.stats.kv_rma_bytes;
+	return 0;
+}
+
 int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t request,
 			  uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
 			  uint32_t from, const void *k, const void *v)
 {
-	const struct csession *s = find(c, session);
+	struct csession *s = nc_find(c, session);
 	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	size_t row;
 	uint8_t *buf;
 	int ret = 0;
 
 	if (!s)
-		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+		return nc_fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
 	if (ix->head_dim != s->cfg.shape.head_dim || from > ix->n_clusters)
-		return fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
+		return nc_fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
 			    ix->head_dim, s->cfg.shape.head_dim);
+	if (s->rma)
+		return nc_rma_offload(c, s, request, layer, head, ix, from, k, v);
 	row = ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
 	buf = malloc(CHUNK_BYTES + 2 * row + 8);
 	if (!buf)
-		return fail(c, -ENOMEM, "out of memory");
+		return nc_fail(c, -ENOMEM, "out of memory");
 	c->acks_pending = 0;
 	c->ack_status = 0;
 	c->ack_base = c->next_cookie + 1;
@@ -823,7 +825,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 		data = tokens * 2 * row + 8 * h.nr_clusters > CHUNK_BYTES + 2 * row + 8 ?
 			       malloc(tokens * 2 * row + 8 * h.nr_clusters) : buf;
 		if (!data) {
-			ret = fail(c, -ENOMEM, "out of memory");
+			ret = nc_fail(c, -ENOMEM, "out of memory");
 			break;
 		}
 		for (uint32_t i = 0; i < tokens; i++) {
@@ -839,7 +841,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 		{
 			void *d = data;
 
-			ret = am_send(c, NELSSA_AM_KV, hdr, sizeof(hdr), &d,
+			ret = nc_am_send(c, NELSSA_AM_KV, hdr, sizeof(hdr), &d,
 				      tokens * 2 * row + 8 * h.nr_clusters, deadline);
 			if (data == buf)
 				buf = d;	/* NULL: the send kept it */
@@ -847,30 +849,16 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 				free(d);
 		}
 		/* Bound what is unacknowledged, so errors surface near their cause. */
-		while (!ret && c->acks_pending >= ACK_WINDOW) {
-			int done = 0;
-
-			while (!ret && c->acks_pending >= ACK_WINDOW && !done) {
-				ret = wait_for(c, &done, nelssa_now_ms() + 1 > deadline ? deadline : nelssa_now_ms() + 1);
-				if (ret == -ETIMEDOUT && nelssa_now_ms() < deadline)
-					ret = 0, done = 1;
-			}
-		}
+		if (!ret)
+			ret = nc_wait_acks(c, ACK_WINDOW, deadline);
 		cl = end;
 	}
-	while (!ret && c->acks_pending) {
-		int done = 0;
-
-		ret = wait_for(c, &done, nelssa_now_ms() + 1 > deadline ? deadline : nelssa_now_ms() + 1);
-		if (ret == -ETIMEDOUT && nelssa_now_ms() < deadline)
-			ret = 0;
-		else if (ret == -ETIMEDOUT)
-			ret = fail(c, -ETIMEDOUT, "KV offload not acknowledged in %u ms", c->timeout_ms);
-	}
+	if (!ret)
+		ret = nc_wait_acks(c, 1, deadline);
 	free(buf);
 	if (!ret && c->ack_status)
-		ret = fail(c, c->ack_status, "the daemon refused KV rows: %s",
-			   refusal(c->ack_status));
+		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
+			   nc_refusal(c->ack_status));
 	return ret;
 }
 
@@ -878,7 +866,7 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 			    const struct nelssa_step_in *in, uint32_t n, float *o, float *lse,
 			    struct nelssa_step_pending **out)
 {
-	const struct csession *s = find(c, session);
+	const struct csession *s = nc_find(c, session);
 	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	struct nelssa_step_pending *p = NULL;
 	size_t len, q_bytes, out_slot;
@@ -888,15 +876,15 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 
 	*out = NULL;
 	if (!n || !in || !o || !lse)
-		return fail(c, -EINVAL, n ? "no items, outputs or LSEs given" :
+		return nc_fail(c, -EINVAL, n ? "no items, outputs or LSEs given" :
 			    "a step needs at least one item");
 	if (!s)
-		return fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+		return nc_fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
 	for (int i = 0; i < MAX_PENDING && !p; i++)
 		if (!c->pend[i].id && !c->pend[i].receiving)
 			p = &c->pend[i];
 	if (!p)
-		return fail(c, -EBUSY, "%d steps already in flight", MAX_PENDING);
+		return nc_fail(c, -EBUSY, "%d steps already in flight", MAX_PENDING);
 	p->c = c;
 	p->n = n;
 	p->g = s->cfg.shape.q_heads / s->cfg.shape.kv_heads;
@@ -914,12 +902,12 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 		p->buf = malloc(p->cap + 1);
 		if (!p->buf) {
 			p->cap = 0;
-			return fail(c, -ENOMEM, "out of memory");
+			return nc_fail(c, -ENOMEM, "out of memory");
 		}
 	}
 	data = malloc(len + 1);
 	if (!data)
-		return fail(c, -ENOMEM, "out of memory");
+		return nc_fail(c, -ENOMEM, "out of memory");
 	q = data + (size_t)n * NELSSA_STEP_ITEM_BYTES;
 	for (uint32_t i = 0; i < n; i++) {
 		struct nelssa_step_item it = { in[i].request, in[i].head, in[i].nr_sel };
@@ -940,7 +928,7 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 	{
 		void *d = data;
 
-		ret = am_send(c, NELSSA_AM_STEP, hdr, sizeof(hdr), &d, len, deadline);
+		ret = nc_am_send(c, NELSSA_AM_STEP, hdr, sizeof(hdr), &d, len, deadline);
 		free(d);
 	}
 	if (ret) {
@@ -958,7 +946,7 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 	int ret;
 
 	if (!p || p->c != c || !p->id)
-		return fail(c, -EINVAL, "not a step in flight");
+		return nc_fail(c, -EINVAL, "not a step in flight");
 	q_bytes = 4ull * p->g * p->d;
 	out_slot = q_bytes + 4ull * p->g;
 	if (!p->done) {
@@ -967,7 +955,7 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 			;
 		if (!p->done && !timeout_ms)
 			return -EAGAIN;
-		ret = p->done ? 0 : wait_for(c, &p->done, nelssa_now_ms() + timeout_ms);
+		ret = p->done ? 0 : nc_wait(c, &p->done, nelssa_now_ms() + timeout_ms);
 		if (ret) {
 			if (ret == -ETIMEDOUT)
 				return -EAGAIN;	/* still in flight: poll again */
@@ -977,9 +965,9 @@ int nelssa_client_step_poll(struct nelssa_client *c, struct nelssa_step_pending 
 	}
 	p->id = 0;
 	if (p->status)
-		return fail(c, p->status, "the daemon failed the step: %s", refusal(p->status));
+		return nc_fail(c, p->status, "the daemon failed the step: %s", nc_refusal(p->status));
 	if (p->reply.nr_items != p->n || p->len != p->n * out_slot)
-		return fail(c, -EPROTO, "step reply of %zu bytes for %u items", p->len, p->n);
+		return nc_fail(c, -EPROTO, "step reply of %zu bytes for %u items", p->len, p->n);
 	for (uint32_t i = 0; i < p->n; i++) {
 		memcpy(p->o + (size_t)i * p->g * p->d, p->buf + i * out_slot, q_bytes);
 		memcpy(p->lse + (size_t)i * p->g, p->buf + i * out_slot + q_bytes, 4ull * p->g);
@@ -1010,7 +998,7 @@ int nelssa_client_step(struct nelssa_client *c, uint64_t session, uint16_t layer
 	ret = nelssa_client_step_poll(c, p, c->timeout_ms, t);
 	if (ret == -EAGAIN) {
 		nelssa_client_step_cancel(c, p);
-		return fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
+		return nc_fail(c, -ETIMEDOUT, "the daemon did not answer in %u ms", c->timeout_ms);
 	}
 	return ret;
 }

@@ -82,13 +82,27 @@ static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_
 	if (ret)
 		snprintf(why, sizeof(why), "no random token for the session: %s", strerror(-ret));
 	else
-		ret = nd_session_open(nd, s, held_bytes(nd, c), why, sizeof(why));
+		ret = nd_session_reserve(nd, s, held_bytes(nd, c), why, sizeof(why));
+	pthread_mutex_unlock(&nd->lock);
+	/*
+	 * Allocating, zeroing and registering take their time: the poller
+	 * serves every other session meanwhile, as the memory is reserved
+	 * and the session in no list yet.
+	 */
+	if (!ret) {
+		ret = nd_session_alloc(nd, s, why, sizeof(why));
+		if (ret) {
+			pthread_mutex_lock(&nd->lock);
+			nd_session_unreserve(nd, s);
+			pthread_mutex_unlock(&nd->lock);
+		}
+	}
 	if (ret) {
-		pthread_mutex_unlock(&nd->lock);
 		free(s);
 		nd_log(nd, "session refused: %s", why);
 		return nd_conn_error(nd, c, m->seq, ret, "%s", why);
 	}
+	pthread_mutex_lock(&nd->lock);
 	s->id = ++nd->next_session;
 	s->next = nd->sessions;
 	nd->sessions = s;
@@ -96,12 +110,14 @@ static int do_create(struct nelssad *nd, struct nd_conn *c, const struct nelssa_
 	if (s->peer)
 		s->peer->sessions++;
 	pthread_mutex_unlock(&nd->lock);
-	nd_log(nd, "session %llu: %u layers, %u/%u heads, dim %u, %llu tokens of capacity",
-	       (unsigned long long)s->id, s->shape.layers, s->shape.q_heads, s->shape.kv_heads,
-	       s->shape.head_dim, (unsigned long long)s->capacity_tokens);
+	nd_log(nd, "session %llu: %u layers, %u/%u heads, dim %u, %llu tokens of capacity, "
+	       "KV %s", (unsigned long long)s->id, s->shape.layers, s->shape.q_heads,
+	       s->shape.kv_heads, s->shape.head_dim, (unsigned long long)s->capacity_tokens,
+	       s->rma ? "written by the client (zero-copy)" : "staged");
 	r.u.session_ok.session = s->id;
 	r.u.session_ok.token = s->token;
 	r.u.session_ok.devices = nd->n_dev;
+	r.u.session_ok.flags = s->rma ? NELSSA_SESSION_RMA : 0;
 	return nd_conn_send(nd, c, &r);
 }
 
@@ -188,6 +204,7 @@ static void close_session(struct nd_conn *c, struct nd_session *s)
 	c->done_steps += s->steps;
 	c->done_items += s->items;
 	c->done_kv += s->kv_bytes;
+	c->done_kv_rma += s->kv_rma_bytes;
 }
 
 /*
@@ -215,11 +232,13 @@ static int stats(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg 
 		r.u.stats.steps = s->steps;
 		r.u.stats.items = s->items;
 		r.u.stats.kv_bytes = s->kv_bytes;
+		r.u.stats.kv_rma_bytes = s->kv_rma_bytes;
 		r.u.stats.sessions = 1;
 	} else if (c->admin) {
 		r.u.stats.steps = nd->stats.steps;
 		r.u.stats.items = nd->stats.items;
 		r.u.stats.kv_bytes = nd->stats.kv_bytes;
+		r.u.stats.kv_rma_bytes = nd->stats.kv_rma_bytes;
 		r.u.stats.t_recv = nd->stats.t_recv;
 		r.u.stats.t_dispatch = nd->stats.t_dispatch;
 		r.u.stats.t_device = nd->stats.t_device;
@@ -230,17 +249,79 @@ static int stats(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg 
 		r.u.stats.steps = c->done_steps;
 		r.u.stats.items = c->done_items;
 		r.u.stats.kv_bytes = c->done_kv;
+		r.u.stats.kv_rma_bytes = c->done_kv_rma;
 		for (s = nd->sessions; s; s = s->next)
 			if (s->ctl_fd == c->fd && !s->closing) {
 				r.u.stats.steps += s->steps;
 				r.u.stats.items += s->items;
 				r.u.stats.kv_bytes += s->kv_bytes;
+				r.u.stats.kv_rma_bytes += s->kv_rma_bytes;
 				r.u.stats.sessions++;
 			}
 	}
 	r.u.stats.devices = nd->n_dev;
 	pthread_mutex_unlock(&nd->lock);
 	return nd_conn_send(nd, c, &r);
+}
+
+/*
+ * RKEY_GET: the packed remote key of a session's memory on one device, for
+ * its own connection alone (the key lets its holder write that memory).
+ */
+static int rkey(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
+{
+	struct nelssa_msg *r;
+	const struct nd_sdev *sd;
+	struct nd_session *s;
+	int ret;
+
+	pthread_mutex_lock(&nd->lock);
+	s = owned(nd, c, m->u.rkey_get.session);
+	if (!s || !s->rma || m->u.rkey_get.device >= nd->n_dev) {
+		pthread_mutex_unlock(&nd->lock);
+		if (!s)
+			return nd_conn_error(nd, c, m->seq, -ENOENT,
+					     "no such session on this connection");
+		if (!s->rma)
+			return nd_conn_error(nd, c, m->seq, -EOPNOTSUPP, "session %llu takes KV "
+					     "messages only: its memory is not registered",
+					     (unsigned long long)s->id);
+		return nd_conn_error(nd, c, m->seq, -EINVAL, "device %u: the daemon has %u",
+				     m->u.rkey_get.device, nd->n_dev);
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		pthread_mutex_unlock(&nd->lock);
+		return nd_conn_error(nd, c, m->seq, -ENOMEM, "out of memory");
+	}
+	sd = &s->dev[m->u.rkey_get.device];
+	r->type = NELSSA_MSG_RKEY;
+	r->seq = m->seq;
+	r->u.rkey.session = s->id;
+	r->u.rkey.device = m->u.rkey_get.device;
+	r->u.rkey.base = (uint64_t)(uintptr_t)sd->arena_map;
+	r->u.rkey.bytes = sd->arena_bytes;
+	r->u.rkey.len = (uint32_t)sd->rkey_len;
+	memcpy(r->u.rkey.key, sd->rkey, sd->rkey_len);
+	pthread_mutex_unlock(&nd->lock);
+	ret = nd_conn_send(nd, c, r);
+	free(r);
+	return ret;
+}
+
+/* REQ_OK: where request @id of @s lies.  With the lock held. */
+static void req_ok(const struct nelssad *nd, struct nd_session *s, uint64_t id,
+		   struct nelssa_msg *r)
+{
+	const struct nd_request *q = nd_request_find(s, id);
+
+	r->type = NELSSA_MSG_REQ_OK;
+	r->u.req_ok.request = id;
+	r->u.req_ok.store_tokens = q->store_tokens;
+	r->u.req_ok.store_clusters = q->store_clusters;
+	r->u.req_ok.devices = nd->n_dev;
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		r->u.req_ok.off[d] = q->off[d];
 }
 
 int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
@@ -305,6 +386,8 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 		} else if (m->type == NELSSA_MSG_REQ_ALLOC) {
 			ret = nd_request_alloc(nd, s, m->u.req.request, m->u.req.max_tokens,
 					       m->u.req.max_clusters, why, sizeof(why));
+			if (!ret)
+				req_ok(nd, s, m->u.req.request, &r);
 		} else if (m->type == NELSSA_MSG_REQ_FREE && nd_step_uses(s, m->u.req.request)) {
 			/* The device may still read it, and its room go to another. */
 			ret = -EBUSY;
@@ -325,6 +408,8 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 		return nd_conn_send(nd, c, &r);
 	case NELSSA_MSG_STATS:
 		return stats(nd, c, m);
+	case NELSSA_MSG_RKEY_GET:
+		return rkey(nd, c, m);
 	default:
 		nd_conn_error(nd, c, m->seq, -EPROTO, "%s is not a request",
 			      nelssa_msg_type_str(m->type));

@@ -129,7 +129,7 @@ static void kv_ack(struct nelssad *nd, ucp_ep_h ep, uint64_t cookie, int status)
 static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
 		   size_t hdr_len, size_t len, int status)
 {
-	if (id == NELSSA_AM_KV) {
+	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT) {
 		struct nelssa_kv_hdr h = { 0 };
 
 		nelssa_kv_hdr_get(hdr, hdr_len, len, 2, &h);	/* only for the cookie */
@@ -211,6 +211,16 @@ static int check_rdma(struct nelssad *nd, struct nd_session *s, ucp_ep_h ep)
 	return -EPROTONOSUPPORT;
 }
 
+/*
+ * --zero-copy=require: a session's KV comes only by the client's RMA
+ * writes, so a KV message carrying rows is refused before its data is
+ * taken (-EOPNOTSUPP: "not supported").
+ */
+static int kv_staging_refused(const struct nelssad *nd)
+{
+	return nd->cfg.zero_copy == ND_ZERO_COPY_REQUIRE;
+}
+
 static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, size_t hdr_len,
 		       const uint8_t *data, size_t len)
 {
@@ -230,6 +240,8 @@ static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, 
 	ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 	if (!ret)
 		ret = check_rdma(nd, s, e->ep);
+	if (!ret && kv_staging_refused(nd))
+		ret = -EOPNOTSUPP;
 	if (!ret)
 		ret = nd_kv_ingest(nd, s, &h, data);
 	if (!ret)
@@ -238,6 +250,46 @@ static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, 
 	pthread_mutex_unlock(&nd->lock);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "KV message refused: %s", strerror(-ret));
+	kv_ack(nd, e->ep, h.cookie, ret);
+}
+
+/*
+ * NELSSA_AM_KV_COMMIT: rows the client put into the session's registered
+ * memory itself.  Only its counts change here: no byte is copied (the
+ * session's @kv_rma_bytes says how many came this way).
+ */
+static void process_commit(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr,
+			   size_t hdr_len, size_t len)
+{
+	struct nelssa_kv_hdr h = { 0 };
+	struct nd_session *s;
+	uint64_t bytes;
+	int ret;
+
+	pthread_mutex_lock(&nd->lock);
+	s = find_session(nd, e, hdr, hdr_len);
+	if (!s) {
+		pthread_mutex_unlock(&nd->lock);
+		if (nd->cfg.verbose)
+			nd_log(nd, "KV commit refused: no such session");
+		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, 0, -ENOENT);
+		return;
+	}
+	ret = nelssa_kv_commit_get(hdr, hdr_len, len, &h);
+	if (!ret)
+		ret = check_rdma(nd, s, e->ep);
+	if (!ret)
+		ret = nd_kv_commit(nd, s, &h);
+	bytes = 2ull * h.nr_tokens * nd_row_bytes(s) + 8ull * h.nr_clusters;
+	if (!ret) {
+		nd->stats.kv_bytes += bytes;
+		nd->stats.kv_rma_bytes += bytes;
+		s->kv_bytes += bytes;
+		s->kv_rma_bytes += bytes;
+	}
+	pthread_mutex_unlock(&nd->lock);
+	if (ret && nd->cfg.verbose)
+		nd_log(nd, "KV commit refused: %s", strerror(-ret));
 	kv_ack(nd, e->ep, h.cookie, ret);
 }
 
@@ -271,6 +323,8 @@ static void dispatch_msg(struct nelssad *nd, unsigned int id, struct nd_ep *e, c
 {
 	if (id == NELSSA_AM_KV)
 		process_kv(nd, e, hdr, hdr_len, data, len);
+	else if (id == NELSSA_AM_KV_COMMIT)
+		process_commit(nd, e, hdr, hdr_len, len);
 	else
 		process_step(nd, e, hdr, hdr_len, data, len, t_arrive);
 }
@@ -307,12 +361,16 @@ static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e
 	if (!s)
 		return -ENOENT;
 	ret = check_rdma(nd, s, e->ep);
-	if (!ret && id == NELSSA_AM_KV) {
+	if (!ret && id == NELSSA_AM_KV_COMMIT) {
+		ret = -EBADMSG;		/* a commit carries no data */
+	} else if (!ret && id == NELSSA_AM_KV) {
 		struct nelssa_kv_hdr h;
 
 		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 		if (!ret)
 			ret = nd_kv_check(s, &h);
+		if (!ret && kv_staging_refused(nd))
+			ret = -EOPNOTSUPP;
 	} else if (!ret) {
 		if (hdr_len != NELSSA_STEP_HDR_BYTES)
 			ret = -EBADMSG;
@@ -472,6 +530,12 @@ static ucs_status_t am_kv(void *arg, const void *header, size_t header_length, v
 			  size_t length, const ucp_am_recv_param_t *param)
 {
 	return on_am(arg, NELSSA_AM_KV, header, header_length, data, length, param);
+}
+
+static ucs_status_t am_commit(void *arg, const void *header, size_t header_length, void *data,
+			      size_t length, const ucp_am_recv_param_t *param)
+{
+	return on_am(arg, NELSSA_AM_KV_COMMIT, header, header_length, data, length, param);
 }
 
 static ucs_status_t am_step(void *arg, const void *header, size_t header_length, void *data,
@@ -808,6 +872,7 @@ int nd_dataplane_init(struct nelssad *nd)
 	}
 	nelssa_link_transports(nd->ucp, nd->transports, sizeof(nd->transports));
 	nd->shm_ok = nelssa_link_has_shm(nd->transports);
+	nd->rma_ok = 1;	/* the context has RMA (nelssa_link_context()); a session's memory may not */
 	nd_log(nd, "UCX transports available: %s", nd->transports[0] ? nd->transports : "none");
 	if (!nelssa_link_can_connect(nd->transports)) {
 		nd_log(nd, "UCX has no transport to set connections up over (only '%s'): "
@@ -845,7 +910,8 @@ int nd_dataplane_init(struct nelssad *nd)
 	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
 	ap.arg = nd;
 	for (ap.id = 0, st = UCS_OK; ap.id < ND_AM_IDS && st == UCS_OK; ap.id++) {
-		ap.cb = ap.id == NELSSA_AM_KV ? am_kv : ap.id == NELSSA_AM_STEP ? am_step : am_refuse;
+		ap.cb = ap.id == NELSSA_AM_KV ? am_kv : ap.id == NELSSA_AM_STEP ? am_step :
+			ap.id == NELSSA_AM_KV_COMMIT ? am_commit : am_refuse;
 		st = ucp_worker_set_am_recv_handler(nd->worker, &ap);
 	}
 	if (st != UCS_OK)

@@ -84,6 +84,12 @@ static void usage(FILE *f)
 		"                     (default 127.0.0.1,::1); others see their own counters\n"
 		"  --busy-poll        spin on the UCX worker instead of sleeping (a core per daemon)\n"
 		"  --require-rdma     refuse to run unless UCX can use an RDMA transport\n"
+		"  --zero-copy MODE   KV ingest: auto (default: clients write KV into registered\n"
+		"                     device memory where UCX can register it, else the daemon\n"
+		"                     copies it in, and says so), off (always copy), or require\n"
+		"                     (refuse sessions whose memory cannot be registered, and KV\n"
+		"                     sent as messages)\n"
+		"  --require-zero-copy  the same as --zero-copy=require\n"
 		"  --config FILE      read options from FILE first: one 'name = value' per line, names\n"
 		"                     as the long options without dashes, 'name' alone or\n"
 		"                     'name = yes|no' for a switch, '#' comments; a regular file of\n"
@@ -129,6 +135,8 @@ static const struct opt opts[] = {
 	{ "admin-addr", OPT_VALUE, "ADDR[,ADDR...] or none" },
 	{ "busy-poll", OPT_SWITCH, "yes or no" },
 	{ "require-rdma", OPT_SWITCH, "yes or no" },
+	{ "zero-copy", OPT_VALUE, "auto, off or require" },
+	{ "require-zero-copy", OPT_SWITCH, "yes or no" },
 	{ "verbose", OPT_SWITCH, "yes or no" },
 	{ "nop-kernel", OPT_SWITCH, "yes or no" },
 	{ "config", OPT_CMDLINE, "FILE" },
@@ -394,6 +402,10 @@ static int set_option(struct nd_config *c, const struct opt *opt, const char *va
 				  "%sneeds yes or no after '=', or the name alone", val);
 			return -1;
 		}
+		if (!strcmp(name, "require-zero-copy")) {
+			c->zero_copy = on ? ND_ZERO_COPY_REQUIRE : ND_ZERO_COPY_AUTO;
+			return 0;
+		}
 		*(name[0] == 'b' ? &c->busy_poll : name[0] == 'r' ? &c->require_rdma :
 		  name[0] == 'n' ? &c->nop_kernel : &c->verbose) = on;
 		return 0;
@@ -443,6 +455,19 @@ static int set_option(struct nd_config *c, const struct opt *opt, const char *va
 			return -1;
 		}
 		return 0;
+	}
+	if (!strcmp(name, "zero-copy")) {
+		static const char *const modes[] = { [ND_ZERO_COPY_AUTO] = "auto",
+						     [ND_ZERO_COPY_OFF] = "off",
+						     [ND_ZERO_COPY_REQUIRE] = "require" };
+
+		for (int i = 0; i < 3; i++)
+			if (!strcmp(val, modes[i])) {
+				c->zero_copy = i;
+				return 0;
+			}
+		opt_error(o, name, "'%s': need auto, off or require", val);
+		return -1;
 	}
 	if (!strcmp(name, "admin-addr")) {
 		char why[128];

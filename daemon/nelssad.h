@@ -16,7 +16,9 @@
  * Threads: the control thread (main) owns the connections and the
  * sessions table's structure;
  * the poller thread owns the UCX worker and runs every step.  Both take
- * nd->lock around the sessions and peers tables; a session closes on the
+ * nd->lock around the sessions and peers tables -- never across a
+ * session's allocation, zeroing or UCX registration (nd_session_alloc()),
+ * nor around ingest by RMA, which the daemon does not touch; a session closes on the
  * poller thread (reap_sessions()), never while a step of it is in flight,
  * and so does every UCX endpoint the daemon holds (tend_peers()).
  */
@@ -46,6 +48,13 @@
 #define ND_RNDV_MAX 256u
 #define ND_RNDV_BYTES (1ull << 30)
 
+/* --zero-copy: whether clients write KV into registered device memory. */
+enum nd_zero_copy {
+	ND_ZERO_COPY_AUTO,	/* where registration works; else staged, and logged */
+	ND_ZERO_COPY_OFF,	/* never: every KV byte is staged and copied */
+	ND_ZERO_COPY_REQUIRE,	/* always: a session that cannot is refused */
+};
+
 struct nd_config {
 	char devices[1024];	/* "sim:4", "kdev", or a list of device names */
 	char sim_opts[128];	/* for each sim device: mem=..,cores=.. */
@@ -69,6 +78,7 @@ struct nd_config {
 		int family;		/* AF_INET or AF_INET6 (v4-mapped ones as AF_INET) */
 		uint8_t a[16];
 	} admin[16];
+	int zero_copy;		/* enum nd_zero_copy */
 	int busy_poll;		/* poller spins instead of sleeping on the efd */
 	int require_rdma;
 	int nop_kernel;		/* benchmarks: NOP instead of SPARSE_ATTN */
@@ -168,13 +178,24 @@ void nd_ep_table_del(struct nd_ep_table *t, ucp_ep_h ep);
 /* Frees @t's slots; @t is then empty, as zeroed, and may be used again. */
 void nd_ep_table_free(struct nd_ep_table *t);
 
+/*
+ * A session's memory on one device: reserved (counted in the device's
+ * @reserved) under the lock, then allocated -- and, for zero-copy ingest,
+ * mapped and registered with UCX -- without it (nd_session_alloc()).
+ */
 struct nd_sdev {
+	int reserved;		/* @arena_bytes + @stage_bytes counted */
 	uint32_t arena;		/* region handle */
 	uint64_t arena_bytes;
 	struct nelssa_extent_alloc alloc;
 	uint32_t stage;		/* items | in | out */
 	uint8_t *stage_map;
 	uint64_t stage_bytes, in_off, out_off;
+	/* Zero-copy ingest: the arena mapped here and registered. */
+	void *arena_map;
+	ucp_mem_h arena_memh;
+	void *rkey;		/* packed, for RKEY */
+	size_t rkey_len;
 };
 
 /*
@@ -197,6 +218,8 @@ struct nd_session {
 	struct nd_step *step;		/* in flight, at most one */
 	int held;			/* test hook: @step is done, its reply parked */
 	uint64_t steps, items, kv_bytes;	/* served to it (STATS), as nd->stats */
+	uint64_t kv_rma_bytes;			/* ... of @kv_bytes, written by its client */
+	int rma;			/* zero-copy ingest: every arena registered */
 	uint32_t rndv;			/* rendezvous receives in flight (poller) */
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
@@ -206,7 +229,7 @@ struct nd_session {
 };
 
 struct nd_stats {
-	uint64_t steps, items, kv_bytes;
+	uint64_t steps, items, kv_bytes, kv_rma_bytes;
 	uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
 };
 
@@ -226,6 +249,7 @@ struct nelssad {
 	ucp_listener_h listener;
 	uint16_t data_port;		/* the listener's */
 	int shm_ok;			/* a shared-memory transport: NELSSA_HELLO_SHM can be granted */
+	int rma_ok;			/* UCX has remote memory access: zero-copy ingest */
 	struct nd_ep *eps;		/* poller thread */
 	uint32_t n_eps;
 	struct nd_ep_table ep_table;	/* ... the open ones of @eps */
@@ -265,6 +289,7 @@ struct nd_conn {
 	int hello;
 	struct nd_peer *peer;		/* from HELLO; NULL before */
 	uint64_t done_steps, done_items, done_kv;	/* of its sessions closed */
+	uint64_t done_kv_rma;
 	/* conn.c */
 	uint64_t t_open, t_frame, t_partial, t_wrote, t_close;
 	int closing;			/* a last ERROR queued: flush, then close */
@@ -321,9 +346,17 @@ uint64_t nd_row_bytes(const struct nd_session *s);
  * Reserves @s's device memory, after checking -- before any allocation --
  * that it fits every device (-ENOSPC) and, with the @held bytes its
  * connection's other sessions reserve, max-memory-per-conn (-EDQUOT).
+ * Accounting only, with the lock held; nd_session_unreserve() undoes it.
  */
-int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
-		    size_t why_len);
+int nd_session_reserve(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
+		       size_t why_len);
+void nd_session_unreserve(struct nelssad *nd, struct nd_session *s);
+/*
+ * Allocates (zeroed) what nd_session_reserve() reserved and registers it
+ * for zero-copy ingest where it can (--zero-copy): without the lock, as
+ * @s is no one else's yet.  On failure nothing stays allocated.
+ */
+int nd_session_alloc(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len);
 void nd_session_free(struct nelssad *nd, struct nd_session *s);
 int nd_request_alloc(struct nelssad *nd, struct nd_session *s, uint64_t id, uint32_t max_tokens,
 		     uint32_t max_clusters, char *why, size_t why_len);
@@ -332,6 +365,8 @@ struct nd_request *nd_request_find(struct nd_session *s, uint64_t id);
 int nd_kv_check(struct nd_session *s, const struct nelssa_kv_hdr *h);
 int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
 		 const uint8_t *data);
+/* NELSSA_AM_KV_COMMIT: @h's rows are in @s's memory already; counts them. */
+int nd_kv_commit(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h);
 /* Device of a head (head-wise placement); the store index of a head on a device. */
 uint32_t nd_head_device(const struct nelssad *nd, uint32_t head);
 uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uint32_t head);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <nelssa/attention.h>
+#include <nelssa/kv_store.h>
 
 #include "nelssad.h"
 
@@ -54,10 +55,10 @@ uint64_t nd_row_bytes(const struct nd_session *s)
 	       nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->shape.kv_dtype);
 }
 
-/* K rows, V rows, then the cluster table. */
+/* K rows, V rows, then the cluster table (<nelssa/kv_store.h>). */
 static uint64_t store_bytes(const struct nd_session *s, uint32_t t, uint32_t c)
 {
-	return align_up(2 * nd_row_bytes(s) * t + 8ull * c);
+	return nelssa_kv_store_bytes(nd_row_bytes(s), t, c);
 }
 
 /*
@@ -84,19 +85,35 @@ static void store_dims(const struct nelssad *nd, const struct nd_session *s, uin
 void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, uint32_t layer,
 		      uint32_t local_head, uint64_t *k, uint64_t *v, uint64_t *table)
 {
-	const uint64_t one = store_bytes(s, r->store_tokens, r->store_clusters);
-	const uint64_t base = ((uint64_t)layer * s->local_heads + local_head) * one;
-
-	*k = base;
-	*v = base + nd_row_bytes(s) * r->store_tokens;
-	*table = base + 2 * nd_row_bytes(s) * r->store_tokens;
+	nelssa_kv_store_offsets(nd_row_bytes(s), r->store_tokens, r->store_clusters,
+				s->local_heads, layer, local_head, k, v, table);
 }
 
-static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
+/*
+ * Undoes register_dev(): UCX lets go of the memory before it is unmapped.
+ * The context is thread-safe (nelssa_link_context()), so either thread may.
+ */
+static void unregister_dev(struct nelssad *nd, struct nd_sdev *sd, struct nd_device *dev)
+{
+	if (sd->rkey)
+		ucp_rkey_buffer_release(sd->rkey);
+	if (sd->arena_memh)
+		ucp_mem_unmap(nd->ucp, sd->arena_memh);
+	if (sd->arena_map)
+		nelssa_pnm_mem_unmap(dev->pnm, sd->arena_map);
+	sd->rkey = NULL;
+	sd->rkey_len = 0;
+	sd->arena_memh = NULL;
+	sd->arena_map = NULL;
+}
+
+/* Frees what session_alloc() allocated on device @d; the reservation stays. */
+static void free_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
 {
 	struct nd_sdev *sd = &s->dev[d];
 	struct nd_device *dev = &nd->dev[d];
 
+	unregister_dev(nd, sd, dev);
 	if (sd->stage_map)
 		nelssa_pnm_mem_unmap(dev->pnm, sd->stage_map);
 	if (sd->stage)
@@ -105,9 +122,27 @@ static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
 		nelssa_pnm_mem_free(dev->pnm, sd->arena);
 	if (sd->alloc.free)
 		nelssa_extent_fini(&sd->alloc);
-	if (sd->arena || sd->stage)
-		dev->reserved -= sd->arena_bytes + sd->stage_bytes;
-	memset(sd, 0, sizeof(*sd));
+	sd->stage_map = NULL;
+	sd->stage = 0;
+	sd->arena = 0;
+	memset(&sd->alloc, 0, sizeof(sd->alloc));
+}
+
+/* Gives device @d's reservation back.  With the lock held. */
+static void unreserve_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
+{
+	struct nd_sdev *sd = &s->dev[d];
+
+	if (sd->reserved)
+		nd->dev[d].reserved -= sd->arena_bytes + sd->stage_bytes;
+	sd->reserved = 0;
+}
+
+static void release_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
+{
+	free_dev(nd, s, d);
+	unreserve_dev(nd, s, d);
+	memset(&s->dev[d], 0, sizeof(s->dev[d]));
 }
 
 /* A session's layout on each of its devices. */
@@ -158,8 +193,8 @@ static int session_size(struct nelssad *nd, struct nd_session *s, struct session
 	return 0;
 }
 
-int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
-		    size_t why_len)
+int nd_session_reserve(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
+		       size_t why_len)
 {
 	const uint64_t cap = nd->memory_per_conn;
 	struct session_size z;
@@ -189,35 +224,134 @@ int nd_session_open(struct nelssad *nd, struct nd_session *s, uint64_t held, cha
 		return -EDQUOT;
 	}
 	for (uint32_t i = 0; i < nd->n_dev; i++) {
-		struct nd_device *dev = &nd->dev[i];
 		struct nd_sdev *sd = &s->dev[i];
 
-		ret = nelssa_pnm_mem_alloc(dev->pnm, arena, &sd->arena, NULL);
-		if (!ret)
-			ret = nelssa_extent_init(&sd->alloc, arena, ALIGN);
-		if (!ret)
-			ret = nelssa_pnm_mem_alloc(dev->pnm, stage, &sd->stage, NULL);
-		if (!ret) {
-			void *map;
-
-			ret = nelssa_pnm_mem_map(dev->pnm, sd->stage, &map, NULL);
-			if (!ret)
-				sd->stage_map = map;
-		}
 		sd->arena_bytes = arena;
 		sd->stage_bytes = stage;
 		sd->in_off = align_up(z.items * sizeof(struct npnm_attn_item));
 		sd->out_off = sd->in_off + align_up(z.items * z.in_slot);
-		dev->reserved += arena + stage;
-		if (ret) {
-			snprintf(why, why_len, "%s: cannot allocate %.1f MiB: %s", dev->name,
-				 mib(arena + stage), nelssa_pnm_strerror());
-			for (uint32_t j = 0; j <= i; j++)
-				release_dev(nd, s, j);
-			return ret;
-		}
+		sd->reserved = 1;
+		nd->dev[i].reserved += arena + stage;
 	}
 	return 0;
+}
+
+void nd_session_unreserve(struct nelssad *nd, struct nd_session *s)
+{
+	for (uint32_t i = 0; i < nd->n_dev; i++)
+		unreserve_dev(nd, s, i);
+}
+
+/*
+ * Registers the session's memory on device @d with UCX, so its client can
+ * write KV rows there itself (Documentation/daemon.rst, "Zero-copy
+ * ingest"): the region mapped into the daemon, ucp_mem_map() of that
+ * mapping, and its packed remote key for RKEY.  0, or why not in @why --
+ * a mapping UCX cannot register (a card's PFN-mapped window cannot be
+ * pinned for RDMA) is the usual reason.
+ */
+static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, char *why,
+			size_t why_len)
+{
+	struct nd_sdev *sd = &s->dev[d];
+	struct nd_device *dev = &nd->dev[d];
+	ucp_mem_map_params_t mp = { 0 };
+	uint64_t size = 0;
+	ucs_status_t st;
+	void *map;
+	int ret;
+
+	ret = nelssa_pnm_mem_map(dev->pnm, sd->arena, &map, &size);
+	if (ret) {
+		snprintf(why, why_len, "%s: cannot map its memory: %s", dev->name,
+			 nelssa_pnm_strerror());
+		return ret;
+	}
+	sd->arena_map = map;
+	mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+	mp.address = map;
+	mp.length = sd->arena_bytes;
+	st = ucp_mem_map(nd->ucp, &mp, &sd->arena_memh);
+	if (st == UCS_OK)
+		st = ucp_rkey_pack(nd->ucp, sd->arena_memh, &sd->rkey, &sd->rkey_len);
+	else
+		sd->arena_memh = NULL;
+	if (st == UCS_OK && (!sd->rkey_len || sd->rkey_len > NELSSA_PROTO_MAX_RKEY))
+		st = UCS_ERR_EXCEEDS_LIMIT;
+	if (st != UCS_OK) {
+		snprintf(why, why_len, "%s: UCX cannot register its memory: %s", dev->name,
+			 ucs_status_string(st));
+		unregister_dev(nd, sd, dev);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+/*
+ * Zero-copy ingest for @s where it can be had: head-wise placement (a
+ * client computes where each row goes; cluster-wise placement needs the
+ * daemon to deal the clusters out) and every device's memory registered.
+ * Otherwise the session takes KV messages only, and the daemon logs why
+ * -- or, with --zero-copy=require, refuses the session.
+ */
+static int session_register(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len)
+{
+	char reason[NELSSA_PROTO_ERR_LEN] = "";
+	int ret = 0;
+
+	if (nd->cfg.zero_copy == ND_ZERO_COPY_OFF)
+		return 0;
+	if (!nd->rma_ok)
+		snprintf(reason, sizeof(reason), "UCX here offers no remote memory access");
+	else if (s->placement != NELSSA_PLACE_HEADS)
+		snprintf(reason, sizeof(reason), "cluster-wise placement deals clusters out "
+			 "on the daemon");
+	for (uint32_t i = 0; i < nd->n_dev && !reason[0] && !ret; i++)
+		ret = register_dev(nd, s, i, reason, sizeof(reason));
+	if (!reason[0]) {
+		s->rma = 1;
+		return 0;
+	}
+	for (uint32_t i = 0; i < nd->n_dev; i++)
+		unregister_dev(nd, &s->dev[i], &nd->dev[i]);
+	if (nd->cfg.zero_copy == ND_ZERO_COPY_REQUIRE) {
+		snprintf(why, why_len, "zero-copy ingest is required (--zero-copy=require) "
+			 "and impossible: %s", reason);
+		return -EOPNOTSUPP;
+	}
+	nd_log(nd, "zero-copy ingest off for this session, KV is staged and copied: %s", reason);
+	return 0;
+}
+
+int nd_session_alloc(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len)
+{
+	int ret = 0;
+
+	for (uint32_t i = 0; i < nd->n_dev && !ret; i++) {
+		struct nd_device *dev = &nd->dev[i];
+		struct nd_sdev *sd = &s->dev[i];
+		void *map;
+
+		/* The library zeroes what it allocates: a store never shows another's rows. */
+		ret = nelssa_pnm_mem_alloc(dev->pnm, sd->arena_bytes, &sd->arena, NULL);
+		if (!ret)
+			ret = nelssa_extent_init(&sd->alloc, sd->arena_bytes, ALIGN);
+		if (!ret)
+			ret = nelssa_pnm_mem_alloc(dev->pnm, sd->stage_bytes, &sd->stage, NULL);
+		if (!ret)
+			ret = nelssa_pnm_mem_map(dev->pnm, sd->stage, &map, NULL);
+		if (!ret)
+			sd->stage_map = map;
+		else
+			snprintf(why, why_len, "%s: cannot allocate %.1f MiB: %s", dev->name,
+				 mib(sd->arena_bytes + sd->stage_bytes), nelssa_pnm_strerror());
+	}
+	if (!ret)
+		ret = session_register(nd, s, why, why_len);
+	if (ret)
+		for (uint32_t i = 0; i < nd->n_dev; i++)
+			free_dev(nd, s, i);
+	return ret;
 }
 
 /*
@@ -388,14 +522,28 @@ int nd_kv_check(struct nd_session *s, const struct nelssa_kv_hdr *h)
 	return 0;
 }
 
+/* Rows and entries of @h are in place on device @d: the stores' counts follow. */
+static void note_rows(struct nelssad *nd, struct nd_session *s, struct nd_request *r,
+		      const struct nelssa_kv_hdr *h, uint32_t d, uint32_t cell)
+{
+	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
+	uint32_t *nt = &r->nr_tokens[d * cells + cell], *nc = &r->nr_clusters[d * cells + cell];
+
+	(void)nd;
+	if (h->first_token + h->nr_tokens > *nt)
+		*nt = h->first_token + h->nr_tokens;
+	if (h->first_cluster + h->nr_clusters > *nc)
+		*nc = h->first_cluster + h->nr_clusters;
+	r->g_clusters[cell] = *nc;
+}
+
 int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
 		 const uint8_t *data)
 {
 	struct nd_request *r = nd_request_find(s, h->request);
 	const uint64_t row = nd_row_bytes(s);
-	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
 	uint64_t k, v, t;
-	uint32_t d, cell, *nt, *nc;
+	uint32_t d, cell;
 	struct nd_device *dev;
 	int ret = nd_kv_check(s, h);
 
@@ -421,12 +569,27 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 					   data + 2 * h->nr_tokens * row, 8ull * h->nr_clusters);
 	if (ret)
 		return ret;
-	nt = &r->nr_tokens[d * cells + cell];
-	nc = &r->nr_clusters[d * cells + cell];
-	if (h->first_token + h->nr_tokens > *nt)
-		*nt = h->first_token + h->nr_tokens;
-	if (h->first_cluster + h->nr_clusters > *nc)
-		*nc = h->first_cluster + h->nr_clusters;
-	r->g_clusters[cell] = *nc;
+	note_rows(nd, s, r, h, d, cell);
+	return 0;
+}
+
+/*
+ * The client wrote @h's rows and entries where <nelssa/kv_store.h> puts
+ * them, in its session's own registered memory, and flushed them before
+ * sending the commit: the same ranges as a KV message are checked, and the
+ * counts follow as if the daemon had written them.  What the rows hold is
+ * the client's affair as with a KV message; the device checks each
+ * table entry against its store when it reads it.
+ */
+int nd_kv_commit(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h)
+{
+	int ret = nd_kv_check(s, h);
+
+	if (ret)
+		return ret;
+	if (!s->rma || s->placement != NELSSA_PLACE_HEADS)
+		return -EOPNOTSUPP;
+	note_rows(nd, s, nd_request_find(s, h->request), h, nd_head_device(nd, h->head),
+		  (uint32_t)h->layer * s->shape.kv_heads + h->head);
 	return 0;
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * Encoding and validation of the control frames and data-message headers
- * (<nelssa/proto.h>).  Each payload has one fixed length per type (HELLO
- * and HELLO_OK add an address), so a decoder first checks the exact length, then each
- * field; nothing is copied out before the whole frame passed.  The same
+ * (<nelssa/proto.h>).  Each payload has one fixed length per type, and
+ * two types add a counted tail (RKEY its key, REQ_OK an offset per
+ * device), so a decoder first checks the exact length, then each field;
+ * nothing is copied out before the whole frame passed.  The same
  * checks guard encoding, so a daemon can never send what a client rejects.
  */
 #include <errno.h>
@@ -12,14 +13,15 @@
 #include <nelssa/attention.h>
 #include <nelssa/proto.h>
 
-/* Fixed payload bytes per type (HELLO, HELLO_OK: without the address). */
+/* Fixed payload bytes per type (RKEY, REQ_OK: without their tails). */
 static const uint32_t payload_len[NELSSA_MSG_MAX] = {
 	[NELSSA_MSG_HELLO] = 40,	[NELSSA_MSG_HELLO_OK] = 56,
 	[NELSSA_MSG_SESSION_CREATE] = 32, [NELSSA_MSG_SESSION_OK] = 24,
 	[NELSSA_MSG_REQ_ALLOC] = 24,	[NELSSA_MSG_REQ_FREE] = 16,
 	[NELSSA_MSG_OK] = 0,		[NELSSA_MSG_STATS] = 8,
-	[NELSSA_MSG_STATS_REPLY] = 72,	[NELSSA_MSG_CLOSE] = 8,
-	[NELSSA_MSG_ERROR] = 136,
+	[NELSSA_MSG_STATS_REPLY] = 80,	[NELSSA_MSG_CLOSE] = 8,
+	[NELSSA_MSG_ERROR] = 136,	[NELSSA_MSG_RKEY_GET] = 16,
+	[NELSSA_MSG_RKEY] = 32,		[NELSSA_MSG_REQ_OK] = 24,
 };
 
 static const char *const type_name[NELSSA_MSG_MAX] = {
@@ -28,8 +30,19 @@ static const char *const type_name[NELSSA_MSG_MAX] = {
 	[NELSSA_MSG_REQ_ALLOC] = "REQ_ALLOC", [NELSSA_MSG_REQ_FREE] = "REQ_FREE",
 	[NELSSA_MSG_OK] = "OK",		[NELSSA_MSG_STATS] = "STATS",
 	[NELSSA_MSG_STATS_REPLY] = "STATS_REPLY", [NELSSA_MSG_CLOSE] = "CLOSE",
-	[NELSSA_MSG_ERROR] = "ERROR",
+	[NELSSA_MSG_ERROR] = "ERROR",	[NELSSA_MSG_RKEY_GET] = "RKEY_GET",
+	[NELSSA_MSG_RKEY] = "RKEY",	[NELSSA_MSG_REQ_OK] = "REQ_OK",
 };
+
+/* The payload bytes of @m: its type's fixed part and its tail. */
+static uint32_t payload_of(const struct nelssa_msg *m)
+{
+	if (m->type == NELSSA_MSG_RKEY)
+		return payload_len[m->type] + m->u.rkey.len;
+	if (m->type == NELSSA_MSG_REQ_OK)
+		return payload_len[m->type] + 8 * m->u.req_ok.devices;
+	return payload_len[m->type];
+}
 
 const char *nelssa_msg_type_str(uint16_t type)
 {
@@ -118,7 +131,19 @@ static int fields_ok(const struct nelssa_msg *m)
 		       m->u.create.capacity_tokens <= 1ull << 40;
 	case NELSSA_MSG_SESSION_OK:
 		return m->u.session_ok.session != 0 && m->u.session_ok.token != 0 &&
-		       m->u.session_ok.devices >= 1;
+		       m->u.session_ok.devices >= 1 &&
+		       !(m->u.session_ok.flags & ~NELSSA_SESSION_FLAGS);
+	case NELSSA_MSG_RKEY_GET:
+		return m->u.rkey_get.session != 0 &&
+		       m->u.rkey_get.device < NELSSA_PROTO_MAX_DEVICES;
+	case NELSSA_MSG_RKEY:
+		return m->u.rkey.session != 0 && m->u.rkey.device < NELSSA_PROTO_MAX_DEVICES &&
+		       m->u.rkey.len >= 1 && m->u.rkey.len <= NELSSA_PROTO_MAX_RKEY &&
+		       m->u.rkey.bytes && m->u.rkey.base + m->u.rkey.bytes > m->u.rkey.base;
+	case NELSSA_MSG_REQ_OK:
+		return m->u.req_ok.devices >= 1 &&
+		       m->u.req_ok.devices <= NELSSA_PROTO_MAX_DEVICES &&
+		       m->u.req_ok.store_tokens >= 1 && m->u.req_ok.store_clusters >= 1;
 	case NELSSA_MSG_REQ_ALLOC:
 		return m->u.req.session && m->u.req.max_tokens >= 1 && m->u.req.max_clusters >= 1 &&
 		       m->u.req.max_clusters <= m->u.req.max_tokens;
@@ -144,7 +169,7 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 
 	if (!m->type || m->type >= NELSSA_MSG_MAX || !fields_ok(m))
 		return -EINVAL;
-	plen = payload_len[m->type];
+	plen = payload_of(m);
 	if (cap < NELSSA_PROTO_HDR_BYTES + plen)
 		return -ENOSPC;
 	put32(buf, NELSSA_PROTO_MAGIC);
@@ -186,6 +211,27 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		put64(p, m->u.session_ok.session);
 		put64(p + 8, m->u.session_ok.token);
 		put32(p + 16, m->u.session_ok.devices);
+		put32(p + 20, m->u.session_ok.flags);
+		break;
+	case NELSSA_MSG_RKEY_GET:
+		put64(p, m->u.rkey_get.session);
+		put32(p + 8, m->u.rkey_get.device);
+		break;
+	case NELSSA_MSG_RKEY:
+		put64(p, m->u.rkey.session);
+		put64(p + 8, m->u.rkey.base);
+		put64(p + 16, m->u.rkey.bytes);
+		put32(p + 24, m->u.rkey.device);
+		put32(p + 28, m->u.rkey.len);
+		memcpy(p + 32, m->u.rkey.key, m->u.rkey.len);
+		break;
+	case NELSSA_MSG_REQ_OK:
+		put64(p, m->u.req_ok.request);
+		put32(p + 8, m->u.req_ok.store_tokens);
+		put32(p + 12, m->u.req_ok.store_clusters);
+		put32(p + 16, m->u.req_ok.devices);
+		for (uint32_t d = 0; d < m->u.req_ok.devices; d++)
+			put64(p + 24 + 8 * d, m->u.req_ok.off[d]);
 		break;
 	case NELSSA_MSG_REQ_ALLOC:
 	case NELSSA_MSG_REQ_FREE:
@@ -210,6 +256,7 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 			put64(p + 8 * i, v[i]);
 		put32(p + 64, m->u.stats.sessions);
 		put32(p + 68, m->u.stats.devices);
+		put64(p + 72, m->u.stats.kv_rma_bytes);
 		break;
 	}
 	case NELSSA_MSG_ERROR:
@@ -268,8 +315,15 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 	 * speaks.  It decodes to nothing: no encoder writes such a frame.
 	 */
 	if (h.type == NELSSA_MSG_HELLO ? h.length < payload_len[h.type]
-				       : h.length != payload_len[h.type])
+				       : h.length < payload_len[h.type])
 		return -EBADMSG;
+	/* The tail a counted type announces, exactly; every other type: none. */
+	if (h.type == NELSSA_MSG_RKEY ? h.length != payload_len[h.type] + get32(p + 28)
+	    : h.type == NELSSA_MSG_REQ_OK ? h.length != payload_len[h.type] + 8ull * get32(p + 16)
+	    : h.type != NELSSA_MSG_HELLO && h.length != payload_len[h.type])
+		return -EBADMSG;
+	if (h.type == NELSSA_MSG_REQ_OK && get32(p + 16) > NELSSA_PROTO_MAX_DEVICES)
+		return -EINVAL;
 	if (h.type == NELSSA_MSG_HELLO && h.length > payload_len[h.type]) {
 		const uint16_t lo = get16(p), hi = get16(p + 2);
 
@@ -311,11 +365,34 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		m->u.create.capacity_tokens = get64(p + 24);
 		break;
 	case NELSSA_MSG_SESSION_OK:
-		if (!zero(p + 20, 4))
-			return -EINVAL;
 		m->u.session_ok.session = get64(p);
 		m->u.session_ok.token = get64(p + 8);
 		m->u.session_ok.devices = get32(p + 16);
+		m->u.session_ok.flags = get32(p + 20);
+		break;
+	case NELSSA_MSG_RKEY_GET:
+		if (!zero(p + 12, 4))
+			return -EINVAL;
+		m->u.rkey_get.session = get64(p);
+		m->u.rkey_get.device = get32(p + 8);
+		break;
+	case NELSSA_MSG_RKEY:
+		m->u.rkey.session = get64(p);
+		m->u.rkey.base = get64(p + 8);
+		m->u.rkey.bytes = get64(p + 16);
+		m->u.rkey.device = get32(p + 24);
+		m->u.rkey.len = get32(p + 28);
+		memcpy(m->u.rkey.key, p + 32, m->u.rkey.len);
+		break;
+	case NELSSA_MSG_REQ_OK:
+		if (!zero(p + 20, 4))
+			return -EINVAL;
+		m->u.req_ok.request = get64(p);
+		m->u.req_ok.store_tokens = get32(p + 8);
+		m->u.req_ok.store_clusters = get32(p + 12);
+		m->u.req_ok.devices = get32(p + 16);
+		for (uint32_t d = 0; d < m->u.req_ok.devices; d++)
+			m->u.req_ok.off[d] = get64(p + 24 + 8 * d);
 		break;
 	case NELSSA_MSG_REQ_ALLOC:
 	case NELSSA_MSG_REQ_FREE:
@@ -340,6 +417,7 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 			*v[i] = get64(p + 8 * i);
 		m->u.stats.sessions = get32(p + 64);
 		m->u.stats.devices = get32(p + 68);
+		m->u.stats.kv_rma_bytes = get64(p + 72);
 		break;
 	}
 	case NELSSA_MSG_ERROR:
@@ -378,11 +456,9 @@ int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint6
 	return 0;
 }
 
-int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
-		      struct nelssa_kv_hdr *h)
+/* The KV header's fields and ranges, both KV and KV_COMMIT. */
+static int kv_fields(const uint8_t *p, size_t len, struct nelssa_kv_hdr *h)
 {
-	uint64_t want;
-
 	if (len != NELSSA_KV_HDR_BYTES || !zero(p + 52, 12))
 		return -EBADMSG;
 	h->session = get64(p);
@@ -398,8 +474,24 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t ro
 	if ((uint64_t)h->first_token + h->nr_tokens > UINT32_MAX ||
 	    (uint64_t)h->first_cluster + h->nr_clusters > UINT32_MAX)
 		return -EINVAL;
-	want = 2 * h->nr_tokens * row_bytes + 8ull * h->nr_clusters;
-	return want == data_len ? 0 : -EBADMSG;
+	return 0;
+}
+
+int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
+		      struct nelssa_kv_hdr *h)
+{
+	int ret = kv_fields(p, len, h);
+
+	if (ret)
+		return ret;
+	return 2 * h->nr_tokens * row_bytes + 8ull * h->nr_clusters == data_len ? 0 : -EBADMSG;
+}
+
+int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct nelssa_kv_hdr *h)
+{
+	int ret = kv_fields(p, len, h);
+
+	return ret ? ret : data_len ? -EBADMSG : 0;
 }
 
 void nelssa_ack_hdr_put(uint8_t *p, const struct nelssa_ack_hdr *h)

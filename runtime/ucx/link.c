@@ -38,7 +38,17 @@ ucs_status_t nelssa_link_context(int server, ucp_context_h *out)
 	if (server && setenv("UCX_PROTO_INDIRECT_ID", "on", 0))
 		return UCS_ERR_NO_MEMORY;
 	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	/* RMA: clients put KV rows straight into the daemon's registered memory. */
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
+	/*
+	 * The daemon registers a session's memory on its control thread
+	 * while the poller thread drives the worker: the context (not the
+	 * worker) must then be thread-safe.
+	 */
+	if (server) {
+		up.field_mask |= UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+		up.mt_workers_shared = 1;
+	}
 	return ucp_init(&up, NULL, out);
 }
 

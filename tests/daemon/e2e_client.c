@@ -291,6 +291,53 @@ static void free_request(struct req *r)
 	free(r->v);
 }
 
+/*
+ * How the KV of @reqs reached the daemon, when the scenario's argument
+ * says what to expect: "rma" -- every byte written by this client into the
+ * daemon's registered memory, none copied by the daemon -- or "staged" --
+ * every byte in KV messages, copied in.  The bytes are counted here from
+ * the indexes, independently of the daemon's counters.
+ */
+static void check_ingest(uint64_t session, const struct req *reqs, uint32_t nr)
+{
+	const uint64_t row = 2ull * DIM;	/* bf16 */
+	struct nelssa_ingest_stats st;
+	uint64_t want = 0;
+	int zc, ret;
+
+	if (!scenario_arg)
+		return;
+	for (uint32_t i = 0; i < nr; i++)
+		for (uint32_t l = 0; l < LAYERS; l++)
+			for (uint32_t h = 0; h < KV_HEADS; h++)
+				want += 2 * row * reqs[i].ix[l][h].n_tokens +
+					8ull * reqs[i].ix[l][h].n_clusters;
+	zc = nelssa_client_zero_copy(cli, session);
+	ret = nelssa_client_ingest_stats(cli, session, &st);
+	CHECK(ret == 0, "ingest stats: %d", ret);
+	if (ret)
+		return;
+	printf("# ingest: %llu bytes, %llu by RMA, %llu copied (expected %llu, %s)\n",
+	       (unsigned long long)st.kv_bytes, (unsigned long long)st.rma_bytes,
+	       (unsigned long long)st.copied_bytes, (unsigned long long)want, scenario_arg);
+	CHECK(st.kv_bytes == want, "the daemon ingested %llu bytes, not %llu",
+	      (unsigned long long)st.kv_bytes, (unsigned long long)want);
+	if (!strcmp(scenario_arg, "rma")) {
+		CHECK(zc == 1, "the session is not zero-copy (%d)", zc);
+		CHECK(st.rma_bytes == want && st.copied_bytes == 0,
+		      "%llu bytes copied by the daemon, %llu by RMA",
+		      (unsigned long long)st.copied_bytes, (unsigned long long)st.rma_bytes);
+	} else {
+		CHECK(zc == 0, "the session is zero-copy (%d)", zc);
+		CHECK(st.rma_bytes == 0 && st.copied_bytes == want,
+		      "%llu bytes copied by the daemon, %llu by RMA",
+		      (unsigned long long)st.copied_bytes, (unsigned long long)st.rma_bytes);
+	}
+	for (uint32_t i = 0; i < 5; i++)
+		CHECK(st.reserved[i] == 0, "reserved counter %u is %llu", i,
+		      (unsigned long long)st.reserved[i]);
+}
+
 static int scenario_check(struct tu_rng *rng)
 {
 	struct req reqs[3];
@@ -314,6 +361,7 @@ static int scenario_check(struct tu_rng *rng)
 		CHECK(ret == 0, "request %u append: %d", i, ret);
 	}
 	run_steps(rng, session, reqs, 3, 4);
+	check_ingest(session, reqs, 3);
 	for (uint32_t i = 0; i < 3; i++)
 		free_request(&reqs[i]);
 	CHECK(nelssa_client_session_close(cli, session) == 0, "session close");
@@ -1019,7 +1067,8 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|capacity|refused|"
+		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|staged]|"
+			"capacity|refused|"
 			"bad-step|zero-items|stall|die|held|outlive|migrate|split|probe|busy|"
 			"load offload|step\n");
 		return 2;
@@ -1041,7 +1090,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(sc, "check-clusters"))
 		placement = NELSSA_PLACE_CLUSTERS;
-	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters"))
+	/* check-staged: this client opts out of zero-copy ingest. */
+	if (!strcmp(sc, "check-staged"))
+		nelssa_client_set_zero_copy(cli, 0);
+	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters") || !strcmp(sc, "check-staged"))
 		ret = scenario_check(&rng);
 	else if (!strcmp(sc, "capacity"))
 		ret = scenario_capacity(&rng);

@@ -46,7 +46,7 @@
 
 #include "testutil.h"
 
-#define NR_CHECKS 19
+#define NR_CHECKS 22
 
 #define LAYERS 2
 #define KV_HEADS 2
@@ -446,7 +446,7 @@ static int tenant_session(struct tenant *t, uint32_t label)
 	m.u.req.request = REQUEST;
 	m.u.req.max_tokens = TOKENS;
 	m.u.req.max_clusters = CLUSTERS;
-	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_OK)
+	if (ctl_call(t, &m, &r) || r.type != NELSSA_MSG_REQ_OK)
 		return -EPROTO;
 	return 0;
 }
@@ -502,8 +502,8 @@ static size_t kv_data(uint32_t l, uint32_t h)
  * NO_ANSWER when none came, -ETIMEDOUT / -EIO when the send itself did
  * not complete or failed.
  */
-static int kv_send(struct tenant *t, uint64_t session, uint64_t token, struct nelssa_kv_hdr h,
-		   const void *data, size_t len, uint32_t flags)
+static int kv_am(struct tenant *t, unsigned int id, uint64_t session, uint64_t token,
+		 struct nelssa_kv_hdr h, const void *data, size_t len, uint32_t flags)
 {
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
 	uint64_t end;
@@ -514,7 +514,7 @@ static int kv_send(struct tenant *t, uint64_t session, uint64_t token, struct ne
 	h.cookie = next_cookie++;
 	nelssa_kv_hdr_put(hdr, &h);
 	t->acked = 0;
-	st = am_send(t, NELSSA_AM_KV, hdr, sizeof(hdr), data, len, flags, NULL);
+	st = am_send(t, id, hdr, sizeof(hdr), data, len, flags, NULL);
 	if (st == UCS_ERR_TIMED_OUT)
 		return -ETIMEDOUT;
 	if (st != UCS_OK)
@@ -523,6 +523,36 @@ static int kv_send(struct tenant *t, uint64_t session, uint64_t token, struct ne
 	while (!(t->acked && t->ack_cookie == h.cookie) && now_ms() < end)
 		progress();
 	return t->acked && t->ack_cookie == h.cookie ? t->ack_status : NO_ANSWER;
+}
+
+static int kv_send(struct tenant *t, uint64_t session, uint64_t token, struct nelssa_kv_hdr h,
+		   const void *data, size_t len, uint32_t flags)
+{
+	return kv_am(t, NELSSA_AM_KV, session, token, h, data, len, flags);
+}
+
+/* A KV commit (zero-copy ingest) naming @session/@token: its ack's status, as kv_send(). */
+static int commit_send(struct tenant *t, uint64_t session, uint64_t token, struct nelssa_kv_hdr h,
+		       const void *data, size_t len)
+{
+	return kv_am(t, NELSSA_AM_KV_COMMIT, session, token, h, data, len, 0);
+}
+
+/* RKEY_GET of @session's device 0 on @t's connection: as ctl_naming(). */
+static int ctl_rkey(struct tenant *t, uint64_t session, int32_t *code, char *msg, size_t msg_len)
+{
+	static struct nelssa_msg m, r;
+	int ret;
+
+	memset(&m, 0, sizeof(m));
+	m.type = NELSSA_MSG_RKEY_GET;
+	m.u.rkey_get.session = session;
+	ret = ctl_call(t, &m, &r);
+	if (ret)
+		return ret;
+	*code = r.type == NELSSA_MSG_ERROR ? r.u.error.code : 0;
+	snprintf(msg, msg_len, "%s", r.type == NELSSA_MSG_ERROR ? r.u.error.msg : "");
+	return 0;
 }
 
 /* A whole, valid KV message of (@l, @h) of request REQUEST. */
@@ -974,7 +1004,61 @@ int main(int argc, char **argv)
 		free(big);
 	}
 
-	/* 19: after all that, the victim's data as it was. */
+	/* 19: the key to the victim's memory, asked for on another connection. */
+	{
+		char want[NELSSA_PROTO_ERR_LEN], got[NELSSA_PROTO_ERR_LEN];
+		int32_t wc = 0, gc = 0;
+		int own;
+
+		ret = ctl_rkey(&attacker, NEVER, &wc, want, sizeof(want));
+		if (!ret)
+			ret = ctl_rkey(&attacker, victim.session, &gc, got, sizeof(got));
+		own = ctl_rkey(&attacker, attacker.session, &wc, want, sizeof(want)) || wc;
+		ret = ctl_rkey(&attacker, NEVER, &wc, want, sizeof(want)) || ret;
+		report(!ret && !own && wc == -ENOENT && gc == wc && !strcmp(got, want),
+		       "RKEY_GET of the victim's session from another connection: %d '%s', as for "
+		       "a session that never existed (its own: %s)", gc, got,
+		       own ? "refused" : "given");
+	}
+
+	/* 20: KV commits (zero-copy ingest) under every guess, and with the leaked token. */
+	all = commit_send(&attacker, NEVER, 0, kv_whole(0, 0), NULL, 0) == -ENOENT;
+	for (uint32_t i = 0; i < ng; i++) {
+		ret = commit_send(&attacker, g[i].session, g[i].token, kv_whole(0, 0), NULL, 0);
+		if (ret != -ENOENT) {
+			printf("# commit guess %u: %d\n", i, ret);
+			all = 0;
+		}
+	}
+	ret = commit_send(&attacker, victim.session, victim.token, kv_whole(0, 0), NULL, 0);
+	report(all && ret == -ENOENT, "KV commits naming no session, %u guessed ones of the "
+	       "victim's, and its own token on another's endpoint: each -ENOENT (%d)", ng, ret);
+
+	/* 21: the attacker's own commits are checked as its KV messages are. */
+	{
+		struct nelssa_kv_hdr lay = kv_whole(LAYERS, 0), room = kv_whole(0, 0),
+				     req = kv_whole(0, 0);
+		int ok, l, r, q, d, rv;
+
+		room.first_token = 1;		/* TOKENS rows from 1: one beyond the request */
+		req.request = REQUEST + 1;
+		ok = commit_send(&attacker, attacker.session, attacker.token, kv_whole(0, 1),
+				 NULL, 0);
+		l = commit_send(&attacker, attacker.session, attacker.token, lay, NULL, 0);
+		r = commit_send(&attacker, attacker.session, attacker.token, room, NULL, 0);
+		q = commit_send(&attacker, attacker.session, attacker.token, req, NULL, 0);
+		d = commit_send(&attacker, attacker.session, attacker.token, kv_whole(0, 1), "x",
+				1);
+		rv = kv_am(&attacker, NELSSA_AM_KV_COMMIT, attacker.session, attacker.token,
+			   kv_whole(0, 1), kv_msg, sizeof(kv_msg), UCP_AM_SEND_FLAG_RNDV);
+		report(!ok && l == -ERANGE && r == -ERANGE && q == -ENOENT && d == -EBADMSG &&
+		       rv == -EBADMSG, "the attacker's own commits: a whole one taken, a bad layer "
+		       "-ERANGE, rows beyond the request -ERANGE, an unknown request -ENOENT, one "
+		       "carrying data -EBADMSG eager and rendezvous (%d %d %d %d %d %d)", ok, l, r,
+		       q, d, rv);
+	}
+
+	/* 22: after all that, the victim's data as it was. */
 	ret = victim_step(after);
 	if (!ret)
 		ret = memcmp(before, after, sizeof(before)) ? -EDOM : victim_reference(after);

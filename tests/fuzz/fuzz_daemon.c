@@ -855,6 +855,7 @@ static void got_frame(struct slot *c, const uint8_t *f, size_t len)
 		fail("slot %td: a reply that does not decode: %s", c - sl, strerror(-ret));
 	if (m.type != NELSSA_MSG_HELLO_OK && m.type != NELSSA_MSG_SESSION_OK &&
 	    m.type != NELSSA_MSG_OK && m.type != NELSSA_MSG_STATS_REPLY &&
+	    m.type != NELSSA_MSG_REQ_OK && m.type != NELSSA_MSG_RKEY &&
 	    m.type != NELSSA_MSG_ERROR)
 		fail("slot %td: the daemon sent %s", c - sl, nelssa_msg_type_str(m.type));
 	if (m.type == NELSSA_MSG_ERROR && (m.u.error.code >= 0 || m.u.error.code <= -4096))
@@ -900,6 +901,12 @@ static void got_frame(struct slot *c, const uint8_t *f, size_t len)
 		break;
 	case NELSSA_MSG_STATS:
 		ret = m.type == NELSSA_MSG_STATS_REPLY;
+		break;
+	case NELSSA_MSG_REQ_ALLOC:
+		ret = m.type == NELSSA_MSG_REQ_OK;
+		break;
+	case NELSSA_MSG_RKEY_GET:
+		ret = m.type == NELSSA_MSG_RKEY;
 		break;
 	default:
 		ret = m.type == NELSSA_MSG_OK;

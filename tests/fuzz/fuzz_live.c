@@ -545,6 +545,7 @@ static void check_frame(struct actor *a, const uint8_t *buf, size_t len)
 	}
 	if (m.type != NELSSA_MSG_HELLO_OK && m.type != NELSSA_MSG_SESSION_OK &&
 	    m.type != NELSSA_MSG_OK && m.type != NELSSA_MSG_STATS_REPLY &&
+	    m.type != NELSSA_MSG_REQ_OK && m.type != NELSSA_MSG_RKEY &&
 	    m.type != NELSSA_MSG_ERROR) {
 		violation("a%d: the daemon sent %s, which answers nothing", a->idx,
 			  nelssa_msg_type_str(m.type));
@@ -576,8 +577,10 @@ static void check_frame(struct actor *a, const uint8_t *buf, size_t len)
 		    !((e->type == NELSSA_MSG_HELLO && m.type == NELSSA_MSG_HELLO_OK) ||
 		      (e->type == NELSSA_MSG_SESSION_CREATE && m.type == NELSSA_MSG_SESSION_OK) ||
 		      (e->type == NELSSA_MSG_STATS && m.type == NELSSA_MSG_STATS_REPLY) ||
-		      ((e->type == NELSSA_MSG_REQ_ALLOC || e->type == NELSSA_MSG_REQ_FREE ||
-			e->type == NELSSA_MSG_CLOSE) && m.type == NELSSA_MSG_OK)))
+		      (e->type == NELSSA_MSG_REQ_ALLOC && m.type == NELSSA_MSG_REQ_OK) ||
+		      (e->type == NELSSA_MSG_RKEY_GET && m.type == NELSSA_MSG_RKEY) ||
+		      ((e->type == NELSSA_MSG_REQ_FREE || e->type == NELSSA_MSG_CLOSE) &&
+		       m.type == NELSSA_MSG_OK)))
 			violation("a%d: %s answered with %s", a->idx, nelssa_msg_type_str(e->type),
 				  nelssa_msg_type_str(m.type));
 		if (e->must_err && (m.type != NELSSA_MSG_ERROR || m.u.error.code != e->must_err))

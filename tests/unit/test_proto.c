@@ -57,6 +57,29 @@ static struct nelssa_msg sample(uint16_t type)
 		m.u.session_ok.session = 77;
 		m.u.session_ok.token = 0x8877665544332211ull;
 		m.u.session_ok.devices = 4;
+		m.u.session_ok.flags = NELSSA_SESSION_RMA;
+		break;
+	case NELSSA_MSG_RKEY_GET:
+		m.u.rkey_get.session = 77;
+		m.u.rkey_get.device = 3;
+		break;
+	case NELSSA_MSG_RKEY:
+		m.u.rkey.session = 77;
+		m.u.rkey.base = 0x7f0012340000ull;
+		m.u.rkey.bytes = 1ull << 30;
+		m.u.rkey.device = 3;
+		m.u.rkey.len = 37;
+		for (uint32_t i = 0; i < m.u.rkey.len; i++)
+			m.u.rkey.key[i] = (uint8_t)(i * 7 + 1);
+		break;
+	case NELSSA_MSG_REQ_OK:
+		m.u.req_ok.request = 0xfedcba9876543210ull;
+		m.u.req_ok.store_tokens = 131072;
+		m.u.req_ok.store_clusters = 9000;
+		m.u.req_ok.devices = 3;
+		m.u.req_ok.off[0] = 0;
+		m.u.req_ok.off[1] = 1ull << 33;
+		m.u.req_ok.off[2] = 64;
 		break;
 	case NELSSA_MSG_REQ_ALLOC:
 		m.u.req.max_tokens = 131072;
@@ -81,6 +104,7 @@ static struct nelssa_msg sample(uint16_t type)
 		m.u.stats.t_send = 8;
 		m.u.stats.sessions = 9;
 		m.u.stats.devices = 10;
+		m.u.stats.kv_rma_bytes = 2;
 		break;
 	case NELSSA_MSG_ERROR:
 		m.u.error.code = -ENOSPC;
@@ -243,7 +267,19 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 31, 1, -EINVAL);	/* capacity > 2^40 */
 	refused_with(NELSSA_MSG_SESSION_OK, 0, 0, -EINVAL);		/* session 0 */
-	refused_with(NELSSA_MSG_SESSION_OK, 20, 1, -EINVAL);		/* reserved */
+	refused_with(NELSSA_MSG_SESSION_OK, 20, 3, -EINVAL);		/* unknown flag */
+	refused_with(NELSSA_MSG_SESSION_OK, 23, 0x80, -EINVAL);
+	refused_with_all(NELSSA_MSG_RKEY_GET, 0, 8, -EINVAL);		/* session 0 */
+	refused_with(NELSSA_MSG_RKEY_GET, 8, 64, -EINVAL);		/* device 64 */
+	refused_with(NELSSA_MSG_RKEY_GET, 12, 1, -EINVAL);		/* reserved */
+	refused_with(NELSSA_MSG_RKEY, 24, 64, -EINVAL);			/* device 64 */
+	refused_with_all(NELSSA_MSG_RKEY, 16, 8, -EINVAL);		/* 0 bytes */
+	refused_with(NELSSA_MSG_RKEY, 28, 38, -EBADMSG);		/* key longer than the frame */
+	refused_with(NELSSA_MSG_RKEY, 28, 36, -EBADMSG);		/* ... shorter */
+	refused_with(NELSSA_MSG_REQ_OK, 16, 4, -EBADMSG);		/* more devices than offsets */
+	refused_with(NELSSA_MSG_REQ_OK, 16, 2, -EBADMSG);		/* ... fewer */
+	refused_with_all(NELSSA_MSG_REQ_OK, 8, 4, -EINVAL);		/* no tokens */
+	refused_with(NELSSA_MSG_REQ_OK, 20, 1, -EINVAL);		/* reserved */
 	refused_with_all(NELSSA_MSG_SESSION_OK, 8, 8, -EINVAL);		/* token 0 */
 	refused_with(NELSSA_MSG_REQ_ALLOC, 23, 0xff, -EINVAL);		/* clusters > tokens */
 	refused_with(NELSSA_MSG_ERROR, 3, 0, -EINVAL);			/* code > 0 */
@@ -257,6 +293,18 @@ static void fields_checked(void **state)
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 	m = sample(NELSSA_MSG_HELLO_OK);
 	m.u.hello_ok.key = 0;
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	m = sample(NELSSA_MSG_RKEY);
+	m.u.rkey.base = UINT64_MAX - 10;	/* base + bytes wraps */
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	m = sample(NELSSA_MSG_RKEY);
+	m.u.rkey.len = NELSSA_PROTO_MAX_RKEY + 1;
+	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	m.u.rkey.len = NELSSA_PROTO_MAX_RKEY;	/* the longest fills the largest frame */
+	assert_int_equal(0, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
+	assert_int_equal(NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD, len);
+	m = sample(NELSSA_MSG_REQ_OK);
+	m.u.req_ok.devices = NELSSA_PROTO_MAX_DEVICES + 1;
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 	m = sample(NELSSA_MSG_HELLO);
 	m.u.hello.flags = 2;
@@ -293,6 +341,24 @@ static void kv_header_lengths(void **state)
 	h.first_token = UINT32_MAX;
 	nelssa_kv_hdr_put(p, &h);
 	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
+	assert_int_equal(-EINVAL, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
+}
+
+/* A commit is the KV header alone: any data, or a header of another length, is refused. */
+static void kv_commit_lengths(void **state)
+{
+	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3 }, d;
+	uint8_t p[NELSSA_KV_HDR_BYTES];
+
+	(void)state;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
+	assert_true(d.request == 6 && d.cookie == 7 && d.first_token == 100 &&
+		    d.nr_tokens == 30 && d.first_cluster == 4 && d.nr_clusters == 3);
+	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p), 1, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p) - 1, 0, &d));
+	p[60] = 1;
+	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
 }
 
 static void step_lengths(void **state)
@@ -367,6 +433,7 @@ int main(void)
 		cmocka_unit_test(fields_checked),
 		cmocka_unit_test(hello_of_older_version),
 		cmocka_unit_test(kv_header_lengths),
+		cmocka_unit_test(kv_commit_lengths),
 		cmocka_unit_test(step_lengths),
 		cmocka_unit_test(reply_and_ack_headers),
 	};

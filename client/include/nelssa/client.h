@@ -322,6 +322,57 @@ struct nelssa_daemon_stats {
  */
 int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st);
 
+/**
+ * nelssa_client_set_zero_copy() - choose how later sessions send their KV.
+ * @c: connection.
+ * @enable: non-zero (the default): where the daemon registered a session's
+ *	device memory with UCX, nelssa_client_offload() writes the rows there
+ *	itself (RMA puts, then a small commit) and the daemon copies nothing;
+ *	0: always in KV messages, which the daemon copies in (what a
+ *	benchmark compares against).
+ *
+ * Sessions created before the call keep their way.
+ */
+void nelssa_client_set_zero_copy(struct nelssa_client *c, int enable);
+
+/**
+ * nelssa_client_zero_copy() - whether a session's KV goes by RMA.
+ * @c: connection.
+ * @session: a session of @c.
+ *
+ * A daemon that cannot register a session's memory (a card whose window
+ * cannot be pinned, cluster-wise placement, --zero-copy=off) says so in
+ * its log, and the session's KV goes in messages.
+ *
+ * Return: 1 (zero-copy), 0 (KV messages), or -ENOENT.
+ */
+int nelssa_client_zero_copy(struct nelssa_client *c, uint64_t session);
+
+/**
+ * struct nelssa_ingest_stats - how the KV a daemon took in got there.
+ * @kv_bytes: KV bytes ingested (offload and append), as in
+ *	&struct nelssa_daemon_stats.
+ * @rma_bytes: of those, bytes clients wrote into device memory themselves.
+ * @copied_bytes: of those, bytes the daemon copied in from KV messages.
+ * @reserved: zero; room for counters a later minor release adds.
+ */
+struct nelssa_ingest_stats {
+	uint64_t kv_bytes, rma_bytes, copied_bytes;
+	uint64_t reserved[5];
+};
+
+/**
+ * nelssa_client_ingest_stats() - the daemon's ingest counters.
+ * @c: connection.
+ * @session: one of @c's sessions, or 0: the connection's sessions, open
+ *	and closed (the whole daemon's on an admin connection, as STATS).
+ * @st: receives them; untouched on error.
+ *
+ * Return: 0 or a negative errno (-ENOENT: no such session of @c).
+ */
+int nelssa_client_ingest_stats(struct nelssa_client *c, uint64_t session,
+			       struct nelssa_ingest_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

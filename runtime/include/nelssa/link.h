@@ -29,9 +29,11 @@ extern "C" {
 #endif
 
 /*
- * A UCX context for the data path: active messages and wake-ups.  @server:
- * the daemon's, with UCX's TCP transport told to connect without blocking
- * (TCP_CONN_NB=y) unless UCX_TCP_CONN_NB says otherwise.
+ * A UCX context for the data path: active messages, wake-ups and RMA (for
+ * zero-copy KV ingest).  @server: the daemon's, thread-safe for memory
+ * registration from its control thread, with UCX's TCP transport told to
+ * connect without blocking (TCP_CONN_NB=y) unless UCX_TCP_CONN_NB says
+ * otherwise.
  */
 ucs_status_t nelssa_link_context(int server, ucp_context_h *out);
 

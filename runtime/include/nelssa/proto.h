@@ -24,11 +24,15 @@ extern "C" {
 #endif
 
 #define NELSSA_PROTO_MAGIC	0x41534c4eu	/* "NLSA" */
-#define NELSSA_PROTO_VERSION	3u
+#define NELSSA_PROTO_VERSION	4u
 #define NELSSA_PROTO_HDR_BYTES	16u
 #define NELSSA_PROTO_MAX_PAYLOAD 8192u
 #define NELSSA_PROTO_NAME_LEN	32u
 #define NELSSA_PROTO_ERR_LEN	128u
+/* Devices one daemon serves at most (REQ_OK carries an offset for each). */
+#define NELSSA_PROTO_MAX_DEVICES 64u
+/* Longest packed UCX remote key an RKEY frame carries. */
+#define NELSSA_PROTO_MAX_RKEY	(NELSSA_PROTO_MAX_PAYLOAD - 32u)
 
 /* Limits on a session's shape (DESIGN §3.8: parameters, never constants). */
 #define NELSSA_PROTO_MAX_LAYERS	1024u
@@ -47,6 +51,14 @@ extern "C" {
 #define NELSSA_HELLO_SHM	0x1u
 #define NELSSA_HELLO_FLAGS	NELSSA_HELLO_SHM	/* every flag defined */
 
+/*
+ * SESSION_OK flag: the session's device memory is registered with UCX, so
+ * the client may write KV rows straight into it (RKEY_GET, then RMA puts
+ * and NELSSA_AM_KV_COMMIT) instead of sending them in NELSSA_AM_KV.
+ */
+#define NELSSA_SESSION_RMA	0x1u
+#define NELSSA_SESSION_FLAGS	NELSSA_SESSION_RMA
+
 /**
  * enum nelssa_msg_type - control message types.
  * @NELSSA_MSG_HELLO: client -> daemon, first frame: versions it speaks,
@@ -62,6 +74,10 @@ extern "C" {
  * @NELSSA_MSG_STATS_REPLY: the counters.
  * @NELSSA_MSG_CLOSE: end a session.
  * @NELSSA_MSG_ERROR: a request failed: -errno and a message.
+ * @NELSSA_MSG_RKEY_GET: ask for the UCX remote key of a session's memory on
+ *	one device (a session with NELSSA_SESSION_RMA).
+ * @NELSSA_MSG_RKEY: that key, packed, and the range it covers.
+ * @NELSSA_MSG_REQ_OK: REQ_ALLOC done: where the request's KV lies.
  * @NELSSA_MSG_MAX: one past the last type.
  */
 enum nelssa_msg_type {
@@ -76,6 +92,9 @@ enum nelssa_msg_type {
 	NELSSA_MSG_STATS_REPLY = 9,
 	NELSSA_MSG_CLOSE = 10,
 	NELSSA_MSG_ERROR = 11,
+	NELSSA_MSG_RKEY_GET = 12,
+	NELSSA_MSG_RKEY = 13,
+	NELSSA_MSG_REQ_OK = 14,
 	NELSSA_MSG_MAX,
 };
 
@@ -141,12 +160,40 @@ struct nelssa_msg {
 		} create;
 		/*
 		 * @token: the session's secret, random and never 0; every KV
-		 * and STEP message of the session must carry it.
+		 * and STEP message of the session must carry it; @flags:
+		 * NELSSA_SESSION_*.
 		 */
 		struct {
 			uint64_t session, token;
-			uint32_t devices;
+			uint32_t devices, flags;
 		} session_ok;
+		/* RKEY_GET: the session and the device whose key is wanted. */
+		struct {
+			uint64_t session;
+			uint32_t device;
+		} rkey_get;
+		/*
+		 * RKEY: the session's memory on @device is [@base, +@bytes)
+		 * in the daemon's address space, reachable with the packed
+		 * key @key of @len bytes (ucp_ep_rkey_unpack()).
+		 */
+		struct {
+			uint64_t session, base, bytes;
+			uint32_t device, len;
+			uint8_t key[NELSSA_PROTO_MAX_RKEY];
+		} rkey;
+		/*
+		 * REQ_OK: the request's block lies at @off[d] of the session's
+		 * memory on each of the @devices devices; every (layer, head)
+		 * store in it has room for @store_tokens rows and
+		 * @store_clusters table entries (<nelssa/kv_store.h> places
+		 * them).
+		 */
+		struct {
+			uint64_t request;
+			uint32_t store_tokens, store_clusters, devices;
+			uint64_t off[NELSSA_PROTO_MAX_DEVICES];
+		} req_ok;
 		struct {
 			uint64_t session, request;
 			uint32_t max_tokens, max_clusters;
@@ -154,9 +201,13 @@ struct nelssa_msg {
 		struct {
 			uint64_t session;
 		} session;	/* STATS, CLOSE */
-		/* Counters, times in ns summed over steps. */
+		/*
+		 * Counters, times in ns summed over steps; @kv_rma_bytes: the
+		 * part of @kv_bytes clients wrote into device memory
+		 * themselves (the rest the daemon copied in).
+		 */
 		struct {
-			uint64_t steps, items, kv_bytes;
+			uint64_t steps, items, kv_bytes, kv_rma_bytes;
 			uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
 			uint32_t sessions, devices;
 		} stats;
@@ -217,6 +268,7 @@ int nelssa_shape_check(const struct nelssa_shape *s);
 #define NELSSA_AM_KV_ACK	2u	/* daemon -> client */
 #define NELSSA_AM_STEP		3u	/* client -> daemon: one layer's queries */
 #define NELSSA_AM_STEP_REPLY	4u	/* daemon -> client: outputs and LSEs */
+#define NELSSA_AM_KV_COMMIT	5u	/* client -> daemon: rows it wrote by RMA */
 
 #define NELSSA_KV_HDR_BYTES	64u
 #define NELSSA_ACK_HDR_BYTES	16u
@@ -243,6 +295,9 @@ int nelssa_shape_check(const struct nelssa_shape *s);
  *
  * Data length must be exactly 2 * nr_tokens * row + 8 * nr_clusters, a row
  * being head_dim elements of the session's KV type (nelssa_kv_elem_bytes()).
+ * NELSSA_AM_KV_COMMIT carries the same header and no data: the rows and
+ * entries it names are already in the session's memory, written there by
+ * the client's RMA puts (completed -- flushed -- before it is sent).
  */
 struct nelssa_kv_hdr {
 	uint64_t session, token, request, cookie;
@@ -327,6 +382,17 @@ void nelssa_reply_hdr_put(uint8_t *p, const struct nelssa_reply_hdr *h);
  */
 int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
 		      struct nelssa_kv_hdr *h);
+
+/**
+ * nelssa_kv_commit_get() - decode a NELSSA_AM_KV_COMMIT header.
+ * @p: the header bytes.
+ * @len: header length (must be NELSSA_KV_HDR_BYTES).
+ * @data_len: length of the data that came with it (must be 0).
+ * @h: receives the header.
+ *
+ * Return: 0, -EBADMSG (lengths), -EINVAL (overflowing ranges).
+ */
+int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct nelssa_kv_hdr *h);
 
 /**
  * nelssa_am_session_get() - the session and token a KV or STEP header names.

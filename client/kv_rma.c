@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Zero-copy KV ingest (Documentation/daemon.rst, "Zero-copy ingest").  A
+ * session whose device memory the daemon registered with UCX
+ * (NELSSA_SESSION_RMA) gives this connection a packed remote key per
+ * device (RKEY) and, per request, where its block lies (REQ_OK).  An
+ * offload then gathers each chunk of rows into cluster-contiguous order --
+ * the one copy, on this side -- and puts the K rows, the V rows and the
+ * table entries where <nelssa/kv_store.h> places them, flushes the
+ * endpoint so that every put has landed, and sends a small
+ * NELSSA_AM_KV_COMMIT naming the same ranges a KV message would: the
+ * daemon checks them, counts the rows and acknowledges, without touching
+ * a byte.  Where anything of that is missing the session falls back to KV
+ * messages, which the daemon copies in.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nelssa/attention.h>
+#include <nelssa/kv_store.h>
+#include <nelssa/log.h>
+#include <nelssa/util.h>
+
+#include "remote_internal.h"
+
+/* Puts in flight at once: a window, so that a failure surfaces near its cause. */
+#define PUT_WINDOW 16
+
+void nc_rma_session_close(struct csession *s)
+{
+	for (uint32_t d = 0; s->rk && d < s->n_dev; d++)
+		if (s->rk[d].rkey)
+			ucp_rkey_destroy(s->rk[d].rkey);
+	free(s->rk);
+	free(s->req);
+	s->rk = NULL;
+	s->req = NULL;
+	s->n_req = 0;
+	s->cap_req = 0;
+	s->rma = 0;
+}
+
+/* Why a session takes KV messages after all: a warning, not a failure of the call. */
+static void fallback(struct csession *s, const char *why)
+{
+	char msg[384];
+
+	nc_rma_session_close(s);
+	snprintf(msg, sizeof(msg), "session %llu: zero-copy ingest unavailable, KV goes in "
+		 "messages: %s", (unsigned long long)s->id, why);
+	nelssa_log(NELSSA_LOG_WARNING, "client", msg);
+}
+
+void nc_rma_session_open(struct nelssa_client *c, struct csession *s)
+{
+	struct nelssa_msg m = { .type = NELSSA_MSG_RKEY_GET };
+	struct nelssa_msg *r = malloc(sizeof(*r));
+
+	s->rk = calloc(s->n_dev ? s->n_dev : 1, sizeof(*s->rk));
+	if (!r || !s->rk || s->n_dev > NELSSA_PROTO_MAX_DEVICES) {
+		free(r);
+		fallback(s, s->n_dev > NELSSA_PROTO_MAX_DEVICES ? "too many devices"
+							       : "out of memory");
+		return;
+	}
+	for (uint32_t d = 0; d < s->n_dev; d++) {
+		ucs_status_t st;
+
+		m.u.rkey_get.session = s->id;
+		m.u.rkey_get.device = d;
+		if (nc_ctl_call(c, &m, r)) {
+			fallback(s, c->err);
+			break;
+		}
+		if (r->type != NELSSA_MSG_RKEY || r->u.rkey.session != s->id ||
+		    r->u.rkey.device != d) {
+			fallback(s, "the daemon answered RKEY_GET with something else");
+			break;
+		}
+		st = ucp_ep_rkey_unpack(c->ep, r->u.rkey.key, &s->rk[d].rkey);
+		if (st != UCS_OK) {
+			s->rk[d].rkey = NULL;
+			fallback(s, ucs_status_string(st));
+			break;
+		}
+		s->rk[d].base = r->u.rkey.base;
+		s->rk[d].bytes = r->u.rkey.bytes;
+		s->rma = d + 1 == s->n_dev;
+	}
+	free(r);
+}
+
+static struct crequest *request_find(struct csession *s, uint64_t id)
+{
+	for (uint32_t i = 0; i < s->n_req; i++)
+		if (s->req[i].id == id)
+			return &s->req[i];
+	return NULL;
+}
+
+int nc_rma_request_add(struct nelssa_client *c, struct csession *s, const struct nelssa_msg *r)
+{
+	struct crequest *q;
+
+	if (r->u.req_ok.devices != s->n_dev)
+		return nc_fail(c, -EPROTO, "REQ_OK names %u devices, the session has %u",
+			       r->u.req_ok.devices, s->n_dev);
+	if (s->n_req == s->cap_req) {
+		const uint32_t cap = s->cap_req ? 2 * s->cap_req : 8;
+		struct crequest *n = realloc(s->req, sizeof(*n) * cap);
+
+		if (!n)
+			return nc_fail(c, -ENOMEM, "out of memory");
+		s->req = n;
+		s->cap_req = cap;
+	}
+	q = &s->req[s->n_req++];
+	memset(q, 0, sizeof(*q));
+	q->id = r->u.req_ok.request;
+	q->store_tokens = r->u.req_ok.store_tokens;
+	q->store_clusters = r->u.req_ok.store_clusters;
+	memcpy(q->off, r->u.req_ok.off, sizeof(q->off[0]) * s->n_dev);
+	return 0;
+}
+
+void nc_rma_request_del(struct csession *s, uint64_t id)
+{
+	struct crequest *q = request_find(s, id);
+
+	if (q)
+		*q = s->req[--s->n_req];
+}
+
+/*
+ * The puts of one offload in flight, oldest first.  Each owns its source
+ * buffer (a send_op's @data) until UCX is done reading it.
+ */
+struct put_window {
+	struct send_op *op[PUT_WINDOW];
+	uint32_t n;
+};
+
+/* Waits for the oldest put; its buffer is freed. */
+static int put_retire(struct nelssa_client *c, struct put_window *w, uint64_t deadline)
+{
+	struct send_op *op = w->op[0];
+	int ret = nc_wait(c, &op->done, deadline);
+
+	if (ret)
+		return ret;
+	memmove(w->op, w->op + 1, sizeof(w->op[0]) * --w->n);
+	if (op->status != UCS_OK)
+		ret = nc_fail(c, -EIO, "RMA write into the daemon's memory failed: %s",
+			      ucs_status_string(op->status));
+	ucp_request_free(op->req);
+	nc_op_free(op);
+	return ret;
+}
+
+/*
+ * After a failure: puts UCX still has go to the connection's orphans
+ * (their buffers with them), as sends that outlive their call do.
+ */
+static void put_abandon(struct nelssa_client *c, struct put_window *w)
+{
+	for (uint32_t i = 0; i < w->n; i++) {
+		w->op[i]->next = c->orphans;
+		c->orphans = w->op[i];
+	}
+	w->n = 0;
+	nc_reap_orphans(c);
+}
+
+/* Puts @len bytes of @data (malloc'd, passed on) at @remote; bounded by the window. */
+static int put(struct nelssa_client *c, struct put_window *w, void *data, size_t len,
+	       uint64_t remote, ucp_rkey_h rkey, uint64_t deadline)
+{
+	ucp_request_param_t prm = { 0 };
+	struct send_op *op;
+	ucs_status_ptr_t sp;
+	int ret = 0;
+
+	if (w->n == PUT_WINDOW)
+		ret = put_retire(c, w, deadline);
+	op = ret ? NULL : calloc(1, sizeof(*op));
+	if (!op) {
+		free(data);
+		return ret ? ret : nc_fail(c, -ENOMEM, "out of memory");
+	}
+	op->data = data;
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	prm.cb.send = nc_sent;
+	prm.user_data = op;
+	sp = ucp_put_nbx(c->ep, data, len, remote, rkey, &prm);
+	if (!UCS_PTR_IS_PTR(sp)) {
+		nc_op_free(op);
+		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "RMA write into the daemon's memory "
+						    "failed: %s",
+						    ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
+	}
+	op->req = sp;
+	w->op[w->n++] = op;
+	return 0;
+}
+
+/* Every put before it has landed in the daemon's memory when this returns 0. */
+static int flush(struct nelssa_client *c, uint64_t deadline)
+{
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+						    UCP_OP_ATTR_FIELD_USER_DATA };
+	struct send_op *op = calloc(1, sizeof(*op));
+	ucs_status_ptr_t sp;
+	int ret;
+
+	if (!op)
+		return nc_fail(c, -ENOMEM, "out of memory");
+	prm.cb.send = nc_sent;
+	prm.user_data = op;
+	sp = ucp_ep_flush_nbx(c->ep, &prm);
+	if (!UCS_PTR_IS_PTR(sp)) {
+		free(op);
+		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "flushing RMA writes failed: %s",
+						    ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
+	}
+	op->req = sp;
+	ret = nc_wait(c, &op->done, deadline);
+	if (!op->done) {
+		op->next = c->orphans;	/* UCX still has it */
+		c->orphans = op;
+		return ret;
+	}
+	if (op->status != UCS_OK)
+		ret = nc_fail(c, -EIO, "flushing RMA writes failed: %s",
+			      ucs_status_string(op->status));
+	ucp_request_free(sp);
+	free(op);
+	return ret;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The puts of clusters [@from, n) of @ix: rows chunk by chunk, then the table. */
+static int put_rows(struct nelssa_client *c, struct put_window *w, const struct crkey *rk,
+		    uint64_t k_at, uint64_t v_at, uint64_t t_at, size_t row,
+		    const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
+		    const void *v, uint64_t deadline)
+{
+	uint8_t *table;
+	int ret = 0;
+
+	for (uint32_t cl = from; cl < ix->n_clusters && !ret;) {
+		const uint32_t first = ix->table[cl].first;
+		uint32_t end = cl, tokens = 0;
+		uint8_t *kb, *vb;
+
+		while (end < ix->n_clusters &&
+		       (end == cl || 2ull * (tokens + ix->table[end].count) * row <= CHUNK_BYTES))
+			tokens += ix->table[end++].count;
+		/* Clusters are never empty (struct nelssa_cluster_index): tokens >= 1. */
+		kb = malloc((size_t)tokens * row);
+		vb = malloc((size_t)tokens * row);
+		if (!kb || !vb) {
+			free(kb);
+			free(vb);
+			return nc_fail(c, -ENOMEM, "out of memory");
+		}
+		for (uint32_t i = 0; i < tokens; i++) {
+			const uint32_t t = ix->perm[first + i];
+
+			memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row, row);
+			memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row, row);
+		}
+		ret = put(c, w, kb, tokens * row, k_at + (uint64_t)first * row, rk->rkey, deadline);
+		if (!ret)
+			ret = put(c, w, vb, tokens * row, v_at + (uint64_t)first * row, rk->rkey,
+				  deadline);
+		else
+			free(vb);
+		cl = end;
+	}
+	if (ret)
+		return ret;
+	/* Table entries: struct npnm_cluster, little-endian, as a KV message carries them. */
+	table = malloc((size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from));
+	if (!table)
+		return nc_fail(c, -ENOMEM, "out of memory");
+	for (uint32_t j = from; j < ix->n_clusters; j++) {
+		put_le32(table + 8 * (j - from), ix->table[j].first);
+		put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
+	}
+	return put(c, w, table, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
+		   t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * from, rk->rkey, deadline);
+}
+
+int nc_rma_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
+		   uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+		   uint32_t from, const void *k, const void *v)
+{
+	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
+	const struct nelssa_shape *sh = &s->cfg.shape;
+	const size_t row = (size_t)ix->head_dim *
+			   nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype);
+	const struct crequest *q = request_find(s, request);
+	struct nelssa_kv_hdr h = { .session = s->id, .token = s->token, .request = request,
+				   .layer = layer, .head = head, .first_cluster = from };
+	struct put_window w = { .n = 0 };
+	uint8_t hdr[NELSSA_KV_HDR_BYTES];
+	uint64_t k_at, v_at, t_at, end;
+	const struct crkey *rk;
+	void *none = NULL;
+	uint32_t d;
+	int ret;
+
+	if (!q)
+		return nc_fail(c, -ENOENT, "no request %llu in session %llu",
+			       (unsigned long long)request, (unsigned long long)s->id);
+	if (from == ix->n_clusters)
+		return 0;
+	h.first_token = ix->table[from].first;
+	h.nr_clusters = ix->n_clusters - from;
+	for (uint32_t j = from; j < ix->n_clusters; j++)
+		h.nr_tokens += ix->table[j].count;
+	/* What the daemon would refuse a KV message for, refused before any put. */
+	if (layer >= sh->layers || head >= sh->kv_heads ||
+	    (uint64_t)h.first_token + h.nr_tokens > q->store_tokens ||
+	    (uint64_t)from + h.nr_clusters > q->store_clusters)
+		return nc_fail(c, -ERANGE, "the daemon refused KV rows: %s", strerror(ERANGE));
+	d = head % s->n_dev;
+	rk = &s->rk[d];
+	nelssa_kv_store_offsets(row, q->store_tokens, q->store_clusters,
+				(sh->kv_heads + s->n_dev - 1) / s->n_dev, layer, head / s->n_dev,
+				&k_at, &v_at, &t_at);
+	end = q->off[d] + t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * q->store_clusters;
+	if (end > rk->bytes || end < q->off[d])
+		return nc_fail(c, -EPROTO, "request %llu's store lies outside the memory its key "
+			       "reaches", (unsigned long long)request);
+	k_at += rk->base + q->off[d];
+	v_at += rk->base + q->off[d];
+	t_at += rk->base + q->off[d];
+	ret = put_rows(c, &w, rk, k_at, v_at, t_at, row, ix, from, k, v, deadline);
+	while (!ret && w.n)
+		ret = put_retire(c, &w, deadline);
+	if (ret) {
+		put_abandon(c, &w);
+		return ret;
+	}
+	ret = flush(c, deadline);
+	if (ret)
+		return ret;
+	c->acks_pending = 0;
+	c->ack_status = 0;
+	c->ack_base = c->next_cookie + 1;
+	h.cookie = ++c->next_cookie;
+	nelssa_kv_hdr_put(hdr, &h);
+	c->acks_pending++;
+	ret = nc_am_send(c, NELSSA_AM_KV_COMMIT, hdr, sizeof(hdr), &none, 0, deadline);
+	if (!ret)
+		ret = nc_wait_acks(c, 1, deadline);
+	if (!ret && c->ack_status)
+		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
+			      nc_refusal(c->ack_status));
+	return ret;
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the parts of the nelssad client share: remote.c (the connection,
+ * control requests, KV messages, decode steps) and kv_rma.c (zero-copy
+ * ingest: KV put straight into the daemon's registered memory).  Not
+ * installed; nothing here is exported (libnelssa-client.map).
+ */
+#ifndef NELSSA_REMOTE_INTERNAL_H
+#define NELSSA_REMOTE_INTERNAL_H
+
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include <nelssa/client.h>
+#include <nelssa/proto.h>
+
+#define MAX_SESSIONS 64
+#define CHUNK_BYTES (256u << 10)
+#define ACK_WINDOW 8
+
+#define MAX_PENDING 16
+/* After a cancel, how long UCX may take to let go of a send's buffers. */
+#define CANCEL_GRACE_MS 20
+/* How long nelssa_client_close() waits for the endpoint's flush, and for its close. */
+#define CLOSE_WAIT_NS 2000000000ull
+
+/*
+ * One active message being sent: UCX reads its header and data until the
+ * send completes.  A send that outlives its call's timeout (a stopped or
+ * wedged daemon: UCX 1.13 cannot cancel a send) is left to UCX, with its
+ * buffers, on the connection's list of orphans; its completion, or the
+ * endpoint's close, ends it, and nelssa_client_close() frees it.
+ */
+struct send_op {
+	struct send_op *next;
+	int done;
+	ucs_status_t status;
+	void *req;		/* UCX's request while in flight */
+	void *data;		/* owned */
+	uint8_t hdr[64];
+};
+
+/* One step in flight: where its reply goes. */
+struct nelssa_step_pending {
+	struct nelssa_client *c;
+	uint64_t id;			/* 0: the slot is free */
+	uint32_t n, g, d;
+	float *o, *lse;
+	int done;
+	int receiving;			/* UCX writes @buf: the slot is not free */
+	int32_t status;
+	struct nelssa_reply_hdr reply;
+	uint8_t *buf;
+	size_t cap, len;
+	uint64_t t0;
+};
+
+/*
+ * Zero-copy ingest (kv_rma.c): where a request's KV lies on each device
+ * (REQ_OK), so that its rows can be put there.
+ */
+struct crequest {
+	uint64_t id;
+	uint32_t store_tokens, store_clusters;
+	uint64_t off[NELSSA_PROTO_MAX_DEVICES];
+};
+
+/* A device's part of a session's memory, as RKEY gave it. */
+struct crkey {
+	ucp_rkey_h rkey;
+	uint64_t base, bytes;
+};
+
+/*
+ * A session of this connection; @token goes in every KV and STEP header.
+ * @rma: KV is put into the daemon's memory (the daemon registered it and
+ * this connection wants it); then @rk holds a key per device and @req the
+ * requests allocated.
+ */
+struct csession {
+	uint64_t id, token;
+	struct nelssa_session_cfg cfg;
+	int rma;
+	uint32_t n_dev;
+	struct crkey *rk;
+	struct crequest *req;
+	uint32_t n_req, cap_req;
+};
+
+struct nelssa_client {
+	int fd;
+	uint32_t seq, timeout_ms, devices;
+	char err[256];
+	/* control replies: a frame being read */
+	uint8_t rbuf[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	size_t rhave;
+	ucp_context_h ucp;
+	ucp_worker_h worker;
+	ucp_ep_h ep;
+	int efd;
+	int ep_failed;
+	/* KV acks: those of the offload in progress have cookies >= ack_base */
+	uint32_t acks_pending;
+	int ack_seen;			/* an ack came (nc_wait_acks() waits on it) */
+	int32_t ack_status;
+	uint64_t next_cookie, ack_base;
+	struct send_op *orphans;
+	/* steps sent and not yet collected */
+	uint64_t next_step;
+	struct nelssa_step_pending pend[MAX_PENDING];
+	struct csession sess[MAX_SESSIONS];
+	uint32_t n_sess;
+	int no_zero_copy;		/* nelssa_client_set_zero_copy(0) */
+};
+
+/* Records @fmt as the connection's last error, logs it, returns @err. */
+int nc_fail(struct nelssa_client *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A control request and its reply; an ERROR reply becomes its code. */
+int nc_ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r);
+/* Progresses the worker until *@done, the deadline or the daemon's end. */
+int nc_wait(struct nelssa_client *c, const int *done, uint64_t deadline);
+/* Sends an active message, waiting for UCX to be done with *@data (see remote.c). */
+int nc_am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t hdr_len,
+	       void **data, size_t len, uint64_t deadline);
+/* UCX's completion of a send_op's request. */
+void nc_sent(void *request, ucs_status_t status, void *user_data);
+void nc_op_free(struct send_op *op);
+void nc_reap_orphans(struct nelssa_client *c);
+struct csession *nc_find(struct nelssa_client *c, uint64_t id);
+/* A daemon's refusal status in words. */
+const char *nc_refusal(int status);
+/* Waits for the KV acks outstanding (c->acks_pending) until @deadline. */
+int nc_wait_acks(struct nelssa_client *c, uint32_t below, uint64_t deadline);
+
+/* kv_rma.c */
+/* After SESSION_OK with NELSSA_SESSION_RMA: fetches and unpacks the keys. */
+void nc_rma_session_open(struct nelssa_client *c, struct csession *s);
+/* Lets go of @s's keys and requests (before the endpoint closes). */
+void nc_rma_session_close(struct csession *s);
+/* REQ_OK of a request of @s: remembered, for its puts. */
+int nc_rma_request_add(struct nelssa_client *c, struct csession *s, const struct nelssa_msg *r);
+void nc_rma_request_del(struct csession *s, uint64_t id);
+/* nelssa_client_offload() of a session with @rma: puts, a flush, a commit. */
+int nc_rma_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
+		   uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+		   uint32_t from, const void *k, const void *v);
+
+#endif /* NELSSA_REMOTE_INTERNAL_H */

@@ -1,0 +1,96 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Tier T1: zero-copy KV ingest (Documentation/daemon.rst, "Zero-copy
+# ingest"), in TAP.  Over tcp and over shared memory: a head-wise session's
+# KV is put by the client into the daemon's registered device memory, the
+# daemon copies none of it (its counters, checked against the bytes the
+# client counts from its indexes) and the steps equal float64 attention;
+# a client that opts out, and a cluster-wise session, are staged and
+# copied instead -- the daemon says why.  --zero-copy=off stages every
+# session; --zero-copy=require refuses KV messages and the sessions it
+# cannot register, each with words.
+#
+#   check-zero-copy.sh NELSSAD E2E_CLIENT
+set -u
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
+
+nd=${1:?usage: check-zero-copy.sh NELSSAD E2E_CLIENT}
+cli=${2:?}
+out=$(mktemp -d)
+pid=
+n=0
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+
+# shellcheck source=../tools/tap-lib.sh
+. "$(dirname "$0")/../tools/tap-lib.sh"
+# shellcheck source=../../scripts/nelssad-lib.sh
+. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
+export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
+
+# grep_t NAME PATTERN FILE: a subtest that FILE holds PATTERN.
+grep_t() {
+	n=$((n + 1))
+	if grep -q "$2" "$3"; then
+		echo "ok $n - $1"
+	else
+		sed 's/^/# /' "$3" | tail -20
+		echo "not ok $n - $1"
+	fi
+}
+
+stop() {
+	kill -TERM $pid
+	wait $pid
+	pid=
+}
+
+echo "1..19"
+t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
+grep_t "... and says which" "need auto, off or require" "$out/stderr"
+
+for tls in tcp shm,tcp; do
+	export UCX_TLS=$tls
+	if nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1; then
+		echo "ok $((n += 1)) - $tls: daemon listening on port $port"
+	else
+		sed 's/^/# /' "$out/daemon.log"
+		echo "not ok $((n += 1)) - $tls: daemon listening"
+		continue
+	fi
+	t "$tls: KV put into registered device memory: every byte by RMA, none copied, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check rma
+	t "$tls: a client that opts out: every byte copied, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check-staged staged
+	t "$tls: cluster-wise placement is staged: every byte copied, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check-clusters staged
+	grep_t "$tls: ... and the daemon's log says why" \
+		"zero-copy ingest off for this session.*cluster-wise placement" "$out/daemon.log"
+	stop
+done
+unset UCX_TLS
+
+export UCX_TLS=tcp
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --zero-copy=off
+t "--zero-copy=off: a head-wise session is staged, every byte copied, steps exact" \
+	0 "$cli" 127.0.0.1 "$port" check staged
+stop
+
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --require-zero-copy
+t "--require-zero-copy: KV by RMA is served, steps equal float64" \
+	0 "$cli" 127.0.0.1 "$port" check rma
+t "... KV sent in messages is refused" 1 "$cli" 127.0.0.1 "$port" check-staged staged
+grep_t "... with -EOPNOTSUPP at the first offload" "request 0 offload: -95" "$out/stdout"
+t "... a session it cannot register (cluster-wise) is refused" 1 \
+	"$cli" 127.0.0.1 "$port" check-clusters staged
+grep_t "... with -EOPNOTSUPP and the reason" \
+	"session create: -95 (zero-copy ingest is required.*cluster-wise" "$out/stdout"
+if kill -0 $pid 2>/dev/null && ! grep -q "Sanitizer" "$out/daemon.log"; then
+	echo "ok $((n += 1)) - the daemon lives through the refusals, no sanitizer report"
+else
+	sed 's/^/# /' "$out/daemon.log" | tail -30
+	echo "not ok $((n += 1)) - the daemon lives through the refusals"
+fi
+stop
