@@ -47,7 +47,9 @@ done
 [ $? = 1 ] && grep -q "built without libcxl" "$out/host.txt" &&
 	skip "nelssactl was built without libcxl (libcxl-dev, libdaxctl-dev)"
 
-# 1. Debian's kernel image, extracted (never installed), as rig.sh does.
+# 1. Debian's kernel image, extracted (never installed), as rig.sh does;
+#    of its modules only the CXL, nvdimm and dax drivers are kept (the
+#    image is the last file moved in: its presence means the rest is).
 kdir=$("$src/scripts/kdir.sh" 2>/dev/null) || skip "no kernel headers (linux-headers-amd64)"
 kv=$(basename "$kdir" | sed 's/^linux-headers-//')
 kroot="$out/kroot-$kv"
@@ -60,8 +62,18 @@ if [ ! -f "$image" ]; then
 		(cd "$out/image" && apt-get download "linux-image-$kv") >>"$log" 2>&1 ||
 			skip "cannot download linux-image-$kv (apt-get download)"
 	fi
-	dpkg-deb -x "$out"/image/linux-image-"$kv"_*.deb "$kroot" >>"$log" 2>&1 ||
+	x="$out/image/x"
+	dpkg-deb -x "$out"/image/linux-image-"$kv"_*.deb "$x" >>"$log" 2>&1 ||
 		die "dpkg-deb -x linux-image-$kv"
+	mkdir -p "$kroot/boot" "$kroot/lib/modules/$kv/kernel/drivers"
+	for d in cxl dax nvdimm; do
+		mv "$x/lib/modules/$kv/kernel/drivers/$d" "$kroot/lib/modules/$kv/kernel/drivers/" ||
+			die "linux-image-$kv has no drivers/$d"
+	done
+	mv "$x/lib/modules/$kv"/modules.order "$x/lib/modules/$kv"/modules.builtin \
+		"$x/lib/modules/$kv"/modules.builtin.modinfo "$kroot/lib/modules/$kv/" &&
+		mv "$x/boot/config-$kv" "$kroot/boot/" && mv "$x/boot/vmlinuz-$kv" "$image" ||
+		die "linux-image-$kv: unexpected layout"
 	rm -rf "$out/image"
 fi
 for opt in CXL_BUS CXL_ACPI CXL_PCI CXL_MEM CXL_PMEM CXL_REGION DEV_DAX DEV_DAX_PMEM; do
@@ -114,7 +126,7 @@ rm -f "$sock"
 "$devemu" --socket "$sock" --mem 64M --cores 1 2>"$out/devemu.log" &
 devemu_pid=$!
 # A bounded wait on a state, not a margin: the socket is in LISTEN.
-for i in $(seq 1 200); do
+for _ in $(seq 1 200); do
 	ss -xlnH | grep -qF " $sock " && break
 	kill -0 $devemu_pid 2>/dev/null || break
 	sleep 0.05
