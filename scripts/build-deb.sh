@@ -91,7 +91,12 @@ Description: NELSSA for Python: the client of nelssad and the GPU-node algorithm
 EOF2
 fi
 
-# nelssa: programs and system integration.
+# nelssa: programs and system integration.  nelssactl links ndctl's
+# libcxl and libdaxctl when the build found them (meson option libcxl).
+cxl_deps=""
+if readelf -d "$s/usr/bin/nelssactl" 2>/dev/null | grep -q 'NEEDED.*\[libcxl\.so'; then
+	cxl_deps=", libcxl1, libdaxctl1"
+fi
 p=$tmp/nelssa
 move "$p" usr/sbin usr/bin usr/share/man etc usr/lib/systemd usr/lib/udev usr/lib/sysusers.d
 control "$p" <<EOF2
@@ -99,7 +104,7 @@ Package: nelssa
 Version: $ver
 Architecture: $arch
 Maintainer: NELSSA developers <nelssa@localhost>
-Depends: libc6, libnelssa0 (= $ver), libucx0 (>= 1.13), libjson-c5, liburing2, adduser
+Depends: libc6, libnelssa0 (= $ver), libucx0 (>= 1.13), libjson-c5, liburing2, adduser$cxl_deps
 Recommends: nelssa-pnm-dkms
 Section: misc
 Priority: optional

@@ -14,6 +14,9 @@ set -eu
 arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 
 pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev libucx-dev python3 python3-dev"
+# nelssactl topology reads the CXL hierarchy through ndctl's libcxl and the
+# dax devices through libdaxctl (optional: without them the command says so).
+pkgs_build="$pkgs_build libcxl-dev libdaxctl-dev"
 # ABI test under -m32/C++, kernel-side header checks (Kbuild, sparse,
 # checkpatch and kernel-doc from Debian's linux-source), docutils for the
 # documentation check and the man page; on x86-64 clang/lld with the arm64
@@ -24,6 +27,9 @@ pkgs_test="g++ perl xz-utils sparse linux-headers-$arch linux-source-6.1 python3
 pkgs_test="$pkgs_test qemu-system-x86 busybox-static cpio gzip"
 # Tier T2-debug builds its kernel from linux-source-6.1 (objtool needs libelf).
 pkgs_test="$pkgs_test flex bison bc libelf-dev"
+# Tier T2-CXL: 'cxl list' and 'ndctl create-namespace' (ndctl) and 'daxctl
+# list' (daxctl) run in the CXL guest, copied from the host.
+pkgs_test="$pkgs_test ndctl daxctl"
 # Tier T3 and the install tests in that guest: Soft-RoCE tools, perftest,
 # and the users a package's sysusers.d entry makes.
 pkgs_test="$pkgs_test iproute2 ibverbs-providers perftest"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * nelssactl: list, inspect, self-test and benchmark NELSSA PNM devices.
+ * nelssactl: list, inspect, self-test and benchmark NELSSA PNM devices, and
+ * show where they sit in the CXL hierarchy.
  * Human output by default, --json for machines.  See
  * Documentation/tools/nelssactl.rst (the man page source).
  */
@@ -23,6 +24,8 @@ static void usage(FILE *f, const char *prog)
 		"  bench DEV bw|attn|latency   benchmarks; see '%s bench --help'\n"
 		"  stats [HOST[:PORT]]         a running nelssad's counters (default 127.0.0.1:18515)\n"
 		"  calibrate [OPTIONS]         measure PNM bandwidth and T_comm, print T_input for N=1..8\n"
+		"  topology [DEV]              CXL bus, host bridge, root port, endpoint, decoders and\n"
+		"                              dax device of a card or CXL memdev (libcxl)\n"
 		"\n"
 		"DEV is /dev/nelssa_pnmN (kernel driver) or sim:N[,mem=SIZE,cores=N,isa=NAME]\n"
 		"(a device emulated in this process).\n"
@@ -48,6 +51,7 @@ int main(int argc, char **argv)
 		{ "bench", cmd_bench },
 		{ "stats", cmd_stats },
 		{ "calibrate", cmd_calibrate },
+		{ "topology", cmd_topology },
 	};
 	struct ctl ctl = { .prog = "nelssactl" };
 	int i = 1;
