@@ -23,6 +23,8 @@
 #include <nelssa/log.h>
 #include <nelssa/util.h>
 
+#include <nelssa/link.h>
+
 #include "remote_internal.h"
 
 /* Puts in flight at once: a window, so that a failure surfaces near its cause. */
@@ -56,8 +58,18 @@ static void fallback(struct csession *s, const char *why)
 void nc_rma_session_open(struct nelssa_client *c, struct csession *s)
 {
 	struct nelssa_msg m = { .type = NELSSA_MSG_RKEY_GET };
-	struct nelssa_msg *r = malloc(sizeof(*r));
+	struct nelssa_msg *r;
 
+	if (c->zero_copy == NELSSA_ZERO_COPY_AUTO && !nelssa_link_ep_native_rma(c->ep)) {
+		char msg[192];
+
+		snprintf(msg, sizeof(msg), "session %llu: KV goes in messages: UCX has no native "
+			 "RMA lane to the daemon here (it would emulate puts with messages, which is "
+			 "slower); NELSSA_ZERO_COPY_FORCE puts anyway", (unsigned long long)s->id);
+		nelssa_log(NELSSA_LOG_INFO, "client", msg);
+		return;
+	}
+	r = malloc(sizeof(*r));
 	s->rk = calloc(s->n_dev ? s->n_dev : 1, sizeof(*s->rk));
 	if (!r || !s->rk || s->n_dev > NELSSA_PROTO_MAX_DEVICES) {
 		free(r);

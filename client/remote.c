@@ -513,6 +513,7 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 		return -ENOMEM;
 	c->fd = -1;
 	c->efd = -1;
+	c->zero_copy = NELSSA_ZERO_COPY_AUTO;
 	c->timeout_ms = o->timeout_ms ? o->timeout_ms : 30000;
 	ret = tcp_connect(c, o->host, o->port);
 	if (ret)
@@ -661,7 +662,7 @@ int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_c
 	c->sess[c->n_sess].token = r.u.session_ok.token;
 	c->sess[c->n_sess].cfg = *cfg;
 	c->sess[c->n_sess].n_dev = r.u.session_ok.devices;
-	if ((r.u.session_ok.flags & NELSSA_SESSION_RMA) && !c->no_zero_copy)
+	if ((r.u.session_ok.flags & NELSSA_SESSION_RMA) && c->zero_copy != NELSSA_ZERO_COPY_OFF)
 		nc_rma_session_open(c, &c->sess[c->n_sess]);
 	*session = c->sess[c->n_sess++].id;
 	return 0;
@@ -748,9 +749,10 @@ int nc_wait_acks(struct nelssa_client *c, uint32_t below, uint64_t deadline)
 	return 0;
 }
 
-void nelssa_client_set_zero_copy(struct nelssa_client *c, int enable)
+void nelssa_client_set_zero_copy(struct nelssa_client *c, int mode)
 {
-	c->no_zero_copy = !enable;
+	c->zero_copy = mode == NELSSA_ZERO_COPY_FORCE ? mode : mode ? NELSSA_ZERO_COPY_AUTO
+								   : NELSSA_ZERO_COPY_OFF;
 }
 
 int nelssa_client_zero_copy(struct nelssa_client *c, uint64_t session)

@@ -111,7 +111,7 @@ struct nelssa_client {
 	struct nelssa_step_pending pend[MAX_PENDING];
 	struct csession sess[MAX_SESSIONS];
 	uint32_t n_sess;
-	int no_zero_copy;		/* nelssa_client_set_zero_copy(0) */
+	int zero_copy;			/* NELSSA_ZERO_COPY_*, nelssa_client_set_zero_copy() */
 };
 
 /* Records @fmt as the connection's last error, logs it, returns @err. */

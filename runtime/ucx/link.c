@@ -194,3 +194,21 @@ ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int 
 	}
 	return ucp_ep_create(w, &p, ep);
 }
+
+int nelssa_link_ep_native_rma(ucp_ep_h ep)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	int found = 0;
+
+	if (!f)
+		return 0;
+	ucp_ep_print_info(ep, f);
+	fclose(f);
+	/* " rma#N" names a lane for the RMA API; " rma_bw#N" one for rendezvous only. */
+	for (const char *p = text; p && (p = strstr(p, " rma")); p += 4)
+		found |= p[4] == '#';
+	free(text);
+	return found;
+}

@@ -6,8 +6,10 @@
 # KV is put by the client into the daemon's registered device memory, the
 # daemon copies none of it (its counters, checked against the bytes the
 # client counts from its indexes) and the steps equal float64 attention;
-# a client that opts out, and a cluster-wise session, are staged and
-# copied instead -- the daemon says why.  --zero-copy=off stages every
+# a client that opts out, one in the default mode on an endpoint without
+# a native RMA lane (UCX emulates RMA over tcp and shared memory), and a
+# cluster-wise session are staged and copied instead -- the daemon says
+# why.  The RMA cases force zero-copy (NELSSA_ZERO_COPY_FORCE).  --zero-copy=off stages every
 # session; --zero-copy=require refuses KV messages and the sessions it
 # cannot register, each with words.
 #
@@ -47,7 +49,7 @@ stop() {
 	pid=
 }
 
-echo "1..19"
+echo "1..21"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
@@ -62,6 +64,8 @@ for tls in tcp shm,tcp; do
 	fi
 	t "$tls: KV put into registered device memory: every byte by RMA, none copied, steps equal float64" \
 		0 "$cli" 127.0.0.1 "$port" check rma
+	t "$tls: by default the client stages where UCX only emulates RMA (no native lane)" \
+		0 "$cli" 127.0.0.1 "$port" check staged
 	t "$tls: a client that opts out: every byte copied, steps equal float64" \
 		0 "$cli" 127.0.0.1 "$port" check-staged staged
 	t "$tls: cluster-wise placement is staged: every byte copied, steps equal float64" \

@@ -1092,7 +1092,13 @@ int main(int argc, char **argv)
 		placement = NELSSA_PLACE_CLUSTERS;
 	/* check-staged: this client opts out of zero-copy ingest. */
 	if (!strcmp(sc, "check-staged"))
-		nelssa_client_set_zero_copy(cli, 0);
+		nelssa_client_set_zero_copy(cli, NELSSA_ZERO_COPY_OFF);
+	/*
+	 * Expecting RMA: put even where UCX emulates it (TCP, shared memory),
+	 * the transports a test has; AUTO would stage there.
+	 */
+	else if (scenario_arg && !strcmp(scenario_arg, "rma"))
+		nelssa_client_set_zero_copy(cli, NELSSA_ZERO_COPY_FORCE);
 	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters") || !strcmp(sc, "check-staged"))
 		ret = scenario_check(&rng);
 	else if (!strcmp(sc, "capacity"))

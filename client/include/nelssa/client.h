@@ -322,18 +322,26 @@ struct nelssa_daemon_stats {
  */
 int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st);
 
+/* nelssa_client_set_zero_copy() modes. */
+#define NELSSA_ZERO_COPY_OFF	0
+#define NELSSA_ZERO_COPY_AUTO	1
+#define NELSSA_ZERO_COPY_FORCE	2
+
 /**
  * nelssa_client_set_zero_copy() - choose how later sessions send their KV.
  * @c: connection.
- * @enable: non-zero (the default): where the daemon registered a session's
- *	device memory with UCX, nelssa_client_offload() writes the rows there
- *	itself (RMA puts, then a small commit) and the daemon copies nothing;
- *	0: always in KV messages, which the daemon copies in (what a
- *	benchmark compares against).
+ * @enable: NELSSA_ZERO_COPY_AUTO (the default): where the daemon registered
+ *	a session's device memory with UCX and this connection's endpoint has
+ *	a native RMA lane (RDMA), nelssa_client_offload() writes the rows
+ *	there itself (RMA puts, then a small commit) and the daemon copies
+ *	nothing; NELSSA_ZERO_COPY_FORCE: so even where UCX emulates RMA with
+ *	active messages (TCP, shared memory in UCX 1.13: measured slower than
+ *	KV messages, Documentation/daemon.rst); NELSSA_ZERO_COPY_OFF: always in
+ *	KV messages, which the daemon copies in.
  *
  * Sessions created before the call keep their way.
  */
-void nelssa_client_set_zero_copy(struct nelssa_client *c, int enable);
+void nelssa_client_set_zero_copy(struct nelssa_client *c, int mode);
 
 /**
  * nelssa_client_zero_copy() - whether a session's KV goes by RMA.

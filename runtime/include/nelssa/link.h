@@ -74,6 +74,16 @@ int nelssa_link_is_local(int fd);
 ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int shm,
 				 ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep);
 
+/*
+ * Whether @ep has a lane for UCX's RMA API (ucp_put_nbx()): a transport
+ * that writes remote memory itself, such as RDMA.  Without one UCX 1.13
+ * emulates puts with active messages the target's worker copies in (TCP,
+ * shared memory with CMA): slower than a KV message, and on the target's
+ * poller.  From UCX's own description of the endpoint, as ep_on_rdma()
+ * reads it: "rma#N" among a lane's uses ("rma_bw#N" serves rendezvous only).
+ */
+int nelssa_link_ep_native_rma(ucp_ep_h ep);
+
 #ifdef __cplusplus
 }
 #endif
