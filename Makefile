@@ -77,6 +77,8 @@ bench: userspace
 	@$(BUILD)/tools/accuracy/nelssa-accuracy --seeds 1,2,3
 	@echo "== decode-step round trip through nelssad vs a bare UCX ping-pong (128K, 4%, 4 devices) =="
 	@scripts/bench-daemon.sh $(BUILD)
+	@echo "== KV ingest through nelssad, zero-copy and staged, vs bare UCX puts (tcp, shm) =="
+	@scripts/bench-ingest.sh $(BUILD)
 	@echo "== nelssa-sim: Mooncake conversation trace at 10 req/s, GPU-only vs NELSSA =="
 	@if [ -f ../shared/data/mooncake/conversation_trace.jsonl ]; then \
 		$(BUILD)/tools/sim/nelssa-sim --trace ../shared/data/mooncake/conversation_trace.jsonl \

@@ -1,0 +1,43 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# nelssa-ingest-bench, small: its usage errors, and one run against a
+# nelssad on sim devices over tcp whose JSON says what each mode did --
+# the zero-copy mode's KV all by RMA, the staged mode's none -- and holds
+# every number (no timing is asserted: a benchmark's numbers are its own).
+#
+#   check-ingest-bench.sh NELSSAD NELSSA_INGEST_BENCH
+set -u
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
+
+nd=${1:?usage: check-ingest-bench.sh NELSSAD NELSSA_INGEST_BENCH}
+bench=${2:?}
+out=$(mktemp -d)
+pid=
+n=0
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+
+# shellcheck source=tap-lib.sh
+. "$(dirname "$0")/tap-lib.sh"
+# shellcheck source=../../scripts/nelssad-lib.sh
+. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y UCX_TLS=tcp
+
+echo "1..9"
+t "no --port is a usage error" 2 "$bench" --daemon-pid 1
+t "a bad --gb is a usage error" 2 "$bench" --port 1 --daemon-pid 1 --gb 0
+t "--help exits 0" 0 "$bench" --help
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --devices sim:2 --sim-opts mem=256M,cores=1
+t "a small run against nelssad on sim devices" 0 "$bench" --port "$port" --daemon-pid "$pid" \
+	--context 1024 --layers 1 --kv-heads 4 --gb 0.02 --ingest-gb 0.02 --steps 20 --json
+json_check "zero-copy mode: every KV byte by RMA" 'j["zero_copy"]["rma_fraction"] == 1'
+json_check "staged mode: none by RMA" 'j["staged"]["rma_fraction"] == 0'
+json_check "throughputs and ratios are positive numbers" \
+	'all(v > 0 for v in (j["bare_put_gbs"], j["zero_copy"]["gbs"], j["staged"]["gbs"], j["zero_copy"]["ratio_to_put"], j["staged"]["ratio_to_put"]))'
+json_check "daemon CPU per GB measured for both modes" \
+	'j["zero_copy"]["daemon_cpu_s_per_gb"] >= 0 and j["staged"]["daemon_cpu_s_per_gb"] >= 0'
+json_check "step latencies measured alone and under both ingests" \
+	'all(j["step_us"][k]["n"] > 0 and j["step_us"][k]["p99"] >= j["step_us"][k]["p50"] > 0 for k in ("alone", "zero_copy_ingest", "staged_ingest"))'
+kill -TERM $pid
+wait $pid
+pid=
