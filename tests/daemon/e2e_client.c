@@ -348,11 +348,16 @@ static int scenario_check(struct tu_rng *rng)
 	CHECK(ret == 0, "session create: %d", ret);
 	if (ret)
 		return 1;
+	memset(reqs, 0, sizeof(reqs));
 	for (uint32_t i = 0; i < 3; i++) {
 		ret = make_request(rng, session, &reqs[i], 100 + i, 700 + 900 * i, 200);
 		CHECK(ret == 0, "request %u offload: %d", i, ret);
-		if (ret)
+		if (ret) {
+			/* A refusal the scenario expects is no reason to leak. */
+			for (uint32_t j = 0; j <= i; j++)
+				free_request(&reqs[j]);
 			return 1;
+		}
 	}
 	run_steps(rng, session, reqs, 3, 4);
 	/* Decode-time chunks: new clusters appended, old ones untouched. */
