@@ -872,7 +872,6 @@ int nd_dataplane_init(struct nelssad *nd)
 	}
 	nelssa_link_transports(nd->ucp, nd->transports, sizeof(nd->transports));
 	nd->shm_ok = nelssa_link_has_shm(nd->transports);
-	nd->rma_ok = 1;	/* the context has RMA (nelssa_link_context()); a session's memory may not */
 	nd_log(nd, "UCX transports available: %s", nd->transports[0] ? nd->transports : "none");
 	if (!nelssa_link_can_connect(nd->transports)) {
 		nd_log(nd, "UCX has no transport to set connections up over (only '%s'): "

@@ -249,7 +249,6 @@ struct nelssad {
 	ucp_listener_h listener;
 	uint16_t data_port;		/* the listener's */
 	int shm_ok;			/* a shared-memory transport: NELSSA_HELLO_SHM can be granted */
-	int rma_ok;			/* UCX has remote memory access: zero-copy ingest */
 	struct nd_ep *eps;		/* poller thread */
 	uint32_t n_eps;
 	struct nd_ep_table ep_table;	/* ... the open ones of @eps */

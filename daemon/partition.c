@@ -301,8 +301,8 @@ static int session_register(struct nelssad *nd, struct nd_session *s, char *why,
 
 	if (nd->cfg.zero_copy == ND_ZERO_COPY_OFF)
 		return 0;
-	if (!nd->rma_ok)
-		snprintf(reason, sizeof(reason), "UCX here offers no remote memory access");
+	if (!nd->ucp)	/* its context always has RMA (nelssa_link_context()) */
+		snprintf(reason, sizeof(reason), "UCX is not set up");
 	else if (s->placement != NELSSA_PLACE_HEADS)
 		snprintf(reason, sizeof(reason), "cluster-wise placement deals clusters out "
 			 "on the daemon");
