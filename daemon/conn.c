@@ -208,32 +208,16 @@ static void end(struct nelssad *nd, struct nd_conn *c, const char *why)
 }
 
 /*
- * Reads what is there and handles every whole frame.  0: @c goes on;
- * otherwise @c is gone or going: -ECONNRESET for a client that closed or
- * broke its end, -ENOBUFS for one whose replies found no room, any other
- * for an ERROR queued (ended).
+ * Handles @c's whole frames, in order, up to a barrier (HELLO or
+ * SESSION_CREATE: the rest wait for its answer, nd_control_answer()).
+ * 0, or as on_readable().
  */
-static int on_readable(struct nelssad *nd, struct nd_conn *c)
+static int handle_frames(struct nelssad *nd, struct nd_conn *c)
 {
 	const uint64_t now = nd_now_ns();
-	ssize_t n;
 	int ret = 0;
 
-	if (c->closing) {		/* waiting for the client's end: discard */
-		uint8_t junk[4096];
-
-		n = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
-		return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) ? -ECONNRESET : 0;
-	}
-	n = recv(c->fd, c->in + c->have, sizeof(c->in) - c->have, MSG_DONTWAIT);
-	if (n == 0)
-		return -ECONNRESET;
-	if (n < 0)
-		return errno == EINTR || errno == EAGAIN ? 0 : -ECONNRESET;
-	if (!c->have)
-		c->t_partial = now;
-	c->have += (size_t)n;
-	while (c->have >= NELSSA_PROTO_HDR_BYTES && !ret) {
+	while (c->have >= NELSSA_PROTO_HDR_BYTES && !ret && !c->barrier && !c->closing) {
 		struct nelssa_msg_hdr h;
 		struct nelssa_msg m;
 		size_t len;
@@ -267,6 +251,36 @@ static int on_readable(struct nelssad *nd, struct nd_conn *c)
 	if (!ret && flush(c))
 		return -ECONNRESET;
 	return ret;
+}
+
+/*
+ * Reads what is there and handles every whole frame.  0: @c goes on;
+ * otherwise @c is gone or going: -ECONNRESET for a client that closed or
+ * broke its end, -ENOBUFS for one whose replies found no room, any other
+ * for an ERROR queued (ended).  While a barrier of @c's is with the
+ * poller, nothing is read: its frames wait in the socket.
+ */
+static int on_readable(struct nelssad *nd, struct nd_conn *c)
+{
+	ssize_t n;
+
+	if (c->closing) {		/* waiting for the client's end: discard */
+		uint8_t junk[4096];
+
+		n = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
+		return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) ? -ECONNRESET : 0;
+	}
+	if (c->barrier || c->have == sizeof(c->in))
+		return 0;
+	n = recv(c->fd, c->in + c->have, sizeof(c->in) - c->have, MSG_DONTWAIT);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN ? 0 : -ECONNRESET;
+	if (!c->have)
+		c->t_partial = nd_now_ns();
+	c->have += (size_t)n;
+	return handle_frames(nd, c);
 }
 
 /* Numeric address of @ss (nelssa_link_addr()); "ADDR:PORT" in @name. */
@@ -426,7 +440,7 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 		end(nd, c, "a partial frame held past the frame timeout");
 	} else if (c->hello && cfg->idle_timeout_ms &&
 		   due(c->t_frame + cfg->idle_timeout_ms * MS, now, next)) {
-		if (nd_control_sessions(nd, c)) {
+		if (c->n_sessions || c->waiting) {
 			c->t_frame = now;	/* not idle: look again a timeout later */
 			return 0;
 		}
@@ -451,7 +465,7 @@ int nd_control_init(struct nelssad *nd, struct nd_ctl *ctl, int listen_fd)
 
 	memset(ctl, 0, sizeof(*ctl));
 	ctl->listen_fd = listen_fd;
-	ctl->pfd = calloc(max + 1, sizeof(*ctl->pfd));
+	ctl->pfd = calloc(max + 2, sizeof(*ctl->pfd));	/* + listener, answers */
 	ctl->conns = calloc(max + 1, sizeof(*ctl->conns));
 	if (!ctl->pfd || !ctl->conns) {
 		free(ctl->pfd);
@@ -459,6 +473,22 @@ int nd_control_init(struct nelssad *nd, struct nd_ctl *ctl, int listen_fd)
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/*
+ * After @c's events: 1 when @c was closed and freed (take it out of the
+ * loop), 0 while it goes on -- ended perhaps, its ERROR queued.
+ */
+static int conn_result(struct nelssad *nd, struct nd_conn *c, int ret)
+{
+	if (!ret)
+		return 0;
+	if (ret != -ECONNRESET && ret != -ENOBUFS && !c->closing) {
+		end(nd, c, NULL);	/* its ERROR is queued */
+		return 0;
+	}
+	drop(nd, c, ret == -ENOBUFS ? "more than 256 KiB of its replies not read" : NULL);
+	return 1;
 }
 
 /*
@@ -484,17 +514,18 @@ int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
 	pfd[0] = (struct pollfd){ .fd = listening ? ctl->listen_fd : -1, .events = POLLIN };
 	for (uint32_t i = 0; i < n; i++) {
 		const struct nd_conn *c = conns[i];
-		short ev = c->closing && pending(c) ? 0 : POLLIN;
+		short ev = (c->closing && pending(c)) || c->barrier ? 0 : POLLIN;
 
 		pfd[i + 1] = (struct pollfd){ .fd = c->fd,
 					      .events = ev | (pending(c) ? POLLOUT : 0) };
 	}
-	r = poll(pfd, n + 1, wait ? (int)((next - now + MS - 1) / MS) : 0);
-	if (r <= 0) {
+	pfd[n + 1] = (struct pollfd){ .fd = nd->to_control.fd, .events = POLLIN };
+	r = poll(pfd, n + 2, wait ? (int)((next - now + MS - 1) / MS) : 0);
+	if (r < 0) {
 		ctl->n = n;
-		return r < 0 && errno != EINTR ? -errno : 0;
+		return errno != EINTR ? -errno : 0;
 	}
-	for (uint32_t i = n; i-- > 0;) {
+	for (uint32_t i = n; r > 0 && i-- > 0;) {
 		struct nd_conn *c = conns[i];
 		const short ev = pfd[i + 1].revents;
 		int ret = 0;
@@ -508,16 +539,28 @@ int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
 		}
 		if (!ret && (ev & (POLLIN | POLLHUP | POLLERR)))
 			ret = on_readable(nd, c);
-		if (!ret)
-			continue;
-		if (ret != -ECONNRESET && ret != -ENOBUFS && !c->closing) {
-			end(nd, c, NULL);	/* its ERROR is queued */
-			continue;
-		}
-		drop(nd, c, ret == -ENOBUFS ? "more than 256 KiB of its replies not read" : NULL);
-		conns[i] = conns[--n];
+		if (conn_result(nd, c, ret))
+			conns[i] = conns[--n];
 	}
-	if (pfd[0].revents & POLLIN)
+	/* The poller's answers, every turn: a wake-up may have been taken by a look. */
+	for (struct nd_job *j = nd_jobs_take(nd, &nd->to_control), *nj; j; j = nj) {
+		struct nd_conn *c = NULL;
+		uint32_t i;
+		int ret;
+
+		nj = j->next;
+		for (i = 0; i < n && conns[i]->id != j->conn; i++)
+			;
+		c = i < n ? conns[i] : NULL;
+		ret = nd_control_answer(nd, c, j);
+		if (c && !ret && !c->barrier)
+			ret = handle_frames(nd, c);	/* the frames that waited */
+		else if (c && !ret && flush(c))
+			ret = -ECONNRESET;
+		if (c && conn_result(nd, c, ret))
+			conns[i] = conns[--n];
+	}
+	if (r > 0 && (pfd[0].revents & POLLIN))
 		accept_some(nd, ctl->listen_fd, conns, &n, &ctl->pause_until);
 	ctl->n = n;
 	return 0;

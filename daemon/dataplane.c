@@ -84,7 +84,7 @@ static struct nd_ep *ep_find(struct nelssad *nd, ucp_ep_h ep)
  * (@e) and the session is not closing; NULL otherwise, whatever the
  * reason.  Every session is compared in full, without stopping at the
  * first id that matches, so neither the answer nor its time says which
- * part was wrong.  With the lock held.
+ * part was wrong.  Poller thread.
  */
 static struct nd_session *find_session(struct nelssad *nd, const struct nd_ep *e,
 				       const uint8_t *hdr, size_t hdr_len)
@@ -194,7 +194,7 @@ static int ep_on_rdma(ucp_ep_h ep, char *tl, size_t tl_len)
 /*
  * --require-rdma: 0 when @ep may carry @s's data, else -EPROTONOSUPPORT
  * (the client says "requires RDMA").  Checked once per endpoint a session
- * uses, not per message.  Called with the lock held.
+ * uses, not per message.  Poller thread.
  */
 static int check_rdma(struct nelssad *nd, struct nd_session *s, ucp_ep_h ep)
 {
@@ -228,10 +228,8 @@ static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, 
 	struct nd_session *s;
 	int ret;
 
-	pthread_mutex_lock(&nd->lock);
 	s = find_session(nd, e, hdr, hdr_len);
 	if (!s) {
-		pthread_mutex_unlock(&nd->lock);
 		if (nd->cfg.verbose)
 			nd_log(nd, "KV message refused: no such session");
 		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, len, -ENOENT);
@@ -247,7 +245,6 @@ static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, 
 	if (!ret)
 		nd->stats.kv_bytes += len;
 	s->kv_bytes += ret ? 0 : len;
-	pthread_mutex_unlock(&nd->lock);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "KV message refused: %s", strerror(-ret));
 	kv_ack(nd, e->ep, h.cookie, ret);
@@ -266,10 +263,8 @@ static void process_commit(struct nelssad *nd, struct nd_ep *e, const uint8_t *h
 	uint64_t bytes;
 	int ret;
 
-	pthread_mutex_lock(&nd->lock);
 	s = find_session(nd, e, hdr, hdr_len);
 	if (!s) {
-		pthread_mutex_unlock(&nd->lock);
 		if (nd->cfg.verbose)
 			nd_log(nd, "KV commit refused: no such session");
 		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, 0, -ENOENT);
@@ -287,7 +282,6 @@ static void process_commit(struct nelssad *nd, struct nd_ep *e, const uint8_t *h
 		s->kv_bytes += bytes;
 		s->kv_rma_bytes += bytes;
 	}
-	pthread_mutex_unlock(&nd->lock);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "KV commit refused: %s", strerror(-ret));
 	kv_ack(nd, e->ep, h.cookie, ret);
@@ -295,7 +289,7 @@ static void process_commit(struct nelssad *nd, struct nd_ep *e, const uint8_t *h
 
 /*
  * Where a reply on @e may go: its endpoint, NULL once it failed, closed
- * or its connection is gone.  Poller thread, with the lock held.
+ * or its connection is gone.  Poller thread.
  */
 ucp_ep_h nd_ep_live(const struct nd_ep *e)
 {
@@ -308,14 +302,12 @@ static void process_step(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr
 	struct nd_session *s;
 	int ret;
 
-	pthread_mutex_lock(&nd->lock);
 	s = find_session(nd, e, hdr, hdr_len);
 	ret = s ? check_rdma(nd, s, e->ep) : -ENOENT;
 	if (!ret)
 		nd_step_start(nd, s, e, hdr, hdr_len, data, len, t_arrive);
 	else
 		refuse(nd, NELSSA_AM_STEP, e->ep, hdr, hdr_len, len, ret);
-	pthread_mutex_unlock(&nd->lock);
 }
 
 static void dispatch_msg(struct nelssad *nd, unsigned int id, struct nd_ep *e, const uint8_t *hdr,
@@ -350,7 +342,7 @@ static uint64_t step_bytes_max(const struct nd_session *s)
  * against the session (a KV message's request, layer, head and ranges,
  * and its length, exactly; a step's length against step_bytes_max()) --
  * or -EMSGSIZE beyond ND_RNDV_BYTES, or -EBUSY when too many receives
- * are in flight, the session's or the daemon's.  With the lock held.
+ * are in flight, the session's or the daemon's.  Poller thread.
  */
 static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e,
 		      const uint8_t *hdr, size_t hdr_len, size_t len, uint64_t *session)
@@ -396,13 +388,11 @@ static void rndv_retire(struct nelssad *nd, uint64_t session, size_t len)
 {
 	struct nd_session *s;
 
-	pthread_mutex_lock(&nd->lock);
 	s = session_by_id(nd, session);
 	if (s)
 		s->rndv--;
 	nd->rndv--;
 	nd->rndv_bytes -= len;
-	pthread_mutex_unlock(&nd->lock);
 }
 
 static void rndv_done(void *request, ucs_status_t status, size_t length, void *user_data)
@@ -476,9 +466,7 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	 * without a receive (ucp_def.h, ucp_am_recv_callback_t): the sender
 	 * waits for nothing and learns why from the answer.
 	 */
-	pthread_mutex_lock(&nd->lock);
 	ret = rndv_admit(nd, id, e, header, header_length, length, &session);
-	pthread_mutex_unlock(&nd->lock);
 	if (ret) {
 		if (nd->cfg.verbose)
 			nd_log(nd, "rendezvous message %u of %zu bytes refused: %s", id, length,
@@ -598,7 +586,6 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 		why = "stopping";
 	else if (ucp_conn_request_query(req, &attr) != UCS_OK)
 		why = "no client id";
-	pthread_mutex_lock(&nd->lock);
 	for (struct nd_peer *q = nd->peers; !why && q; q = q->next)
 		p = (q->key ^ attr.client_id) || q->gone ? p : q;
 	if (!why && !p)
@@ -614,7 +601,6 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 		e->peer = p;
 		p->eps++;	/* held while it is made, as a connection gone cannot free it */
 	}
-	pthread_mutex_unlock(&nd->lock);
 	if (why) {
 		if (nd->cfg.verbose)
 			nd_log(nd, "UCX connection request rejected: %s", why);
@@ -634,9 +620,7 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 	if (st != UCS_OK) {
 		nd_log(nd, "connection %llu: no endpoint from its connection request: %s",
 		       (unsigned long long)p->id, ucs_status_string(st));
-		pthread_mutex_lock(&nd->lock);
 		p->eps--;
-		pthread_mutex_unlock(&nd->lock);
 		free(e);
 		return;
 	}
@@ -688,7 +672,6 @@ static void ep_close(struct nelssad *nd, struct nd_ep *e)
  */
 static void tend_peers(struct nelssad *nd, int all)
 {
-	pthread_mutex_lock(&nd->lock);
 	for (struct nd_ep **pp = &nd->eps; *pp;) {
 		struct nd_ep *e = *pp;
 
@@ -713,19 +696,17 @@ static void tend_peers(struct nelssad *nd, int all)
 			pp = &p->next;
 		}
 	}
-	pthread_mutex_unlock(&nd->lock);
 }
 
-/* Closes sessions the control thread marked, once no step of theirs runs. */
+/* Closes the sessions marked closing, once no step or reply of theirs is in flight. */
 static void reap_sessions(struct nelssad *nd)
 {
-	pthread_mutex_lock(&nd->lock);
 	for (struct nd_session **pp = &nd->sessions; *pp;) {
 		struct nd_session *s = *pp;
 
 		if (s->held && (s->closing || !nd_ep_live(s->step->ep)))
 			nd_step_release(nd, s);
-		if (s->closing && !s->step) {
+		if (s->closing && !s->step && !s->replies) {
 			*pp = s->next;
 			nd->n_sessions--;
 			if (s->peer)
@@ -736,7 +717,6 @@ static void reap_sessions(struct nelssad *nd)
 			pp = &s->next;
 		}
 	}
-	pthread_mutex_unlock(&nd->lock);
 }
 
 static void reap_devices(struct nelssad *nd)
@@ -747,10 +727,8 @@ static void reap_devices(struct nelssad *nd)
 		int n;
 
 		while ((n = nelssa_pnm_poll(nd->dev[d].pnm, comps, 64)) > 0) {
-			pthread_mutex_lock(&nd->lock);
 			for (int i = 0; i < n; i++)
 				nd_step_complete(nd, &comps[i]);
-			pthread_mutex_unlock(&nd->lock);
 		}
 	}
 }
@@ -762,6 +740,7 @@ static void reap_devices(struct nelssad *nd)
  */
 void nd_dataplane_poll_once(struct nelssad *nd)
 {
+	nd_jobs_run(nd);
 	while (ucp_worker_progress(nd->worker))
 		;
 	tend_peers(nd, 0);
@@ -998,9 +977,13 @@ void nd_dataplane_stop(struct nelssad *nd)
 	for (struct nd_session *s = nd->sessions, *n; s; s = n) {
 		n = s->next;
 		nd_step_free(s->step);
-		nd_session_free(nd, s);
+		/* A reply UCX never finished still names its staging: kept. */
+		if (!s->replies)
+			nd_session_free(nd, s);
 	}
 	nd->sessions = NULL;
+	nd->n_sessions = 0;
+	nd_jobs_drop(nd);	/* while UCX may still hold a session's memory registered */
 	/* The endpoints are ours to close: nothing is answered any more. */
 	for (struct nd_ep *e = nd->eps, *n; e; e = n) {
 		n = e->next;

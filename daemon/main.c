@@ -849,7 +849,10 @@ int main(int argc, char **argv)
 	if (parse_args(argc, argv, &nd->cfg, 1, &config))
 		return 2;
 	ret = 1;
-	pthread_mutex_init(&nd->lock, NULL);
+	if (nd_jobs_init(nd)) {
+		nd_log(nd, "cannot make the control thread's eventfd: %s", strerror(errno));
+		return 1;
+	}
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
@@ -882,6 +885,7 @@ out:
 	if (lfd >= 0)
 		close(lfd);
 	nd_dataplane_stop(nd);
+	nd_jobs_fini(nd);
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		nelssa_pnm_close(nd->dev[d].pnm);
 	return ret;

@@ -7,20 +7,26 @@
  *   main.c      options, config file, devices, signals, start and stop
  *   conn.c      control connections: accept, buffers, timeouts, the poll loop
  *   control.c   the control messages: hello, sessions, KV allocation, stats
+ *   jobs.c      the queues between the control thread and the poller
  *   fdlimit.c   file descriptors: the limit, a reserve, accept(2) for UCX
  *   dataplane.c the UCX worker and its poller thread: KV ingest, steps
  *   ep_table.c  the poller's endpoints by UCX handle
  *   partition.c the KV Partitioner: device arenas, request stores, ingest
  *   dispatch.c  the Job Dispatcher and Output Aggregator of a decode step
  *
- * Threads: the control thread (main) owns the connections and the
- * sessions table's structure;
- * the poller thread owns the UCX worker and runs every step.  Both take
- * nd->lock around the sessions and peers tables -- never across a
- * session's allocation, zeroing or UCX registration (nd_session_alloc()),
- * nor around ingest by RMA, which the daemon does not touch; a session closes on the
- * poller thread (reap_sessions()), never while a step of it is in flight,
- * and so does every UCX endpoint the daemon holds (tend_peers()).
+ * Threads: the control thread (main) owns the connections: sockets,
+ * buffers, timers.  The poller thread owns everything else -- the UCX
+ * worker, the peers, the sessions and their requests, the counters -- and
+ * runs every step and every KV ingest.  No lock is shared between them:
+ * the control thread hands each control request to the poller as a job
+ * (jobs.c: a queue and an eventfd each way), the poller answers it in
+ * the same turn that serves steps, and the control thread queues the
+ * answer on the connection.  The one slow part of a control request, a
+ * session's allocation, zeroing and UCX registration (nd_session_alloc()),
+ * runs on the control thread between two jobs, on memory the poller has
+ * reserved and no one else can name yet.  A session closes on the poller
+ * thread (reap_sessions()), never while a step of it is in flight, and so
+ * does every UCX endpoint the daemon holds (tend_peers()).
  */
 #ifndef NELSSAD_H
 #define NELSSAD_H
@@ -124,12 +130,13 @@ struct nd_step;
  * nor an endpoint refers to it.
  */
 struct nd_peer {
-	uint64_t id;			/* the connection's, for logs */
+	uint64_t id;			/* the connection's, for logs and replies */
 	uint64_t key;			/* random, never 0 */
 	int shm;			/* NELSSA_HELLO_SHM granted: endpoints without error handling */
 	int gone;			/* the control connection closed */
 	uint32_t sessions;		/* bound to it */
 	uint32_t eps;			/* struct nd_ep of it, open or not yet freed */
+	uint64_t done_steps, done_items, done_kv, done_kv_rma;	/* of its sessions closed */
 	struct nd_peer *next;
 };
 
@@ -180,8 +187,9 @@ void nd_ep_table_free(struct nd_ep_table *t);
 
 /*
  * A session's memory on one device: reserved (counted in the device's
- * @reserved) under the lock, then allocated -- and, for zero-copy ingest,
- * mapped and registered with UCX -- without it (nd_session_alloc()).
+ * @reserved) by the poller, then allocated -- and, for zero-copy ingest,
+ * mapped and registered with UCX -- by the control thread
+ * (nd_session_alloc()).
  */
 struct nd_sdev {
 	int reserved;		/* @arena_bytes + @stage_bytes counted */
@@ -201,8 +209,9 @@ struct nd_sdev {
 /*
  * A session is its connection's alone (Documentation/daemon.rst, Tenants):
  * on the control path it is named only on the connection that created it
- * (@ctl_fd), on the data path only together with @token, which SESSION_OK
+ * (its @peer), on the data path only together with @token, which SESSION_OK
  * gave that connection alone.  Anything else naming it finds nothing.
+ * The poller's alone once listed; before, the control thread's.
  */
 struct nd_session {
 	uint64_t id;
@@ -212,8 +221,7 @@ struct nd_session {
 	uint32_t group, max_batch, max_sel, local_heads;
 	uint8_t placement;
 	uint64_t capacity_tokens;
-	int ctl_fd;			/* the connection that owns it */
-	struct nd_peer *peer;		/* ... its data path */
+	struct nd_peer *peer;		/* the connection that owns it */
 	int closing;			/* set by control, acted on by the poller */
 	struct nd_step *step;		/* in flight, at most one */
 	int held;			/* test hook: @step is done, its reply parked */
@@ -221,6 +229,7 @@ struct nd_session {
 	uint64_t kv_rma_bytes;			/* ... of @kv_bytes, written by its client */
 	int rma;			/* zero-copy ingest: every arena registered */
 	uint32_t rndv;			/* rendezvous receives in flight (poller) */
+	uint32_t replies;		/* step replies UCX still sends from its staging */
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
 	struct nd_sdev dev[ND_MAX_DEVICES];
@@ -233,13 +242,48 @@ struct nd_stats {
 	uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
 };
 
+/*
+ * A control request on its way to the poller and back (jobs.c): what the
+ * control thread knows of the connection, the request, and the poller's
+ * answer -- a reply frame, or an error code and why.
+ */
+enum nd_job_kind {
+	ND_JOB_MSG,		/* a control frame: HELLO, SESSION_CREATE, REQ_*, CLOSE, STATS, RKEY_GET */
+	ND_JOB_SESSION_ADD,	/* @s allocated: list it and answer SESSION_OK */
+	ND_JOB_SESSION_DROP,	/* @s not allocated, or its connection gone: unreserve, free */
+	ND_JOB_GONE,		/* the connection closed: its sessions close */
+};
+
+struct nd_job {
+	enum nd_job_kind kind;
+	uint64_t conn;			/* nd_conn's id: where the answer goes */
+	struct nd_peer *peer;		/* the connection's (NULL before HELLO_OK) */
+	int admin, shm;			/* what the connection may have */
+	uint8_t req;			/* the request's type (ND_JOB_MSG) */
+	struct nd_session *s;		/* SESSION_CREATE, between its jobs */
+	int status;			/* 0, or the negative errno of an ERROR */
+	char why[NELSSA_PROTO_ERR_LEN];
+	struct nelssa_msg msg;		/* the request, then the reply */
+	struct nd_job *next;
+};
+
+struct nd_jobq {
+	struct nd_job *head, **tail;
+	int fd;				/* eventfd: its reader's wake-up */
+};
+
 struct nelssad {
 	struct nd_config cfg;
 	struct nd_device dev[ND_MAX_DEVICES];
 	uint32_t n_dev;
-	pthread_mutex_t lock;		/* sessions, stats */
+	/* Between the threads: held only to link or unlink a job. */
+	pthread_mutex_t jobs_lock;
+	struct nd_jobq to_poller;	/* its fd is @wake_fd */
+	struct nd_jobq to_control;
+	/* Poller thread */
 	struct nd_session *sessions;
 	uint32_t n_sessions;
+	uint32_t n_creating;		/* reserved, allocated by the control thread now */
 	uint64_t next_session;
 	struct nd_peer *peers;
 	struct nd_stats stats;
@@ -261,7 +305,7 @@ struct nelssad {
 	uint64_t rndv_bytes;		/* ... and their bytes */
 	pthread_t poller;
 	int poller_running;		/* nd_dataplane_start() started it */
-	int wake_fd;			/* eventfd: wakes the poller */
+	int wake_fd;			/* eventfd: wakes the poller (jobs, stop) */
 	/*
 	 * Test hook, from NELSSAD_TEST_HOLD_TENANT (0: off): the replies of
 	 * this tenant's steps are parked until their connection is gone, so
@@ -286,9 +330,10 @@ struct nd_conn {
 	int admin;			/* from an --admin-addr: daemon-wide STATS */
 	/* control.c */
 	int hello;
-	struct nd_peer *peer;		/* from HELLO; NULL before */
-	uint64_t done_steps, done_items, done_kv;	/* of its sessions closed */
-	uint64_t done_kv_rma;
+	struct nd_peer *peer;		/* from HELLO_OK; NULL before.  The poller's: not read here */
+	uint32_t waiting;		/* its jobs with the poller, answers not yet sent */
+	int barrier;			/* one is HELLO or SESSION_CREATE: no frame is handled */
+	uint32_t n_sessions;		/* open, as the poller's answers say */
 	/* conn.c */
 	uint64_t t_open, t_frame, t_partial, t_wrote, t_close;
 	int closing;			/* a last ERROR queued: flush, then close */
@@ -345,15 +390,15 @@ uint64_t nd_row_bytes(const struct nd_session *s);
  * Reserves @s's device memory, after checking -- before any allocation --
  * that it fits every device (-ENOSPC) and, with the @held bytes its
  * connection's other sessions reserve, max-memory-per-conn (-EDQUOT).
- * Accounting only, with the lock held; nd_session_unreserve() undoes it.
+ * Accounting only, on the poller thread; nd_session_unreserve() undoes it.
  */
 int nd_session_reserve(struct nelssad *nd, struct nd_session *s, uint64_t held, char *why,
 		       size_t why_len);
 void nd_session_unreserve(struct nelssad *nd, struct nd_session *s);
 /*
  * Allocates (zeroed) what nd_session_reserve() reserved and registers it
- * for zero-copy ingest where it can (--zero-copy): without the lock, as
- * @s is no one else's yet.  On failure nothing stays allocated.
+ * for zero-copy ingest where it can (--zero-copy): on the control thread,
+ * as @s is no one else's yet.  On failure nothing stays allocated.
  */
 int nd_session_alloc(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len);
 void nd_session_free(struct nelssad *nd, struct nd_session *s);
@@ -417,9 +462,32 @@ int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);
 void nd_dataplane_wake(struct nelssad *nd);
 
-/* control.c: a frame of @c's; non-zero closes @c (after what it queued). */
+/*
+ * control.c.  nd_control_handle(): a frame of @c's; non-zero closes @c
+ * (after what it queued).  Most become a job for the poller, which runs
+ * nd_control_job() on it and sends it back; nd_control_answer() then
+ * answers on @c -- NULL when @c is gone meanwhile.
+ */
 int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m);
-uint32_t nd_control_sessions(struct nelssad *nd, const struct nd_conn *c);
 void nd_control_gone(struct nelssad *nd, struct nd_conn *c);
+void nd_control_job(struct nelssad *nd, struct nd_job *j);
+int nd_control_answer(struct nelssad *nd, struct nd_conn *c, struct nd_job *j);
+
+/*
+ * jobs.c.  nd_jobs_init() once, before either thread starts; nd_job_post()
+ * to the poller, nd_job_done() back to the control thread; each side takes
+ * its queue whole with nd_jobs_take().  nd_jobs_drop() frees what is left
+ * (nd_dataplane_stop() does), nd_jobs_fini() that and the queues.
+ */
+int nd_jobs_init(struct nelssad *nd);
+void nd_jobs_drop(struct nelssad *nd);
+void nd_jobs_fini(struct nelssad *nd);
+struct nd_job *nd_job_new(enum nd_job_kind kind, uint64_t conn);
+void nd_job_post(struct nelssad *nd, struct nd_job *j);
+void nd_job_done(struct nelssad *nd, struct nd_job *j);
+struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q);
+void nd_job_free(struct nelssad *nd, struct nd_job *j);
+/* The poller's turn at its queue: runs every job and sends it back. */
+void nd_jobs_run(struct nelssad *nd);
 
 #endif /* NELSSAD_H */

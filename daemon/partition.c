@@ -128,7 +128,7 @@ static void free_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
 	memset(&sd->alloc, 0, sizeof(sd->alloc));
 }
 
-/* Gives device @d's reservation back.  With the lock held. */
+/* Gives device @d's reservation back.  Poller thread. */
 static void unreserve_dev(struct nelssad *nd, struct nd_session *s, uint32_t d)
 {
 	struct nd_sdev *sd = &s->dev[d];

@@ -91,7 +91,7 @@ mk="$dir/Makefile"
 		objs="$objs $o"
 		printf '%s: %s\n\t$(CC) $(BASE) %s -c %s -o %s\n' "$o" "$s" "$*" "$s" "$o"
 	}
-	for f in conn control dataplane ep_table dispatch partition fdlimit; do
+	for f in conn control jobs dataplane ep_table dispatch partition fdlimit; do
 		rule "obj/d_$f.o" "$src/daemon/$f.c" "$san $cov"
 	done
 	rule obj/proto.o "$src/runtime/proto/proto.c" "$san $cov"

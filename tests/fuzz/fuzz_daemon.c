@@ -751,15 +751,26 @@ static void check_books(void)
 	}
 }
 
-/* One turn of everything: the daemon's two loops, the clients, their replies. */
+/*
+ * One turn of everything: the daemon's two loops, the clients, their
+ * replies.  The loops go round until no job is between them (jobs.c), as
+ * the daemon's two threads would in that time: a SESSION_CREATE crosses
+ * three times, and the frames behind it follow.  Bounded: each round
+ * handles what the sockets held, and they are not refilled meanwhile.
+ */
 static void turn(void)
 {
-	int ret = nd_control_poll_once(&nd, &ctl, 0);
+	int ret, rounds = 0;
 
-	if (ret)
-		fail("the control loop's poll: %s", strerror(-ret));
-	nd_dataplane_poll_once(&nd);
-	check_books();
+	do {
+		ret = nd_control_poll_once(&nd, &ctl, 0);
+		if (ret)
+			fail("the control loop's poll: %s", strerror(-ret));
+		nd_dataplane_poll_once(&nd);
+		check_books();
+	} while ((nd.to_poller.head || nd.to_control.head) && ++rounds < 64);
+	if (nd.to_poller.head || nd.to_control.head)
+		fail("control jobs still between the daemon's loops after %d rounds", rounds);
 	progress_clients();
 	nd_dataplane_poll_once(&nd);
 	check_books();
@@ -1853,7 +1864,8 @@ static void daemon_setup(void)
 	c->admin[0].a[0] = 127;
 	c->admin[0].a[3] = 1;
 	c->verbose = 1;		/* every refusal logged, into the ring */
-	pthread_mutex_init(&nd.lock, NULL);
+	if (nd_jobs_init(&nd))
+		fail("the daemon's job queues");
 	for (unsigned int d = 0; d < NDEV; d++) {
 		struct nd_device *dev = &nd.dev[d];
 

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The queues between the control thread and the poller (nelssad.h,
+ * "Threads").  A control request goes to the poller as a job and comes
+ * back with its answer; each queue has an eventfd its reader sleeps on,
+ * the poller's among its epoll set, the control thread's in its poll().
+ * The lock is held only to link or unlink a job, so neither thread ever
+ * waits for the other's work: a prefill's ingest or a session's zeroing
+ * cannot hold up a decode step, nor a step a control reply.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "nelssad.h"
+
+static void q_init(struct nd_jobq *q, int fd)
+{
+	q->head = NULL;
+	q->tail = &q->head;
+	q->fd = fd;
+}
+
+int nd_jobs_init(struct nelssad *nd)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	pthread_mutex_init(&nd->jobs_lock, NULL);
+	q_init(&nd->to_poller, -1);	/* nd_dataplane_init() makes nd->wake_fd */
+	q_init(&nd->to_control, fd);
+	return 0;
+}
+
+struct nd_job *nd_job_new(enum nd_job_kind kind, uint64_t conn)
+{
+	struct nd_job *j = calloc(1, sizeof(*j));
+
+	if (j) {
+		j->kind = kind;
+		j->conn = conn;
+	}
+	return j;
+}
+
+static void wake(int fd)
+{
+	uint64_t one = 1;
+
+	/*
+	 * It fails only with the counter full (EAGAIN), when the reader is
+	 * certain to wake anyway, or with no reader left (stopping).
+	 */
+	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0)
+		return;
+}
+
+static void push(struct nelssad *nd, struct nd_jobq *q, struct nd_job *j, int fd)
+{
+	j->next = NULL;
+	pthread_mutex_lock(&nd->jobs_lock);
+	*q->tail = j;
+	q->tail = &j->next;
+	pthread_mutex_unlock(&nd->jobs_lock);
+	wake(fd);
+}
+
+void nd_job_post(struct nelssad *nd, struct nd_job *j)
+{
+	push(nd, &nd->to_poller, j, nd->wake_fd);
+}
+
+void nd_job_done(struct nelssad *nd, struct nd_job *j)
+{
+	push(nd, &nd->to_control, j, nd->to_control.fd);
+}
+
+/* Every job of @q, oldest first; the eventfd is read when @q is the control thread's. */
+struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q)
+{
+	struct nd_job *all;
+	uint64_t v;
+
+	/* Before the queue is looked at, so no job's wake-up is lost. */
+	if (q == &nd->to_control && q->fd >= 0 && read(q->fd, &v, sizeof(v)) < 0)
+		v = 0;	/* EAGAIN: none since the last look */
+	pthread_mutex_lock(&nd->jobs_lock);
+	all = q->head;
+	q->head = NULL;
+	q->tail = &q->head;
+	pthread_mutex_unlock(&nd->jobs_lock);
+	return all;
+}
+
+/* Frees @j and a session it still carries (allocated or only reserved). */
+void nd_job_free(struct nelssad *nd, struct nd_job *j)
+{
+	if (j->s) {
+		nd_session_free(nd, j->s);
+		nd->n_creating--;
+	}
+	free(j);
+}
+
+void nd_jobs_run(struct nelssad *nd)
+{
+	struct nd_job *j = nd_jobs_take(nd, &nd->to_poller), *next;
+
+	for (; j; j = next) {
+		next = j->next;
+		nd_control_job(nd, j);
+		nd_job_done(nd, j);
+	}
+}
+
+/*
+ * Both threads stopped (nd_dataplane_stop()): jobs never run or never
+ * answered go, and a session one carries -- while UCX, which may hold
+ * its memory registered, is still there.
+ */
+void nd_jobs_drop(struct nelssad *nd)
+{
+	struct nd_jobq *qs[] = { &nd->to_poller, &nd->to_control };
+
+	for (unsigned int i = 0; i < 2; i++)
+		for (struct nd_job *j = nd_jobs_take(nd, qs[i]), *n; j; j = n) {
+			n = j->next;
+			nd_job_free(nd, j);
+		}
+}
+
+void nd_jobs_fini(struct nelssad *nd)
+{
+	nd_jobs_drop(nd);
+	if (nd->to_control.fd >= 0)
+		close(nd->to_control.fd);
+	nd->to_control.fd = -1;
+	pthread_mutex_destroy(&nd->jobs_lock);
+}
