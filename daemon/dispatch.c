@@ -127,9 +127,79 @@ int nd_step_uses(const struct nd_session *s, uint64_t id)
 }
 
 /*
+ * A head-wise step's reply, sent where the devices wrote it: an IOV of the
+ * session's staging -- one entry per run of items with adjacent output
+ * slots on one device -- behind the header, nothing gathered or copied.
+ * The staging stays the session's until UCX is done (@s->replies holds the
+ * session open); the next step may write it sooner only if its client
+ * sent that step before it had this reply, and then spoils its own reply
+ * alone.
+ */
+struct iov_reply {
+	struct nd_session *s;
+	uint8_t hdr[NELSSA_REPLY_HDR_BYTES];
+	uint32_t n;
+	ucp_dt_iov_t iov[];
+};
+
+static void iov_reply_done(void *request, ucs_status_t status, void *user_data)
+{
+	struct iov_reply *x = user_data;
+
+	(void)status;
+	sends_in_flight--;
+	x->s->replies--;
+	free(x);
+	ucp_request_free(request);
+}
+
+/* 0 once UCX has it (sent or on its way), or -ENOMEM: gather it instead. */
+static int send_iov_reply(struct nelssad *nd, ucp_ep_h ep, struct nd_step *st, const uint8_t *hdr,
+			  uint64_t out_slot)
+{
+	struct nd_session *s = st->s;
+	ucp_request_param_t prm = { 0 };
+	struct iov_reply *x;
+	ucs_status_ptr_t sp;
+
+	x = malloc(sizeof(*x) + (st->nr_items ? st->nr_items : 1) * sizeof(x->iov[0]));
+	if (!x)
+		return -ENOMEM;
+	x->s = s;
+	x->n = 0;
+	memcpy(x->hdr, hdr, sizeof(x->hdr));
+	for (uint32_t i = 0; i < st->nr_items; i++) {
+		const struct nd_sdev *sd = &s->dev[st->item_dev[i]];
+		uint8_t *p = sd->stage_map + sd->out_off + st->item_slot[i] * out_slot;
+		ucp_dt_iov_t *last = x->n ? &x->iov[x->n - 1] : NULL;
+
+		if (last && (uint8_t *)last->buffer + last->length == p)
+			last->length += out_slot;
+		else
+			x->iov[x->n++] = (ucp_dt_iov_t){ .buffer = p, .length = out_slot };
+	}
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+			   UCP_OP_ATTR_FIELD_DATATYPE;
+	prm.cb.send = iov_reply_done;
+	prm.user_data = x;
+	prm.datatype = ucp_dt_make_iov();
+	sp = ucp_am_send_nbx(ep, NELSSA_AM_STEP_REPLY, x->hdr, sizeof(x->hdr), x->iov, x->n, &prm);
+	if (UCS_PTR_IS_PTR(sp)) {
+		sends_in_flight++;
+		s->replies++;
+		return 0;
+	}
+	if (UCS_PTR_IS_ERR(sp))
+		nd_log(nd, "session %llu: the reply to step %llu failed: %s",
+		       (unsigned long long)s->id, (unsigned long long)st->id,
+		       ucs_status_string(UCS_PTR_STATUS(sp)));
+	free(x);
+	return 0;
+}
+
+/*
  * Assembles @st's reply and sends it to @ep, or, with no @ep (its client
- * is gone: nd_ep_live()), drops it.  Called with nd->lock held, as
- * everything here.
+ * is gone: nd_ep_live()), drops it.  Poller thread, as everything here.
  */
 static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 {
@@ -148,6 +218,16 @@ static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 		nd_step_free(st);
 		return;
 	}
+	r.t_recv = st->t_start - st->t_arrive;
+	r.t_dispatch = st->t_submitted - st->t_start;
+	r.t_device = st->t_done - st->t_submitted;
+	t_ready = nd_now_ns();
+	r.t_aggregate = t_ready - st->t_done;
+	if (!r.status && s->placement == NELSSA_PLACE_HEADS) {
+		nelssa_reply_hdr_put(hdr, &r);
+		if (!send_iov_reply(nd, ep, st, hdr, out_slot))
+			goto sent;
+	}
 	if (!r.status) {
 		buf = malloc(st->nr_items * out_slot + 1);
 		if (!buf)
@@ -156,6 +236,7 @@ static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 	if (r.status) {
 		r.nr_items = 0;
 	} else if (s->placement == NELSSA_PLACE_HEADS) {
+		/* No memory for the IOV's descriptors: gathered, then. */
 		for (uint32_t i = 0; i < st->nr_items; i++) {
 			const struct nd_sdev *sd = &s->dev[st->item_dev[i]];
 
@@ -177,15 +258,13 @@ static void step_finish(struct nelssad *nd, struct nd_step *st, ucp_ep_h ep)
 					   (float *)(buf + i * out_slot + o_bytes), o_in, l_in,
 					   nd->n_dev, s->group, s->shape.head_dim);
 		}
+		t_ready = nd_now_ns();
+		r.t_aggregate = t_ready - st->t_done;
 	}
-	t_ready = nd_now_ns();
-	r.t_recv = st->t_start - st->t_arrive;
-	r.t_dispatch = st->t_submitted - st->t_start;
-	r.t_device = st->t_done - st->t_submitted;
-	r.t_aggregate = t_ready - st->t_done;
 	nelssa_reply_hdr_put(hdr, &r);
 	nd_send(nd, ep, NELSSA_AM_STEP_REPLY, hdr, sizeof(hdr), buf,
 		r.status ? 0 : st->nr_items * out_slot, buf != NULL);
+sent:
 	nd->stats.steps++;
 	nd->stats.items += st->nr_items;
 	s->steps++;
