@@ -374,9 +374,7 @@ void nd_control_job(struct nelssad *nd, struct nd_job *j)
 		create_add(nd, j);
 		return;
 	case ND_JOB_SESSION_DROP:
-		nd_session_free(nd, j->s);
-		j->s = NULL;
-		nd->n_creating--;
+		nd_job_unreserve(nd, j);
 		return;
 	case ND_JOB_GONE:
 		gone(nd, j);
@@ -405,31 +403,33 @@ void nd_control_job(struct nelssad *nd, struct nd_job *j)
 
 /* Control thread from here on. */
 
-/* Hands @m of @c to the poller. */
-static int post(struct nelssad *nd, struct nd_conn *c, enum nd_job_kind kind,
-		const struct nelssa_msg *m, struct nd_session *s)
+/*
+ * Hands @m of @c to the poller; @shm: HELLO's shared memory may be granted.
+ * HELLO and SESSION_CREATE are barriers (control.c, above).  Out of memory,
+ * @m is refused -- and a HELLO's connection ends, as it has no data path.
+ */
+static int post(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m, int shm)
 {
-	struct nd_job *j = nd_job_new(kind, c->id);
+	struct nd_job *j = nd_job_new(ND_JOB_MSG, c->id);
+	int ret;
 
-	if (!j)
-		return nd_conn_error(nd, c, m ? m->seq : 0, -ENOMEM, "out of memory");
+	if (!j) {
+		ret = nd_conn_error(nd, c, m->seq, -ENOMEM, "out of memory");
+		return m->type == NELSSA_MSG_HELLO ? -ENOMEM : ret;
+	}
 	j->peer = c->peer;
 	j->admin = c->admin;
-	j->s = s;
-	if (m) {
-		j->msg = *m;
-		j->req = (uint8_t)m->type;
-	}
+	j->shm = shm;
+	j->msg = *m;
+	j->req = (uint8_t)m->type;
 	c->waiting++;
-	c->barrier = kind == ND_JOB_MSG && m && m->type == NELSSA_MSG_SESSION_CREATE;
+	c->barrier = m->type == NELSSA_MSG_HELLO || m->type == NELSSA_MSG_SESSION_CREATE;
 	nd_job_post(nd, j);
 	return 0;
 }
 
 int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
-	struct nd_job *j;
-
 	if (!c->hello && m->type != NELSSA_MSG_HELLO) {
 		nd_conn_error(nd, c, m->seq, -EPROTO, "HELLO must come first");
 		return -EPROTO;
@@ -447,27 +447,16 @@ int nd_control_handle(struct nelssad *nd, struct nd_conn *c, const struct nelssa
 				      NELSSA_PROTO_VERSION);
 			return -EPROTONOSUPPORT;
 		}
-		j = nd_job_new(ND_JOB_MSG, c->id);
-		if (!j) {
-			nd_conn_error(nd, c, m->seq, -ENOMEM, "out of memory");
-			return -ENOMEM;
-		}
 		/* Shared memory: on this host alone, and only where UCX has it. */
-		j->shm = (m->u.hello.flags & NELSSA_HELLO_SHM) && nd->shm_ok &&
-			 nelssa_link_is_local(c->fd);
-		j->msg = *m;
-		j->req = NELSSA_MSG_HELLO;
-		c->waiting++;
-		c->barrier = 1;
-		nd_job_post(nd, j);
-		return 0;
+		return post(nd, c, m, (m->u.hello.flags & NELSSA_HELLO_SHM) && nd->shm_ok &&
+				      nelssa_link_is_local(c->fd));
 	case NELSSA_MSG_SESSION_CREATE:
 	case NELSSA_MSG_REQ_ALLOC:
 	case NELSSA_MSG_REQ_FREE:
 	case NELSSA_MSG_CLOSE:
 	case NELSSA_MSG_STATS:
 	case NELSSA_MSG_RKEY_GET:
-		return post(nd, c, ND_JOB_MSG, m, NULL);
+		return post(nd, c, m, 0);
 	default:
 		nd_conn_error(nd, c, m->seq, -EPROTO, "%s is not a request",
 			      nelssa_msg_type_str(m->type));

@@ -760,7 +760,7 @@ static void *poller(void *arg)
 		return NULL;
 	}
 	epoll_ctl(epfd, EPOLL_CTL_ADD, efd, &ev);
-	epoll_ctl(epfd, EPOLL_CTL_ADD, nd->wake_fd, &ev);
+	epoll_ctl(epfd, EPOLL_CTL_ADD, nd->to_poller.fd, &ev);
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		epoll_ctl(epfd, EPOLL_CTL_ADD, nelssa_pnm_event_fd(nd->dev[d].pnm), &ev);
 	while (!nd->stop) {
@@ -773,7 +773,7 @@ static void *poller(void *arg)
 		if (epoll_wait(epfd, evs, 16, 100) > 0) {
 			uint64_t v;
 
-			if (read(nd->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			if (read(nd->to_poller.fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 				break;
 		}
 	}
@@ -781,13 +781,6 @@ static void *poller(void *arg)
 	return NULL;
 }
 
-void nd_dataplane_wake(struct nelssad *nd)
-{
-	uint64_t one = 1;
-
-	if (write(nd->wake_fd, &one, sizeof(one)) < 0)
-		nd_log(nd, "cannot wake the poller: %s", strerror(errno));
-}
 
 /*
  * UCX's listener, at the control address's host (--listen, resolved as
@@ -922,8 +915,8 @@ int nd_dataplane_init(struct nelssad *nd)
 		nd_log(nd, "test hook: the replies of tenant %u's steps wait until their client is gone",
 		       nd->hold_tenant);
 	}
-	nd->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	return nd->wake_fd < 0 ? -errno : 0;
+	nd->to_poller.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	return nd->to_poller.fd < 0 ? -errno : 0;
 }
 
 int nd_dataplane_start(struct nelssad *nd)
@@ -945,7 +938,7 @@ void nd_dataplane_stop(struct nelssad *nd)
 		goto out;
 	nd->stop = 1;
 	if (nd->poller_running) {
-		nd_dataplane_wake(nd);
+		nd_jobs_wake(&nd->to_poller);
 		pthread_join(nd->poller, NULL);
 		nd->poller_running = 0;
 	}
@@ -1002,13 +995,13 @@ void nd_dataplane_stop(struct nelssad *nd)
 	if (nd->stage_memh)
 		ucp_mem_unmap(nd->ucp, nd->stage_memh);
 	ucp_worker_destroy(nd->worker);
-	close(nd->wake_fd);
+	close(nd->to_poller.fd);
 	/* As nd_dataplane_init() found it, for a test that starts it again. */
 	nd->worker = NULL;
 	nd->stage = NULL;
 	nd->stage_memh = NULL;
 	nd->stage_free = 0;
-	nd->wake_fd = -1;
+	nd->to_poller.fd = -1;
 	nd->draining = 0;
 out:
 	if (nd->ucp)

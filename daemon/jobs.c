@@ -31,7 +31,7 @@ int nd_jobs_init(struct nelssad *nd)
 	if (fd < 0)
 		return -errno;
 	pthread_mutex_init(&nd->jobs_lock, NULL);
-	q_init(&nd->to_poller, -1);	/* nd_dataplane_init() makes nd->wake_fd */
+	q_init(&nd->to_poller, -1);	/* nd_dataplane_init() makes its eventfd */
 	q_init(&nd->to_control, fd);
 	return 0;
 }
@@ -47,7 +47,7 @@ struct nd_job *nd_job_new(enum nd_job_kind kind, uint64_t conn)
 	return j;
 }
 
-static void wake(int fd)
+void nd_jobs_wake(struct nd_jobq *q)
 {
 	uint64_t one = 1;
 
@@ -55,38 +55,38 @@ static void wake(int fd)
 	 * It fails only with the counter full (EAGAIN), when the reader is
 	 * certain to wake anyway, or with no reader left (stopping).
 	 */
-	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0)
+	if (q->fd >= 0 && write(q->fd, &one, sizeof(one)) < 0)
 		return;
 }
 
-static void push(struct nelssad *nd, struct nd_jobq *q, struct nd_job *j, int fd)
+static void push(struct nelssad *nd, struct nd_jobq *q, struct nd_job *j)
 {
 	j->next = NULL;
 	pthread_mutex_lock(&nd->jobs_lock);
 	*q->tail = j;
 	q->tail = &j->next;
 	pthread_mutex_unlock(&nd->jobs_lock);
-	wake(fd);
+	nd_jobs_wake(q);
 }
 
 void nd_job_post(struct nelssad *nd, struct nd_job *j)
 {
-	push(nd, &nd->to_poller, j, nd->wake_fd);
+	push(nd, &nd->to_poller, j);
 }
 
 void nd_job_done(struct nelssad *nd, struct nd_job *j)
 {
-	push(nd, &nd->to_control, j, nd->to_control.fd);
+	push(nd, &nd->to_control, j);
 }
 
-/* Every job of @q, oldest first; the eventfd is read when @q is the control thread's. */
+/* Every job of @q, oldest first. */
 struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q)
 {
 	struct nd_job *all;
 	uint64_t v;
 
 	/* Before the queue is looked at, so no job's wake-up is lost. */
-	if (q == &nd->to_control && q->fd >= 0 && read(q->fd, &v, sizeof(v)) < 0)
+	if (q->fd >= 0 && read(q->fd, &v, sizeof(v)) < 0)
 		v = 0;	/* EAGAIN: none since the last look */
 	pthread_mutex_lock(&nd->jobs_lock);
 	all = q->head;
@@ -96,13 +96,19 @@ struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q)
 	return all;
 }
 
+void nd_job_unreserve(struct nelssad *nd, struct nd_job *j)
+{
+	if (!j->s)
+		return;
+	nd_session_free(nd, j->s);
+	j->s = NULL;
+	nd->n_creating--;
+}
+
 /* Frees @j and a session it still carries (allocated or only reserved). */
 void nd_job_free(struct nelssad *nd, struct nd_job *j)
 {
-	if (j->s) {
-		nd_session_free(nd, j->s);
-		nd->n_creating--;
-	}
+	nd_job_unreserve(nd, j);
 	free(j);
 }
 

@@ -278,7 +278,7 @@ struct nelssad {
 	uint32_t n_dev;
 	/* Between the threads: held only to link or unlink a job. */
 	pthread_mutex_t jobs_lock;
-	struct nd_jobq to_poller;	/* its fd is @wake_fd */
+	struct nd_jobq to_poller;	/* its fd also wakes the poller to stop */
 	struct nd_jobq to_control;
 	/* Poller thread */
 	struct nd_session *sessions;
@@ -305,7 +305,6 @@ struct nelssad {
 	uint64_t rndv_bytes;		/* ... and their bytes */
 	pthread_t poller;
 	int poller_running;		/* nd_dataplane_start() started it */
-	int wake_fd;			/* eventfd: wakes the poller (jobs, stop) */
 	/*
 	 * Test hook, from NELSSAD_TEST_HOLD_TENANT (0: off): the replies of
 	 * this tenant's steps are parked until their connection is gone, so
@@ -460,7 +459,6 @@ int nd_dataplane_init(struct nelssad *nd);
 void nd_dataplane_poll_once(struct nelssad *nd);
 int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);
-void nd_dataplane_wake(struct nelssad *nd);
 
 /*
  * control.c.  nd_control_handle(): a frame of @c's; non-zero closes @c
@@ -486,6 +484,9 @@ struct nd_job *nd_job_new(enum nd_job_kind kind, uint64_t conn);
 void nd_job_post(struct nelssad *nd, struct nd_job *j);
 void nd_job_done(struct nelssad *nd, struct nd_job *j);
 struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q);
+void nd_jobs_wake(struct nd_jobq *q);
+/* Gives back the reservation of the session a SESSION_CREATE's job carries. */
+void nd_job_unreserve(struct nelssad *nd, struct nd_job *j);
 void nd_job_free(struct nelssad *nd, struct nd_job *j);
 /* The poller's turn at its queue: runs every job and sends it back. */
 void nd_jobs_run(struct nelssad *nd);
