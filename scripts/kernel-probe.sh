@@ -6,6 +6,15 @@
 # Probes, not version checks: Debian's 6.1.192 differs from v6.1.0 by
 # stable backports (the 4-argument io_uring_cmd_done(), for one).
 #
+# The device-dax export needs alloc_dax_region() and devm_create_dev_dax():
+# 6.1 exports them, but declares them only in drivers/dax/bus.h, which
+# linux-headers does not ship.  That header comes from the kernel's own
+# source into driver/kdax/ (ignored, never committed): from KDIR when it is
+# a full tree, else from a Debian linux-source tarball (or tree) of exactly
+# KDIR's version -- $NELSSA_LINUX_SOURCE names one, "none" pretends there is
+# none.  Without it the dax_bus probe fails and the driver builds without
+# the export, which this script says on stderr.
+#
 #   scripts/kernel-probe.sh KDIR SRCDIR [OUT]
 set -u
 
@@ -14,6 +23,75 @@ src=${2:?usage: kernel-probe.sh KDIR SRCDIR [OUT]}
 out=${3:-$src/driver/compat_generated.h}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# "6.1.192": the version a kernel Makefile declares.
+makefile_version() {
+	awk '$2 == "=" && $1 ~ /^(VERSION|PATCHLEVEL|SUBLEVEL|EXTRAVERSION)$/ { v[$1] = $3 }
+		END { if (v["VERSION"] != "") printf "%s.%s.%s%s\n", v["VERSION"],
+			v["PATCHLEVEL"], v["SUBLEVEL"], v["EXTRAVERSION"] }' "$1"
+}
+
+# Copies drivers/dax/bus.h of KDIR's version into driver/kdax/; a stamp
+# remembers what a tarball held, so it is unpacked once, not every build.
+provide_kdax() {
+	kdax=$src/driver/kdax
+	stamp=$kdax/.source
+	kver=$(make -s --no-print-directory -C "$kdir" kernelversion 2>/dev/null)
+	for d in "$kdir" "$kdir/source"; do
+		if [ -f "$d/drivers/dax/bus.h" ]; then
+			mkdir -p "$kdax"
+			cp "$d/drivers/dax/bus.h" "$kdax/bus.h"
+			echo "tree $d" >"$stamp"
+			return 0
+		fi
+	done
+	rm -f "$kdax/bus.h"
+	[ -n "$kver" ] || return 1
+	case "${NELSSA_LINUX_SOURCE:-}" in
+	none) return 1 ;;
+	"") cands=$(ls -d /usr/src/linux-source-* 2>/dev/null | sort -rV) ;;
+	*) cands=$NELSSA_LINUX_SOURCE ;;
+	esac
+	for c in $cands; do
+		if [ -d "$c" ]; then
+			[ -f "$c/drivers/dax/bus.h" ] && [ -f "$c/Makefile" ] &&
+				[ "$(makefile_version "$c/Makefile")" = "$kver" ] || continue
+			mkdir -p "$kdax"
+			cp "$c/drivers/dax/bus.h" "$kdax/bus.h"
+			echo "tree $c" >"$stamp"
+			return 0
+		fi
+		case "$c" in *.tar.xz) ;; *) continue ;; esac
+		id="tarball $c $(stat -c '%s %Y' "$c" 2>/dev/null)"
+		if [ -f "$stamp" ] && [ "$(sed -n 1p "$stamp")" = "$id" ] &&
+			[ -f "$kdax/bus.h.$kver" ]; then
+			cp "$kdax/bus.h.$kver" "$kdax/bus.h"
+			return 0
+		fi
+		if [ -f "$stamp" ] && [ "$(sed -n 1p "$stamp")" = "$id" ]; then
+			continue	# unpacked before: another version
+		fi
+		top=$(basename "$c" .tar.xz)
+		rm -rf "$tmp/ls"
+		mkdir -p "$tmp/ls"
+		tar -xJf "$c" -C "$tmp/ls" --strip-components=1 --occurrence=1 \
+			"$top/Makefile" "$top/drivers/dax/bus.h" 2>/dev/null
+		[ -f "$tmp/ls/Makefile" ] && [ -f "$tmp/ls/drivers/dax/bus.h" ] || continue
+		v=$(makefile_version "$tmp/ls/Makefile")
+		rm -rf "$kdax"
+		mkdir -p "$kdax"
+		cp "$tmp/ls/drivers/dax/bus.h" "$kdax/bus.h.$v"
+		echo "$id" >"$stamp"
+		[ "$v" = "$kver" ] || continue
+		cp "$kdax/bus.h.$v" "$kdax/bus.h"
+		return 0
+	done
+	return 1
+}
+if ! provide_kdax; then
+	echo "kernel-probe: no drivers/dax/bus.h of linux ${kver:-?} (linux-source-${kver%.*}" \
+		"of that version): building without the device-dax export" >&2
+fi
 
 {
 	echo "/* SPDX-License-Identifier: GPL-2.0-only */"
@@ -26,6 +104,7 @@ trap 'rm -rf "$tmp"' EXIT
 		rm -rf "$tmp/p"
 		mkdir -p "$tmp/p"
 		cp "$p" "$src/driver/probes/Kbuild" "$tmp/p/"
+		[ ! -f "$src/driver/kdax/bus.h" ] || cp -r "$src/driver/kdax" "$tmp/p/"
 		# Compile only: linking would also need a license and exports.
 		if make -C "$kdir" M="$tmp/p" PROBE="$name" "$name.o" >"$tmp/$name.log" 2>&1 &&
 			[ -f "$tmp/p/$name.o" ]; then
