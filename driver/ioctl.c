@@ -32,10 +32,10 @@ static int ioc_get_info(struct npnm_context *ctx, void __user *arg)
 	struct npnm_device *ndev = ctx->ndev;
 	struct npnm_info info = {
 		.abi_version = NPNM_ABI_VERSION,
-		.caps = ndev->caps,
+		.caps = READ_ONCE(ndev->caps),
 		.opcodes = ndev->opcodes,
 		.fw_version = ndev->fw_version,
-		.mem_size = ndev->mem_avail,
+		.mem_size = READ_ONCE(ndev->mem_avail),
 		.mem_align = PAGE_SIZE,
 		.nr_cores = ndev->nr_cores,
 		.max_batch = NPNM_MAX_BATCH,

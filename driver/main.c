@@ -173,6 +173,7 @@ int npnm_device_init(struct npnm_device *ndev, struct device *parent)
 	ndev->epoch = 1;
 	ndev->progress = jiffies;
 	ndev->id = -1;
+	npnm_dax_init_dev(ndev);
 	device_initialize(&ndev->dev);
 	ndev->dev.class = &npnm_class;
 	ndev->dev.parent = parent;
@@ -248,13 +249,16 @@ static int __init npnm_init(void)
 		       NPNM_MAX_DEVICES);
 		return -EINVAL;
 	}
-	ret = alloc_chrdev_region(&npnm_devt, 0, NPNM_MAX_DEVICES, "nelssa_pnm");
+	ret = npnm_dax_init();
 	if (ret)
 		return ret;
+	ret = alloc_chrdev_region(&npnm_devt, 0, NPNM_MAX_DEVICES, "nelssa_pnm");
+	if (ret)
+		goto err_dax;
 	ret = class_register(&npnm_class);
 	if (ret) {
 		unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);
-		return ret;
+		goto err_dax;
 	}
 	WRITE_ONCE(npnm_class_registered, true);
 	for (i = 0; i < mock_devices; i++) {
@@ -274,6 +278,8 @@ err:
 	WRITE_ONCE(npnm_class_registered, false);
 	class_unregister(&npnm_class);
 	unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);
+err_dax:
+	npnm_dax_exit();
 	return ret;
 }
 
@@ -285,6 +291,7 @@ static void __exit npnm_exit(void)
 	WRITE_ONCE(npnm_class_registered, false);
 	class_unregister(&npnm_class);
 	unregister_chrdev_region(npnm_devt, NPNM_MAX_DEVICES);
+	npnm_dax_exit();
 }
 
 module_init(npnm_init);

@@ -40,6 +40,7 @@
 #include <linux/bits.h>
 #include <linux/fs.h>
 #include <linux/genalloc.h>
+#include <linux/ioport.h>
 #include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
@@ -58,6 +59,7 @@
 #define NPNM_MAX_INFLIGHT	1024
 
 struct io_uring_cmd;
+struct platform_device;
 struct npnm_device;
 struct npnm_kcmd;
 
@@ -106,6 +108,39 @@ struct npnm_backend_ops {
 };
 
 /**
+ * struct npnm_dax - the device-dax carve-out of a card's memory (dax.c).
+ * @off: offset of the carve-out in device memory.
+ * @size: its bytes; 0 without a carve-out.
+ * @phys: its host physical address.
+ * @node: NUMA node of its memory, the dax region's target node.
+ * @res: its iomem resource, under the card's memory window.
+ * @region_id: memregion id of the dax region; -1 while not exported.
+ * @pdev: the platform device the dax region hangs from, while exported.
+ * @name: the dax device, "daxX.0", or "" while not exported.
+ * @lock: protects @region_id and @name changes, @online_pages,
+ *	@onlining and @dying.
+ * @online_pages: pages of the carve-out online as System RAM.
+ * @onlining: the memory notifier let an onlining of carve-out memory start.
+ * @dying: removal has begun: no onlining.
+ * @node_list: on the list of exported carve-outs the memory notifier watches.
+ */
+struct npnm_dax {
+	u64 off;
+	u64 size;
+	phys_addr_t phys;
+	int node;
+	struct resource res;
+	int region_id;
+	struct platform_device *pdev;
+	char name[24];
+	struct mutex lock;		/* see above */
+	unsigned long online_pages;
+	bool onlining;
+	bool dying;
+	struct list_head node_list;
+};
+
+/**
  * struct npnm_usage - what a tenant (uid) holds on one device.
  * @regions: regions whose memory is not back in the pool.
  * @bytes: their bytes.
@@ -126,7 +161,7 @@ struct npnm_usage {
  * @priv: backend data.
  * @mem: kernel mapping of device memory.
  * @mem_size: bytes of device memory.
- * @mem_avail: bytes the region allocator manages.
+ * @mem_avail: bytes the region allocator manages (less a dax carve-out).
  * @fw_version: firmware interface version, 0 without firmware.
  * @pool: allocator of device-memory offsets (never hands out offset 0);
  *	destroyed with the device, after the last region went back.
@@ -162,6 +197,7 @@ struct npnm_usage {
  * @timeouts: statistics (commands past their own deadline).
  * @aborted: statistics (commands taken back before they ran).
  * @resets: statistics (successful resets).
+ * @dax: the device-dax carve-out, if any.
  */
 struct npnm_device {
 	struct device dev;
@@ -198,6 +234,7 @@ struct npnm_device {
 	struct xarray usage;
 	struct dentry *debugfs;
 	atomic64_t submitted, completed, failed, timeouts, aborted, resets;
+	struct npnm_dax dax;
 };
 
 static inline struct npnm_device *npnm_dev_of(struct device *dev)
@@ -409,5 +446,15 @@ extern struct pci_driver npnm_pci_driver;
 
 /* sysfs.c */
 extern const struct attribute_group *npnm_groups[];
+
+/* dax.c */
+extern const struct attribute_group npnm_dax_group;
+int npnm_dax_init(void);
+void npnm_dax_exit(void);
+void npnm_dax_init_dev(struct npnm_device *ndev);
+bool npnm_dax_mem_in_use(phys_addr_t base, u64 len);
+void npnm_dax_carve(struct npnm_device *ndev, phys_addr_t phys, u64 heap_off, u64 *heap_size);
+int npnm_dax_add(struct npnm_device *ndev);
+void npnm_dax_remove(struct npnm_device *ndev);
 
 #endif /* NPNM_H */

@@ -389,6 +389,26 @@ static int npnm_pci_mem_window(struct pci_dev *pdev, phys_addr_t *base, u64 *len
 	return 0;
 }
 
+/*
+ * The carve-out, once the device is registered (the dax region hangs below
+ * its class device); when the export fails, the allocator gets it back.
+ */
+static void npnm_pci_dax(struct npnm_device *ndev)
+{
+	int ret;
+
+	if (!ndev->dax.size)
+		return;
+	ret = npnm_dax_add(ndev);
+	if (!ret)
+		return;
+	dev_warn(&ndev->dev, "no device-dax export (%d): %llu MiB back to the allocator\n", ret,
+		 ndev->dax.size >> 20);
+	if (!gen_pool_add(ndev->pool, ndev->dax.off, ndev->dax.size, NUMA_NO_NODE))
+		WRITE_ONCE(ndev->mem_avail, ndev->mem_avail + ndev->dax.size);
+	ndev->dax.size = 0;
+}
+
 static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct npnm_device *ndev;
@@ -405,6 +425,10 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = npnm_pci_mem_window(pdev, &pp->mem_phys, &mem_len);
 	if (ret)
 		return ret;
+	if (npnm_dax_mem_in_use(pp->mem_phys, mem_len)) {
+		dev_err(&pdev->dev, "card memory is still online as System RAM: not until a reboot\n");
+		return -EBUSY;
+	}
 	/* Card memory is coherent memory: a write-back mapping. */
 	pp->hdr = devm_memremap(&pdev->dev, pp->mem_phys, mem_len, MEMREMAP_WB);
 	if (IS_ERR(pp->hdr))
@@ -456,6 +480,8 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->max_group = le16_to_cpu(pp->hdr->max_group);
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
 		     NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
+	/* The top of the heap may go to device-dax instead (dax.c). */
+	npnm_dax_carve(ndev, pp->mem_phys, le64_to_cpu(pp->hdr->heap_off), &ndev->mem_avail);
 	ret = -ENOMEM;
 	ndev->pool = gen_pool_create(PAGE_SHIFT, NUMA_NO_NODE);
 	if (!ndev->pool)
@@ -483,6 +509,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_irq;
 	pci_set_drvdata(pdev, pp);
 	schedule_delayed_work(&pp->hb_work, NPNM_PCI_HB_PERIOD);
+	npnm_pci_dax(ndev);
 	dev_info(&pdev->dev, "%s: %llu MiB, %u cores, firmware %u.%u\n", ndev->name,
 		 ndev->mem_avail >> 20, ndev->nr_cores, ndev->fw_version >> 16,
 		 ndev->fw_version & 0xffff);
@@ -499,9 +526,10 @@ err_put:
 
 /*
  * Unbind or hot-unplug, possibly with contexts open, mappings live and
- * commands in flight: stop the monitor, unregister (no new opens, no
- * backend call, mappings revoked), abort and drop everything the card
- * holds, then let go of the core's structure.
+ * commands in flight: stop the monitor, take the dax device down while the
+ * card's memory is still there, unregister (no new opens, no backend call,
+ * mappings revoked), abort and drop everything the card holds, then let go
+ * of the core's structure.
  */
 static void npnm_pci_remove(struct pci_dev *pdev)
 {
@@ -510,6 +538,7 @@ static void npnm_pci_remove(struct pci_dev *pdev)
 	LIST_HEAD(held);
 
 	cancel_delayed_work_sync(&pp->hb_work);
+	npnm_dax_remove(ndev);
 	npnm_device_unregister(ndev);	/* also completes what the card holds */
 	spin_lock(&pp->lock);
 	pp->dead = true;

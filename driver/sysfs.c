@@ -19,7 +19,7 @@ static struct npnm_device *to_ndev(struct device *dev)
 
 static ssize_t mem_total_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	return sysfs_emit(buf, "%llu\n", to_ndev(dev)->mem_avail);
+	return sysfs_emit(buf, "%llu\n", READ_ONCE(to_ndev(dev)->mem_avail));
 }
 static DEVICE_ATTR_RO(mem_total);
 
@@ -157,5 +157,6 @@ static const struct attribute_group npnm_stat_group = {
 const struct attribute_group *npnm_groups[] = {
 	&npnm_group,
 	&npnm_stat_group,
+	&npnm_dax_group,
 	NULL,
 };

@@ -63,7 +63,8 @@ enum npnm_kv_dtype {
  *	a device without firmware (the in-kernel mock).
  * @caps: Out. NPNM_CAP_* bits.
  * @opcodes: Out. Bit (1 << op) set for every NPNM_OP_* the device executes.
- * @mem_size: Out. Bytes of device memory.
+ * @mem_size: Out. Bytes of device memory the region allocator hands out
+ *	(a device-dax carve-out is not counted).
  * @mem_align: Out. Allocation granularity and alignment in bytes; a power
  *	of two, at least the page size.
  * @nr_cores: Out. Compute cores (CMD Executor threads) on the device.
