@@ -14,6 +14,11 @@
  * commands); only MEM_FREE still takes it.  The memory returns to the
  * pool when the handle, every mapping and every command using it are gone.
  *
+ * A DAX window (NPNM_MEM_F_DAX) is a region over part of the device-dax
+ * carve-out (dax.c) instead of pool memory: not zeroed, shared with the
+ * carve-out's other users, counted as a region but not in bytes by the
+ * quotas; otherwise a region like any other (handles, mappings, staleness).
+ *
  * A read-only open may query the device and nothing else: allocating
  * device memory and running commands need the file open for writing.
  *
@@ -99,15 +104,24 @@ static void uid_uncharge(struct npnm_device *ndev, kuid_t uid, u64 size)
 	kfree(u);
 }
 
+/* Bytes a region counts against the quotas: a DAX window takes none from the pool. */
+static u64 charged(const struct npnm_region *r)
+{
+	return r->dax ? 0 : r->size;
+}
+
 static void region_release(struct kref *ref)
 {
 	struct npnm_region *r = container_of(ref, struct npnm_region, ref);
 	struct npnm_context *ctx = r->ctx;
 
-	gen_pool_free(ctx->ndev->pool, r->dev_off, r->size);
-	uid_uncharge(ctx->ndev, ctx->uid, r->size);
+	if (r->dax)
+		npnm_dax_window_put(ctx->ndev);
+	else
+		gen_pool_free(ctx->ndev->pool, r->dev_off, r->size);
+	uid_uncharge(ctx->ndev, ctx->uid, charged(r));
 	atomic_dec(&ctx->nr_regions);
-	atomic64_sub(r->size, &ctx->bytes);
+	atomic64_sub(charged(r), &ctx->bytes);
 	kfree(r);
 }
 
@@ -143,6 +157,23 @@ static int ctx_quota_ok(struct npnm_context *ctx, u64 size)
 	return 0;
 }
 
+/*
+ * Memory for a new region: from the pool, zeroed, or -- a DAX window --
+ * part of the device-dax carve-out as it is.  Inside the device's SRCU
+ * section, not gone.
+ */
+static int region_place(struct npnm_device *ndev, struct npnm_region *r, u64 dax_offset)
+{
+	if (r->dax)
+		return npnm_dax_window_get(ndev, dax_offset, r->size, &r->dev_off);
+	r->dev_off = gen_pool_alloc(ndev->pool, r->size);
+	if (!r->dev_off)
+		return -ENOMEM;
+	/* Never hand out a previous owner's data. */
+	memset(ndev->mem + r->dev_off, 0, r->size);
+	return 0;
+}
+
 int npnm_mem_alloc(struct npnm_context *ctx, struct npnm_mem_alloc *ma)
 {
 	struct npnm_device *ndev = ctx->ndev;
@@ -152,46 +183,40 @@ int npnm_mem_alloc(struct npnm_context *ctx, struct npnm_mem_alloc *ma)
 	if (!ma->size)
 		return -EINVAL;
 	if (ma->size > ndev->mem_size)
-		return -ENOMEM;
+		return (ma->flags & NPNM_MEM_F_DAX) ? -EINVAL : -ENOMEM;
 	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
 		return -ENOMEM;
 	kref_init(&r->ref);
 	r->ctx = ctx;
 	r->size = PAGE_ALIGN(ma->size);
+	r->dax = ma->flags & NPNM_MEM_F_DAX;
 	atomic_set(&r->busy, 0);
 
 	mutex_lock(&ctx->lock);
-	ret = ctx_quota_ok(ctx, r->size);
+	ret = ctx_quota_ok(ctx, charged(r));
 	if (!ret)
-		ret = uid_charge(ndev, ctx->uid, r->size);
+		ret = uid_charge(ndev, ctx->uid, charged(r));
 	if (ret) {
 		mutex_unlock(&ctx->lock);
 		kfree(r);
 		return ret;
 	}
 	atomic_inc(&ctx->nr_regions);
-	atomic64_add(r->size, &ctx->bytes);
+	atomic64_add(charged(r), &ctx->bytes);
 
 	idx = srcu_read_lock(&ndev->srcu);
 	spin_lock(&ndev->lock);
 	ret = ndev->state == NPNM_STATE_GONE ? -ENXIO : 0;
 	r->epoch = ndev->epoch;
 	spin_unlock(&ndev->lock);
-	if (!ret) {
-		r->dev_off = gen_pool_alloc(ndev->pool, r->size);
-		if (!r->dev_off)
-			ret = -ENOMEM;
-	}
-	if (!ret) {
-		/* Never hand out a previous owner's data. */
-		memset(ndev->mem + r->dev_off, 0, r->size);
-	}
+	if (!ret)
+		ret = region_place(ndev, r, ma->dax_offset);
 	srcu_read_unlock(&ndev->srcu, idx);
 	if (ret) {
-		uid_uncharge(ndev, ctx->uid, r->size);
+		uid_uncharge(ndev, ctx->uid, charged(r));
 		atomic_dec(&ctx->nr_regions);
-		atomic64_sub(r->size, &ctx->bytes);
+		atomic64_sub(charged(r), &ctx->bytes);
 		mutex_unlock(&ctx->lock);
 		kfree(r);
 		return ret;

@@ -22,7 +22,11 @@
  *
  * The carve-out has an iomem resource of its own, named after the card,
  * under the card's memory window; device_dax's and kmem's requests nest
- * inside it.  A memory notifier follows how much of it is online.
+ * inside it.  Contexts can name part of it in commands through a DAX
+ * window (NPNM_MEM_F_DAX): a region over carve-out memory that is neither
+ * allocated nor zeroed.  Windows and System RAM exclude each other: a
+ * window is refused while any of the carve-out is online, and onlining is
+ * refused (the memory notifier says no) while a window exists.
  *
  * Removal (hot-unplug, unbind, rmmod) takes the dax device down before
  * the card's memory goes: in System RAM mode the memory is offlined first
@@ -233,6 +237,7 @@ int npnm_dax_add(struct npnm_device *ndev)
 	mutex_lock(&npnm_dax_list_lock);
 	list_add_tail(&dax->node_list, &npnm_dax_list);
 	mutex_unlock(&npnm_dax_list_lock);
+	WRITE_ONCE(ndev->caps, ndev->caps | NPNM_CAP_DAX);
 	dev_info(&ndev->dev, "%s: %llu MiB at offset %#llx (%pr), node %d\n", dax->name,
 		 dax->size >> 20, dax->off, &dax->res, dax->node);
 	return 0;
@@ -311,6 +316,47 @@ void npnm_dax_remove(struct npnm_device *ndev)
 	mutex_unlock(&dax->lock);
 }
 
+/**
+ * npnm_dax_window_get() - take part of the carve-out for a DAX window.
+ * @ndev: the device.
+ * @off: offset in the carve-out, page aligned.
+ * @size: bytes, page aligned.
+ * @dev_off: out: the offset in device memory.
+ *
+ * Return: 0, -EOPNOTSUPP without a carve-out, -EINVAL outside it, -EBUSY
+ * while any of it is System RAM, -ENXIO while the card goes.
+ */
+int npnm_dax_window_get(struct npnm_device *ndev, u64 off, u64 size, u64 *dev_off)
+{
+	struct npnm_dax *dax = &ndev->dax;
+	int ret = 0;
+
+	mutex_lock(&dax->lock);
+	if (dax->dying)
+		ret = -ENXIO;
+	else if (dax->region_id < 0)
+		ret = -EOPNOTSUPP;
+	else if (!PAGE_ALIGNED(off) || !size || size > dax->size || off > dax->size - size)
+		ret = -EINVAL;
+	else if (dax->online_pages || dax->onlining)
+		ret = -EBUSY;
+	else
+		dax->windows++;
+	mutex_unlock(&dax->lock);
+	if (!ret)
+		*dev_off = dax->off + off;
+	return ret;
+}
+
+void npnm_dax_window_put(struct npnm_device *ndev)
+{
+	struct npnm_dax *dax = &ndev->dax;
+
+	mutex_lock(&dax->lock);
+	dax->windows--;
+	mutex_unlock(&dax->lock);
+}
+
 /*
  * Onlining and offlining are serialised by the memory hotplug lock, so
  * one flag follows an onlining from MEM_GOING_ONLINE to its end (a
@@ -333,9 +379,10 @@ static int npnm_dax_mem_notify(struct notifier_block *nb, unsigned long action, 
 		mutex_lock(&dax->lock);
 		switch (action) {
 		case MEM_GOING_ONLINE:
-			if (dax->dying) {
-				dev_info(&ndev->dev, "%s: not onlining %#llx-%#llx: the card is going\n",
-					 dax->name, lo, hi - 1);
+			if (dax->dying || dax->windows) {
+				dev_info(&ndev->dev, "%s: not onlining %#llx-%#llx: %s\n",
+					 dax->name, lo, hi - 1,
+					 dax->dying ? "the card is going" : "DAX windows are open");
 				ret = NOTIFY_BAD;
 			} else {
 				dax->onlining = true;
@@ -399,6 +446,15 @@ int npnm_dax_add(struct npnm_device *ndev)
 }
 
 void npnm_dax_remove(struct npnm_device *ndev)
+{
+}
+
+int npnm_dax_window_get(struct npnm_device *ndev, u64 off, u64 size, u64 *dev_off)
+{
+	return -EOPNOTSUPP;
+}
+
+void npnm_dax_window_put(struct npnm_device *ndev)
 {
 }
 

@@ -55,7 +55,8 @@ static int ioc_mem_alloc(struct npnm_context *ctx, void __user *arg)
 
 	if (copy_from_user(&ma, arg, sizeof(ma)))
 		return -EFAULT;
-	if (ma.flags || !zeroed(ma.reserved, sizeof(ma.reserved)))
+	if ((ma.flags & ~NPNM_MEM_F_DAX) || ma.reserved ||
+	    (!(ma.flags & NPNM_MEM_F_DAX) && ma.dax_offset))
 		return -EINVAL;
 	ret = npnm_mem_alloc(ctx, &ma);
 	if (ret)

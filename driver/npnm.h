@@ -118,10 +118,11 @@ struct npnm_backend_ops {
  * @pdev: the platform device the dax region hangs from, while exported.
  * @name: the dax device, "daxX.0", or "" while not exported.
  * @lock: protects @region_id and @name changes, @online_pages,
- *	@onlining and @dying.
+ *	@onlining, @windows and @dying.
  * @online_pages: pages of the carve-out online as System RAM.
  * @onlining: the memory notifier let an onlining of carve-out memory start.
- * @dying: removal has begun: no onlining.
+ * @windows: DAX windows (NPNM_MEM_F_DAX regions) of any context.
+ * @dying: removal has begun: no onlining, no new window.
  * @node_list: on the list of exported carve-outs the memory notifier watches.
  */
 struct npnm_dax {
@@ -136,6 +137,7 @@ struct npnm_dax {
 	struct mutex lock;		/* see above */
 	unsigned long online_pages;
 	bool onlining;
+	u32 windows;
 	bool dying;
 	struct list_head node_list;
 };
@@ -255,6 +257,8 @@ struct npnm_context;
  * @size: bytes.
  * @busy: commands of the context not yet completed that use it.
  * @epoch: the device's epoch at allocation; another one means stale.
+ * @dax: a DAX window over the device-dax carve-out: neither allocated
+ *	from the pool nor charged to quotas in bytes.
  */
 struct npnm_region {
 	struct kref ref;
@@ -264,6 +268,7 @@ struct npnm_region {
 	u64 size;
 	atomic_t busy;
 	u32 epoch;
+	bool dax;
 };
 
 /**
@@ -456,5 +461,7 @@ bool npnm_dax_mem_in_use(phys_addr_t base, u64 len);
 void npnm_dax_carve(struct npnm_device *ndev, phys_addr_t phys, u64 heap_off, u64 *heap_size);
 int npnm_dax_add(struct npnm_device *ndev);
 void npnm_dax_remove(struct npnm_device *ndev);
+int npnm_dax_window_get(struct npnm_device *ndev, u64 off, u64 size, u64 *dev_off);
+void npnm_dax_window_put(struct npnm_device *ndev);
 
 #endif /* NPNM_H */

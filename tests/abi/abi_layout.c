@@ -42,7 +42,8 @@ OFF(npnm_mem_alloc, flags, 8);
 OFF(npnm_mem_alloc, handle, 12);
 OFF(npnm_mem_alloc, mmap_offset, 16);
 OFF(npnm_mem_alloc, alloc_size, 24);
-OFF(npnm_mem_alloc, reserved, 32);
+OFF(npnm_mem_alloc, dax_offset, 32);
+OFF(npnm_mem_alloc, reserved, 40);
 
 SIZE(npnm_mem_free, 16);
 OFF(npnm_mem_free, handle, 0);

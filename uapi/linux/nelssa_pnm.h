@@ -41,6 +41,7 @@
 #define NPNM_CAP_MMAP		_BITULL(2) /* regions can be mmap()ed */
 #define NPNM_CAP_COMPUTE	_BITULL(3) /* runs compute kernels (not a mock) */
 #define NPNM_CAP_KV_SCATTER	_BITULL(4) /* NPNM_KV_F_SCATTER supported */
+#define NPNM_CAP_DAX		_BITULL(5) /* a device-dax carve-out: NPNM_MEM_F_DAX */
 
 /**
  * enum npnm_kv_dtype - element type of K and V rows (a __u8 field on the wire).
@@ -98,14 +99,18 @@ struct npnm_info {
 /**
  * struct npnm_mem_alloc - NPNM_IOC_MEM_ALLOC: allocate a device-memory region.
  * @size: In. Bytes wanted; rounded up to &npnm_info.mem_align. Non-zero.
- * @flags: In. Must be zero (room for placement and caching hints).
+ * @flags: In. NPNM_MEM_F_* bits; any other bit is -EINVAL.
  * @handle: Out. Non-zero handle naming the region in this context only.
  * @mmap_offset: Out. Offset to pass to mmap() on the same file descriptor.
  * @alloc_size: Out. Bytes actually allocated (@size rounded up).
+ * @dax_offset: In. With NPNM_MEM_F_DAX: where the window starts in the
+ *	device-dax carve-out, a multiple of &npnm_info.mem_align; otherwise
+ *	must be zero.
  * @reserved: In. Must be zero.
  *
  * Region contents are zeroed before the region is handed out, so one
- * context never sees another's data.
+ * context never sees another's data -- except for a DAX window, which
+ * shows the carve-out as it is.
  */
 struct npnm_mem_alloc {
 	__u64 size;		/*  0 */
@@ -113,8 +118,16 @@ struct npnm_mem_alloc {
 	__u32 handle;		/* 12 */
 	__u64 mmap_offset;	/* 16 */
 	__u64 alloc_size;	/* 24 */
-	__u64 reserved[2];	/* 32 */
+	__u64 dax_offset;	/* 32 */
+	__u64 reserved;		/* 40 */
 };				/* 48 */
+
+/*
+ * The region is a window on the device-dax carve-out (NPNM_CAP_DAX): @size
+ * bytes at @dax_offset of the memory /dev/daxX.Y maps, not allocated and
+ * not zeroed, shared with every other user of the carve-out.
+ */
+#define NPNM_MEM_F_DAX		_BITUL(0)
 
 /**
  * struct npnm_mem_free - NPNM_IOC_MEM_FREE: release a region.

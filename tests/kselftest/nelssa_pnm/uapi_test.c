@@ -78,7 +78,14 @@ TEST_F(dev, alloc_zero_size)
 
 TEST_F(dev, alloc_flags)
 {
-	struct npnm_mem_alloc ma = { .size = 4096, .flags = 1 };
+	struct npnm_mem_alloc ma = { .size = 4096, .flags = NPNM_MEM_F_DAX << 1 };
+
+	EXPECT_EQ(-EINVAL, npnm_ioctl(self->fd, NPNM_IOC_MEM_ALLOC, &ma));
+}
+
+TEST_F(dev, alloc_dax_offset_without_dax)
+{
+	struct npnm_mem_alloc ma = { .size = 4096, .dax_offset = 4096 };
 
 	EXPECT_EQ(-EINVAL, npnm_ioctl(self->fd, NPNM_IOC_MEM_ALLOC, &ma));
 }
@@ -87,7 +94,7 @@ TEST_F(dev, alloc_reserved)
 {
 	struct npnm_mem_alloc ma = { .size = 4096 };
 
-	ma.reserved[1] = 1;
+	ma.reserved = 1;
 	EXPECT_EQ(-EINVAL, npnm_ioctl(self->fd, NPNM_IOC_MEM_ALLOC, &ma));
 }
 
