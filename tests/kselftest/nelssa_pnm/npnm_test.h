@@ -7,11 +7,13 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <linux/nelssa_pnm.h>
@@ -216,6 +218,120 @@ static inline int npnm_state_settle(const char *want, int secs)
 	for (int i = 0; i < secs * 20 && !npnm_state_is(want); i++)
 		usleep(50000);
 	return npnm_state_is(want);
+}
+
+/* The first line of sysfs file @path into @buf, without its newline; 0 or -1. */
+static inline int npnm_sysfs_str(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t len = fd < 0 ? -1 : read(fd, buf, n - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (len <= 0)
+		return -1;
+	buf[len] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+/*
+ * The device-dax carve-out of the device under test: its dax device's name
+ * ("dax3.0") into @name; 0, or -1 when it has none ("none", "unsupported").
+ */
+static inline int npnm_dax_name(char *name, size_t n)
+{
+	if (npnm_sysfs_str(npnm_sysfs("dax_device"), name, n))
+		return -1;
+	return strncmp(name, "dax", 3) ? -1 : 0;
+}
+
+/* /sys/bus/dax/devices/<name>/<attr>, in a static buffer. */
+static inline const char *npnm_dax_sysfs(const char *name, const char *attr)
+{
+	static char path[256];
+
+	snprintf(path, sizeof(path), "/sys/bus/dax/devices/%s/%s", name, attr);
+	return path;
+}
+
+/* MemTotal of NUMA node @node in kB; 0 when the node has no memory or is offline. */
+static inline long long npnm_node_mem_kb(int node)
+{
+	char path[96], line[256];
+	long long kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo", node);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "MemTotal:");
+
+		if (p) {
+			kb = strtoll(p + 9, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return kb;
+}
+
+/*
+ * Runs the shell command @fmt..., its output (stdout and stderr, the first
+ * @n - 1 bytes) into @out when non-NULL; returns its exit status, -1 if it
+ * did not exit.
+ */
+static inline int npnm_run(char *out, size_t n, const char *fmt, ...)
+{
+	char cmd[512];
+	size_t len = 0;
+	va_list ap;
+	FILE *p;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd) - 8, fmt, ap);
+	va_end(ap);
+	strcat(cmd, " 2>&1");
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	for (;;) {
+		char buf[512];
+		size_t got = fread(buf, 1, sizeof(buf), p);
+
+		if (!got)
+			break;
+		if (out && len + 1 < n) {
+			size_t take = got < n - 1 - len ? got : n - 1 - len;
+
+			memcpy(out + len, buf, take);
+			len += take;
+		}
+	}
+	if (out && n)
+		out[len] = 0;
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* daxctl, to reconfigure and list the carve-out, is there. */
+static inline int npnm_have_daxctl(void)
+{
+	return npnm_run(NULL, 0, "daxctl version") == 0;
+}
+
+/* daxctl lists dax device @name in mode @mode ("devdax", "system-ram"). */
+static inline int npnm_dax_mode_is(const char *name, const char *mode)
+{
+	char out[2048], want[64];
+
+	if (npnm_run(out, sizeof(out), "daxctl list -d %s", name))
+		return 0;
+	snprintf(want, sizeof(want), "\"mode\":\"%s\"", mode);
+	return !!strstr(out, want);
 }
 
 /* Back to the defaults every test may have changed. */

@@ -10,6 +10,14 @@
  *
  * NPNM_UNPLUG_DEV names the card (a /dev/nelssa_pnmN of the PCI backend).
  * Run it last: the card comes back under a number of the driver's choosing.
+ *
+ * With NPNM_DAX_UNPLUG set, the card with a device-dax carve-out goes the
+ * same way twice: once with /dev/daxX.Y mapped (the mapping is revoked:
+ * SIGBUS; the dax device goes before the card), once with the carve-out
+ * online as System RAM through daxctl (the driver offlines it -- its pages
+ * migrate back to the other nodes -- and kmem removes it before the card
+ * goes: no memory of the card is left in the kernel).  Each time the
+ * rescan brings the card back with its carve-out, as a device-dax again.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -59,6 +67,67 @@ static int find_card(long long mem_total, char *dev, size_t n)
 	}
 	closedir(d);
 	return found;
+}
+
+/* The /dev node of the card with a device-dax carve-out (there is one). */
+static int find_dax_card(char *dev, size_t n)
+{
+	DIR *d = opendir("/sys/class/nelssa_pnm");
+	struct dirent *e;
+	int found = -1;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) && found) {
+		char path[PATH_MAX + 64], name[32];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/nelssa_pnm/%s/dax_device", e->d_name);
+		if (!npnm_sysfs_str(path, name, sizeof(name)) && !strncmp(name, "dax", 3) &&
+		    n > strlen(e->d_name) + 5) {
+			snprintf(dev, n, "/dev/%.*s", (int)(n - 6), e->d_name);
+			found = 0;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* Unplugs the dax card NPNM_DEV names; its sysfs remove returned 0. */
+static int unplug(void)
+{
+	char bdf[PATH_MAX], path[PATH_MAX + 64];
+
+	if (pci_bdf(bdf, sizeof(bdf)))
+		return -1;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/remove", bdf);
+	return npnm_sysfs_write(path, "1");
+}
+
+/* After a rescan: the dax card is back, with a dax device mapped as before. */
+static int dax_card_back(void)
+{
+	char dev[PATH_MAX], name[32], chardev[64];
+	__u8 *p;
+	int fd;
+
+	if (npnm_sysfs_write("/sys/bus/pci/rescan", "1") || find_dax_card(dev, sizeof(dev)))
+		return -1;
+	setenv("NPNM_DEV", dev, 1);
+	if (npnm_dax_name(name, sizeof(name)))
+		return -1;
+	snprintf(chardev, sizeof(chardev), "/dev/%s", name);
+	fd = open(chardev, O_RDWR);
+	if (fd < 0)
+		return -1;
+	p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -1;
+	p[0] = 1;
+	munmap(p, 2 << 20);
+	return 0;
 }
 
 static void prep(struct io_uring *ring, int fd, const struct npnm_cmd *c, __u64 tag)
@@ -164,6 +233,88 @@ TEST(hot_unplug_with_everything_in_use)
 	c[0] = npnm_fill(ma.handle, 0, 4096, 3);
 	EXPECT_EQ(0, npnm_exec(fd, &c[0], NULL));
 	close(fd);
+}
+
+TEST(hot_unplug_with_dax_mapped)
+{
+	char dev[PATH_MAX], name[32], chardev[64];
+	struct npnm_mem_alloc w;
+	__u8 *d, *p;
+	int fd, cfd;
+
+	if (!getenv("NPNM_DAX_UNPLUG"))
+		SKIP(return, "NPNM_DAX_UNPLUG not set");
+	ASSERT_EQ(0, find_dax_card(dev, sizeof(dev)));
+	setenv("NPNM_DEV", dev, 1);
+	ASSERT_EQ(0, npnm_dax_name(name, sizeof(name)));
+	snprintf(chardev, sizeof(chardev), "/dev/%s", name);
+	fd = open(chardev, O_RDWR);
+	ASSERT_LE(0, fd);
+	d = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, d);
+	d[4096] = 0x42;
+	/* And the same memory through a DAX window of the card's own node. */
+	cfd = open(dev, O_RDWR);
+	ASSERT_LE(0, cfd);
+	memset(&w, 0, sizeof(w));
+	w.size = 2 << 20;
+	w.flags = NPNM_MEM_F_DAX;
+	ASSERT_EQ(0, npnm_ioctl(cfd, NPNM_IOC_MEM_ALLOC, &w));
+	p = mmap(NULL, 2 << 20, PROT_READ, MAP_SHARED, cfd, w.mmap_offset);
+	ASSERT_NE(MAP_FAILED, p);
+	EXPECT_EQ(0x42, p[4096]);
+
+	ASSERT_EQ(0, unplug());
+	EXPECT_EQ(1, npnm_touch_sigbus(d + 4096));
+	EXPECT_EQ(1, npnm_touch_sigbus(p + 4096));
+	EXPECT_NE(0, access(npnm_dax_sysfs(name, "size"), F_OK));
+	EXPECT_NE(0, access(chardev, F_OK));
+	munmap(d, 2 << 20);
+	munmap(p, 2 << 20);
+	close(fd);
+	close(cfd);
+	EXPECT_EQ(0, dax_card_back());
+}
+
+TEST(hot_unplug_with_system_ram)
+{
+	char dev[PATH_MAX], name[32], out[4096], path[128];
+	unsigned long long start, block;
+	long long before, size;
+	int node;
+
+	if (!getenv("NPNM_DAX_UNPLUG"))
+		SKIP(return, "NPNM_DAX_UNPLUG not set");
+	if (!npnm_have_daxctl())
+		SKIP(return, "no daxctl");
+	ASSERT_EQ(0, find_dax_card(dev, sizeof(dev)));
+	setenv("NPNM_DEV", dev, 1);
+	ASSERT_EQ(0, npnm_dax_name(name, sizeof(name)));
+	node = (int)npnm_sysfs_read(npnm_sysfs("dax_node"));
+	size = npnm_sysfs_read(npnm_sysfs("dax_size"));
+	ASSERT_EQ(0, npnm_sysfs_str(npnm_dax_sysfs(name, "resource"), out, sizeof(out)));
+	start = strtoull(out, NULL, 16);
+	ASSERT_EQ(0, npnm_sysfs_str("/sys/devices/system/memory/block_size_bytes", out,
+				    sizeof(out)));
+	block = strtoull(out, NULL, 16);
+	ASSERT_LT(0, block);
+	before = npnm_node_mem_kb(node);
+	ASSERT_EQ(0, npnm_run(out, sizeof(out), "daxctl reconfigure-device --mode=system-ram %s",
+			      name)) TH_LOG("%s", out);
+	ASSERT_EQ(before + (size >> 10), npnm_node_mem_kb(node));
+	snprintf(path, sizeof(path), "/sys/devices/system/memory/memory%llu/state",
+		 (start + block - 1) / block);
+	ASSERT_EQ(0, npnm_sysfs_str(path, out, sizeof(out)));
+	EXPECT_EQ(0, strncmp(out, "online", 6));
+
+	ASSERT_EQ(0, unplug());
+	/* Offlined and removed: the node and the memory blocks are as before. */
+	EXPECT_EQ(before, npnm_node_mem_kb(node));
+	EXPECT_NE(0, access(path, F_OK));
+	EXPECT_NE(0, access(npnm_dax_sysfs(name, "size"), F_OK));
+	EXPECT_EQ(0, dax_card_back());
+	ASSERT_EQ(0, npnm_dax_name(name, sizeof(name)));
+	EXPECT_TRUE(npnm_dax_mode_is(name, "devdax"));
 }
 
 TEST_HARNESS_MAIN
