@@ -135,6 +135,33 @@ for a in sh mount umount insmod rmmod lsmod cat cut sed grep awk dmesg stat dd p
 done
 ln -sf ../bin/busybox "$out/root/sbin/modprobe"
 cp "$out/ktree/driver/nelssa_pnm.ko" "$out/root/lib/modules/"
+# The device-dax carve-out: device_dax gives /dev/daxX.Y, kmem makes it
+# System RAM (Debian builds both as modules, the debug kernel builds them
+# in, and then says so for daxctl's libkmod); daxctl reconfigures it.
+mkdir -p "$out/root/lib/modules/$kv"
+if [ "$kernel" = debian ]; then
+	[ -f "$kroot/lib/modules/$kv/modules.dep" ] || depmod -b "$kroot" "$kv"
+	for m in device_dax kmem; do
+		modprobe -d "$kroot" -S "$kv" --show-depends "$m" 2>>"$log" |
+			awk '$1 == "insmod" { print $2 }'
+	done | sort -u | while read -r ko; do
+		rel=${ko#"$kroot"/}
+		mkdir -p "$out/root/$(dirname "$rel")"
+		cp "$ko" "$out/root/$rel"
+	done
+	for f in modules.order modules.builtin modules.builtin.modinfo; do
+		cp "$kroot/lib/modules/$kv/$f" "$out/root/lib/modules/$kv/"
+	done
+else
+	printf 'kernel/drivers/dax/device_dax.ko\nkernel/drivers/dax/kmem.ko\n' \
+		>"$out/root/lib/modules/$kv/modules.builtin"
+	: >"$out/root/lib/modules/$kv/modules.order"
+fi
+depmod -b "$out/root" "$kv" >>"$log" 2>&1 || die "depmod over the guest root"
+if command -v daxctl >/dev/null; then
+	cp "$(command -v daxctl)" "$out/root/bin/daxctl"
+	copy_libs "$out/root" "$out/root/bin/daxctl"
+fi
 cp "$src/tests/qemu/init" "$out/root/init"
 # Tier T3 and the install tests: make install into this root, Soft-RoCE,
 # UCX, udev, perftest (stage-t3.sh says what and why).  The debug kernel
@@ -156,13 +183,14 @@ chmod +x "$out/root/init"
 	die "initramfs"
 
 # 6. The emulated cards: one nelssa-devemu per ivshmem-doorbell device.  Two
-#    healthy ones (64M, 128M) and one per injected fault (32M stall, 16M
-#    corrupt, 8M firmware death, 4M heartbeat silence); the guest tells
-#    them apart by their memory size.
+#    healthy ones (64M, 128M), one per injected fault (32M stall, 16M
+#    corrupt, 8M firmware death, 4M heartbeat silence) and one (512M) big
+#    enough for a device-dax carve-out of a whole memory block (128M); the
+#    guest tells them apart by their memory size.
 devemu="$out/guest-build/firmware/devemu/nelssa-devemu"
 set -- "--mem 64M --cores 2" "--mem 128M --cores 2" "--mem 32M --stall-nth 3" \
 	"--mem 16M --corrupt-nth 2" "--mem 8M --hang-nth 2 --restart-after-hang-ms 3000" \
-	"--mem 4M --heartbeat-stop-ms 3000"
+	"--mem 4M --heartbeat-stop-ms 3000" "--mem 512M --cores 2"
 devemu_pids=""
 qemu_devs=""
 i=0
@@ -185,10 +213,15 @@ done
 
 # 7. Boot.  Exit code 1 = isa-debug-exit with 0 failures; 0 = panic; 124 = hang.
 #    The debug kernel runs several times slower under TCG; it prints every
-#    KASAN report, not only the first.
+#    KASAN report, not only the first.  Two NUMA nodes: node 1 has neither
+#    CPUs nor memory, only the (hotpluggable, SRAT) room maxmem makes, so
+#    it is possible but offline until the carve-out goes online there as
+#    System RAM.
 secs=600 append=""
 [ "$kernel" = debug ] && secs=1200 append=" kasan_multi_shot"
-timeout $secs qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 2G -smp 2 -nographic \
+timeout $secs qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 2G,slots=1,maxmem=3G \
+	-object memory-backend-ram,id=ram0,size=2G -numa node,nodeid=0,cpus=0-1,memdev=ram0 \
+	-numa node,nodeid=1 -smp 2 -nographic \
 	-no-reboot -nic none -kernel "$image" -initrd "$out/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 quiet$append" \
 	$qemu_devs \

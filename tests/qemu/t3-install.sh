@@ -17,7 +17,8 @@ note /tmp/modinfo
 
 # What an administrator does: options in the installed modprobe.d file.
 conf=/etc/modprobe.d/nelssa-pnm.conf
-[ -f $conf ] && echo "options nelssa_pnm mock_devices=2 mock_mem_mb=8 timeout_ms=2000" >>$conf
+[ -f $conf ] &&
+	echo "options nelssa_pnm mock_devices=2 mock_mem_mb=8 timeout_ms=2000 dax_mb=128 dax_node=1" >>$conf
 check "make install put $conf" $?
 
 # udevd first, as on a booted system: it handles the module's events live.
@@ -39,6 +40,12 @@ for d in /dev/nelssa_pnm*; do
 done
 [ $count -ge 8 ] && [ -z "$bad" ]
 check "udev rule: all $count device nodes root:nelssa 0660${bad:+ (not:$bad)}" $?
+
+# The carve-out's dax device: the nelssa group's too.
+daxdev=$(cat /sys/class/nelssa_pnm/"$(basename "$(card $((512 - 128)))")"/dax_device 2>/dev/null)
+m=$(stat -c '%U:%G %a' "/dev/$daxdev" 2>&1)
+[ "$m" = "root:nelssa 660" ]
+check "udev rule: the carve-out's /dev/$daxdev is root:nelssa 0660 (is $m)" $?
 
 pci=$(card 64)
 ctl=/usr/local/bin/nelssactl
