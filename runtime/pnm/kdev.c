@@ -29,18 +29,30 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kdev_dax.h"
 #include "pnm_internal.h"
 
 #define KDEV_RING 512u		/* SQ entries; the CQ has twice as many */
 
+/*
+ * A pinnable region (@dax) is a window on the carve-out at @dax_off, and
+ * is mapped through the dax device.  Its carve-out extent goes back only
+ * when it is freed (handle 0 then) and its last mapping is gone, as the
+ * driver does with its own memory.
+ */
 struct kdev_region {
 	uint32_t handle;
 	uint64_t size, mmap_offset;
+	bool dax;
+	uint64_t dax_off;
+	uint32_t maps;
 };
 
 struct kdev_map {
 	void *addr;
 	uint64_t size;
+	bool dax;
+	uint64_t dax_off;
 };
 
 /* What a CQE does not carry: the command's tag and sequence number. */
@@ -61,6 +73,7 @@ struct kdev_ctx {
 	size_t nmaps, mcap;
 	uint32_t inflight;
 	uint64_t next_seqno;
+	struct kdev_dax dax;	/* taken on the first pinnable allocation */
 };
 
 static struct kdev_ctx *kctx(struct nelssa_pnm *pnm)
@@ -88,9 +101,36 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 static struct kdev_region *find_region(struct kdev_ctx *k, uint32_t handle)
 {
 	for (size_t i = 0; i < k->nregions; i++)
-		if (k->regions[i].handle == handle)
+		if (handle && k->regions[i].handle == handle)
 			return &k->regions[i];
 	return NULL;
+}
+
+/* Drops @r from the table, its carve-out extent back once nothing uses it.  Under @k->lock. */
+static void region_forget(struct kdev_ctx *k, struct kdev_region *r)
+{
+	if (r->dax && r->maps) {
+		r->handle = 0;
+		return;
+	}
+	if (r->dax)
+		kdev_dax_put(&k->dax, r->dax_off, r->size);
+	*r = k->regions[--k->nregions];
+}
+
+/* A mapping of the window at @dax_off is gone.  Under @k->lock. */
+static void map_put(struct kdev_ctx *k, uint64_t dax_off)
+{
+	for (size_t i = 0; i < k->nregions; i++) {
+		struct kdev_region *r = &k->regions[i];
+
+		if (r->dax && r->dax_off == dax_off && r->maps) {
+			r->maps--;
+			if (!r->handle)
+				region_forget(k, r);
+			return;
+		}
+	}
 }
 
 static int kdev_open(struct nelssa_pnm *pnm, const char *spec)
@@ -129,6 +169,7 @@ static int kdev_open(struct nelssa_pnm *pnm, const char *spec)
 	pthread_mutex_init(&k->lock, NULL);
 	pthread_mutex_init(&k->cq_lock, NULL);
 	k->next_seqno = 1;
+	k->dax.fd = -1;
 	pnm->priv = k;
 	return 0;
 
@@ -164,6 +205,7 @@ static void kdev_close(struct nelssa_pnm *pnm)
 		close(k->efd);
 	}
 	close(k->fd);	/* the driver waits for in-flight commands, frees regions */
+	kdev_dax_close(&k->dax);
 	free(k->regions);
 	free(k->maps);
 	free(k);
@@ -175,32 +217,117 @@ static int kdev_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 	return 0;
 }
 
-static int kdev_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+/*
+ * Zeroes a new window on the carve-out, which the driver hands out as it
+ * is: by the card (FILL), so that no host CPU writes the memory, or --
+ * a card without FILL -- through a mapping.
+ */
+static int zero_window(struct nelssa_pnm *pnm, struct kdev_ctx *k, uint32_t handle, uint64_t size,
+		       uint64_t dax_off)
+{
+	struct npnm_cmd c = { .opcode = NPNM_OP_FILL };
+	struct npnm_completion done;
+	void *p;
+	int ret;
+
+	if (k->info.opcodes & (1u << NPNM_OP_FILL)) {
+		c.op[NPNM_FILL_DST] = (struct npnm_operand){ .handle = handle, .len = size };
+		c.p.fill.width = 8;
+		ret = pnm->ops->exec(pnm, &c, &done);
+		if (!ret && done.result)
+			ret = npnm_priv_error(done.result, "%s: zeroing a carve-out window: %s",
+					      pnm->name, nelssa_pnm_status_str(done.status));
+		return ret;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, k->dax.fd, (off_t)dax_off);
+	if (p == MAP_FAILED)
+		return npnm_priv_error(-errno, "%s: mapping %s: %s", pnm->name, k->dax.name,
+				       strerror(errno));
+	memset(p, 0, size);
+	munmap(p, size);
+	return 0;
+}
+
+/*
+ * The carve-out's part of a pinnable allocation: the dax device taken on
+ * first use, an extent of it in @ma as a DAX window.  Under @k->lock.
+ */
+static int dax_place(struct nelssa_pnm *pnm, struct kdev_ctx *k, struct npnm_mem_alloc *ma)
+{
+	uint64_t len, off;
+	int ret;
+
+	if (!(k->info.caps & NPNM_CAP_DAX))
+		return npnm_priv_error(-EOPNOTSUPP,
+				       "%s has no device-dax carve-out (nelssa_pnm dax_mb=0, or a card too small for it)",
+				       pnm->name);
+	if (k->dax.fd < 0) {
+		ret = kdev_dax_open(&k->dax, k->fd, pnm->name);
+		if (ret)
+			return ret;
+	}
+	if (kdev_dax_get(&k->dax, ma->size, &len, &off))
+		return npnm_priv_error(-ENOMEM, "%s: no room for %llu bytes in its carve-out %s",
+				       pnm->name, (unsigned long long)ma->size, k->dax.name);
+	ma->size = len;
+	ma->flags = NPNM_MEM_F_DAX;
+	ma->dax_offset = off;
+	return 0;
+}
+
+static int kdev_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t flags, uint32_t *handle,
 			  uint64_t *alloc_size)
 {
 	struct kdev_ctx *k = kctx(pnm);
 	struct npnm_mem_alloc ma = { .size = size };
+	const bool dax = flags & NELSSA_PNM_MEM_PINNABLE;
 	int ret = 0;
 
-	if (ioctl(k->fd, NPNM_IOC_MEM_ALLOC, &ma) < 0)
-		return npnm_priv_error(-errno, "%s: cannot allocate %llu bytes: %s", pnm->name,
-				 (unsigned long long)size, strerror(errno));
+	if (dax) {
+		pthread_mutex_lock(&k->lock);
+		ret = dax_place(pnm, k, &ma);
+		pthread_mutex_unlock(&k->lock);
+		if (ret)
+			return ret;
+	}
+	if (ioctl(k->fd, NPNM_IOC_MEM_ALLOC, &ma) < 0) {
+		ret = npnm_priv_error(-errno, "%s: cannot allocate %llu bytes: %s", pnm->name,
+				      (unsigned long long)size, strerror(errno));
+		goto err_dax;
+	}
 	pthread_mutex_lock(&k->lock);
 	if (grow((void **)&k->regions, &k->rcap, k->nregions + 1, sizeof(*k->regions)))
-		ret = -ENOMEM;
+		ret = npnm_priv_error(-ENOMEM, "out of memory");
 	else
 		k->regions[k->nregions++] = (struct kdev_region){ ma.handle, ma.alloc_size,
-								  ma.mmap_offset };
+								  ma.mmap_offset, dax,
+								  ma.dax_offset, 0 };
 	pthread_mutex_unlock(&k->lock);
+	if (!ret && dax)
+		ret = zero_window(pnm, k, ma.handle, ma.alloc_size, ma.dax_offset);
 	if (ret) {
 		struct npnm_mem_free mf = { .handle = ma.handle };
+		struct kdev_region *r;
 
 		ioctl(k->fd, NPNM_IOC_MEM_FREE, &mf);
-		return npnm_priv_error(ret, "out of memory");
+		pthread_mutex_lock(&k->lock);
+		r = find_region(k, ma.handle);
+		if (r)
+			*r = k->regions[--k->nregions];
+		pthread_mutex_unlock(&k->lock);
+		goto err_dax;
 	}
 	*handle = ma.handle;
 	*alloc_size = ma.alloc_size;
 	return 0;
+
+err_dax:
+	if (dax) {
+		pthread_mutex_lock(&k->lock);
+		kdev_dax_put(&k->dax, ma.dax_offset, ma.size);
+		pthread_mutex_unlock(&k->lock);
+	}
+	return ret;
 }
 
 static int kdev_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
@@ -215,7 +342,7 @@ static int kdev_mem_free(struct nelssa_pnm *pnm, uint32_t handle)
 	pthread_mutex_lock(&k->lock);
 	r = find_region(k, handle);
 	if (r)
-		*r = k->regions[--k->nregions];
+		region_forget(k, r);
 	pthread_mutex_unlock(&k->lock);
 	return 0;
 }
@@ -224,31 +351,48 @@ static int kdev_mem_map(struct nelssa_pnm *pnm, uint32_t handle, void **addr, ui
 {
 	struct kdev_ctx *k = kctx(pnm);
 	struct kdev_region *r;
-	uint64_t sz = 0, off = 0;
+	struct kdev_map m = { 0 };
+	int fd = k->fd;
+	uint64_t off = 0;
 	void *p;
 
 	pthread_mutex_lock(&k->lock);
 	r = find_region(k, handle);
 	if (r) {
-		sz = r->size;
+		m = (struct kdev_map){ NULL, r->size, r->dax, r->dax_off };
 		off = r->mmap_offset;
+		/* A window is pinnable only through the dax device, not the card's node. */
+		if (r->dax) {
+			fd = k->dax.fd;
+			off = r->dax_off;
+			r->maps++;	/* its extent stays while this runs */
+		}
 	}
 	pthread_mutex_unlock(&k->lock);
 	if (!r)
 		return npnm_priv_error(-EINVAL, "unknown region handle %u", handle);
-	p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, k->fd, (off_t)off);
-	if (p == MAP_FAILED)
-		return npnm_priv_error(-errno, "mmap of region %u failed: %s", handle, strerror(errno));
-	pthread_mutex_lock(&k->lock);
-	if (grow((void **)&k->maps, &k->mcap, k->nmaps + 1, sizeof(*k->maps))) {
-		pthread_mutex_unlock(&k->lock);
-		munmap(p, sz);
-		return npnm_priv_error(-ENOMEM, "out of memory");
+	p = mmap(NULL, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+	if (p == MAP_FAILED) {
+		p = NULL;
+		errno = errno ? errno : EIO;
 	}
-	k->maps[k->nmaps++] = (struct kdev_map){ p, sz };
+	pthread_mutex_lock(&k->lock);
+	m.addr = p;
+	if (p && grow((void **)&k->maps, &k->mcap, k->nmaps + 1, sizeof(*k->maps))) {
+		munmap(p, m.size);
+		p = NULL;
+		errno = ENOMEM;
+	}
+	if (p)
+		k->maps[k->nmaps++] = m;
+	else if (m.dax)
+		map_put(k, m.dax_off);
 	pthread_mutex_unlock(&k->lock);
+	if (!p)
+		return npnm_priv_error(-errno, "mmap of region %u failed: %s", handle,
+				       strerror(errno));
 	*addr = p;
-	*size = sz;
+	*size = m.size;
 	return 0;
 }
 
@@ -268,7 +412,14 @@ static int kdev_mem_unmap(struct nelssa_pnm *pnm, void *addr)
 	pthread_mutex_unlock(&k->lock);
 	if (!m.addr)
 		return npnm_priv_error(-EINVAL, "%p is not a mapping of this context", addr);
-	return munmap(m.addr, m.size) ? npnm_priv_error(-errno, "munmap failed") : 0;
+	if (munmap(m.addr, m.size))
+		return npnm_priv_error(-errno, "munmap failed");
+	if (m.dax) {
+		pthread_mutex_lock(&k->lock);
+		map_put(k, m.dax_off);
+		pthread_mutex_unlock(&k->lock);
+	}
+	return 0;
 }
 
 /*

@@ -158,18 +158,27 @@ int nelssa_pnm_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 	return pnm->ops->info(pnm, info);
 }
 
-int nelssa_pnm_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
-			 uint64_t *alloc_size)
+int nelssa_pnm_mem_alloc_flags(struct nelssa_pnm *pnm, uint64_t size, uint32_t flags,
+			       uint32_t *handle, uint64_t *alloc_size)
 {
 	uint64_t got;
 	int ret;
 
 	if (!size || !handle)
 		return npnm_priv_error(-EINVAL, "region size must be non-zero");
-	ret = pnm->ops->mem_alloc(pnm, size, handle, &got);
+	if (flags & ~NELSSA_PNM_MEM_PINNABLE)
+		return npnm_priv_error(-EINVAL, "unknown allocation flags %#x",
+				       flags & ~NELSSA_PNM_MEM_PINNABLE);
+	ret = pnm->ops->mem_alloc(pnm, size, flags, handle, &got);
 	if (!ret && alloc_size)
 		*alloc_size = got;
 	return ret;
+}
+
+int nelssa_pnm_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+			 uint64_t *alloc_size)
+{
+	return nelssa_pnm_mem_alloc_flags(pnm, size, 0, handle, alloc_size);
 }
 
 int nelssa_pnm_mem_free(struct nelssa_pnm *pnm, uint32_t handle)

@@ -16,7 +16,7 @@ struct pnm_backend_ops {
 	int (*open)(struct nelssa_pnm *pnm, const char *spec);
 	void (*close)(struct nelssa_pnm *pnm);
 	int (*info)(struct nelssa_pnm *pnm, struct npnm_info *info);
-	int (*mem_alloc)(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+	int (*mem_alloc)(struct nelssa_pnm *pnm, uint64_t size, uint32_t flags, uint32_t *handle,
 			 uint64_t *alloc_size);
 	int (*mem_free)(struct nelssa_pnm *pnm, uint32_t handle);
 	int (*mem_map)(struct nelssa_pnm *pnm, uint32_t handle, void **addr, uint64_t *size);

@@ -257,7 +257,8 @@ static int sim_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 	return 0;
 }
 
-static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
+/* Every sim region is pinnable: device memory is this process's own memory. */
+static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t flags, uint32_t *handle,
 			 uint64_t *alloc_size)
 {
 	struct sim_ctx *c = ctx_of(pnm);
@@ -265,6 +266,7 @@ static int sim_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle
 	uint8_t *p;
 	int ret;
 
+	(void)flags;
 	if (!r)
 		return npnm_priv_error(-ENOMEM, "out of memory");
 	if (size > ~0ull - SIM_ALIGN) {

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <nelssa/log.h>
 #include <nelssa/pnm.h>
@@ -694,9 +696,86 @@ static void sparse_attn_end_to_end(void **state)
 	nelssa_pnm_close(p);
 }
 
+/*
+ * Whether the kernel can pin the pages at @addr: process_vm_readv() takes
+ * them with pin_user_pages_remote(), the pinning an RDMA registration does
+ * too (which adds FOLL_LONGTERM; T3 registers for real).  io_uring's fixed
+ * buffers would not do here: they refuse any file mapping but shmem's.
+ */
+static int kernel_pins(void *addr, size_t len)
+{
+	static uint8_t copy[64 << 10];
+	struct iovec local = { copy, sizeof(copy) < len ? sizeof(copy) : len };
+	struct iovec remote = { addr, local.iov_len };
+
+	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)local.iov_len;
+}
+
+/*
+ * NELSSA_PNM_MEM_PINNABLE: host memory on sim; on a card, its device-dax
+ * carve-out, which the kernel pins where it cannot pin the card's own
+ * mappings (raw page frames), zeroed, and a region commands can use.
+ */
+static void pinnable_memory(void **state)
+{
+	struct nelssa_pnm *p = open_dev(DEV);
+	const size_t len = 2u << 20;
+	struct npnm_completion comp;
+	struct npnm_info info;
+	struct npnm_cmd c;
+	uint32_t h, pinned = 0;
+	uint64_t got = 0;
+	uint8_t *m, buf[256];
+	int ret;
+
+	(void)state;
+	assert_int_equal(nelssa_pnm_info(p, &info), 0);
+	h = alloc(p, len);
+	assert_int_equal(nelssa_pnm_mem_map(p, h, (void **)&m, NULL), 0);
+	assert_int_equal(kernel_pins(m, len), is_sim());
+	assert_int_equal(nelssa_pnm_mem_unmap(p, m), 0);
+	assert_int_equal(nelssa_pnm_mem_alloc_flags(p, len, 1u << 7, &pinned, NULL), -EINVAL);
+	ret = nelssa_pnm_mem_alloc_flags(p, len, NELSSA_PNM_MEM_PINNABLE, &pinned, &got);
+	if (!is_sim() && !(info.caps & NPNM_CAP_DAX)) {
+		assert_int_equal(ret, -EOPNOTSUPP);
+		assert_non_null(strstr(nelssa_pnm_strerror(), "carve-out"));
+		nelssa_pnm_close(p);
+		return;
+	}
+	if (ret)
+		fail_msg("pinnable region: %d %s", ret, nelssa_pnm_strerror());
+	assert_int_equal(got, len);
+	assert_int_equal(nelssa_pnm_mem_map(p, pinned, (void **)&m, NULL), 0);
+	for (size_t i = 0; i < len; i++)
+		if (m[i])
+			fail_msg("byte %zu of a new pinnable region is %#x", i, m[i]);
+	assert_true(kernel_pins(m, len));
+	/* Commands see what the mapping wrote, and the mapping what commands wrote. */
+	memset(m + 4096, 0x3c, sizeof(buf));
+	c = fill_cmd(h, 0, 4096, 0);
+	c.opcode = NPNM_OP_COPY;
+	c.op[0] = (struct npnm_operand){ h, 0, 0, sizeof(buf) };
+	c.op[1] = (struct npnm_operand){ pinned, 0, 4096, sizeof(buf) };
+	memset(&c.p, 0, sizeof(c.p));
+	assert_int_equal(nelssa_pnm_exec(p, &c, &comp), 0);
+	assert_int_equal(comp.result, 0);
+	assert_int_equal(nelssa_pnm_mem_read(p, h, 0, buf, sizeof(buf)), 0);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0x3c);
+	c = fill_cmd(pinned, len - 4096, 4096, 0x7e);
+	assert_int_equal(nelssa_pnm_exec(p, &c, &comp), 0);
+	assert_int_equal(comp.result, 0);
+	assert_int_equal(m[len - 1], 0x7e);
+	assert_int_equal(nelssa_pnm_mem_unmap(p, m), 0);
+	assert_int_equal(nelssa_pnm_mem_free(p, pinned), 0);
+	assert_int_equal(nelssa_pnm_mem_free(p, h), 0);
+	nelssa_pnm_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(pinnable_memory),
 		cmocka_unit_test(bad_names),
 		cmocka_unit_test(errors_reach_the_log_fn),
 		cmocka_unit_test(shared_device_and_options),
@@ -716,6 +795,9 @@ int main(void)
 
 	if (getenv("NELSSA_TEST_DEV"))
 		DEV = getenv("NELSSA_TEST_DEV");
+	/* NELSSA_TEST_ONLY=name: one test (the rig runs pinnable_memory on its dax card). */
+	if (getenv("NELSSA_TEST_ONLY"))
+		cmocka_set_test_filter(getenv("NELSSA_TEST_ONLY"));
 	tu_init(is_sim() ? "pnm_sim" : "pnm_kdev");
 	return cmocka_run_group_tests_name("pnm_sim", tests, NULL, NULL);
 }

@@ -97,6 +97,39 @@ int nelssa_pnm_info(struct nelssa_pnm *pnm, struct npnm_info *info);
 int nelssa_pnm_mem_alloc(struct nelssa_pnm *pnm, uint64_t size, uint32_t *handle,
 			 uint64_t *alloc_size);
 
+/*
+ * NELSSA_PNM_MEM_PINNABLE: memory whose mapping (nelssa_pnm_mem_map()) the
+ * kernel can pin -- register for RDMA (ibv_reg_mr(), ucp_mem_map()), use
+ * for O_DIRECT.  A card's own mappings are raw page frames and cannot be
+ * pinned; its device-dax carve-out can (Documentation/admin-guide/nelssa_pnm.rst).
+ */
+#define NELSSA_PNM_MEM_PINNABLE	(1u << 0)
+
+/**
+ * nelssa_pnm_mem_alloc_flags() - nelssa_pnm_mem_alloc() with placement flags.
+ * @pnm: context.
+ * @size: bytes, rounded up to the device's alignment (for a pinnable
+ *	region on a card, to its dax device's, 2 MiB).
+ * @flags: 0 or NELSSA_PNM_MEM_PINNABLE.
+ * @handle: receives the region's handle (non-zero).
+ * @alloc_size: receives the rounded size; may be NULL.
+ *
+ * A pinnable region on a sim device is a region like any other (host
+ * memory).  On a card it is placed in the card's device-dax carve-out: a
+ * DAX window (NPNM_MEM_F_DAX) this context allocates from the carve-out,
+ * mapped through /dev/daxX.Y, zeroed by the card (FILL) before it is
+ * returned; commands use it like any region.  The first one takes the
+ * carve-out for this context (an exclusive flock() of /dev/daxX.Y, until
+ * the context is closed).
+ *
+ * Return: 0, -EINVAL for size 0 or an unknown flag, -ENOMEM when the
+ * device (or the carve-out) is full; for a pinnable region on a card,
+ * -EOPNOTSUPP when it has no carve-out, -EBUSY when another context holds
+ * it, or the error of opening /dev/daxX.Y.
+ */
+int nelssa_pnm_mem_alloc_flags(struct nelssa_pnm *pnm, uint64_t size, uint32_t flags,
+			       uint32_t *handle, uint64_t *alloc_size);
+
 /**
  * nelssa_pnm_mem_free() - free a region.
  * @pnm: context.
