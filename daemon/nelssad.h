@@ -199,7 +199,12 @@ struct nd_sdev {
 	uint32_t stage;		/* items | in | out */
 	uint8_t *stage_map;
 	uint64_t stage_bytes, in_off, out_off;
-	/* Zero-copy ingest: the arena mapped here and registered. */
+	/*
+	 * Zero-copy ingest: the arena mapped here and registered.  It is
+	 * pinnable memory (a card's device-dax carve-out) where the device
+	 * gave it, else @pin_why says why not.
+	 */
+	char pin_why[96];
 	void *arena_map;
 	ucp_mem_h arena_memh;
 	void *rkey;		/* packed, for RKEY */

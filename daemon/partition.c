@@ -279,8 +279,9 @@ static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, ch
 	if (st == UCS_OK && (!sd->rkey_len || sd->rkey_len > NELSSA_PROTO_MAX_RKEY))
 		st = UCS_ERR_EXCEEDS_LIMIT;
 	if (st != UCS_OK) {
-		snprintf(why, why_len, "%s: UCX cannot register its memory: %s", dev->name,
-			 ucs_status_string(st));
+		snprintf(why, why_len, "%s: UCX cannot register its memory: %s%s%s", dev->name,
+			 ucs_status_string(st), sd->pin_why[0] ? "; not pinnable: " : "",
+			 sd->pin_why);
 		unregister_dev(nd, sd, dev);
 		return -EOPNOTSUPP;
 	}
@@ -323,6 +324,29 @@ static int session_register(struct nelssad *nd, struct nd_session *s, char *why,
 	return 0;
 }
 
+/*
+ * The arena of device @d.  A session that may take zero-copy ingest wants
+ * it pinnable, so that UCX can register it for RDMA: on a card that is its
+ * device-dax carve-out.  A card without one (or with its carve-out full,
+ * or another process's) gives ordinary memory, and session_register()
+ * then says why the session is staged.  The library zeroes what it
+ * allocates: a store never shows another's rows.
+ */
+static int arena_alloc(struct nelssad *nd, struct nd_session *s, uint32_t d)
+{
+	struct nd_sdev *sd = &s->dev[d];
+	struct nelssa_pnm *pnm = nd->dev[d].pnm;
+
+	sd->pin_why[0] = 0;
+	if (nd->cfg.zero_copy != ND_ZERO_COPY_OFF && nd->ucp && s->placement == NELSSA_PLACE_HEADS) {
+		if (!nelssa_pnm_mem_alloc_flags(pnm, sd->arena_bytes, NELSSA_PNM_MEM_PINNABLE,
+						&sd->arena, NULL))
+			return 0;
+		snprintf(sd->pin_why, sizeof(sd->pin_why), "%s", nelssa_pnm_strerror());
+	}
+	return nelssa_pnm_mem_alloc(pnm, sd->arena_bytes, &sd->arena, NULL);
+}
+
 int nd_session_alloc(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len)
 {
 	int ret = 0;
@@ -332,8 +356,7 @@ int nd_session_alloc(struct nelssad *nd, struct nd_session *s, char *why, size_t
 		struct nd_sdev *sd = &s->dev[i];
 		void *map;
 
-		/* The library zeroes what it allocates: a store never shows another's rows. */
-		ret = nelssa_pnm_mem_alloc(dev->pnm, sd->arena_bytes, &sd->arena, NULL);
+		ret = arena_alloc(nd, s, i);
 		if (!ret)
 			ret = nelssa_extent_init(&sd->alloc, sd->arena_bytes, ALIGN);
 		if (!ret)
