@@ -294,7 +294,9 @@ static void free_request(struct req *r)
 /*
  * How the KV of @reqs reached the daemon, when the scenario's argument
  * says what to expect: "rma" -- every byte written by this client into the
- * daemon's registered memory, none copied by the daemon -- or "staged" --
+ * daemon's registered memory, none copied by the daemon; "rdma" the same,
+ * with the client left to choose (AUTO puts only over a native RMA lane,
+ * so only RDMA gets there) -- or "staged" --
  * every byte in KV messages, copied in.  The bytes are counted here from
  * the indexes, independently of the daemon's counters.
  */
@@ -322,7 +324,7 @@ static void check_ingest(uint64_t session, const struct req *reqs, uint32_t nr)
 	       (unsigned long long)st.copied_bytes, (unsigned long long)want, scenario_arg);
 	CHECK(st.kv_bytes == want, "the daemon ingested %llu bytes, not %llu",
 	      (unsigned long long)st.kv_bytes, (unsigned long long)want);
-	if (!strcmp(scenario_arg, "rma")) {
+	if (!strcmp(scenario_arg, "rma") || !strcmp(scenario_arg, "rdma")) {
 		CHECK(zc == 1, "the session is not zero-copy (%d)", zc);
 		CHECK(st.rma_bytes == want && st.copied_bytes == 0,
 		      "%llu bytes copied by the daemon, %llu by RMA",
@@ -358,6 +360,18 @@ static int scenario_check(struct tu_rng *rng)
 				free_request(&reqs[j]);
 			return 1;
 		}
+	}
+	/*
+	 * One row this client wrote, for a reader of the device's memory to
+	 * look for (tier T3 finds it in a card's device-dax carve-out).
+	 */
+	if (scenario_arg && !strcmp(scenario_arg, "rdma")) {
+		const uint8_t *row = (const uint8_t *)rows(&reqs[0], reqs[0].k, 0, 0);
+
+		printf("# first K row: ");
+		for (uint32_t i = 0; i < 2 * DIM; i++)
+			printf("%02x", row[i]);
+		printf("\n");
 	}
 	run_steps(rng, session, reqs, 3, 4);
 	/* Decode-time chunks: new clusters appended, old ones untouched. */
@@ -1072,7 +1086,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|staged]|"
+		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|rdma|staged]|"
 			"capacity|refused|"
 			"bad-step|zero-items|stall|die|held|outlive|migrate|split|probe|busy|"
 			"load offload|step\n");

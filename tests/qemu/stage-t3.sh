@@ -94,7 +94,8 @@ mkdir -p "$root/opt/t3" "$root/usr/lib/$multi/libibverbs" "$root/etc/libibverbs.
 for p in rdma ib_send_lat ib_write_lat; do
 	cp -L "$(command -v "$p")" "$root/bin/$p"
 done
-cp "$out/guest-build/tests/daemon/e2e_client" "$root/opt/t3/"
+cp "$out/guest-build/tests/daemon/e2e_client" "$out/guest-build/tests/daemon/carve_out_find" \
+	"$root/opt/t3/"
 cp -L /usr/lib/$multi/libibverbs/librxe-rdmav34.so "$root/usr/lib/$multi/libibverbs/"
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 cp -L /usr/lib/$multi/ucx/libuct_*.so.0 "$lib/ucx/"
@@ -103,8 +104,9 @@ cp -L /usr/lib/$multi/libgcc_s.so.1 "$lib/"
 # root, not copied); the loader finds them through the cache ldconfig
 # builds below, as after a real install.
 LD_LIBRARY_PATH=$root/usr/local/lib/$multi copy_libs "$root" "$root"/bin/rdma \
-	"$root"/bin/ib_*_lat "$root"/opt/t3/e2e_client \
-	"$root"/usr/local/bin/nelssa-step-bench "$root"/usr/local/sbin/nelssad "$root"/usr/local/bin/nelssactl \
+	"$root"/bin/ib_*_lat "$root"/opt/t3/e2e_client "$root"/opt/t3/carve_out_find \
+	"$root"/usr/local/bin/nelssa-step-bench "$root"/usr/local/bin/nelssa-ingest-bench \
+	"$root"/usr/local/sbin/nelssad "$root"/usr/local/bin/nelssactl \
 	"$root"/usr/local/lib/$multi/libnelssa*.so.0 \
 	"$lib"/ucx/*.so.0 "$root"/usr/lib/$multi/libibverbs/*.so "$lib"/libucs.so.0
 for l in "$lib"/libucs_signal.so.0 "$lib"/libnuma.so.1; do

@@ -133,7 +133,40 @@ echo "RIG: # RDMA latency, 4 KiB (TCG emulation: only ratios mean anything): ib_
 	'BEGIN { if (b > 0 && a > 0) printf "%.1f", a / b; else print "?" }'), step / ping-pong =" \
 	"$(awk -v a="$step" -v b="$pp" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "?" }')"
 
-# 3. nelssad as its installed unit starts it: ExecStart, User, Group and
+# 3. KV by RDMA write straight into a card's memory: nelssad on the card
+#    with a device-dax carve-out (t3-install.sh loaded the module with
+#    dax_mb=128), zero-copy required.  The session's arena is a window on
+#    the carve-out, which the daemon maps through /dev/daxX.Y and registers
+#    with UCX (a card's own mapping cannot be pinned: nelssad would stage or,
+#    required to, refuse).  The client chooses by itself (AUTO: a native RMA
+#    lane, rc_verbs here) to put; the bytes must be in the card's memory as
+#    a command reads it, steps must equal float64 attention, and the
+#    daemon must have copied none of them.
+daxcard=$(card 384)
+daxdev=$(cat /sys/class/nelssa_pnm/"$(basename "$daxcard")"/dax_device 2>/dev/null)
+start_nd /tmp/nd-dax.log 18603 --devices "$daxcard" --zero-copy=require --require-rdma
+check "nelssad --zero-copy=require --require-rdma on $daxcard (carve-out $daxdev)" $?
+taskset 2 timeout 300 $e2e $ip 18603 check rdma >/tmp/dax-check.log 2>&1
+check "RDMA into $daxcard's carve-out: steps equal float64, every KV byte put by the client, none copied by the daemon" $?
+note /tmp/dax-check.log
+row=$(sed -n 's/^# first K row: //p' /tmp/dax-check.log)
+! grep -q "zero-copy ingest off" /tmp/nd-dax.log
+check "no session of the daemon fell back to staging" $?
+# The bench, over RDMA into the same card: ratios only (TCG, Soft-RoCE).
+taskset 2 timeout 300 /usr/local/bin/nelssa-ingest-bench --host $ip --port 18603 --daemon-pid "$nd" \
+	--context 4096 --gb 0.03 --ingest-gb 0.03 --json >/tmp/ingest.json 2>/tmp/ingest.err
+check "nelssa-ingest-bench over RDMA into the carve-out" $?
+note /tmp/ingest.json
+stop_nd
+check "nelssad on the dax card exits 0 on SIGTERM" $?
+note /tmp/nd-dax.log
+# The session is gone, its rows are not (a window is zeroed when handed
+# out, not when freed): read back by the card itself, through a command.
+[ -n "$row" ] && /opt/t3/carve_out_find "$daxcard" "$row" >/tmp/found 2>&1
+check "the client's KV row is in $daxcard's carve-out, read by a COPY command" $?
+note /tmp/found
+
+# 4. nelssad as its installed unit starts it: ExecStart, User, Group and
 #    LimitMEMLOCK read from the unit file; the administrator's config names
 #    the two healthy PCI cards and insists on RDMA.
 unit=/usr/local/lib/systemd/system/nelssad.service
