@@ -576,7 +576,6 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 {
 	struct nelssad *nd = arg;
 	ucp_conn_request_attr_t attr = { .field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID };
-	ucp_ep_params_t prm = { 0 };
 	struct nd_peer *p = NULL;
 	const char *why = NULL;
 	struct nd_ep *e = NULL;
@@ -607,16 +606,8 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 		ucp_listener_reject(nd->listener, req);
 		return;
 	}
-	prm.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-	prm.conn_request = req;
-	prm.err_handler.cb = ep_failed;
-	prm.err_handler.arg = e;
-	if (!p->shm) {
-		prm.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-		prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	}
 	/* It fails when the client died meanwhile; UCX frees the request then. */
-	st = ucp_ep_create(nd->worker, &prm, &e->ep);
+	st = nelssa_link_accept(nd->worker, req, p->shm, ep_failed, e, &e->ep);
 	if (st != UCS_OK) {
 		nd_log(nd, "connection %llu: no endpoint from its connection request: %s",
 		       (unsigned long long)p->id, ucs_status_string(st));

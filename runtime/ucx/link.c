@@ -110,6 +110,15 @@ int nelssa_link_can_connect(const char *transports)
 	return has_any(transports, net);
 }
 
+ucs_status_t nelssa_link_context_features(uint64_t features, ucp_context_h *out)
+{
+	ucp_params_t up = { 0 };
+
+	up.field_mask = UCP_PARAM_FIELD_FEATURES;
+	up.features = features;
+	return ucp_init(&up, NULL, out);
+}
+
 ucs_status_t nelssa_link_worker(ucp_context_h ctx, uint64_t client_id, ucp_worker_h *out)
 {
 	ucp_worker_params_t wp = { 0 };
@@ -164,12 +173,34 @@ int nelssa_link_is_local(int fd)
 	return nb && (is_loopback(b, nb) || (na == nb && !memcmp(a, b, na)));
 }
 
+ucs_status_t nelssa_link_connect_sockaddr(ucp_worker_h w, const struct sockaddr *sa,
+					  socklen_t len, unsigned int flags,
+					  ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep)
+{
+	ucp_ep_params_t p = { 0 };
+
+	p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+		       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+	p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+	if (flags & NELSSA_LINK_SEND_ID)
+		p.flags |= UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID;
+	p.sockaddr.addr = sa;
+	p.sockaddr.addrlen = len;
+	p.err_mode = flags & NELSSA_LINK_PEER_ERRORS ? UCP_ERR_HANDLING_MODE_PEER :
+						       UCP_ERR_HANDLING_MODE_NONE;
+	if (cb) {
+		p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+		p.err_handler.cb = cb;
+		p.err_handler.arg = arg;
+	}
+	return ucp_ep_create(w, &p, ep);
+}
+
 ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int shm,
 				 ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	ucp_ep_params_t p = { 0 };
 
 	if (getpeername(ctl_fd, (struct sockaddr *)&ss, &len))
 		return UCS_ERR_UNREACHABLE;
@@ -179,19 +210,33 @@ ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int 
 		((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
 	else
 		return UCS_ERR_UNREACHABLE;
-	p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-	p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER | UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID;
-	p.sockaddr.addr = (const struct sockaddr *)&ss;
-	p.sockaddr.addrlen = len;
+	return nelssa_link_connect_sockaddr(w, (const struct sockaddr *)&ss, len,
+					    NELSSA_LINK_SEND_ID | (shm ? 0 : NELSSA_LINK_PEER_ERRORS),
+					    shm ? NULL : cb, arg, ep);
+}
+
+ucs_status_t nelssa_link_accept(ucp_worker_h w, ucp_conn_request_h req, int shm,
+				ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep)
+{
+	ucp_ep_params_t p = { 0 };
+
+	p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	p.conn_request = req;
+	p.err_handler.cb = cb;
+	p.err_handler.arg = arg;
 	if (!shm) {
 		p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
 		p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
 	}
-	if (!shm && cb) {
-		p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-		p.err_handler.cb = cb;
-		p.err_handler.arg = arg;
-	}
+	return ucp_ep_create(w, &p, ep);
+}
+
+ucs_status_t nelssa_link_connect_worker(ucp_worker_h w, const ucp_address_t *addr, ucp_ep_h *ep)
+{
+	ucp_ep_params_t p = { 0 };
+
+	p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+	p.address = addr;
 	return ucp_ep_create(w, &p, ep);
 }
 

@@ -556,7 +556,6 @@ static int link_open(unsigned int i, enum key_mode mode, uint8_t bits, int eh)
 	const unsigned int other = (i + 1 + bits % (NSLOT - 1)) % NSLOT;
 	struct slot *c = &sl[i];
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	ucp_ep_params_t p = { 0 };
 	struct link *k = NULL;
 	ucs_status_t st;
 	int l;
@@ -616,16 +615,10 @@ static int link_open(unsigned int i, enum key_mode mode, uint8_t bits, int eh)
 		/* As nelssa_link_connect(), to the daemon's port, with or without the id. */
 		a.sin_addr.s_addr = htonl(0x7f000001);
 		a.sin_port = htons(nd.data_port);
-		p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-			       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-		p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER |
-			  (mode == K_NONE ? 0 : UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID);
-		p.sockaddr.addr = (const struct sockaddr *)&a;
-		p.sockaddr.addrlen = sizeof(a);
-		p.err_mode = k->eh ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-		p.err_handler.cb = link_failed;
-		p.err_handler.arg = k;
-		st = ucp_ep_create(k->w, &p, &k->ep);
+		st = nelssa_link_connect_sockaddr(k->w, (const struct sockaddr *)&a, sizeof(a),
+						  (mode == K_NONE ? 0 : NELSSA_LINK_SEND_ID) |
+						  (k->eh ? NELSSA_LINK_PEER_ERRORS : 0),
+						  link_failed, k, &k->ep);
 	}
 	if (st != UCS_OK)
 		fail("a client endpoint to the daemon's port %u: %s", nd.data_port,

@@ -30,6 +30,7 @@
 #include <ucp/api/ucp.h>
 
 #include <nelssa/client.h>
+#include <nelssa/link.h>
 
 #include "tool_util.h"
 
@@ -81,10 +82,6 @@ static int fd_read(int fd, void *p, size_t n)
 /* The target: registers @bytes of anonymous memory, hands out its key, waits for the end. */
 static void target_main(int wfd, int qfd, size_t bytes)
 {
-	ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
-			    .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP };
-	ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-				   .thread_mode = UCS_THREAD_MODE_SINGLE };
 	ucp_mem_map_params_t mp = { .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
 						  UCP_MEM_MAP_PARAM_FIELD_LENGTH };
 	void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -99,8 +96,9 @@ static void target_main(int wfd, int qfd, size_t bytes)
 
 	mp.address = mem;
 	mp.length = bytes;
-	if (mem == MAP_FAILED || ucp_init(&up, NULL, &ctx) != UCS_OK ||
-	    ucp_worker_create(ctx, &wp, &w) != UCS_OK || ucp_mem_map(ctx, &mp, &memh) != UCS_OK ||
+	if (mem == MAP_FAILED ||
+	    nelssa_link_context_features(UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP, &ctx) != UCS_OK ||
+	    nelssa_link_worker(ctx, 0, &w) != UCS_OK || ucp_mem_map(ctx, &mp, &memh) != UCS_OK ||
 	    ucp_rkey_pack(ctx, memh, &rkey, &rlen) != UCS_OK ||
 	    ucp_worker_get_address(w, &addr, &alen) != UCS_OK ||
 	    ucp_worker_get_efd(w, &efd) != UCS_OK)
@@ -152,10 +150,6 @@ static double bare_put(size_t store, double total)
 {
 	int pfd[2], qfd[2];
 	pid_t child;
-	ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA };
-	ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-				   .thread_mode = UCS_THREAD_MODE_SINGLE };
-	ucp_ep_params_t ep = { .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS };
 	ucp_context_h ctx;
 	ucp_worker_h w;
 	ucp_ep_h e;
@@ -180,10 +174,10 @@ static double bare_put(size_t store, double total)
 	    !(addr = malloc(alen)) || fd_read(pfd[0], addr, alen) ||
 	    fd_read(pfd[0], &rlen, sizeof(rlen)) || rlen > 65536 || !(rkey = malloc(rlen)) ||
 	    fd_read(pfd[0], rkey, rlen) || fd_read(pfd[0], &base, sizeof(base)) ||
-	    ucp_init(&up, NULL, &ctx) != UCS_OK || ucp_worker_create(ctx, &wp, &w) != UCS_OK)
+	    nelssa_link_context_features(UCP_FEATURE_RMA, &ctx) != UCS_OK ||
+	    nelssa_link_worker(ctx, 0, &w) != UCS_OK)
 		return -1;
-	ep.address = addr;
-	if (ucp_ep_create(w, &ep, &e) != UCS_OK || ucp_ep_rkey_unpack(e, rkey, &rk) != UCS_OK)
+	if (nelssa_link_connect_worker(w, addr, &e) != UCS_OK || ucp_ep_rkey_unpack(e, rkey, &rk) != UCS_OK)
 		return -1;
 	src = tl_calloc(PROG, 1, CHUNK);
 	t0 = tl_now();

@@ -31,6 +31,7 @@
 
 #include <nelssa/client.h>
 #include <nelssa/half.h>
+#include <nelssa/link.h>
 #include <nelssa/proto.h>
 
 #include "tool_util.h"
@@ -38,6 +39,8 @@
 #define PROG "nelssa-step-bench"
 #define CLUSTER 16u
 #define MAX_BATCHES 8
+/* The ping-pong's: active messages and a wake-up, as the data path's, nothing more. */
+#define BARE_FEATURES (UCP_FEATURE_AM | UCP_FEATURE_WAKEUP)
 
 struct opts {
 	const char *host, *label;
@@ -126,10 +129,6 @@ static ucs_status_t echo_am(void *arg, const void *header, size_t header_length,
 
 static void echo_main(int wfd)
 {
-	ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
-			    .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP };
-	ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-				   .thread_mode = UCS_THREAD_MODE_SINGLE };
 	ucp_am_handler_param_t ap = { 0 };
 	struct echo e = { 0 };
 	ucp_context_h ctx;
@@ -137,7 +136,8 @@ static void echo_main(int wfd)
 	size_t alen;
 	int efd;
 
-	if (ucp_init(&up, NULL, &ctx) != UCS_OK || ucp_worker_create(ctx, &wp, &e.w) != UCS_OK ||
+	if (nelssa_link_context_features(BARE_FEATURES, &ctx) != UCS_OK ||
+	    nelssa_link_worker(ctx, 0, &e.w) != UCS_OK ||
 	    ucp_worker_get_address(e.w, &addr, &alen) != UCS_OK ||
 	    ucp_worker_get_efd(e.w, &efd) != UCS_OK)
 		_exit(1);
@@ -433,19 +433,14 @@ int main(int argc, char **argv)
 	free(v);
 	/* The ping-pong endpoint to the echo process. */
 	{
-		ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
-				    .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP };
-		ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-					   .thread_mode = UCS_THREAD_MODE_SINGLE };
 		ucp_am_handler_param_t ap = { 0 };
-		ucp_ep_params_t ep = { .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS };
 		size_t alen;
 		void *addr;
 
 		if (read(pfd[0], &alen, sizeof(alen)) != sizeof(alen) || alen > 65536 ||
 		    !(addr = malloc(alen)) || read(pfd[0], addr, alen) != (ssize_t)alen ||
-		    ucp_init(&up, NULL, &p.ctx) != UCS_OK ||
-		    ucp_worker_create(p.ctx, &wp, &p.w) != UCS_OK ||
+		    nelssa_link_context_features(BARE_FEATURES, &p.ctx) != UCS_OK ||
+		    nelssa_link_worker(p.ctx, 0, &p.w) != UCS_OK ||
 		    ucp_worker_get_efd(p.w, &p.efd) != UCS_OK) {
 			fprintf(stderr, PROG ": cannot set up the ping-pong baseline\n");
 			kill(child, SIGKILL);
@@ -458,8 +453,7 @@ int main(int argc, char **argv)
 		ap.arg = &p;
 		ap.flags = UCP_AM_FLAG_WHOLE_MSG;
 		ucp_worker_set_am_recv_handler(p.w, &ap);
-		ep.address = addr;
-		if (ucp_ep_create(p.w, &ep, &p.ep) != UCS_OK) {
+		if (nelssa_link_connect_worker(p.w, addr, &p.ep) != UCS_OK) {
 			fprintf(stderr, PROG ": cannot reach the echo process\n");
 			kill(child, SIGKILL);
 			return 1;

@@ -53,6 +53,20 @@ int nelssa_link_can_connect(const char *transports);
 ucs_status_t nelssa_link_worker(ucp_context_h ctx, uint64_t client_id, ucp_worker_h *out);
 
 /*
+ * A bare UCX context with @features (UCP_FEATURE_*) and nothing else set,
+ * for the benchmarks' baselines: what plain UCX does between two
+ * processes, without the data path's settings.
+ */
+ucs_status_t nelssa_link_context_features(uint64_t features, ucp_context_h *out);
+
+/*
+ * An endpoint to the worker whose address is @addr (ucp_worker_get_address()),
+ * without error handling: the benchmarks' baselines, between processes
+ * that trust each other and die together.
+ */
+ucs_status_t nelssa_link_connect_worker(ucp_worker_h w, const ucp_address_t *addr, ucp_ep_h *ep);
+
+/*
  * The numeric address of @ss, in @a (pointing into @ss) and its length in
  * bytes, the one rule the daemon and the library read peers' addresses by:
  * 4 for AF_INET and for a v4-mapped AF_INET6 one (::ffff:a.b.c.d is the
@@ -73,6 +87,28 @@ int nelssa_link_is_local(int fd);
  */
 ucs_status_t nelssa_link_connect(ucp_worker_h w, int ctl_fd, uint16_t port, int shm,
 				 ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep);
+
+/* nelssa_link_connect_sockaddr()'s @flags. */
+#define NELSSA_LINK_SEND_ID	1	/* the connection carries the worker's client id */
+#define NELSSA_LINK_PEER_ERRORS	2	/* peer error handling */
+
+/*
+ * nelssa_link_connect() to the socket address @sa (@len bytes) as
+ * @flags say, for tests that connect the way a careless or hostile client
+ * would; @cb (may be NULL) is set whatever the error handling.
+ */
+ucs_status_t nelssa_link_connect_sockaddr(ucp_worker_h w, const struct sockaddr *sa,
+					  socklen_t len, unsigned int flags,
+					  ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep);
+
+/*
+ * The daemon's endpoint from the connection request @req, errors reported
+ * to @cb; peer error handling unless @shm (as the client's end then has
+ * none: nelssa_link_connect()).  It fails when the client died meanwhile;
+ * UCX frees @req then.
+ */
+ucs_status_t nelssa_link_accept(ucp_worker_h w, ucp_conn_request_h req, int shm,
+				ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep);
 
 /*
  * Whether @ep has a lane for UCX's RMA API (ucp_put_nbx()): a transport
