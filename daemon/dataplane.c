@@ -145,56 +145,11 @@ static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8
 }
 
 /*
- * Whether every lane that carries @ep's data -- active messages and
- * rendezvous, as opposed to a wire-up-only lane -- is an RDMA transport,
- * from UCX's own description of the endpoint:
- *
- *   lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0
- *   lane[1]:  7:ud_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] wireup
- *
- * A daemon can have RDMA and still reach a client over TCP or shared
- * memory when the client has no RDMA of its own: --require-rdma refuses
- * that too.  The first offending transport goes to @tl.
- */
-static int ep_on_rdma(ucp_ep_h ep, char *tl, size_t tl_len)
-{
-	char *text = NULL, *line, *save = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-	int data_lanes = 0, ok = 1;
-
-	snprintf(tl, tl_len, "unknown");
-	if (!f)
-		return 0;
-	ucp_ep_print_info(ep, f);
-	fclose(f);
-	for (line = text ? strtok_r(text, "\n", &save) : NULL; line && ok;
-	     line = strtok_r(NULL, "\n", &save)) {
-		char *p = strstr(line, "lane["), *use = strstr(line, "->"), *end;
-
-		if (!p || !use || !(strstr(use, " am") || strstr(use, " rma") || strstr(use, " tag")))
-			continue;	/* not a lane, or wire-up only */
-		p = strchr(p, ']');
-		p = p ? strchr(p, ':') : NULL;		/* "]:  2:rc_verbs/..." */
-		p = p ? strchr(p + 1, ':') : NULL;
-		end = p ? strchr(p, '/') : NULL;
-		if (!end)
-			continue;
-		p++;
-		data_lanes++;
-		if (strncmp(p, "rc_", 3) && strncmp(p, "dc_", 3) && strncmp(p, "ud_", 3)) {
-			snprintf(tl, tl_len, "%.*s", (int)(end - p), p);
-			ok = 0;
-		}
-	}
-	free(text);
-	return ok && data_lanes;
-}
-
-/*
  * --require-rdma: 0 when @ep may carry @s's data, else -EPROTONOSUPPORT
  * (the client says "requires RDMA").  Checked once per endpoint a session
- * uses, not per message.  Poller thread.
+ * uses, not per message.  Poller thread.  A daemon with RDMA can still
+ * reach a client that has none over TCP or shared memory: every lane
+ * that carries data must be RDMA (nelssa_link_ep_rdma_only()).
  */
 static int check_rdma(struct nelssad *nd, struct nd_session *s, ucp_ep_h ep)
 {
@@ -202,7 +157,7 @@ static int check_rdma(struct nelssad *nd, struct nd_session *s, ucp_ep_h ep)
 
 	if (!nd->cfg.require_rdma || s->rdma_ep == ep)
 		return 0;
-	if (ep_on_rdma(ep, tl, sizeof(tl))) {
+	if (nelssa_link_ep_rdma_only(ep, tl, sizeof(tl))) {
 		s->rdma_ep = ep;
 		return 0;
 	}
@@ -844,8 +799,7 @@ int nd_dataplane_init(struct nelssad *nd)
 		nd->ucp = NULL;
 		return -ENODEV;
 	}
-	if (nd->cfg.require_rdma && !strstr(nd->transports, "rc_") &&
-	    !strstr(nd->transports, "dc_") && !strstr(nd->transports, "ud_")) {
+	if (nd->cfg.require_rdma && !nelssa_link_has_rdma(nd->transports)) {
 		nd_log(nd, "--require-rdma: UCX found no RDMA transport (only '%s'); refusing to run "
 		       "on a TCP or shared-memory fallback", nd->transports);
 		ucp_cleanup(nd->ucp);

@@ -83,31 +83,61 @@ void nelssa_link_transports(ucp_context_h ctx, char *buf, size_t len)
 	free(text);
 }
 
-/* Whether a word of @transports starts with one of @names. */
-static int has_any(const char *transports, const char *const *names)
+int nelssa_link_tl_is_rdma(const char *tl)
+{
+	/* Verbs and mlx5 alike: rc_verbs, rc_mlx5, dc_mlx5, ud_verbs, ud_mlx5. */
+	return !strncmp(tl, "rc_", 3) || !strncmp(tl, "dc_", 3) || !strncmp(tl, "ud_", 3);
+}
+
+/* Whether a word of @transports is one @is takes. */
+static int has_any(const char *transports, int (*is)(const char *tl))
 {
 	char copy[256], *save = NULL;
 
 	snprintf(copy, sizeof(copy), "%s", transports);
 	for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save))
-		for (const char *const *n = names; *n; n++)
-			if (!strncmp(t, *n, strlen(*n)))
-				return 1;
+		if (is(t))
+			return 1;
 	return 0;
+}
+
+static int is_shm(const char *tl)
+{
+	return !strncmp(tl, "posix", 5) || !strncmp(tl, "sysv", 4);
+}
+
+static int is_net(const char *tl)
+{
+	return !strncmp(tl, "tcp", 3) || nelssa_link_tl_is_rdma(tl);
 }
 
 int nelssa_link_has_shm(const char *transports)
 {
-	static const char *const shm[] = { "posix", "sysv", NULL };
+	return has_any(transports, is_shm);
+}
 
-	return has_any(transports, shm);
+int nelssa_link_has_rdma(const char *transports)
+{
+	return has_any(transports, nelssa_link_tl_is_rdma);
 }
 
 int nelssa_link_can_connect(const char *transports)
 {
-	static const char *const net[] = { "tcp", "rc_", "dc_", "ud_", NULL };
+	return has_any(transports, is_net);
+}
 
-	return has_any(transports, net);
+int nelssa_link_tls_rdma_only(const char *const *tls, unsigned int n, char *bad, size_t len)
+{
+	if (len)
+		snprintf(bad, len, "unknown");
+	for (unsigned int i = 0; i < n; i++) {
+		if (!nelssa_link_tl_is_rdma(tls[i])) {
+			if (len)
+				snprintf(bad, len, "%s", tls[i]);
+			return 0;
+		}
+	}
+	return n > 0;
 }
 
 ucs_status_t nelssa_link_context_features(uint64_t features, ucp_context_h *out)
@@ -240,20 +270,101 @@ ucs_status_t nelssa_link_connect_worker(ucp_worker_h w, const ucp_address_t *add
 	return ucp_ep_create(w, &p, ep);
 }
 
-int nelssa_link_ep_native_rma(ucp_ep_h ep)
+/* Copies the @n bytes at @s to @dst (@len bytes), cut short where they do not fit. */
+static void copy_word(char *dst, size_t len, const char *s, size_t n)
+{
+	if (n >= len)
+		n = len - 1;
+	memcpy(dst, s, n);
+	dst[n] = 0;
+}
+
+/* Whether the word @w (@n bytes) is a use that moves data over its lane. */
+static int data_use(const char *w, size_t n)
+{
+	/* am, am_bw#N, rma#N, rma_bw#N, amo#N, tag; not wireup, ka, nor the peer's md/sysdev. */
+	return (n >= 2 && !strncmp(w, "am", 2)) || (n >= 3 && !strncmp(w, "rma", 3)) ||
+	       (n >= 3 && !strncmp(w, "tag", 3));
+}
+
+unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes *l)
+{
+	unsigned int seen = 0;
+
+	memset(l, 0, sizeof(*l));
+	for (const char *line = text; line && *line;) {
+		const char *eol = strchr(line, '\n'), *end = eol ? eol : line + strlen(line);
+		const char *p = strstr(line, "lane["), *use, *tl, *slash;
+		int data = 0;
+
+		line = eol ? eol + 1 : NULL;
+		/* "lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0" */
+		if (!p || p >= end)
+			continue;
+		p = memchr(p, ']', (size_t)(end - p));
+		p = p && p + 1 < end && p[1] == ':' ? memchr(p + 2, ':', (size_t)(end - p - 2)) : NULL;
+		use = p ? strstr(p, "->") : NULL;
+		if (!p || !use || use >= end)
+			continue;
+		tl = p + 1;
+		slash = memchr(tl, '/', (size_t)(use - tl));
+		if (!slash || slash == tl)
+			continue;
+		seen++;
+		/* The uses: the words after the peer's "md[N]/tl/sysdev[N]". */
+		for (const char *w = use + 2; w < end;) {
+			size_t n;
+
+			while (w < end && *w == ' ')
+				w++;
+			n = strcspn(w, " \n");
+			if (w + n > end)
+				n = (size_t)(end - w);
+			if (!n)
+				break;
+			data |= data_use(w, n);
+			l->native_rma |= n > 4 && !strncmp(w, "rma#", 4);
+			w += n;
+		}
+		if (data && l->n < NELSSA_LINK_MAX_LANES)
+			copy_word(l->tl[l->n++], sizeof(l->tl[0]), tl, (size_t)(slash - tl));
+	}
+	return seen;
+}
+
+/* Reads UCX's description of @ep into @l; 0 where it has no lane it knows. */
+static unsigned int describe(ucp_ep_h ep, struct nelssa_link_lanes *l)
 {
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);
-	int found = 0;
+	unsigned int seen;
 
+	memset(l, 0, sizeof(*l));
 	if (!f)
 		return 0;
 	ucp_ep_print_info(ep, f);
 	fclose(f);
-	/* " rma#N" names a lane for the RMA API; " rma_bw#N" one for rendezvous only. */
-	for (const char *p = text; p && (p = strstr(p, " rma")); p += 4)
-		found |= p[4] == '#';
+	seen = nelssa_link_lanes_parse(text, l);
 	free(text);
-	return found;
+	return seen;
+}
+
+int nelssa_link_ep_rdma_only(ucp_ep_h ep, char *bad, size_t len)
+{
+	struct nelssa_link_lanes l;
+	const char *tls[NELSSA_LINK_MAX_LANES];
+
+	describe(ep, &l);
+	for (unsigned int i = 0; i < l.n; i++)
+		tls[i] = l.tl[i];
+	return nelssa_link_tls_rdma_only(tls, l.n, bad, len);
+}
+
+int nelssa_link_ep_native_rma(ucp_ep_h ep)
+{
+	struct nelssa_link_lanes l;
+
+	describe(ep, &l);
+	return l.native_rma;
 }

@@ -43,6 +43,9 @@ void nelssa_link_transports(ucp_context_h ctx, char *buf, size_t len);
 /* Whether @transports (nelssa_link_transports()) hold one for messages over shared memory. */
 int nelssa_link_has_shm(const char *transports);
 
+/* Whether @transports hold an RDMA one (nelssa_link_tl_is_rdma()). */
+int nelssa_link_has_rdma(const char *transports);
+
 /*
  * Whether @transports hold one that UCX's client/server flow can set a
  * connection up over: tcp, or an RDMA one (shared memory alone cannot).
@@ -111,12 +114,65 @@ ucs_status_t nelssa_link_accept(ucp_worker_h w, ucp_conn_request_h req, int shm,
 				ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep);
 
 /*
+ * Whether the UCX transport named @tl ("rc_verbs", "tcp", ...) moves data
+ * by RDMA: the rc_, dc_ and ud_ families (verbs and mlx5).  TCP, shared
+ * memory (posix, sysv, cma, xpmem, knem) and self are not.  The one rule
+ * --require-rdma judges an endpoint's lanes by, whichever way they were
+ * found (nelssa_link_ep_rdma_only()).
+ */
+int nelssa_link_tl_is_rdma(const char *tl);
+
+/*
+ * Whether all @n transports @tls are RDMA ones (and there is one at
+ * least); if not, the first that is not, or "unknown" for none, goes to
+ * @bad (@len bytes, may be 0).
+ */
+int nelssa_link_tls_rdma_only(const char *const *tls, unsigned int n, char *bad, size_t len);
+
+/* The most lanes an endpoint description is read for (UCX 1.13 has 8 at most). */
+#define NELSSA_LINK_MAX_LANES 16
+
+/*
+ * What UCX's description of an endpoint (ucp_ep_print_info()) says about
+ * its lanes:
+ *
+ *   lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0
+ *   lane[1]:  7:ud_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] wireup
+ *
+ * @tl: the transport of each lane that carries data -- active messages,
+ * RMA or rendezvous, not wire-up or keep-alive only -- in lane order;
+ * @native_rma: whether a lane serves UCX's RMA API ("rma#N";
+ * "rma_bw#N" serves rendezvous only).
+ */
+struct nelssa_link_lanes {
+	unsigned int n;
+	int native_rma;
+	char tl[NELSSA_LINK_MAX_LANES][24];
+};
+
+/*
+ * Reads @text (ucp_ep_print_info()'s output) into @l; returns the number
+ * of lane lines it recognised, data-carrying or not: 0 means a format
+ * this parser does not know.
+ */
+unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes *l);
+
+/*
+ * Whether every lane that carries @ep's data runs on an RDMA transport
+ * (nelssa_link_tl_is_rdma()): a daemon with RDMA can still reach a client
+ * that has none over TCP or shared memory, and --require-rdma refuses
+ * that too.  The first offending transport goes to @bad (@len bytes).
+ * From UCX's description of the endpoint (nelssa_link_lanes_parse()).
+ */
+int nelssa_link_ep_rdma_only(ucp_ep_h ep, char *bad, size_t len);
+
+/*
  * Whether @ep has a lane for UCX's RMA API (ucp_put_nbx()): a transport
  * that writes remote memory itself, such as RDMA.  Without one UCX 1.13
  * emulates puts with active messages the target's worker copies in (TCP,
  * shared memory with CMA): slower than a KV message, and on the target's
- * poller.  From UCX's own description of the endpoint, as ep_on_rdma()
- * reads it: "rma#N" among a lane's uses ("rma_bw#N" serves rendezvous only).
+ * poller.  From UCX's description of the endpoint ("rma#N" among a
+ * lane's uses).
  */
 int nelssa_link_ep_native_rma(ucp_ep_h ep);
 
