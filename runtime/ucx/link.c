@@ -350,11 +350,50 @@ static unsigned int describe(ucp_ep_h ep, struct nelssa_link_lanes *l)
 	return seen;
 }
 
+#ifdef NELSSA_HAVE_UCP_EP_TRANSPORTS
+/*
+ * nelssa_link_ep_rdma_only() by ucp_ep_query(): -1 where UCX cannot say.
+ * UCX lists the transport of every lane but the connection manager's,
+ * wire-up-only lanes among them: stricter than the description, never
+ * looser, as a wire-up lane of an RDMA endpoint is an RDMA one too.
+ */
+static int query_rdma_only(ucp_ep_h ep, char *bad, size_t len)
+{
+	ucp_transport_entry_t e[NELSSA_LINK_MAX_LANES];
+	const char *tls[NELSSA_LINK_MAX_LANES];
+	ucp_ep_attr_t a = { 0 };
+	unsigned int n;
+
+	/* A UCX older than the headers leaves the entries as they were: NULL names. */
+	memset(e, 0, sizeof(e));
+	a.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
+	a.transports.entries = e;
+	a.transports.num_entries = NELSSA_LINK_MAX_LANES;
+	a.transports.entry_size = sizeof(e[0]);
+	if (ucp_ep_query(ep, &a) != UCS_OK || !a.transports.num_entries)
+		return -1;
+	n = a.transports.num_entries < NELSSA_LINK_MAX_LANES ? a.transports.num_entries :
+							       NELSSA_LINK_MAX_LANES;
+	for (unsigned int i = 0; i < n; i++) {
+		if (!e[i].transport_name)
+			return -1;
+		tls[i] = e[i].transport_name;
+	}
+	return nelssa_link_tls_rdma_only(tls, n, bad, len);
+}
+#endif
+
 int nelssa_link_ep_rdma_only(ucp_ep_h ep, char *bad, size_t len)
 {
 	struct nelssa_link_lanes l;
 	const char *tls[NELSSA_LINK_MAX_LANES];
 
+#ifdef NELSSA_HAVE_UCP_EP_TRANSPORTS
+	int r = query_rdma_only(ep, bad, len);
+
+	if (r >= 0)
+		return r;
+#endif
 	describe(ep, &l);
 	for (unsigned int i = 0; i < l.n; i++)
 		tls[i] = l.tl[i];
@@ -365,6 +404,17 @@ int nelssa_link_ep_native_rma(ucp_ep_h ep)
 {
 	struct nelssa_link_lanes l;
 
-	describe(ep, &l);
-	return l.native_rma;
+	if (describe(ep, &l))
+		return l.native_rma;
+#ifdef NELSSA_HAVE_UCP_EP_TRANSPORTS
+	/*
+	 * A description this parser cannot read (a later UCX's format):
+	 * an endpoint on RDMA alone has the RMA lanes its transports offer.
+	 * Wrong at worst for RDMA without RMA (ud alone), where a put is
+	 * then emulated: slower, still correct.
+	 */
+	return nelssa_link_ep_rdma_only(ep, NULL, 0);
+#else
+	return 0;
+#endif
 }

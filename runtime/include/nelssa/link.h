@@ -162,7 +162,9 @@ unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes 
  * (nelssa_link_tl_is_rdma()): a daemon with RDMA can still reach a client
  * that has none over TCP or shared memory, and --require-rdma refuses
  * that too.  The first offending transport goes to @bad (@len bytes).
- * From UCX's description of the endpoint (nelssa_link_lanes_parse()).
+ * From ucp_ep_query()'s transports where UCX has them (1.14 and later,
+ * NELSSA_HAVE_UCP_EP_TRANSPORTS), else from UCX's description of the
+ * endpoint (nelssa_link_lanes_parse()).
  */
 int nelssa_link_ep_rdma_only(ucp_ep_h ep, char *bad, size_t len);
 
@@ -172,7 +174,8 @@ int nelssa_link_ep_rdma_only(ucp_ep_h ep, char *bad, size_t len);
  * emulates puts with active messages the target's worker copies in (TCP,
  * shared memory with CMA): slower than a KV message, and on the target's
  * poller.  From UCX's description of the endpoint ("rma#N" among a
- * lane's uses).
+ * lane's uses), whatever the version: ucp_ep_query() names transports,
+ * not what each lane is used for.
  */
 int nelssa_link_ep_native_rma(ucp_ep_h ep);
 
