@@ -270,7 +270,12 @@ static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, ch
 	sd->arena_map = map;
 	mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
 	mp.address = map;
-	mp.length = sd->arena_bytes;
+	/*
+	 * The whole mapping, rounded as the region is: a device-dax mapping
+	 * cannot be split off-alignment (2 MiB), and the verbs library's
+	 * madvise(MADV_DONTFORK) of part of it would have to.
+	 */
+	mp.length = size;
 	st = ucp_mem_map(nd->ucp, &mp, &sd->arena_memh);
 	if (st == UCS_OK)
 		st = ucp_rkey_pack(nd->ucp, sd->arena_memh, &sd->rkey, &sd->rkey_len);

@@ -259,8 +259,7 @@ static int dax_place(struct nelssa_pnm *pnm, struct kdev_ctx *k, struct npnm_mem
 
 	if (!(k->info.caps & NPNM_CAP_DAX))
 		return npnm_priv_error(-EOPNOTSUPP,
-				       "%s has no device-dax carve-out (nelssa_pnm dax_mb=0, or a card too small for it)",
-				       pnm->name);
+				       "%s has no device-dax carve-out", pnm->name);
 	if (k->dax.fd < 0) {
 		ret = kdev_dax_open(&k->dax, k->fd, pnm->name);
 		if (ret)

@@ -101,7 +101,7 @@ mk="$dir/Makefile"
 		rule "obj/n_$f.o" "$src/runtime/numeric/$f.c" "$san"
 	done
 	# The static build's sim backend: linked in (sim_linked.c), not loaded.
-	for f in pnm sim_dev sim_ctx sim_entry sim_linked kdev; do
+	for f in pnm sim_dev sim_ctx sim_entry sim_linked kdev kdev_dax; do
 		rule "obj/p_$f.o" "$src/runtime/pnm/$f.c" "$san -DNELSSA_VERSION_STRING='\"fuzz\"'"
 	done
 	for f in clock extent log parse; do

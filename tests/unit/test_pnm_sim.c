@@ -708,7 +708,12 @@ static int kernel_pins(void *addr, size_t len)
 	struct iovec local = { copy, sizeof(copy) < len ? sizeof(copy) : len };
 	struct iovec remote = { addr, local.iov_len };
 
-	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)local.iov_len;
+	ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+
+	/* -1: a kernel without CROSS_MEMORY_ATTACH (the rig's trimmed debug one) cannot tell. */
+	if (n < 0 && errno == ENOSYS)
+		return -1;
+	return n == (ssize_t)local.iov_len;
 }
 
 /*
@@ -726,13 +731,15 @@ static void pinnable_memory(void **state)
 	uint32_t h, pinned = 0;
 	uint64_t got = 0;
 	uint8_t *m, buf[256];
-	int ret;
+	int ret, pins;
 
 	(void)state;
 	assert_int_equal(nelssa_pnm_info(p, &info), 0);
 	h = alloc(p, len);
 	assert_int_equal(nelssa_pnm_mem_map(p, h, (void **)&m, NULL), 0);
-	assert_int_equal(kernel_pins(m, len), is_sim());
+	pins = kernel_pins(m, len);
+	if (pins >= 0)
+		assert_int_equal(pins, is_sim());
 	assert_int_equal(nelssa_pnm_mem_unmap(p, m), 0);
 	assert_int_equal(nelssa_pnm_mem_alloc_flags(p, len, 1u << 7, &pinned, NULL), -EINVAL);
 	ret = nelssa_pnm_mem_alloc_flags(p, len, NELSSA_PNM_MEM_PINNABLE, &pinned, &got);
@@ -749,7 +756,8 @@ static void pinnable_memory(void **state)
 	for (size_t i = 0; i < len; i++)
 		if (m[i])
 			fail_msg("byte %zu of a new pinnable region is %#x", i, m[i]);
-	assert_true(kernel_pins(m, len));
+	if (pins >= 0)
+		assert_int_equal(kernel_pins(m, len), 1);
 	/* Commands see what the mapping wrote, and the mapping what commands wrote. */
 	memset(m + 4096, 0x3c, sizeof(buf));
 	c = fill_cmd(h, 0, 4096, 0);
