@@ -433,7 +433,8 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 		nd_conn_error(nd, c, 0, -ETIMEDOUT, "no HELLO within %u ms (hello-timeout-ms)",
 			      cfg->hello_timeout_ms);
 		end(nd, c, "no HELLO within the HELLO timeout");
-	} else if (c->have && due(c->t_partial + cfg->frame_timeout_ms * MS, now, next)) {
+	} else if (c->have && !c->barrier &&
+		   due(c->t_partial + cfg->frame_timeout_ms * MS, now, next)) {
 		nd_conn_error(nd, c, 0, -ETIMEDOUT,
 			      "a frame took longer than %u ms to arrive (frame-timeout-ms)",
 			      cfg->frame_timeout_ms);
@@ -553,8 +554,15 @@ int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
 			;
 		c = i < n ? conns[i] : NULL;
 		ret = nd_control_answer(nd, c, j);
-		if (c && !ret && !c->barrier)
+		if (c && !ret && !c->barrier) {
+			/*
+			 * Reading resumes: a partial frame's time runs from
+			 * here, not from when the barrier stopped it -- a
+			 * client is not to blame for the daemon's own wait.
+			 */
+			c->t_partial = nd_now_ns();
 			ret = handle_frames(nd, c);	/* the frames that waited */
+		}
 		else if (c && !ret && flush(c))
 			ret = -ECONNRESET;
 		if (c && conn_result(nd, c, ret))
