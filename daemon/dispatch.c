@@ -24,8 +24,16 @@
 
 #include "nelssad.h"
 
+/*
+ * A send UCX holds until it is done with it (send_done()): the header --
+ * and the data, unless it is the caller's, handed over in @data -- copied
+ * behind @iov[], and for a reply sent from a session's staging (@s) the
+ * IOV of it.
+ */
 struct send_ctx {
-	void *buf;
+	struct nd_session *s;	/* a reply's session, held open (replies), or NULL */
+	void *data;		/* handed over by nd_send()'s caller, or NULL */
+	ucp_dt_iov_t iov[];
 };
 
 /*
@@ -39,62 +47,91 @@ uint32_t nd_sends_in_flight(void)
 	return sends_in_flight;
 }
 
+/* A context for @n_iov IOV entries and @bytes to copy behind them; NULL: no memory. */
+static struct send_ctx *send_ctx_new(uint32_t n_iov, size_t bytes)
+{
+	struct send_ctx *x = malloc(sizeof(*x) + n_iov * sizeof(x->iov[0]) + bytes);
+
+	if (x) {
+		x->s = NULL;
+		x->data = NULL;
+	}
+	return x;
+}
+
+static void send_ctx_free(struct send_ctx *x)
+{
+	free(x->data);
+	free(x);
+}
+
 static void send_done(void *request, ucs_status_t status, void *user_data)
 {
+	struct send_ctx *x = user_data;
+
 	(void)status;
 	sends_in_flight--;
-	free(user_data);
+	if (x->s)
+		x->s->replies--;
+	send_ctx_free(x);
 	ucp_request_free(request);
+}
+
+/*
+ * Hands @x's message to UCX: the header at @hdr, then @count items of
+ * @dt at @data.  UCS_OK once UCX has it, in flight or already sent, with
+ * @x then its; else the error, with @x freed.
+ */
+static ucs_status_t send_post(ucp_ep_h ep, unsigned int id, struct send_ctx *x,
+			      const void *hdr, size_t hdr_len, const void *data, size_t count,
+			      ucp_datatype_t dt)
+{
+	ucp_request_param_t prm = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FIELD_DATATYPE,
+		.cb.send = send_done,
+		.user_data = x,
+		.datatype = dt,
+	};
+	ucs_status_ptr_t sp;
+
+	sp = ucp_am_send_nbx(ep, id, hdr, hdr_len, data, count, &prm);
+	if (UCS_PTR_IS_PTR(sp)) {
+		sends_in_flight++;
+		if (x->s)
+			x->s->replies++;
+		return UCS_OK;
+	}
+	send_ctx_free(x);
+	return UCS_PTR_STATUS(sp);
 }
 
 void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len,
 	     void *data, size_t len, int free_data)
 {
-	ucp_request_param_t prm = { 0 };
-	ucs_status_ptr_t sp;
+	struct send_ctx *x;
+	ucs_status_t st;
 	uint8_t *copy;
 
 	/* Header and data stay alive until UCX is done with them. */
-	copy = malloc(hdr_len + (free_data ? 0 : len));
-	if (!copy) {
+	x = send_ctx_new(0, hdr_len + (free_data ? 0 : len));
+	if (!x) {
 		if (free_data)
 			free(data);
 		return;
 	}
+	copy = (uint8_t *)x->iov;
 	memcpy(copy, hdr, hdr_len);
-	if (!free_data) {
+	if (free_data) {
+		x->data = data;
+	} else {
 		if (len)
 			memcpy(copy + hdr_len, data, len);
 		data = copy + hdr_len;
 	}
-	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-	prm.cb.send = send_done;
-	/* One allocation to free: the data buffer owns the header copy too. */
-	if (free_data) {
-		uint8_t *joined = realloc(data, len + hdr_len);
-
-		if (!joined) {
-			free(data);
-			free(copy);
-			return;
-		}
-		memcpy(joined + len, copy, hdr_len);
-		free(copy);
-		data = joined;
-		copy = joined + len;
-		prm.user_data = joined;
-	} else {
-		prm.user_data = copy;
-	}
-	sp = ucp_am_send_nbx(ep, id, copy, hdr_len, data, len, &prm);
-	if (UCS_PTR_IS_PTR(sp)) {
-		sends_in_flight++;
-	} else {
-		if (UCS_PTR_IS_ERR(sp))
-			nd_log(nd, "send of message %u failed: %s", id,
-			       ucs_status_string(UCS_PTR_STATUS(sp)));
-		free(prm.user_data);
-	}
+	st = send_post(ep, id, x, copy, hdr_len, data, len, ucp_dt_make_contig(1));
+	if (st != UCS_OK)
+		nd_log(nd, "send of message %u failed: %s", id, ucs_status_string(st));
 }
 
 void nd_step_reply_error(struct nelssad *nd, ucp_ep_h ep, uint64_t step, int status)
@@ -133,67 +170,41 @@ int nd_step_uses(const struct nd_session *s, uint64_t id)
  * The staging stays the session's until UCX is done (@s->replies holds the
  * session open); the next step may write it sooner only if its client
  * sent that step before it had this reply, and then spoils its own reply
- * alone.
+ * alone.  0 once UCX has it (sent or on its way), or -ENOMEM: gather it
+ * instead.
  */
-struct iov_reply {
-	struct nd_session *s;
-	uint8_t hdr[NELSSA_REPLY_HDR_BYTES];
-	uint32_t n;
-	ucp_dt_iov_t iov[];
-};
-
-static void iov_reply_done(void *request, ucs_status_t status, void *user_data)
-{
-	struct iov_reply *x = user_data;
-
-	(void)status;
-	sends_in_flight--;
-	x->s->replies--;
-	free(x);
-	ucp_request_free(request);
-}
-
-/* 0 once UCX has it (sent or on its way), or -ENOMEM: gather it instead. */
 static int send_iov_reply(struct nelssad *nd, ucp_ep_h ep, struct nd_step *st, const uint8_t *hdr,
 			  uint64_t out_slot)
 {
+	const uint32_t max_iov = st->nr_items ? st->nr_items : 1;
 	struct nd_session *s = st->s;
-	ucp_request_param_t prm = { 0 };
-	struct iov_reply *x;
-	ucs_status_ptr_t sp;
+	struct send_ctx *x;
+	ucs_status_t status;
+	uint32_t n = 0;
+	uint8_t *copy;
 
-	x = malloc(sizeof(*x) + (st->nr_items ? st->nr_items : 1) * sizeof(x->iov[0]));
+	x = send_ctx_new(max_iov, NELSSA_REPLY_HDR_BYTES);
 	if (!x)
 		return -ENOMEM;
 	x->s = s;
-	x->n = 0;
-	memcpy(x->hdr, hdr, sizeof(x->hdr));
+	copy = (uint8_t *)&x->iov[max_iov];
+	memcpy(copy, hdr, NELSSA_REPLY_HDR_BYTES);
 	for (uint32_t i = 0; i < st->nr_items; i++) {
 		const struct nd_sdev *sd = &s->dev[st->item_dev[i]];
 		uint8_t *p = sd->stage_map + sd->out_off + st->item_slot[i] * out_slot;
-		ucp_dt_iov_t *last = x->n ? &x->iov[x->n - 1] : NULL;
+		ucp_dt_iov_t *last = n ? &x->iov[n - 1] : NULL;
 
 		if (last && (uint8_t *)last->buffer + last->length == p)
 			last->length += out_slot;
 		else
-			x->iov[x->n++] = (ucp_dt_iov_t){ .buffer = p, .length = out_slot };
+			x->iov[n++] = (ucp_dt_iov_t){ .buffer = p, .length = out_slot };
 	}
-	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-			   UCP_OP_ATTR_FIELD_DATATYPE;
-	prm.cb.send = iov_reply_done;
-	prm.user_data = x;
-	prm.datatype = ucp_dt_make_iov();
-	sp = ucp_am_send_nbx(ep, NELSSA_AM_STEP_REPLY, x->hdr, sizeof(x->hdr), x->iov, x->n, &prm);
-	if (UCS_PTR_IS_PTR(sp)) {
-		sends_in_flight++;
-		s->replies++;
-		return 0;
-	}
-	if (UCS_PTR_IS_ERR(sp))
+	status = send_post(ep, NELSSA_AM_STEP_REPLY, x, copy, NELSSA_REPLY_HDR_BYTES, x->iov, n,
+			   ucp_dt_make_iov());
+	if (status != UCS_OK)
 		nd_log(nd, "session %llu: the reply to step %llu failed: %s",
 		       (unsigned long long)s->id, (unsigned long long)st->id,
-		       ucs_status_string(UCS_PTR_STATUS(sp)));
-	free(x);
+		       ucs_status_string(status));
 	return 0;
 }
 
