@@ -176,69 +176,54 @@ static int kv_staging_refused(const struct nelssad *nd)
 	return nd->cfg.zero_copy == ND_ZERO_COPY_REQUIRE;
 }
 
-static void process_kv(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr, size_t hdr_len,
-		       const uint8_t *data, size_t len)
-{
-	struct nelssa_kv_hdr h = { 0 };
-	struct nd_session *s;
-	int ret;
-
-	s = find_session(nd, e, hdr, hdr_len);
-	if (!s) {
-		if (nd->cfg.verbose)
-			nd_log(nd, "KV message refused: no such session");
-		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, len, -ENOENT);
-		return;
-	}
-	ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
-	if (!ret)
-		ret = check_rdma(nd, s, e->ep);
-	if (!ret && kv_staging_refused(nd))
-		ret = -EOPNOTSUPP;
-	if (!ret)
-		ret = nd_kv_ingest(nd, s, &h, data);
-	if (!ret)
-		nd->stats.kv_bytes += len;
-	s->kv_bytes += ret ? 0 : len;
-	if (ret && nd->cfg.verbose)
-		nd_log(nd, "KV message refused: %s", strerror(-ret));
-	kv_ack(nd, e->ep, h.cookie, ret);
-}
-
 /*
- * NELSSA_AM_KV_COMMIT: rows the client put into the session's registered
- * memory itself.  Only its counts change here: no byte is copied (the
- * session's @kv_rma_bytes says how many came this way).
+ * NELSSA_AM_KV and NELSSA_AM_KV_COMMIT go through the same checks in the
+ * same order -- the session, the header, --require-rdma -- and are
+ * acknowledged the same way; then each has its own.  A KV message's rows
+ * are copied in, unless --zero-copy=require refuses them.  A commit names
+ * rows the client put into the session's registered memory itself: only
+ * its counts change here, no byte is copied (the @kv_rma_bytes counters
+ * say how many came this way).
  */
-static void process_commit(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr,
-			   size_t hdr_len, size_t len)
+static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, const uint8_t *hdr,
+		       size_t hdr_len, const uint8_t *data, size_t len)
 {
+	const int commit = id == NELSSA_AM_KV_COMMIT;
+	const char *what = commit ? "KV commit" : "KV message";
 	struct nelssa_kv_hdr h = { 0 };
 	struct nd_session *s;
-	uint64_t bytes;
+	uint64_t bytes = len;
 	int ret;
 
 	s = find_session(nd, e, hdr, hdr_len);
 	if (!s) {
 		if (nd->cfg.verbose)
-			nd_log(nd, "KV commit refused: no such session");
-		refuse(nd, NELSSA_AM_KV, e->ep, hdr, hdr_len, 0, -ENOENT);
+			nd_log(nd, "%s refused: no such session", what);
+		refuse(nd, id, e->ep, hdr, hdr_len, len, -ENOENT);
 		return;
 	}
-	ret = nelssa_kv_commit_get(hdr, hdr_len, len, &h);
+	if (commit)
+		ret = nelssa_kv_commit_get(hdr, hdr_len, len, &h);
+	else
+		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 	if (!ret)
 		ret = check_rdma(nd, s, e->ep);
-	if (!ret)
+	if (!ret && commit) {
 		ret = nd_kv_commit(nd, s, &h);
-	bytes = 2ull * h.nr_tokens * nd_row_bytes(s) + 8ull * h.nr_clusters;
+		bytes = 2ull * h.nr_tokens * nd_row_bytes(s) + 8ull * h.nr_clusters;
+	} else if (!ret) {
+		ret = kv_staging_refused(nd) ? -EOPNOTSUPP : nd_kv_ingest(nd, s, &h, data);
+	}
 	if (!ret) {
 		nd->stats.kv_bytes += bytes;
-		nd->stats.kv_rma_bytes += bytes;
 		s->kv_bytes += bytes;
-		s->kv_rma_bytes += bytes;
+		if (commit) {
+			nd->stats.kv_rma_bytes += bytes;
+			s->kv_rma_bytes += bytes;
+		}
 	}
 	if (ret && nd->cfg.verbose)
-		nd_log(nd, "KV commit refused: %s", strerror(-ret));
+		nd_log(nd, "%s refused: %s", what, strerror(-ret));
 	kv_ack(nd, e->ep, h.cookie, ret);
 }
 
@@ -268,10 +253,8 @@ static void process_step(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr
 static void dispatch_msg(struct nelssad *nd, unsigned int id, struct nd_ep *e, const uint8_t *hdr,
 			 size_t hdr_len, const uint8_t *data, size_t len, uint64_t t_arrive)
 {
-	if (id == NELSSA_AM_KV)
-		process_kv(nd, e, hdr, hdr_len, data, len);
-	else if (id == NELSSA_AM_KV_COMMIT)
-		process_commit(nd, e, hdr, hdr_len, len);
+	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT)
+		process_kv(nd, id, e, hdr, hdr_len, data, len);
 	else
 		process_step(nd, e, hdr, hdr_len, data, len, t_arrive);
 }
