@@ -217,40 +217,6 @@ static int put(struct nelssa_client *c, struct put_window *w, void *data, size_t
 	return 0;
 }
 
-/* Every put before it has landed in the daemon's memory when this returns 0. */
-static int flush(struct nelssa_client *c, uint64_t deadline)
-{
-	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-						    UCP_OP_ATTR_FIELD_USER_DATA };
-	struct send_op *op = calloc(1, sizeof(*op));
-	ucs_status_ptr_t sp;
-	int ret;
-
-	if (!op)
-		return nc_fail(c, -ENOMEM, "out of memory");
-	prm.cb.send = nc_sent;
-	prm.user_data = op;
-	sp = ucp_ep_flush_nbx(c->ep, &prm);
-	if (!UCS_PTR_IS_PTR(sp)) {
-		free(op);
-		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "flushing RMA writes failed: %s",
-						    ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
-	}
-	op->req = sp;
-	ret = nc_wait(c, &op->done, deadline);
-	if (!op->done) {
-		op->next = c->orphans;	/* UCX still has it */
-		c->orphans = op;
-		return ret;
-	}
-	if (op->status != UCS_OK)
-		ret = nc_fail(c, -EIO, "flushing RMA writes failed: %s",
-			      ucs_status_string(op->status));
-	ucp_request_free(sp);
-	free(op);
-	return ret;
-}
-
 static void put_le32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
@@ -325,6 +291,7 @@ int nc_rma_offload(struct nelssa_client *c, struct csession *s, uint64_t request
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
 	uint64_t k_at, v_at, t_at, end;
 	const struct crkey *rk;
+	ucs_status_t st;
 	void *none = NULL;
 	uint32_t d;
 	int ret;
@@ -362,7 +329,10 @@ int nc_rma_offload(struct nelssa_client *c, struct csession *s, uint64_t request
 		put_abandon(c, &w);
 		return ret;
 	}
-	ret = flush(c, deadline);
+	/* Every put has landed in the daemon's memory before the commit names it. */
+	ret = nc_ep_flush(c, deadline, &st);
+	if (!ret && st != UCS_OK)
+		ret = nc_fail(c, -EIO, "flushing RMA writes failed: %s", ucs_status_string(st));
 	if (ret)
 		return ret;
 	c->acks_pending = 0;

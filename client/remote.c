@@ -446,18 +446,17 @@ static int tcp_connect(struct nelssa_client *c, const char *host, uint16_t port)
 }
 
 /*
- * Waits, within the connection's timeout, for the data endpoint to come
- * up: a flush completes once UCX's wire-up has.  A daemon that rejected
- * the connection fails it (peer error handling) or never answers (shared
- * memory: none); either way connect() says so instead of the first step.
+ * Flushes the data endpoint and waits for it until @deadline: 0 with UCX's
+ * answer in *@status (UCS_OK: everything sent or put on it before has
+ * landed at the daemon), or nc_wait()'s error.  A flush still pending then
+ * is cancelled and given a bounded while; *@status says UCS_INPROGRESS if
+ * UCX keeps it even so (left to UCX on the orphans), else how it ended.
  */
-static int data_path_up(struct nelssa_client *c, uint16_t port)
+int nc_ep_flush(struct nelssa_client *c, uint64_t deadline, ucs_status_t *status)
 {
-	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 						    UCP_OP_ATTR_FIELD_USER_DATA };
 	struct send_op *op = calloc(1, sizeof(*op));
-	char why[sizeof(c->err)];
 	ucs_status_ptr_t sp;
 	int ret;
 
@@ -468,9 +467,8 @@ static int data_path_up(struct nelssa_client *c, uint16_t port)
 	sp = ucp_ep_flush_nbx(c->ep, &prm);
 	if (!UCS_PTR_IS_PTR(sp)) {
 		free(op);
-		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -ECONNREFUSED, "the daemon's UCX data path "
-						 "(port %u): %s", port,
-						 ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
+		*status = UCS_PTR_STATUS(sp);
+		return 0;
 	}
 	op->req = sp;
 	ret = nc_wait(c, &op->done, deadline);
@@ -482,17 +480,37 @@ static int data_path_up(struct nelssa_client *c, uint16_t port)
 		while (!op->done && nelssa_now_ms() < end)
 			ucp_worker_progress(c->worker);
 	}
-	if (!ret && op->status != UCS_OK)
-		ret = -ECONNREFUSED;
-	snprintf(why, sizeof(why), "%s", op->done && op->status != UCS_OK
-		 ? ucs_status_string(op->status) : c->err);
-	if (op->done) {
-		ucp_request_free(sp);
-		free(op);
-	} else {
+	if (!op->done) {
+		*status = UCS_INPROGRESS;
 		op->next = c->orphans;	/* UCX still has it */
 		c->orphans = op;
+		return ret;
 	}
+	*status = op->status;
+	ucp_request_free(sp);
+	free(op);
+	return ret;
+}
+
+/*
+ * Waits, within the connection's timeout, for the data endpoint to come
+ * up: a flush completes once UCX's wire-up has.  A daemon that rejected
+ * the connection fails it (peer error handling) or never answers (shared
+ * memory: none); either way connect() says so instead of the first step.
+ */
+static int data_path_up(struct nelssa_client *c, uint16_t port)
+{
+	char why[sizeof(c->err)];
+	ucs_status_t status;
+	int ret;
+
+	ret = nc_ep_flush(c, nelssa_now_ms() + c->timeout_ms, &status);
+	if (ret == -ENOMEM)
+		return ret;
+	if (!ret && status != UCS_OK)
+		ret = -ECONNREFUSED;
+	snprintf(why, sizeof(why), "%s", status != UCS_OK && status != UCS_INPROGRESS
+		 ? ucs_status_string(status) : c->err);
 	if (ret)
 		return nc_fail(c, ret == -ETIMEDOUT ? ret : -ECONNREFUSED,
 			    "the daemon's UCX data path (port %u) did not come up: %s", port, why);

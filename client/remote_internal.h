@@ -128,6 +128,8 @@ int nc_am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t
 void nc_sent(void *request, ucs_status_t status, void *user_data);
 void nc_op_free(struct send_op *op);
 void nc_reap_orphans(struct nelssa_client *c);
+/* Flushes the data endpoint until @deadline; *@status: how the flush ended. */
+int nc_ep_flush(struct nelssa_client *c, uint64_t deadline, ucs_status_t *status);
 struct csession *nc_find(struct nelssa_client *c, uint64_t id);
 /* A daemon's refusal status in words. */
 const char *nc_refusal(int status);
