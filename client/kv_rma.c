@@ -217,12 +217,6 @@ static int put(struct nelssa_client *c, struct put_window *w, void *data, size_t
 	return 0;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* The puts of clusters [@from, n) of @ix: rows chunk by chunk, then the table. */
 static int put_rows(struct nelssa_client *c, struct put_window *w, const struct crkey *rk,
 		    uint64_t k_at, uint64_t v_at, uint64_t t_at, size_t row,
@@ -269,8 +263,8 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 	if (!table)
 		return nc_fail(c, -ENOMEM, "out of memory");
 	for (uint32_t j = from; j < ix->n_clusters; j++) {
-		put_le32(table + 8 * (j - from), ix->table[j].first);
-		put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
+		nelssa_put_le32(table + 8 * (j - from), ix->table[j].first);
+		nelssa_put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
 	}
 	return put(c, w, table, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
 		   t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * from, rk->rkey, deadline);

@@ -55,12 +55,6 @@ static void put16(uint8_t *p, uint16_t v)
 	p[1] = (uint8_t)(v >> 8);
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void put64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
@@ -172,18 +166,18 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 	plen = payload_of(m);
 	if (cap < NELSSA_PROTO_HDR_BYTES + plen)
 		return -ENOSPC;
-	put32(buf, NELSSA_PROTO_MAGIC);
+	nelssa_put_le32(buf, NELSSA_PROTO_MAGIC);
 	put16(buf + 4, NELSSA_PROTO_VERSION);
 	put16(buf + 6, m->type);
-	put32(buf + 8, plen);
-	put32(buf + 12, m->seq);
+	nelssa_put_le32(buf + 8, plen);
+	nelssa_put_le32(buf + 12, m->seq);
 	p = buf + NELSSA_PROTO_HDR_BYTES;
 	memset(p, 0, plen);
 	switch (m->type) {
 	case NELSSA_MSG_HELLO:
 		put16(p, m->u.hello.min_version);
 		put16(p + 2, m->u.hello.max_version);
-		put32(p + 4, m->u.hello.flags);
+		nelssa_put_le32(p + 4, m->u.hello.flags);
 		memcpy(p + 8, m->u.hello.name, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_HELLO_OK:
@@ -196,40 +190,40 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		memcpy(p + 24, m->u.hello_ok.name, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
-		put32(p, m->u.create.tenant);
+		nelssa_put_le32(p, m->u.create.tenant);
 		put16(p + 4, m->u.create.shape.layers);
 		put16(p + 6, m->u.create.shape.q_heads);
 		put16(p + 8, m->u.create.shape.kv_heads);
 		put16(p + 10, m->u.create.shape.head_dim);
 		p[12] = m->u.create.shape.kv_dtype;
 		p[13] = m->u.create.placement;
-		put32(p + 16, m->u.create.max_batch);
-		put32(p + 20, m->u.create.max_sel);
+		nelssa_put_le32(p + 16, m->u.create.max_batch);
+		nelssa_put_le32(p + 20, m->u.create.max_sel);
 		put64(p + 24, m->u.create.capacity_tokens);
 		break;
 	case NELSSA_MSG_SESSION_OK:
 		put64(p, m->u.session_ok.session);
 		put64(p + 8, m->u.session_ok.token);
-		put32(p + 16, m->u.session_ok.devices);
-		put32(p + 20, m->u.session_ok.flags);
+		nelssa_put_le32(p + 16, m->u.session_ok.devices);
+		nelssa_put_le32(p + 20, m->u.session_ok.flags);
 		break;
 	case NELSSA_MSG_RKEY_GET:
 		put64(p, m->u.rkey_get.session);
-		put32(p + 8, m->u.rkey_get.device);
+		nelssa_put_le32(p + 8, m->u.rkey_get.device);
 		break;
 	case NELSSA_MSG_RKEY:
 		put64(p, m->u.rkey.session);
 		put64(p + 8, m->u.rkey.base);
 		put64(p + 16, m->u.rkey.bytes);
-		put32(p + 24, m->u.rkey.device);
-		put32(p + 28, m->u.rkey.len);
+		nelssa_put_le32(p + 24, m->u.rkey.device);
+		nelssa_put_le32(p + 28, m->u.rkey.len);
 		memcpy(p + 32, m->u.rkey.key, m->u.rkey.len);
 		break;
 	case NELSSA_MSG_REQ_OK:
 		put64(p, m->u.req_ok.request);
-		put32(p + 8, m->u.req_ok.store_tokens);
-		put32(p + 12, m->u.req_ok.store_clusters);
-		put32(p + 16, m->u.req_ok.devices);
+		nelssa_put_le32(p + 8, m->u.req_ok.store_tokens);
+		nelssa_put_le32(p + 12, m->u.req_ok.store_clusters);
+		nelssa_put_le32(p + 16, m->u.req_ok.devices);
 		for (uint32_t d = 0; d < m->u.req_ok.devices; d++)
 			put64(p + 24 + 8 * d, m->u.req_ok.off[d]);
 		break;
@@ -238,8 +232,8 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		put64(p, m->u.req.session);
 		put64(p + 8, m->u.req.request);
 		if (m->type == NELSSA_MSG_REQ_ALLOC) {
-			put32(p + 16, m->u.req.max_tokens);
-			put32(p + 20, m->u.req.max_clusters);
+			nelssa_put_le32(p + 16, m->u.req.max_tokens);
+			nelssa_put_le32(p + 20, m->u.req.max_clusters);
 		}
 		break;
 	case NELSSA_MSG_STATS:
@@ -254,13 +248,13 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 
 		for (int i = 0; i < 8; i++)
 			put64(p + 8 * i, v[i]);
-		put32(p + 64, m->u.stats.sessions);
-		put32(p + 68, m->u.stats.devices);
+		nelssa_put_le32(p + 64, m->u.stats.sessions);
+		nelssa_put_le32(p + 68, m->u.stats.devices);
 		put64(p + 72, m->u.stats.kv_rma_bytes);
 		break;
 	}
 	case NELSSA_MSG_ERROR:
-		put32(p, (uint32_t)m->u.error.code);
+		nelssa_put_le32(p, (uint32_t)m->u.error.code);
 		memcpy(p + 8, m->u.error.msg, NELSSA_PROTO_ERR_LEN);
 		break;
 	default:
@@ -441,10 +435,10 @@ void nelssa_kv_hdr_put(uint8_t *p, const struct nelssa_kv_hdr *h)
 	put64(p + 24, h->cookie);
 	put16(p + 32, h->layer);
 	put16(p + 34, h->head);
-	put32(p + 36, h->first_token);
-	put32(p + 40, h->nr_tokens);
-	put32(p + 44, h->first_cluster);
-	put32(p + 48, h->nr_clusters);
+	nelssa_put_le32(p + 36, h->first_token);
+	nelssa_put_le32(p + 40, h->nr_tokens);
+	nelssa_put_le32(p + 44, h->first_cluster);
+	nelssa_put_le32(p + 48, h->nr_clusters);
 }
 
 int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint64_t *token)
@@ -498,7 +492,7 @@ void nelssa_ack_hdr_put(uint8_t *p, const struct nelssa_ack_hdr *h)
 {
 	memset(p, 0, NELSSA_ACK_HDR_BYTES);
 	put64(p, h->cookie);
-	put32(p + 8, (uint32_t)h->status);
+	nelssa_put_le32(p + 8, (uint32_t)h->status);
 }
 
 int nelssa_ack_hdr_get(const uint8_t *p, size_t len, struct nelssa_ack_hdr *h)
@@ -517,7 +511,7 @@ void nelssa_step_hdr_put(uint8_t *p, const struct nelssa_step_hdr *h)
 	put64(p + 8, h->token);
 	put64(p + 16, h->step);
 	put16(p + 24, h->layer);
-	put32(p + 28, h->nr_items);
+	nelssa_put_le32(p + 28, h->nr_items);
 }
 
 void nelssa_step_item_put(uint8_t *p, const struct nelssa_step_item *it)
@@ -525,7 +519,7 @@ void nelssa_step_item_put(uint8_t *p, const struct nelssa_step_item *it)
 	memset(p, 0, NELSSA_STEP_ITEM_BYTES);
 	put64(p, it->request);
 	put16(p + 8, it->head);
-	put32(p + 12, it->nr_sel);
+	nelssa_put_le32(p + 12, it->nr_sel);
 }
 
 int nelssa_step_parse(const uint8_t *hdr, size_t hdr_len, const uint8_t *data, size_t data_len,
@@ -572,8 +566,8 @@ void nelssa_reply_hdr_put(uint8_t *p, const struct nelssa_reply_hdr *h)
 {
 	memset(p, 0, NELSSA_REPLY_HDR_BYTES);
 	put64(p, h->step);
-	put32(p + 8, (uint32_t)h->status);
-	put32(p + 12, h->nr_items);
+	nelssa_put_le32(p + 8, (uint32_t)h->status);
+	nelssa_put_le32(p + 12, h->nr_items);
 	put64(p + 16, h->t_recv);
 	put64(p + 24, h->t_dispatch);
 	put64(p + 32, h->t_device);

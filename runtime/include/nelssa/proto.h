@@ -42,6 +42,17 @@ extern "C" {
 #define NELSSA_PROTO_MAX_BATCH	4096u
 
 /*
+ * A u32 the way the codec puts every one on the wire (little-endian,
+ * byte by byte), for whatever else a peer reads as wire fields: the KV
+ * table entries a client writes by RMA are those of a KV message.
+ */
+static inline void nelssa_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
  * HELLO flag: the client's data endpoint uses no UCX peer error handling,
  * so that UCX may carry it over shared memory, whose transports cannot
  * detect a dead peer (the control socket does).  The daemon grants it in
