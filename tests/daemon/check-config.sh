@@ -12,17 +12,10 @@ set -u
 
 nd=${1:?usage: check-config.sh NELSSAD SHIPPED_CONF}
 shipped=${2:?}
-out=$(mktemp -d)
-pid=
-n=0
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 
-# shellcheck source=../tools/tap-lib.sh
-. "$(dirname "$0")/../tools/tap-lib.sh"
-# shellcheck source=../../scripts/nelssad-lib.sh
-. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
-
-export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y UCX_TLS=tcp
+export UCX_TLS=tcp
 
 # refuse NAME MESSAGE ARGS...: exits 2 within 20 s, MESSAGE on stderr.
 refuse() {

@@ -49,9 +49,6 @@
 #
 #   check-crash.sh NELSSAD E2E_CLIENT CRASH_PEER
 set -u
-# UCX 1.13's own small leaks per endpoint pair (tests/fuzz/fuzz_daemon.lsan
-# says which): only allocations made inside libucs/libuct are suppressed.
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
 
 nd=${1:?usage: check-crash.sh NELSSAD E2E_CLIENT CRASH_PEER}
 cli=${2:?}
@@ -62,17 +59,12 @@ WARMUP=5
 # VmRSS growth allowed over 50 kills, after the warm-up: 16 MiB, a fifth of
 # what a leak of the size once seen (90 MB over 50 kills) would add.
 RSS_BOUND_KB=16384
-out=$(mktemp -d)
-pid=
-n=0
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 # NELSSA_CRASH_KEEP=DIR keeps the daemons' logs and the clients' outputs there.
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; [ -n "${NELSSA_CRASH_KEEP:-}" ] && cp -r "$out" "$NELSSA_CRASH_KEEP"; rm -rf "$out"' EXIT
 
-# shellcheck source=../../scripts/nelssad-lib.sh
-. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
-
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
-export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
 # Clients are killed mid-way on purpose: their leak reports are noise.
 cli_asan="$ASAN_OPTIONS:detect_leaks=0"
 

@@ -11,9 +11,6 @@
 #
 #   check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH AM_IDS
 set -u
-# UCX 1.13's own small leaks per endpoint pair (tests/fuzz/fuzz_daemon.lsan
-# says which): only allocations made inside libucs/libuct are suppressed.
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
 
 nd=${1:?usage: check-daemon.sh NELSSAD E2E_CLIENT BAD_FRAMES_PY NELSSA_DEMO NELSSACTL STEP_BENCH AM_IDS}
 cli=${2:?}
@@ -22,19 +19,11 @@ demo=${4:?}
 ctl=${5:?}
 sbench=${6:?}
 amids=${7:?}
-out=$(mktemp -d)
-pid=
-n=0
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
-
-# shellcheck source=../tools/tap-lib.sh
-. "$(dirname "$0")/../tools/tap-lib.sh"
-# shellcheck source=../../scripts/nelssad-lib.sh
-. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # Clients never wait long; the kill scenario's leak report would be noise.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
-export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
 
 start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1

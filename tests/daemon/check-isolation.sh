@@ -11,26 +11,17 @@
 #
 #   check-isolation.sh NELSSAD ISOLATION
 set -u
-# UCX 1.13's own small leaks per endpoint pair (tests/fuzz/fuzz_daemon.lsan
-# says which): only allocations made inside libucs/libuct are suppressed.
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
 
 nd=${1:?usage: check-isolation.sh NELSSAD ISOLATION}
 iso=${2:?}
-out=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
-
-# shellcheck source=../../scripts/nelssad-lib.sh
-. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
-export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
 
 k=$("$iso" --count) || exit 1
 per=$((k + 3))
 echo "1..$((2 * per))"
-n=0
 for tls in tcp shm,tcp; do
 	first=$((n + 1))
 	if ! UCX_TLS=$tls nelssad_start "$nd" "$out/daemon.log" "$out/port" \

@@ -30,27 +30,18 @@
 #
 #   check-limits.sh NELSSAD LIMITS_CLIENT EP_FLOOD E2E_CLIENT NELSSACTL
 set -u
-# UCX 1.13's own small leaks per endpoint pair (tests/fuzz/fuzz_daemon.lsan
-# says which): only allocations made inside libucs/libuct are suppressed.
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
 
 nd=${1:?usage: check-limits.sh NELSSAD LIMITS_CLIENT EP_FLOOD E2E_CLIENT NELSSACTL}
 lc=${2:?}
 flood=${3:?}
 cli=${4:?}
 ctl=${5:?}
-out=$(mktemp -d)
-pid=
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 bg=
-n=0
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; [ -n "$bg" ] && kill -9 $bg 2>/dev/null; rm -rf "$out"' EXIT
 
-# shellcheck source=../tools/tap-lib.sh
-. "$(dirname "$0")/../tools/tap-lib.sh"
-# shellcheck source=../../scripts/nelssad-lib.sh
-. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
-
-export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y UCX_TLS=tcp
+export UCX_TLS=tcp
 # The test's own clients hold 500 sockets and more.
 ulimit -S -n "$(ulimit -H -n)" 2>/dev/null
 

@@ -15,22 +15,13 @@
 #
 #   check-zero-copy.sh NELSSAD E2E_CLIENT
 set -u
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/../fuzz/fuzz_daemon.lsan:print_suppressions=0}"
 
 nd=${1:?usage: check-zero-copy.sh NELSSAD E2E_CLIENT}
 cli=${2:?}
-out=$(mktemp -d)
-pid=
-n=0
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
-
-# shellcheck source=../tools/tap-lib.sh
-. "$(dirname "$0")/../tools/tap-lib.sh"
-# shellcheck source=../../scripts/nelssad-lib.sh
-. "$(dirname "$0")/../../scripts/nelssad-lib.sh"
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
-export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y
 
 # grep_t NAME PATTERN FILE: a subtest that FILE holds PATTERN.
 grep_t() {
