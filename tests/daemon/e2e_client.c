@@ -365,7 +365,7 @@ static int scenario_check(struct tu_rng *rng)
 	 * One row this client wrote, for a reader of the device's memory to
 	 * look for (tier T3 finds it in a card's device-dax carve-out).
 	 */
-	if (scenario_arg && !strcmp(scenario_arg, "rdma")) {
+	if (scenario_arg && (!strcmp(scenario_arg, "rdma") || !strcmp(scenario_arg, "rma"))) {
 		const uint8_t *row = (const uint8_t *)rows(&reqs[0], reqs[0].k, 0, 0);
 
 		printf("# first K row: ");

