@@ -140,18 +140,7 @@ cp "$out/ktree/driver/nelssa_pnm.ko" "$out/root/lib/modules/"
 # in, and then says so for daxctl's libkmod); daxctl reconfigures it.
 mkdir -p "$out/root/lib/modules/$kv"
 if [ "$kernel" = debian ]; then
-	[ -f "$kroot/lib/modules/$kv/modules.dep" ] || depmod -b "$kroot" "$kv"
-	for m in device_dax kmem; do
-		modprobe -d "$kroot" -S "$kv" --show-depends "$m" 2>>"$log" |
-			awk '$1 == "insmod" { print $2 }'
-	done | sort -u | while read -r ko; do
-		rel=${ko#"$kroot"/}
-		mkdir -p "$out/root/$(dirname "$rel")"
-		cp "$ko" "$out/root/$rel"
-	done
-	for f in modules.order modules.builtin modules.builtin.modinfo; do
-		cp "$kroot/lib/modules/$kv/$f" "$out/root/lib/modules/$kv/"
-	done
+	copy_modules "$out/root" "$kroot" "$kv" device_dax kmem 2>>"$log"
 else
 	printf 'kernel/drivers/dax/device_dax.ko\nkernel/drivers/dax/kmem.ko\n' \
 		>"$out/root/lib/modules/$kv/modules.builtin"

@@ -55,17 +55,7 @@ systemd-sysusers --root="$root" >>"$out/install.log" 2>&1
 grep -q '^nelssa:' "$root/etc/group" || { echo "systemd-sysusers made no nelssa group"; exit 1; }
 
 # 3. Kernel modules: Soft-RoCE and what it requests (crc32), a dummy netdev.
-[ -f "$kroot/lib/modules/$kv/modules.dep" ] || depmod -b "$kroot" "$kv"
-for m in crc32_generic crc32_pclmul rdma_rxe ib_uverbs rdma_ucm dummy; do
-	modprobe -d "$kroot" -S "$kv" --show-depends "$m" | awk '$1 == "insmod" { print $2 }'
-done | sort -u | while read -r ko; do
-	rel=${ko#"$kroot"/}
-	mkdir -p "$root/$(dirname "$rel")"
-	cp "$ko" "$root/$rel"
-done
-for f in modules.order modules.builtin modules.builtin.modinfo; do
-	cp "$kroot/lib/modules/$kv/$f" "$root/lib/modules/$kv/"
-done
+copy_modules "$root" "$kroot" "$kv" crc32_generic crc32_pclmul rdma_rxe ib_uverbs rdma_ucm dummy
 depmod -b "$root" "$kv"
 
 # 4. kmod and udev.
