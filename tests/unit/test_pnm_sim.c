@@ -506,6 +506,20 @@ static void event_fd(void **state)
 		}
 	}
 	assert_int_equal(poll(&pfd, 1, 0), 0);			/* drained: quiet again */
+	assert_int_equal(nelssa_pnm_poll(p, comp, 4), 0);
+	assert_int_equal(poll(&pfd, 1, 0), 0);			/* an empty poll: still quiet */
+	/*
+	 * Signalled again after a drain; with one of two reaped, the other
+	 * makes it readable (at once if it had completed, else when it does).
+	 */
+	assert_int_equal(nelssa_pnm_submit(p, &c, 1, NULL), 1);
+	assert_int_equal(nelssa_pnm_submit(p, &c, 1, NULL), 1);
+	assert_int_equal(poll(&pfd, 1, 5000), 1);
+	assert_int_equal(nelssa_pnm_wait(p, comp, 1, 1, -1), 1);
+	assert_int_equal(poll(&pfd, 1, 5000), 1);
+	assert_int_equal(nelssa_pnm_poll(p, comp, 4), 1);
+	assert_int_equal(poll(&pfd, 1, 0), 0);
+	assert_int_equal(nelssa_pnm_inflight(p), 0);
 	nelssa_pnm_close(p);
 }
 
