@@ -648,9 +648,10 @@ static void reap_sessions(struct nelssad *nd)
 	}
 }
 
-static void reap_devices(struct nelssad *nd)
+static unsigned int reap_devices(struct nelssad *nd)
 {
 	struct npnm_completion comps[64];
+	unsigned int all = 0;
 
 	for (uint32_t d = 0; d < nd->n_dev; d++) {
 		int n;
@@ -658,8 +659,10 @@ static void reap_devices(struct nelssad *nd)
 		while ((n = nelssa_pnm_poll(nd->dev[d].pnm, comps, 64)) > 0) {
 			for (int i = 0; i < n; i++)
 				nd_step_complete(nd, &comps[i]);
+			all += (unsigned int)n;
 		}
 	}
+	return all;
 }
 
 /*
@@ -667,14 +670,16 @@ static void reap_devices(struct nelssad *nd)
  * that steps started there asked for, the device completions (which finish
  * steps) and the sessions that may close now.
  */
-void nd_dataplane_poll_once(struct nelssad *nd)
+unsigned int nd_dataplane_poll_once(struct nelssad *nd)
 {
-	nd_jobs_run(nd);
-	while (ucp_worker_progress(nd->worker))
-		;
+	unsigned int n = nd_jobs_run(nd), p;
+
+	while ((p = ucp_worker_progress(nd->worker)))
+		n += p;
 	tend_peers(nd, 0);
-	reap_devices(nd);
+	n += reap_devices(nd);
 	reap_sessions(nd);
+	return n;
 }
 
 static void *poller(void *arg)
@@ -698,13 +703,13 @@ static void *poller(void *arg)
 			continue;
 		if (ucp_worker_arm(nd->worker) == UCS_ERR_BUSY)
 			continue;
-		/* Device completions do not wake the worker's fd: they have their own. */
-		if (epoll_wait(epfd, evs, 16, 100) > 0) {
-			uint64_t v;
-
-			if (read(nd->to_poller.fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-				break;
-		}
+		/*
+		 * Device completions do not wake the worker's fd: they have
+		 * their own.  Each fd is drained by whoever takes what it
+		 * announces (nd_jobs_take(), nelssa_pnm_poll()) and only then,
+		 * so a turn with nothing to do makes no system call.
+		 */
+		epoll_wait(epfd, evs, 16, 100);
 	}
 	close(epfd);
 	return NULL;
@@ -866,7 +871,7 @@ void nd_dataplane_stop(struct nelssad *nd)
 		goto out;
 	nd->stop = 1;
 	if (nd->poller_running) {
-		nd_jobs_wake(&nd->to_poller);
+		nd_jobs_wake(nd, &nd->to_poller);
 		pthread_join(nd->poller, NULL);
 		nd->poller_running = 0;
 	}

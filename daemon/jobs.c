@@ -22,6 +22,7 @@ static void q_init(struct nd_jobq *q, int fd)
 	q->head = NULL;
 	q->tail = &q->head;
 	q->fd = fd;
+	q->signalled = false;
 }
 
 int nd_jobs_init(struct nelssad *nd)
@@ -47,16 +48,30 @@ struct nd_job *nd_job_new(enum nd_job_kind kind, uint64_t conn)
 	return j;
 }
 
-void nd_jobs_wake(struct nd_jobq *q)
+/*
+ * Called with jobs_lock held.  The eventfd is written only when it is not
+ * already readable, and read only by nd_jobs_take() when it was written,
+ * both under the lock, so that "readable" and q->signalled never disagree:
+ * a reader that finds nothing makes no system call (the poller looks at
+ * its queue on every turn), and an empty queue never leaves the fd
+ * readable to spin its reader.
+ */
+static void signal_locked(struct nd_jobq *q)
 {
 	uint64_t one = 1;
 
-	/*
-	 * It fails only with the counter full (EAGAIN), when the reader is
-	 * certain to wake anyway, or with no reader left (stopping).
-	 */
-	if (q->fd >= 0 && write(q->fd, &one, sizeof(one)) < 0)
+	if (q->signalled || q->fd < 0)
 		return;
+	/* It fails only with no reader left (stopping): nobody to wake. */
+	if (write(q->fd, &one, sizeof(one)) == sizeof(one))
+		q->signalled = true;
+}
+
+void nd_jobs_wake(struct nelssad *nd, struct nd_jobq *q)
+{
+	pthread_mutex_lock(&nd->jobs_lock);
+	signal_locked(q);
+	pthread_mutex_unlock(&nd->jobs_lock);
 }
 
 static void push(struct nelssad *nd, struct nd_jobq *q, struct nd_job *j)
@@ -65,8 +80,8 @@ static void push(struct nelssad *nd, struct nd_jobq *q, struct nd_job *j)
 	pthread_mutex_lock(&nd->jobs_lock);
 	*q->tail = j;
 	q->tail = &j->next;
+	signal_locked(q);
 	pthread_mutex_unlock(&nd->jobs_lock);
-	nd_jobs_wake(q);
 }
 
 void nd_job_post(struct nelssad *nd, struct nd_job *j)
@@ -85,10 +100,9 @@ struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q)
 	struct nd_job *all;
 	uint64_t v;
 
-	/* Before the queue is looked at, so no job's wake-up is lost. */
-	if (q->fd >= 0 && read(q->fd, &v, sizeof(v)) < 0)
-		v = 0;	/* EAGAIN: none since the last look */
 	pthread_mutex_lock(&nd->jobs_lock);
+	if (q->signalled && read(q->fd, &v, sizeof(v)) == sizeof(v))
+		q->signalled = false;
 	all = q->head;
 	q->head = NULL;
 	q->tail = &q->head;
@@ -112,15 +126,17 @@ void nd_job_free(struct nelssad *nd, struct nd_job *j)
 	free(j);
 }
 
-void nd_jobs_run(struct nelssad *nd)
+unsigned int nd_jobs_run(struct nelssad *nd)
 {
 	struct nd_job *j = nd_jobs_take(nd, &nd->to_poller), *next;
+	unsigned int n = 0;
 
-	for (; j; j = next) {
+	for (; j; j = next, n++) {
 		next = j->next;
 		nd_control_job(nd, j);
 		nd_job_done(nd, j);
 	}
+	return n;
 }
 
 /*

@@ -32,6 +32,7 @@
 #define NELSSAD_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <ucp/api/ucp.h>
@@ -275,6 +276,7 @@ struct nd_job {
 struct nd_jobq {
 	struct nd_job *head, **tail;
 	int fd;				/* eventfd: its reader's wake-up */
+	bool signalled;			/* fd written, not yet read (jobs_lock) */
 };
 
 struct nelssad {
@@ -461,7 +463,7 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
 int nd_token_new(uint64_t *token);
 ucp_ep_h nd_ep_live(const struct nd_ep *e);
 int nd_dataplane_init(struct nelssad *nd);
-void nd_dataplane_poll_once(struct nelssad *nd);
+unsigned int nd_dataplane_poll_once(struct nelssad *nd);
 int nd_dataplane_start(struct nelssad *nd);
 void nd_dataplane_stop(struct nelssad *nd);
 
@@ -489,11 +491,11 @@ struct nd_job *nd_job_new(enum nd_job_kind kind, uint64_t conn);
 void nd_job_post(struct nelssad *nd, struct nd_job *j);
 void nd_job_done(struct nelssad *nd, struct nd_job *j);
 struct nd_job *nd_jobs_take(struct nelssad *nd, struct nd_jobq *q);
-void nd_jobs_wake(struct nd_jobq *q);
+void nd_jobs_wake(struct nelssad *nd, struct nd_jobq *q);
 /* Gives back the reservation of the session a SESSION_CREATE's job carries. */
 void nd_job_unreserve(struct nelssad *nd, struct nd_job *j);
 void nd_job_free(struct nelssad *nd, struct nd_job *j);
 /* The poller's turn at its queue: runs every job and sends it back. */
-void nd_jobs_run(struct nelssad *nd);
+unsigned int nd_jobs_run(struct nelssad *nd);
 
 #endif /* NELSSAD_H */
