@@ -27,9 +27,6 @@
 
 #include "remote_internal.h"
 
-/* Puts in flight at once: a window, so that a failure surfaces near its cause. */
-#define PUT_WINDOW 16
-
 void nc_rma_session_close(struct csession *s)
 {
 	for (uint32_t d = 0; s->rk && d < s->n_dev; d++)
@@ -185,9 +182,12 @@ static void put_abandon(struct nelssa_client *c, struct put_window *w)
 	nc_reap_orphans(c);
 }
 
-/* Puts @len bytes of @data (malloc'd, passed on) at @remote; bounded by the window. */
-static int put(struct nelssa_client *c, struct put_window *w, void *data, size_t len,
-	       uint64_t remote, ucp_rkey_h rkey, uint64_t deadline)
+/*
+ * Puts @len bytes of @data (passed on: from nc_buf_get() when @cached,
+ * else malloc'd) at @remote; bounded by the window.
+ */
+static int put(struct nelssa_client *c, struct put_window *w, void *data, int cached,
+	       size_t len, uint64_t remote, ucp_rkey_h rkey, uint64_t deadline)
 {
 	ucp_request_param_t prm = { 0 };
 	struct send_op *op;
@@ -198,10 +198,14 @@ static int put(struct nelssa_client *c, struct put_window *w, void *data, size_t
 		ret = put_retire(c, w, deadline);
 	op = ret ? NULL : calloc(1, sizeof(*op));
 	if (!op) {
-		free(data);
+		if (cached)
+			nc_buf_put(c, data);
+		else
+			free(data);
 		return ret ? ret : nc_fail(c, -ENOMEM, "out of memory");
 	}
 	op->data = data;
+	op->cache = cached ? c : NULL;
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	prm.cb.send = nc_sent;
 	prm.user_data = op;
@@ -230,16 +234,23 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 		const uint32_t first = ix->table[cl].first;
 		uint32_t end = cl, tokens = 0;
 		uint8_t *kb, *vb;
+		int cached;
 
 		while (end < ix->n_clusters &&
 		       (end == cl || 2ull * (tokens + ix->table[end].count) * row <= CHUNK_BYTES))
 			tokens += ix->table[end++].count;
 		/* Clusters are never empty (struct nelssa_cluster_index): tokens >= 1. */
-		kb = malloc((size_t)tokens * row);
-		vb = malloc((size_t)tokens * row);
+		cached = (size_t)tokens * row <= NC_BUF_BYTES;
+		kb = cached ? nc_buf_get(c) : malloc((size_t)tokens * row);
+		vb = cached ? nc_buf_get(c) : malloc((size_t)tokens * row);
 		if (!kb || !vb) {
-			free(kb);
-			free(vb);
+			if (cached) {
+				nc_buf_put(c, kb);
+				nc_buf_put(c, vb);
+			} else {
+				free(kb);
+				free(vb);
+			}
 			return nc_fail(c, -ENOMEM, "out of memory");
 		}
 		for (uint32_t i = 0; i < tokens; i++) {
@@ -248,10 +259,13 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 			memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row, row);
 			memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row, row);
 		}
-		ret = put(c, w, kb, tokens * row, k_at + (uint64_t)first * row, rk->rkey, deadline);
+		ret = put(c, w, kb, cached, tokens * row, k_at + (uint64_t)first * row, rk->rkey,
+			  deadline);
 		if (!ret)
-			ret = put(c, w, vb, tokens * row, v_at + (uint64_t)first * row, rk->rkey,
-				  deadline);
+			ret = put(c, w, vb, cached, tokens * row, v_at + (uint64_t)first * row,
+				  rk->rkey, deadline);
+		else if (cached)
+			nc_buf_put(c, vb);
 		else
 			free(vb);
 		cl = end;
@@ -266,7 +280,7 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 		nelssa_put_le32(table + 8 * (j - from), ix->table[j].first);
 		nelssa_put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
 	}
-	return put(c, w, table, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
+	return put(c, w, table, 0, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
 		   t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * from, rk->rkey, deadline);
 }
 

@@ -303,8 +303,24 @@ void nc_sent(void *request, ucs_status_t status, void *user_data)
 
 void nc_op_free(struct send_op *op)
 {
-	free(op->data);
+	if (op->cache)
+		nc_buf_put(op->cache, op->data);
+	else
+		free(op->data);
 	free(op);
+}
+
+void *nc_buf_get(struct nelssa_client *c)
+{
+	return c->n_bufs ? c->bufs[--c->n_bufs] : malloc(NC_BUF_BYTES);
+}
+
+void nc_buf_put(struct nelssa_client *c, void *buf)
+{
+	if (buf && c->n_bufs < NC_BUF_CACHE)
+		c->bufs[c->n_bufs++] = buf;
+	else
+		free(buf);
 }
 
 /* Frees the orphans UCX has finished with. */
@@ -645,6 +661,8 @@ void nelssa_client_close(struct nelssa_client *c)
 		close(c->fd);
 	for (int i = 0; i < MAX_PENDING; i++)
 		free(c->pend[i].buf);
+	while (c->n_bufs)
+		free(c->bufs[--c->n_bufs]);
 	free(c);
 }
 
@@ -820,7 +838,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	if (s->rma)
 		return nc_rma_offload(c, s, request, layer, head, ix, from, k, v);
 	row = ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
-	buf = malloc(CHUNK_BYTES + 2 * row + 8);
+	buf = nc_buf_get(c);	/* NC_BUF_BYTES >= CHUNK_BYTES + 2 * row + 8 */
 	if (!buf)
 		return nc_fail(c, -ENOMEM, "out of memory");
 	c->acks_pending = 0;
@@ -875,7 +893,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	}
 	if (!ret)
 		ret = nc_wait_acks(c, 1, deadline);
-	free(buf);
+	nc_buf_put(c, buf);
 	if (!ret && c->ack_status)
 		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
 			   nc_refusal(c->ack_status));
