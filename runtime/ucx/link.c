@@ -282,24 +282,49 @@ static void copy_word(char *dst, size_t len, const char *s, size_t n)
 /* Whether the word @w (@n bytes) is a use that moves data over its lane. */
 static int data_use(const char *w, size_t n)
 {
-	/* am, am_bw#N, rma#N, rma_bw#N, amo#N, tag; not wireup, ka, nor the peer's md/sysdev. */
+	/* am, am_bw#N, rma_bw#N, amo#N, tag; not wireup, ka, nor the peer's md/sysdev. */
 	return (n >= 2 && !strncmp(w, "am", 2)) || (n >= 3 && !strncmp(w, "rma", 3)) ||
 	       (n >= 3 && !strncmp(w, "tag", 3));
 }
 
+/* N (below 1000) of "@key[N]:" opening @p (before @end), or -1. */
+static int bracket_index(const char *p, const char *end, const char *key)
+{
+	size_t k = strlen(key);
+	char *stop;
+	unsigned long v;
+
+	if ((size_t)(end - p) <= k + 2 || strncmp(p, key, k) || p[k] != '[' ||
+	    p[k + 1] < '0' || p[k + 1] > '9')
+		return -1;
+	v = strtoul(p + k + 1, &stop, 10);
+	return stop + 1 < end && stop[0] == ']' && stop[1] == ':' && v < 1000 ? (int)v : -1;
+}
+
 unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes *l)
 {
-	unsigned int seen = 0;
+	char lane_tl[NELSSA_LINK_MAX_LANES][24] = { { 0 } };
+	unsigned int seen = 0, puts = 0;
 
 	memset(l, 0, sizeof(*l));
 	for (const char *line = text; line && *line;) {
 		const char *eol = strchr(line, '\n'), *end = eol ? eol : line + strlen(line);
-		const char *p = strstr(line, "lane["), *use, *tl, *slash;
-		int data = 0;
+		const char *p = line, *use, *tl, *slash;
+		int data = 0, idx;
 
 		line = eol ? eol + 1 : NULL;
+		while (p < end && (*p == '#' || *p == ' '))
+			p++;
+		/* "put[1]: 0..<short>..124..<bcopy>..(inf)": lane 1 serves the RMA API. */
+		idx = bracket_index(p, end, "put");
+		if (idx >= 0) {
+			if (idx < NELSSA_LINK_MAX_LANES)
+				puts |= 1u << idx;
+			continue;
+		}
 		/* "lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0" */
-		if (!p || p >= end)
+		idx = bracket_index(p, end, "lane");
+		if (idx < 0)
 			continue;
 		p = memchr(p, ']', (size_t)(end - p));
 		p = p && p + 1 < end && p[1] == ':' ? memchr(p + 2, ':', (size_t)(end - p - 2)) : NULL;
@@ -311,6 +336,8 @@ unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes 
 		if (!slash || slash == tl)
 			continue;
 		seen++;
+		if (idx < NELSSA_LINK_MAX_LANES)
+			copy_word(lane_tl[idx], sizeof(lane_tl[0]), tl, (size_t)(slash - tl));
 		/* The uses: the words after the peer's "md[N]/tl/sysdev[N]". */
 		for (const char *w = use + 2; w < end;) {
 			size_t n;
@@ -323,12 +350,15 @@ unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes 
 			if (!n)
 				break;
 			data |= data_use(w, n);
-			l->native_rma |= n > 4 && !strncmp(w, "rma#", 4);
 			w += n;
 		}
 		if (data && l->n < NELSSA_LINK_MAX_LANES)
 			copy_word(l->tl[l->n++], sizeof(l->tl[0]), tl, (size_t)(slash - tl));
 	}
+	/* A "put[N]" line may come before or after lane N's: judged at the end. */
+	for (unsigned int i = 0; i < NELSSA_LINK_MAX_LANES; i++)
+		if ((puts & (1u << i)) && nelssa_link_tl_is_rdma(lane_tl[i]))
+			l->native_rma = 1;
 	return seen;
 }
 

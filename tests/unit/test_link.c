@@ -20,23 +20,59 @@
 
 #include "testutil.h"
 
-/* Soft-RoCE (rdma_rxe) in the QEMU rig: an rc data lane, a ud wire-up lane. */
+/*
+ * Soft-RoCE (rdma_rxe) in the QEMU rig, the client's endpoint to nelssad:
+ * lanes as UCX 1.13.1 logged them there (wireup.c; its endpoint
+ * configuration "rma(rc_verbs/rxe0:1) am(rc_verbs/rxe0:1)
+ * ka(ud_verbs/rxe0:1)"), laid out as ucp_ep_print_info() prints them:
+ * the RMA lane has no use word of its own, only its "put[1]" line.
+ */
 static const char rxe[] =
 	"#\n"
 	"# UCP endpoint \n"
 	"#\n"
 	"#               peer: <no debug data>\n"
+	"#                 lane[0]: cm rdmacm\n"
+	"#                 lane[1]:  0:rc_verbs/rxe0:1.0 md[0]       -> md[0]/ib/sysdev[255] rma_bw#0 am am_bw#0 wireup\n"
+	"#                 lane[2]:  1:ud_verbs/rxe0:1.0 md[0]       -> md[0]/ib/sysdev[255] keepalive\n"
+	"#\n"
+	"#                 am_send: 0..<egr/short>..124..<egr/bcopy>..8192..<rndv>..(inf)\n"
+	"#\n"
+	"#                  put[1]: 0..<short>..124..<bcopy>..8192..<zcopy>..(inf)\n"
+	"#                  get[1]: 0..<bcopy>..8192..<zcopy>..(inf)\n"
+	"#\n"
+	"#                  rma_bw: mds [0] rndv_rkey_size 18\n";
+
+/* The same endpoint before its RMA lane was chosen: an rc data lane, a ud wire-up lane. */
+static const char rxe_am_only[] =
 	"#                 lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0\n"
 	"#                 lane[1]:  7:ud_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] wireup\n"
 	"#\n";
 
-/*
- * An RDMA lane that also serves the RMA API: the rxe line with the uses
- * UCX gives such a lane ("rma#N", "amo#N"), the format of the lines above.
- */
+/* An RMA lane on dc beside an rc one, its "put" line before its lane's. */
 static const char rc_rma[] =
-	"#                 lane[0]:  2:rc_mlx5/mlx5_0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma#0 amo#0 am am_bw#0\n"
+	"#                  put[1]: 0..<short>..220..<bcopy>..8192..<zcopy>..(inf)\n"
+	"#                 lane[0]:  2:rc_mlx5/mlx5_0:1.0 md[1]  -> md[1]/ib/sysdev[255] amo#0 am am_bw#0\n"
 	"#                 lane[1]:  3:dc_mlx5/mlx5_0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 wireup\n";
+
+/*
+ * UCX_TLS=shm,tcp, the client's endpoint to nelssad (UCX 1.13.1, this
+ * machine): RMA lanes on sysv and posix, which reach only memory their
+ * md allocated -- puts into the daemon's registered memory are emulated.
+ */
+static const char shm_cm[] =
+	"# UCP endpoint \n"
+	"#               peer: <no debug data>\n"
+	"#                 lane[0]: cm rdmacm\n"
+	"#                 lane[1]:  2:sysv/memory.0 md[1]           -> md[1]/sysv/sysdev[255] am am_bw#0\n"
+	"#                 lane[2]:  3:posix/memory.0 md[2]          -> md[2]/posix/sysdev[255]\n"
+	"#                 lane[3]:  4:cma/memory.0 md[3]            -> md[3]/cma/sysdev[255] rma_bw#0\n"
+	"#                 am_send: 0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)\n"
+	"#                  put[1]: 0..<short>..4294967296..<bcopy>..(inf)\n"
+	"#                  get[1]: 0..<bcopy>..(inf)\n"
+	"#                  put[2]: 0..<short>..4294967296..<bcopy>..(inf)\n"
+	"#                  get[2]: 0..<bcopy>..(inf)\n"
+	"#                  rma_bw: mds rndv_rkey_size 9\n";
 
 /* UCX_TLS=tcp, two workers of one process (UCX 1.13.1). */
 static const char tcp[] =
@@ -136,16 +172,26 @@ static void parse_samples(void **state)
 	char bad[32];
 
 	(void)state;
-	/* The ud lane sets connections up only: not a data lane. */
+	/* The ud lane keeps the connection alive only: not a data lane; cm has no transport. */
 	assert_true(text_rdma_only(rxe, 2, &l, bad, sizeof(bad)));
 	assert_int_equal(1, l.n);
 	assert_string_equal(l.tl[0], "rc_verbs");
-	assert_false(l.native_rma);
+	assert_true(l.native_rma);
+
+	assert_true(text_rdma_only(rxe_am_only, 2, &l, bad, sizeof(bad)));
+	assert_int_equal(1, l.n);
+	assert_false(l.native_rma);	/* rma_bw serves rendezvous, not ucp_put_nbx() */
 
 	assert_true(text_rdma_only(rc_rma, 2, &l, bad, sizeof(bad)));
 	assert_int_equal(2, l.n);	/* rma_bw on the wire-up lane: rendezvous data */
 	assert_string_equal(l.tl[1], "dc_mlx5");
 	assert_true(l.native_rma);
+
+	assert_false(text_rdma_only(shm_cm, 3, &l, bad, sizeof(bad)));
+	assert_string_equal(bad, "sysv");
+	assert_int_equal(2, l.n);	/* posix: an RMA lane only, no use word */
+	assert_string_equal(l.tl[1], "cma");
+	assert_false(l.native_rma);
 
 	assert_false(text_rdma_only(tcp, 2, &l, bad, sizeof(bad)));
 	assert_string_equal(bad, "tcp");
@@ -174,6 +220,7 @@ static void parse_hostile(void **state)
 		"lane[0]:  2:/rxe0 -> md[1] am",			/* no name */
 		"lane[0]:  2:rc_verbs -> md[1]/ib am\n",		/* no '/' before "->" */
 		"put[0]: 0..<short>..4294967296..<bcopy>..(inf)\nrma_bw: mds rma#0\n",
+		"lane[1000]:  0:rc_verbs/d md[0] -> md[0]/ib am\n",	/* no such lane index */
 	};
 	struct nelssa_link_lanes l;
 	char text[4096] = "", bad[32];
@@ -187,16 +234,32 @@ static void parse_hostile(void **state)
 		assert_string_equal(bad, "unknown");
 	}
 	assert_int_equal(0, nelssa_link_lanes_parse(NULL, &l));
-	/* The uses end at the line's end: "rma#0" on the next line is not this lane's. */
+	/* The uses end at the line's end: "am" on the next line is not this lane's. */
 	assert_int_equal(1, nelssa_link_lanes_parse("lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp wireup\n"
-						    "rma#0 am\n", &l));
+						    "rma_bw#0 am\n", &l));
 	assert_int_equal(0, l.n);
 	assert_false(l.native_rma);
-	/* No trailing newline; a name longer than the room for it is cut. */
-	assert_int_equal(1, nelssa_link_lanes_parse("lane[3]:  9:an_rdma_transport_of_the_future/dev0 "
-						    "md[0] -> md[0]/x rma#1", &l));
+	/* A "put" line names its lane by index: another lane's RDMA does not count. */
+	assert_int_equal(2, nelssa_link_lanes_parse("lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp am\n"
+						    "lane[1]:  1:rc_verbs/d md[0] -> md[0]/ib am_bw#0\n"
+						    " put[0]: 0..<bcopy>..(inf)\n put[2]: 0..(inf)\n",
+						    &l));
+	assert_false(l.native_rma);
+	/* A lane past the table is counted; its "put" line is not judged. */
+	assert_int_equal(1, nelssa_link_lanes_parse("put[99]: 0..(inf)\n"
+						    "lane[99]:  0:rc_verbs/d md[0] -> md[0]/ib am\n", &l));
 	assert_int_equal(1, l.n);
-	assert_true(l.native_rma);
+	assert_false(l.native_rma);
+	/* "put" must open its line, as UCX prints it. */
+	assert_int_equal(1, nelssa_link_lanes_parse("lane[0]:  0:rc_verbs/d md[0] -> md[0]/ib am "
+						    "put[0]: 0..(inf)\n", &l));
+	assert_false(l.native_rma);
+	/* No trailing newline; a name longer than the room for it is cut. */
+	assert_int_equal(1, nelssa_link_lanes_parse("put[3]: 0..(inf)\nlane[3]:  9:"
+						    "an_rdma_transport_of_the_future/dev0 md[0] -> md[0]/x am",
+						    &l));
+	assert_int_equal(1, l.n);
+	assert_false(l.native_rma);	/* not a transport the name rule knows as RDMA */
 	assert_int_equal(sizeof(l.tl[0]) - 1, strlen(l.tl[0]));
 	assert_memory_equal(l.tl[0], "an_rdma_transport_of_the_future", sizeof(l.tl[0]) - 1);
 	/* More lanes than the table holds: counted, the first ones kept. */

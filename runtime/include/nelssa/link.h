@@ -136,13 +136,18 @@ int nelssa_link_tls_rdma_only(const char *const *tls, unsigned int n, char *bad,
  * What UCX's description of an endpoint (ucp_ep_print_info()) says about
  * its lanes:
  *
- *   lane[0]:  2:rc_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0
- *   lane[1]:  7:ud_verbs/rxe0:1.0 md[1]  -> md[1]/ib/sysdev[255] wireup
+ *   lane[1]:  0:rc_verbs/rxe0:1.0 md[0]  -> md[0]/ib/sysdev[255] rma_bw#0 am am_bw#0 wireup
+ *   ...
+ *    put[1]: 0..<short>..124..<bcopy>..8192..<zcopy>..(inf)
  *
- * @tl: the transport of each lane that carries data -- active messages,
- * RMA or rendezvous, not wire-up or keep-alive only -- in lane order;
- * @native_rma: whether a lane serves UCX's RMA API ("rma#N";
- * "rma_bw#N" serves rendezvous only).
+ * @tl: the transport of each lane that carries data -- active messages
+ * or rendezvous ("am", "am_bw#N", "rma_bw#N"), not wire-up or keep-alive
+ * only -- in lane order;
+ * @native_rma: whether a lane of UCX's RMA API (one with a "put[N]:"
+ * line; UCX prints no use word for it) runs an RDMA transport, which
+ * writes memory registered with it.  Shared-memory RMA lanes (sysv,
+ * posix) reach only memory their own md allocated, never a registered
+ * buffer such as the daemon's, so puts there are emulated all the same.
  */
 struct nelssa_link_lanes {
 	unsigned int n;
@@ -169,13 +174,14 @@ unsigned int nelssa_link_lanes_parse(const char *text, struct nelssa_link_lanes 
 int nelssa_link_ep_rdma_only(ucp_ep_h ep, char *bad, size_t len);
 
 /*
- * Whether @ep has a lane for UCX's RMA API (ucp_put_nbx()): a transport
- * that writes remote memory itself, such as RDMA.  Without one UCX 1.13
- * emulates puts with active messages the target's worker copies in (TCP,
- * shared memory with CMA): slower than a KV message, and on the target's
- * poller.  From UCX's description of the endpoint ("rma#N" among a
- * lane's uses), whatever the version: ucp_ep_query() names transports,
- * not what each lane is used for.
+ * Whether @ep has a lane for UCX's RMA API (ucp_put_nbx()) that writes
+ * registered remote memory itself: RDMA.  Without one UCX 1.13 emulates
+ * puts with active messages the target's worker copies in (its endpoint
+ * configuration then says "rma_am": TCP; or "rma" on sysv/posix lanes
+ * that cannot reach registered memory: shared memory), on the target's
+ * poller.  From UCX's description of the endpoint (the "put[N]:" lines
+ * and lane N's transport), whatever the version: ucp_ep_query() names
+ * transports, not what each lane is used for.
  */
 int nelssa_link_ep_native_rma(ucp_ep_h ep);
 
