@@ -140,18 +140,25 @@ echo "RIG: # RDMA latency, 4 KiB (TCG emulation: only ratios mean anything): ib_
 #    with UCX (a card's own mapping cannot be pinned: nelssad would stage or,
 #    required to, refuse).  The client chooses by itself (AUTO: a native RMA
 #    lane, rc_verbs here) to put; the bytes must be in the card's memory as
-#    a command reads it, steps must equal float64 attention, and the
-#    daemon must have copied none of them.
+#    a command reads it, steps must equal float64 attention, and neither
+#    the daemon nor UCX on its behalf may have copied any of them.
 daxcard=$(card 384)
 daxdev=$(cat /sys/class/nelssa_pnm/"$(basename "$daxcard")"/dax_device 2>/dev/null)
 start_nd /tmp/nd-dax.log 18603 --devices "$daxcard" --zero-copy=require --require-rdma
 check "nelssad --zero-copy=require --require-rdma on $daxcard (carve-out $daxdev)" $?
-# "rma": the client forced to put.  Left to AUTO ("rdma") it stages here:
-# UCX 1.13 gives rc_verbs over rxe an rma_bw lane and no "rma#" one, which
-# nelssa_link_ep_native_rma() does not yet count as native (issue 20 note).
-taskset 2 timeout 300 $e2e $ip 18603 check rma >/tmp/dax-check.log 2>&1
-check "RDMA into $daxcard's carve-out: steps equal float64, every KV byte put by the client, none copied by the daemon" $?
+# "rdma": left to AUTO, the client must choose to put by itself (a lane of
+# UCX's RMA API on rc_verbs: nelssa_link_ep_native_rma()).  UCX's own word
+# that the puts are its native ones, not emulated with active messages the
+# daemon's worker would copy in: the client's endpoint configuration says
+# "rma(rc_verbs...)", never "rma_am(...)" (UCX_LOG_LEVEL=info).
+taskset 2 timeout 300 env UCX_LOG_LEVEL=info UCX_LOG_FILE=/tmp/ucx-dax.log $e2e $ip 18603 check rdma \
+	>/tmp/dax-check.log 2>&1
+check "RDMA into $daxcard's carve-out: AUTO puts, steps equal float64, every KV byte put by the client, none copied by the daemon" $?
 note /tmp/dax-check.log
+grep "ep_cfg" /tmp/ucx-dax.log >/tmp/ucx-dax.cfg
+grep -q "rma(rc_verbs" /tmp/ucx-dax.cfg && ! grep -q "rma_am(" /tmp/ucx-dax.cfg
+check "UCX put the client's KV natively over rc_verbs (its endpoint configurations: rma, not rma_am)" $?
+note /tmp/ucx-dax.cfg
 row=$(sed -n 's/^# first K row: //p' /tmp/dax-check.log)
 grep -q "KV written by the client (zero-copy)" /tmp/nd-dax.log &&
 	! grep -q "zero-copy ingest off\|session refused" /tmp/nd-dax.log
