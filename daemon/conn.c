@@ -429,7 +429,13 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 		drop(nd, c, "its replies not read for the frame timeout (frame-timeout-ms)");
 		return 1;
 	}
-	if (!c->hello && due(c->t_open + cfg->hello_timeout_ms * MS, now, next)) {
+	/*
+	 * Neither clock runs while a barrier holds input: a HELLO with the
+	 * poller has come (the client is not late), and a partial frame's
+	 * rest is not read until the poller answers (its time restarts then).
+	 */
+	if (!c->hello && !c->barrier &&
+	    due(c->t_open + cfg->hello_timeout_ms * MS, now, next)) {
 		nd_conn_error(nd, c, 0, -ETIMEDOUT, "no HELLO within %u ms (hello-timeout-ms)",
 			      cfg->hello_timeout_ms);
 		end(nd, c, "no HELLO within the HELLO timeout");
