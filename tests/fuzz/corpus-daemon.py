@@ -5,7 +5,8 @@
 An input of fuzz_daemon.c is a sequence of operations: a kind byte (below,
 modulo their number), a slot byte (the low two bits: connection slot 0..3;
 slots 2 and 3 connect from 127.0.0.2, which is not an admin address, 0 and
-1 from 127.0.0.1 unless flag 4 is set) and the kind's fields,
+1 from 127.0.0.1 unless flag 4 is set; on a control request, flag 0x10 sends
+the first bytes of another frame in the same write) and the kind's fields,
 little-endian, zeros past the end.  A slot's KV and STEP messages go from
 its current link -- a UCX worker of its own and its one endpoint to the
 daemon's listener, made with the connection's key (HELLO_OK) as client id
@@ -22,7 +23,8 @@ import struct
 import sys
 
 KINDS = ["connect", "hello", "create", "alloc", "free", "close", "stats", "raw", "kv",
-         "step", "am_other", "tick", "disconnect", "ep_close", "settle", "flood", "link"]
+         "step", "am_other", "tick", "disconnect", "ep_close", "settle", "flood", "link",
+         "hold"]
 K = {k: i for i, k in enumerate(KINDS)}
 DIMS = [8, 16, 32, 64, 128, 256, 512, 4]
 CAPS = [16, 64, 256, 1024, 4096, 65536, 1 << 22, 1 << 33]
@@ -87,8 +89,9 @@ def create_fields(layers=1, kv_heads=2, group=2, dim=64, dtype="bf16", placement
               CAPS.index(cap))
 
 
-def create(slot, **kw):
-    return op("create", slot, 0, create_fields(**kw))
+def create(slot, tail=False, **kw):
+    """tail: a partial frame's first bytes in the same write (the daemon reads both)."""
+    return op("create", slot, 0x10 if tail else 0, create_fields(**kw))
 
 
 def alloc_fields(s=0, req=0, tokens=1024, clusters=256):
@@ -188,6 +191,11 @@ def settle():
     return op("settle")
 
 
+def hold():
+    """The poller stops turning, or turns again (a settle also lets it go)."""
+    return op("hold")
+
+
 def ep_close(slot):
     return op("ep_close", slot)
 
@@ -248,6 +256,12 @@ SEEDS = {
         tick("frame") + connect(2) + raw_cut(2, "stats", u8(0xff), 3) + tick("hello"),
     "repro5-dribble": connect(0) + raw_bytes(0, struct.pack("<IHH", 0x41534c4e, 2, 1)) +
         tick("500ms") + raw_bytes(0, b"\x28\x00") + tick("frame"),
+    # --- issue 20: a poller held (busy) while a connection's barrier request waits there:
+    # neither its HELLO clock nor a partial frame's may run out meanwhile ---
+    "held-hello-timers": connect(0) + hold() + hello(0) + tick("hello") + tick("frame") +
+        raw_cut(0, "stats", u8(0xff), 9) + tick("frame") + tick("hello") + hold() + tick("100ms"),
+    "held-create-partial-frame": session(0, mode="tcp") + hold() + create(0, cap=256, tail=True) +
+        tick("frame") + tick("frame") + hold() + tick("1ms") + tick("frame"),
     # 6: a step of no items.
     "repro6-step-no-items": session(0) + alloc(0, 0, 0) + step(0, 0, items=()) +
         step(0, 0, items=(), send="rndv") + step(0, 0),

@@ -19,7 +19,8 @@
  * from valid ones with fields mutated, with the session's token or
  * another, from another connection's endpoint), active messages of other
  * ids; and clock ticks past the timeouts, disconnects (FIN, RST, half
- * close) and endpoint closes come in any order.  The daemon's clock is
+ * close), endpoint closes and a held poller (HOLD: it does not turn, and
+ * requests wait in its queue) come in any order.  The daemon's clock is
  * this file's nd_now_ns(), which only TICK moves, so the timeouts fire
  * where the input says.
  *
@@ -38,8 +39,10 @@
  * Oracles, besides ASan, UBSan and LeakSanitizer: every control reply
  * decodes, is a reply type, answers its request in order with a type that
  * fits (an ERROR's code a negative errno); a HELLO of versions the daemon
- * lacks is refused; HELLO_OK gives the listener's port, a key no other open
- * connection has, and shared memory only to a HELLO that asked, where the
+ * lacks is refused; no timeout ends a connection whose HELLO or
+ * SESSION_CREATE the poller has not answered; HELLO_OK gives the
+ * listener's port, a key no other open connection has, and shared memory
+ * only to a HELLO that asked, where the
  * daemon has it; REQ_ALLOC, REQ_FREE, CLOSE and a non-admin STATS of a
  * session the connection does not hold get -ENOENT; a connection does not
  * close with a valid request unanswered and no ERROR; every KV ack and
@@ -105,13 +108,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 enum op {
 	OP_CONNECT, OP_HELLO, OP_CREATE, OP_ALLOC, OP_FREE, OP_CLOSE, OP_STATS, OP_RAW, OP_KV,
 	OP_STEP, OP_AM_OTHER, OP_TICK, OP_DISCONNECT, OP_EP_CLOSE, OP_SETTLE, OP_FLOOD, OP_LINK,
-	OP_MAX
+	OP_HOLD, OP_MAX
 };
 
 static const char *const op_names[OP_MAX] = {
 	"connect", "hello", "create", "alloc", "free", "close", "stats", "raw", "kv", "step",
-	"am-other", "tick", "disconnect", "ep-close", "settle", "flood", "link",
+	"am-other", "tick", "disconnect", "ep-close", "settle", "flood", "link", "hold",
 };
+
+/*
+ * OP_HOLD: the poller does not turn (a poller busy for as long as the
+ * input says) until the next hold op, a settle, a link or a wait for a
+ * data-path answer; control jobs wait in its queue, and the connections
+ * whose HELLO or SESSION_CREATE is there stay behind their barrier.
+ */
+static int held;
 
 static int verbose;
 
@@ -274,6 +285,14 @@ struct slot {
 	int key_freed;
 	int cur;		/* the link (lk[]) its data messages go from; -1: none yet */
 	uint32_t seq;
+	/*
+	 * A HELLO or SESSION_CREATE sent whole and not yet answered: while
+	 * the poller has it the daemon reads no more from the connection, so
+	 * no timeout of the connection's may end it (its HELLO and frame
+	 * clocks wait; the poller's delay is not the client's).
+	 */
+	int barrier;
+	uint32_t barrier_seq;
 	struct expect q[64];
 	uint32_t nq;
 	uint8_t in[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
@@ -520,15 +539,19 @@ static void turn(void);
  * flush ends once it is done -- or, rejected, fails, where the endpoint
  * has error handling.  UCX 1.13 asserts in the client (rndv.c:169,
  * packed_rkey_size) on a rendezvous send queued before the wire-up that
- * it then replays.  One the daemon must take must come up.
+ * it then replays.  One the daemon must take must come up.  The poller
+ * takes endpoints, so a hold ends here, as it does in settle().
  */
 static void link_wait(unsigned int l)
 {
 	ucp_request_param_t p = { 0 };
 	const uint64_t until = real_ns() + WAIT_NS;
-	ucs_status_ptr_t sp = ucp_ep_flush_nbx(lk[l].ep, &p);
-	ucs_status_t st = UCS_PTR_STATUS(sp);
+	ucs_status_ptr_t sp;
+	ucs_status_t st;
 
+	held = 0;
+	sp = ucp_ep_flush_nbx(lk[l].ep, &p);
+	st = UCS_PTR_STATUS(sp);
 	if (UCS_PTR_IS_PTR(sp)) {
 		while ((st = ucp_request_check_status(sp)) == UCS_INPROGRESS && real_ns() < until)
 			turn();
@@ -755,6 +778,14 @@ static void turn(void)
 {
 	int ret, rounds = 0;
 
+	if (held) {
+		ret = nd_control_poll_once(&nd, &ctl, 0);
+		if (ret)
+			fail("the control loop's poll: %s", strerror(-ret));
+		progress_clients();
+		read_replies();
+		return;
+	}
 	do {
 		ret = nd_control_poll_once(&nd, &ctl, 0);
 		if (ret)
@@ -803,6 +834,7 @@ static void settle(void)
 {
 	const uint64_t until = real_ns() + WAIT_NS;
 
+	held = 0;	/* what settles needs the poller */
 	for (int i = 0; i < 4 || steps_in_flight() || sends_pending(); i++) {
 		turn();
 		if (real_ns() > until)
@@ -857,6 +889,11 @@ static void got_frame(struct slot *c, const uint8_t *f, size_t len)
 
 	if (ret)
 		fail("slot %td: a reply that does not decode: %s", c - sl, strerror(-ret));
+	if (c->barrier && m.seq == c->barrier_seq)
+		c->barrier = 0;
+	if (c->barrier && m.type == NELSSA_MSG_ERROR && m.u.error.code == -ETIMEDOUT)
+		fail("slot %td: timed out (%s) while its request %u waited for the poller%s", c - sl,
+		     m.u.error.msg, c->barrier_seq, held ? ", held" : "");
 	if (m.type != NELSSA_MSG_HELLO_OK && m.type != NELSSA_MSG_SESSION_OK &&
 	    m.type != NELSSA_MSG_OK && m.type != NELSSA_MSG_STATS_REPLY &&
 	    m.type != NELSSA_MSG_REQ_OK && m.type != NELSSA_MSG_RKEY &&
@@ -1309,18 +1346,31 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 	return 0;
 }
 
-static void control_op(struct slot *c, unsigned int kind, struct rd *r)
+/*
+ * A request; with @tail, the first bytes of another frame follow it in
+ * the same write, so the daemon reads them with the request: a partial
+ * frame it holds while the request is with the poller.
+ */
+static void control_op(struct slot *c, unsigned int kind, struct rd *r, int tail)
 {
-	uint8_t f[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
+	uint8_t f[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD + 9];
 	struct expect e;
 	size_t len;
 
 	if (build(c, kind, r, f, &len, &e) || c->fd < 0)
 		return;
+	if (tail) {
+		memcpy(f + len, f, 9);	/* a header's magic, version, type, a length byte */
+		len += 9;
+	}
 	if (!e.type || c->lost) {
 		slot_lost(c);
 	} else if (c->nq < sizeof(c->q) / sizeof(c->q[0])) {
 		c->q[c->nq++] = e;
+		if (kind == OP_HELLO || kind == OP_CREATE) {
+			c->barrier = 1;
+			c->barrier_seq = e.seq;
+		}
 	}
 	slot_write(c, f, len);
 	turn();
@@ -1530,7 +1580,11 @@ static void am_send(int l, uint8_t mode, unsigned int id, uint64_t key, uint8_t 
 	}
 	if (mode & 4)
 		return turn();
-	/* An answer that must come is waited for; one that may not, a few turns. */
+	/*
+	 * An answer that must come is waited for; one that may not, a few
+	 * turns.  The poller answers, so a hold ends here.
+	 */
+	held = 0;
 	until = real_ns() + WAIT_NS;
 	for (int n = 0; !s->replies && (must || n < 8 || (n < 256 && steps_in_flight())); n++) {
 		turn();
@@ -1942,7 +1996,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case OP_STATS:
 			if (c->fd < 0)
 				slot_connect(i, i >= 2);
-			control_op(c, kind, &r);
+			control_op(c, kind, &r, b & 0x10);
 			break;
 		case OP_RAW:
 			raw_op(c, &r);
@@ -1994,6 +2048,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		case OP_SETTLE:
 			settle();
+			break;
+		case OP_HOLD:
+			held = !held;
+			turn();
 			break;
 		}
 	}
