@@ -552,7 +552,7 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	ret = tcp_connect(c, o->host, o->port);
 	if (ret)
 		return ret;
-	st = nelssa_link_context(0, &c->ucp);
+	st = nelssa_link_context(NELSSA_LINK_RMA, &c->ucp);
 	if (st != UCS_OK) {
 		c->ucp = NULL;
 		return nc_fail(c, -EIO, "UCX setup failed: %s", ucs_status_string(st));

@@ -764,19 +764,56 @@ static int listen_data(struct nelssad *nd)
 	return 0;
 }
 
+/*
+ * Whether clients may write into this daemon's memory by RMA (zero-copy
+ * ingest), and if so the context again with RMA.  Where no transport does
+ * RMA in hardware, UCX 1.13 emulates it with active messages whose
+ * handlers write and read any address the peer names (rma_sw.c: no key
+ * is checked), so RMA there hands every client all of the daemon's
+ * memory; and the handler aborts the process when the peer's endpoint
+ * fails under it (ucp_request.inl:346).  Only with an RDMA transport, or
+ * --emulated-rma for clients the operator trusts.
+ */
+static ucs_status_t rma_context(struct nelssad *nd)
+{
+	const char *why;
+
+	if (nd->cfg.zero_copy == ND_ZERO_COPY_OFF)
+		return UCS_OK;
+	if (nelssa_link_has_rdma_rma(nd->transports))
+		why = "RDMA";
+	else if (nd->cfg.emulated_rma)
+		why = "emulated over messages, trusted clients only (--emulated-rma): any client "
+		      "can read and write this daemon's memory";
+	else {
+		nd_log(nd, "zero-copy ingest off: no RDMA transport, and UCX's emulated RMA would "
+		       "let any client read and write this daemon's memory (--emulated-rma allows "
+		       "it for trusted clients)");
+		return UCS_OK;
+	}
+	ucp_cleanup(nd->ucp);
+	nd->ucp = NULL;
+	nd_log(nd, "zero-copy ingest: UCX RMA on (%s)", why);
+	nd->rma_ok = 1;
+	return nelssa_link_context(NELSSA_LINK_SERVER | NELSSA_LINK_RMA, &nd->ucp);
+}
+
 int nd_dataplane_init(struct nelssad *nd)
 {
 	ucp_am_handler_param_t ap = { 0 };
 	ucs_status_t st;
 	int ret;
 
-	st = nelssa_link_context(1, &nd->ucp);
+	st = nelssa_link_context(NELSSA_LINK_SERVER, &nd->ucp);
+	if (st == UCS_OK) {
+		nelssa_link_transports(nd->ucp, nd->transports, sizeof(nd->transports));
+		st = rma_context(nd);
+	}
 	if (st != UCS_OK) {
 		nd->ucp = NULL;
 		nd_log(nd, "UCX init failed: %s", ucs_status_string(st));
 		return -EIO;
 	}
-	nelssa_link_transports(nd->ucp, nd->transports, sizeof(nd->transports));
 	nd->shm_ok = nelssa_link_has_shm(nd->transports);
 	nd_log(nd, "UCX transports available: %s", nd->transports[0] ? nd->transports : "none");
 	if (!nelssa_link_can_connect(nd->transports)) {

@@ -90,6 +90,11 @@ static void usage(FILE *f)
 		"                     (refuse sessions whose memory cannot be registered, and KV\n"
 		"                     sent as messages)\n"
 		"  --require-zero-copy  the same as --zero-copy=require\n"
+		"  --emulated-rma     zero-copy ingest where UCX only emulates RMA (TCP, shared\n"
+		"                     memory without CMA).  UCX's emulation writes and reads any\n"
+		"                     address a peer names: every client can then read and write\n"
+		"                     all of this daemon's memory.  Trusted clients only (tests,\n"
+		"                     benchmarks); off by default, when zero-copy needs RDMA\n"
 		"  --config FILE      read options from FILE first: one 'name = value' per line, names\n"
 		"                     as the long options without dashes, 'name' alone or\n"
 		"                     'name = yes|no' for a switch, '#' comments; a regular file of\n"
@@ -137,6 +142,7 @@ static const struct opt opts[] = {
 	{ "require-rdma", OPT_SWITCH, "yes or no" },
 	{ "zero-copy", OPT_VALUE, "auto, off or require" },
 	{ "require-zero-copy", OPT_SWITCH, "yes or no" },
+	{ "emulated-rma", OPT_SWITCH, "yes or no" },
 	{ "verbose", OPT_SWITCH, "yes or no" },
 	{ "nop-kernel", OPT_SWITCH, "yes or no" },
 	{ "config", OPT_CMDLINE, "FILE" },
@@ -404,6 +410,10 @@ static int set_option(struct nd_config *c, const struct opt *opt, const char *va
 		}
 		if (!strcmp(name, "require-zero-copy")) {
 			c->zero_copy = on ? ND_ZERO_COPY_REQUIRE : ND_ZERO_COPY_AUTO;
+			return 0;
+		}
+		if (!strcmp(name, "emulated-rma")) {
+			c->emulated_rma = on;
 			return 0;
 		}
 		*(name[0] == 'b' ? &c->busy_poll : name[0] == 'r' ? &c->require_rdma :

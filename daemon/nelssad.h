@@ -88,6 +88,7 @@ struct nd_config {
 	int zero_copy;		/* enum nd_zero_copy */
 	int busy_poll;		/* poller spins instead of sleeping on the efd */
 	int require_rdma;
+	int emulated_rma;	/* --emulated-rma: UCX's RMA even without RDMA */
 	int nop_kernel;		/* benchmarks: NOP instead of SPARSE_ATTN */
 	int verbose;
 };
@@ -300,6 +301,7 @@ struct nelssad {
 	ucp_listener_h listener;
 	uint16_t data_port;		/* the listener's */
 	int shm_ok;			/* a shared-memory transport: NELSSA_HELLO_SHM can be granted */
+	int rma_ok;			/* the UCX context has RMA: zero-copy sessions can be had */
 	struct nd_ep *eps;		/* poller thread */
 	uint32_t n_eps;
 	struct nd_ep_table ep_table;	/* ... the open ones of @eps */

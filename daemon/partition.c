@@ -307,8 +307,11 @@ static int session_register(struct nelssad *nd, struct nd_session *s, char *why,
 
 	if (nd->cfg.zero_copy == ND_ZERO_COPY_OFF)
 		return 0;
-	if (!nd->ucp)	/* its context always has RMA (nelssa_link_context()) */
+	if (!nd->ucp)
 		snprintf(reason, sizeof(reason), "UCX is not set up");
+	else if (!nd->rma_ok)	/* rma_context() */
+		snprintf(reason, sizeof(reason), "no RDMA transport, and emulated RMA is not "
+			 "allowed (--emulated-rma)");
 	else if (s->placement != NELSSA_PLACE_HEADS)
 		snprintf(reason, sizeof(reason), "cluster-wise placement deals clusters out "
 			 "on the daemon");
@@ -343,7 +346,7 @@ static int arena_alloc(struct nelssad *nd, struct nd_session *s, uint32_t d)
 	struct nelssa_pnm *pnm = nd->dev[d].pnm;
 
 	sd->pin_why[0] = 0;
-	if (nd->cfg.zero_copy != ND_ZERO_COPY_OFF && nd->ucp && s->placement == NELSSA_PLACE_HEADS) {
+	if (nd->cfg.zero_copy != ND_ZERO_COPY_OFF && nd->rma_ok && s->placement == NELSSA_PLACE_HEADS) {
 		if (!nelssa_pnm_mem_alloc_flags(pnm, sd->arena_bytes, NELSSA_PNM_MEM_PINNABLE,
 						&sd->arena, NULL))
 			return 0;

@@ -19,7 +19,7 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
 for tls in tcp shm,tcp; do
 	export UCX_TLS=$tls
 	if ! nelssad_start "$build/daemon/nelssad" "$dir/daemon.log" "$dir/port" \
-		--devices sim:4 --sim-opts mem=1G,cores=1,spin_us=0; then
+		--devices sim:4 --sim-opts mem=1G,cores=1,spin_us=0 --emulated-rma; then
 		cat "$dir/daemon.log" >&2
 		exit 1
 	fi

@@ -13,8 +13,9 @@
 
 #include <nelssa/link.h>
 
-ucs_status_t nelssa_link_context(int server, ucp_context_h *out)
+ucs_status_t nelssa_link_context(unsigned int flags, ucp_context_h *out)
 {
+	const int server = !!(flags & NELSSA_LINK_SERVER);
 	ucp_params_t up = { 0 };
 
 	/*
@@ -39,7 +40,8 @@ ucs_status_t nelssa_link_context(int server, ucp_context_h *out)
 		return UCS_ERR_NO_MEMORY;
 	up.field_mask = UCP_PARAM_FIELD_FEATURES;
 	/* RMA: clients put KV rows straight into the daemon's registered memory. */
-	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP |
+		      (flags & NELSSA_LINK_RMA ? UCP_FEATURE_RMA : 0);
 	/*
 	 * The daemon registers a session's memory on its control thread
 	 * while the poller thread drives the worker: the context (not the
@@ -119,6 +121,16 @@ int nelssa_link_has_shm(const char *transports)
 int nelssa_link_has_rdma(const char *transports)
 {
 	return has_any(transports, nelssa_link_tl_is_rdma);
+}
+
+static int is_rdma_rma(const char *tl)
+{
+	return !strncmp(tl, "rc_", 3) || !strncmp(tl, "dc_", 3);
+}
+
+int nelssa_link_has_rdma_rma(const char *transports)
+{
+	return has_any(transports, is_rdma_rma);
 }
 
 int nelssa_link_can_connect(const char *transports)

@@ -4,7 +4,8 @@
  * says HELLO on the control path, connects to the data path it gets back
  * (nelssa/link.h) and sends active messages of every id the daemon does not take --
  * 0, 2, 4, 6 and 7 inside UCX's table of handlers, 8 and 65535 beyond it,
- * eager and rendezvous -- each of which must be dropped.  Then a KV
+ * eager and rendezvous -- each of which must be dropped -- and UCX's own
+ * emulated put to an address the daemon never gave out.  Then a KV
  * message naming no session must still be answered with -ENOENT on the
  * data path, and a STATS request on the control path: the daemon lives
  * and serves.  Prints "# ..." comments; exit 0 when all of that held.
@@ -146,6 +147,57 @@ static int am_send(ucp_ep_h ep, unsigned int id, const void *hdr, size_t hdr_len
 	return 0;
 }
 
+/*
+ * UCX's own emulated RMA, as a hostile client would use it: a put under a
+ * key to this process's memory, to an address the daemon never gave out
+ * (16).  Over TCP UCX 1.13 emulates it with a message whose handler
+ * writes wherever the header says; a daemon without RMA (no RDMA, no
+ * --emulated-rma) has no such handler and drops it, one with it would
+ * fault there.  Over shared memory CMA writes into the daemon itself,
+ * and the kernel refuses that address.
+ */
+static void sw_put(ucp_context_h ucp, ucp_ep_h ep)
+{
+	static uint64_t word = 0x4141414141414141ull;
+	ucp_mem_map_params_t mp = { .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+						  UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+				    .address = &word, .length = sizeof(word) };
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+						    UCP_OP_ATTR_FIELD_USER_DATA };
+	const uint64_t end = now_ms() + 2000;
+	ucs_status_ptr_t sp;
+	ucp_mem_h mh;
+	ucp_rkey_h rk;
+	void *rkb;
+	size_t rkl;
+	int done = 0;
+
+	if (ucp_mem_map(ucp, &mp, &mh) != UCS_OK) {
+		printf("# emulated put: cannot map our own word\n");
+		return;
+	}
+	if (ucp_rkey_pack(ucp, mh, &rkb, &rkl) == UCS_OK) {
+		if (ucp_ep_rkey_unpack(ep, rkb, &rk) == UCS_OK) {
+			prm.cb.send = sent;
+			prm.user_data = &done;
+			sp = ucp_put_nbx(ep, &word, sizeof(word), 16, rk, &prm);
+			/* Done once sent; its completion from the daemon never comes. */
+			while (UCS_PTR_IS_PTR(sp) && !done && now_ms() < end)
+				ucp_worker_progress(worker);
+			printf("# emulated put to address 16 in the daemon: %s\n",
+			       UCS_PTR_IS_PTR(sp) ? (done ? "sent" : "pending") :
+			       ucs_status_string(UCS_PTR_STATUS(sp)));
+			if (UCS_PTR_IS_PTR(sp) && !done)
+				ucp_request_cancel(worker, sp);
+			if (UCS_PTR_IS_PTR(sp) && done)
+				ucp_request_free(sp);
+			ucp_rkey_destroy(rk);
+		}
+		ucp_rkey_buffer_release(rkb);
+	}
+	ucp_mem_unmap(ucp, mh);
+}
+
 int main(int argc, char **argv)
 {
 	static const unsigned int ids[] = { 0, 2, 4, 6, 7, 8, 65535 };
@@ -177,7 +229,7 @@ int main(int argc, char **argv)
 		printf("# HELLO: %d, type %u\n", ret, r.type);
 		return 1;
 	}
-	if (nelssa_link_context(0, &ucp) != UCS_OK ||
+	if (nelssa_link_context(NELSSA_LINK_RMA, &ucp) != UCS_OK ||
 	    nelssa_link_worker(ucp, r.u.hello_ok.key, &worker) != UCS_OK) {
 		printf("# UCX setup failed\n");
 		return 1;
@@ -199,6 +251,7 @@ int main(int argc, char **argv)
 		am_send(ep, ids[i], hdr, sizeof(hdr), big, sizeof(big));	/* rendezvous */
 		printf("# sent id %u, eager and rendezvous\n", ids[i]);
 	}
+	sw_put(ucp, ep);
 	/* Still served on the data path: a KV message for no session, -ENOENT. */
 	nelssa_kv_hdr_put(hdr, &kv);
 	am_send(ep, NELSSA_AM_KV, hdr, sizeof(hdr), "x", 1);

@@ -22,10 +22,13 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
 k=$("$iso" --count) || exit 1
 per=$((k + 3))
 echo "1..$((2 * per))"
+# --emulated-rma: zero-copy sessions over TCP and shared memory, whose
+# protocol (RKEY_GET, commits) must isolate tenants too.  UCX's emulated
+# RMA itself isolates nothing (nelssad --help), hence off by default.
 for tls in tcp shm,tcp; do
 	first=$((n + 1))
 	if ! UCX_TLS=$tls nelssad_start "$nd" "$out/daemon.log" "$out/port" \
-		--sim-opts mem=256M,cores=1 --verbose; then
+		--sim-opts mem=256M,cores=1 --verbose --emulated-rma; then
 		sed 's/^/# /' "$out/daemon.log" | tail -20
 		i=0
 		while [ $i -lt $per ]; do

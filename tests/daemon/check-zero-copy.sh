@@ -9,9 +9,11 @@
 # a client that opts out, one in the default mode on an endpoint without
 # a native RMA lane (UCX emulates RMA over tcp and shared memory), and a
 # cluster-wise session are staged and copied instead -- the daemon says
-# why.  The RMA cases force zero-copy (NELSSA_ZERO_COPY_FORCE).  --zero-copy=off stages every
-# session; --zero-copy=require refuses KV messages and the sessions it
-# cannot register, each with words.
+# why.  The RMA cases force zero-copy (NELSSA_ZERO_COPY_FORCE), against a
+# daemon run with --emulated-rma: without it and without RDMA a forced
+# client is staged too.  --zero-copy=off stages every session;
+# --zero-copy=require refuses KV messages and the sessions it cannot
+# register, each with words.
 #
 #   check-zero-copy.sh NELSSAD E2E_CLIENT
 set -u
@@ -40,14 +42,23 @@ stop() {
 	pid=
 }
 
-echo "1..21"
+echo "1..25"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
+# Without RDMA, UCX only emulates RMA, which hands every client all of the
+# daemon's memory: zero-copy needs --emulated-rma there (trusted clients).
 for tls in tcp shm,tcp; do
 	export UCX_TLS=$tls
-	if nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1; then
-		echo "ok $((n += 1)) - $tls: daemon listening on port $port"
+	nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
+	t "$tls: without RDMA or --emulated-rma a client that forces zero-copy is staged" \
+		0 "$cli" 127.0.0.1 "$port" check forced-staged
+	grep_t "$tls: ... and the daemon's log says why" \
+		"zero-copy ingest off: no RDMA transport, and UCX's emulated RMA" "$out/daemon.log"
+	stop
+	if nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 \
+		--emulated-rma; then
+		echo "ok $((n += 1)) - $tls: daemon listening on port $port, --emulated-rma"
 	else
 		sed 's/^/# /' "$out/daemon.log"
 		echo "not ok $((n += 1)) - $tls: daemon listening"
@@ -73,7 +84,8 @@ t "--zero-copy=off: a head-wise session is staged, every byte copied, steps exac
 	0 "$cli" 127.0.0.1 "$port" check staged
 stop
 
-nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --require-zero-copy
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --require-zero-copy \
+	--emulated-rma
 t "--require-zero-copy: KV by RMA is served, steps equal float64" \
 	0 "$cli" 127.0.0.1 "$port" check rma
 t "... KV sent in messages is refused" 1 "$cli" 127.0.0.1 "$port" check-staged staged

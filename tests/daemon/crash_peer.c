@@ -228,7 +228,7 @@ int main(int argc, char **argv)
 		printf("# HELLO: %d\n", ret);
 		return 1;
 	}
-	if (nelssa_link_context(0, &ucp) != UCS_OK ||
+	if (nelssa_link_context(NELSSA_LINK_RMA, &ucp) != UCS_OK ||
 	    nelssa_link_worker(ucp, hello_ok.u.hello_ok.key, &worker) != UCS_OK) {
 		printf("# UCX setup failed\n");
 		return 1;

@@ -296,7 +296,8 @@ static void free_request(struct req *r)
  * says what to expect: "rma" -- every byte written by this client into the
  * daemon's registered memory, none copied by the daemon; "rdma" the same,
  * with the client left to choose (AUTO puts only over a native RMA lane,
- * so only RDMA gets there) -- or "staged" --
+ * so only RDMA gets there) -- or "staged" (or "forced-staged": zero-copy
+ * forced, and the daemon gives none, having no RMA) --
  * every byte in KV messages, copied in.  The bytes are counted here from
  * the indexes, independently of the daemon's counters.
  */
@@ -1116,7 +1117,8 @@ int main(int argc, char **argv)
 	 * Expecting RMA: put even where UCX emulates it (TCP, shared memory),
 	 * the transports a test has; AUTO would stage there.
 	 */
-	else if (scenario_arg && !strcmp(scenario_arg, "rma"))
+	else if (scenario_arg && (!strcmp(scenario_arg, "rma") ||
+				  !strcmp(scenario_arg, "forced-staged")))
 		nelssa_client_set_zero_copy(cli, NELSSA_ZERO_COPY_FORCE);
 	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters") || !strcmp(sc, "check-staged"))
 		ret = scenario_check(&rng);

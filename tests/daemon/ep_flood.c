@@ -181,7 +181,7 @@ static int flood_open(struct flood *f, int fd, const struct nelssa_msg *r, unsig
 	f->eps = calloc(n + 1, sizeof(*f->eps));
 	f->sends = calloc(n + 1, sizeof(*f->sends));
 	f->dead = calloc(n + 1, sizeof(*f->dead));
-	if (!f->eps || !f->sends || !f->dead || nelssa_link_context(0, &f->ucp) != UCS_OK ||
+	if (!f->eps || !f->sends || !f->dead || nelssa_link_context(NELSSA_LINK_RMA, &f->ucp) != UCS_OK ||
 	    nelssa_link_worker(f->ucp, r->u.hello_ok.key, &f->worker) != UCS_OK) {
 		printf("# UCX setup failed\n");
 		return -1;

@@ -702,7 +702,7 @@ int main(int argc, char **argv)
 	test_no = atoi(argv[4]) - 1;
 	tu_init("isolation");
 	tu_rng_for(&rng, "isolation", 0);
-	if (nelssa_link_context(0, &ucp) != UCS_OK) {
+	if (nelssa_link_context(NELSSA_LINK_RMA, &ucp) != UCS_OK) {
 		printf("# UCX init failed\n");
 		return 1;
 	}

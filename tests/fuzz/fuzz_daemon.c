@@ -1884,7 +1884,7 @@ static void ucx_refresh(void)
 	nd.stop = 0;
 	if (nd_dataplane_init(&nd))
 		fail("the daemon's data path, started again");
-	if (nelssa_link_context(0, &cctx) != UCS_OK)
+	if (nelssa_link_context(NELSSA_LINK_RMA, &cctx) != UCS_OK)
 		fail("UCX for the clients");
 	maps_base = maps();
 }
@@ -1911,6 +1911,7 @@ static void daemon_setup(void)
 	c->admin[0].a[0] = 127;
 	c->admin[0].a[3] = 1;
 	c->verbose = 1;		/* every refusal logged, into the ring */
+	c->emulated_rma = 1;	/* zero-copy over TCP and shared memory: its paths fuzzed */
 	if (nd_jobs_init(&nd))
 		fail("the daemon's job queues");
 	for (unsigned int d = 0; d < NDEV; d++) {
@@ -1956,7 +1957,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	       1);
 	signal(SIGPIPE, SIG_IGN);
 	daemon_setup();
-	if (nelssa_link_context(0, &cctx) != UCS_OK)
+	if (nelssa_link_context(NELSSA_LINK_RMA, &cctx) != UCS_OK)
 		fail("UCX for the clients");
 	maps_base = maps();
 	for (unsigned int i = 0; i < NSLOT; i++)

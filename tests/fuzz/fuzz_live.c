@@ -2461,7 +2461,7 @@ int main(int argc, char **argv)
 	port = argv[2];
 	/* A child of wireup-kill, made fresh by exec (seq_wireup_kill()). */
 	if (argc == 7 && !strcmp(argv[3], "--wireup-child")) {
-		if (nelssa_link_context(0, &ucp) != UCS_OK)
+		if (nelssa_link_context(NELSSA_LINK_RMA, &ucp) != UCS_OK)
 			return 1;
 		return wireup_child((uint32_t)strtoul(argv[4], NULL, 0), atoi(argv[5]),
 				    atoi(argv[6]));
@@ -2514,7 +2514,7 @@ int main(int argc, char **argv)
 		actors[i].idx = (int)i;
 		actors[i].fd = -1;
 	}
-	if (nelssa_link_context(0, &ucp) != UCS_OK) {
+	if (nelssa_link_context(NELSSA_LINK_RMA, &ucp) != UCS_OK) {
 		printf("# UCX init failed\n");
 		return 1;
 	}

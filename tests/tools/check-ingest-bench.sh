@@ -27,7 +27,8 @@ echo "1..9"
 t "no --port is a usage error" 2 "$bench" --daemon-pid 1
 t "a bad --gb is a usage error" 2 "$bench" --port 1 --daemon-pid 1 --gb 0
 t "--help exits 0" 0 "$bench" --help
-nelssad_start "$nd" "$out/daemon.log" "$out/port" --devices sim:2 --sim-opts mem=256M,cores=1
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --devices sim:2 --sim-opts mem=256M,cores=1 \
+	--emulated-rma
 t "a small run against nelssad on sim devices" 0 "$bench" --port "$port" --daemon-pid "$pid" \
 	--context 1024 --layers 1 --kv-heads 4 --gb 0.02 --ingest-gb 0.02 --steps 20 --json
 json_check "zero-copy mode: every KV byte by RMA" 'j["zero_copy"]["rma_fraction"] == 1'

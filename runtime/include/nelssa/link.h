@@ -28,14 +28,24 @@
 extern "C" {
 #endif
 
+/* nelssa_link_context() flags. */
+#define NELSSA_LINK_SERVER	1u
+#define NELSSA_LINK_RMA		2u
+
 /*
- * A UCX context for the data path: active messages, wake-ups and RMA (for
- * zero-copy KV ingest).  @server: the daemon's, thread-safe for memory
- * registration from its control thread, with UCX's TCP transport told to
- * connect without blocking (TCP_CONN_NB=y) unless UCX_TCP_CONN_NB says
- * otherwise.
+ * A UCX context for the data path: active messages and wake-ups, and RMA
+ * with NELSSA_LINK_RMA (zero-copy KV ingest).  NELSSA_LINK_SERVER: the
+ * daemon's, thread-safe for memory registration from its control thread,
+ * with UCX's TCP transport told to connect without blocking
+ * (TCP_CONN_NB=y) unless UCX_TCP_CONN_NB says otherwise.
+ *
+ * RMA on the side that is written to is a trust decision: where no
+ * transport does RMA in hardware (TCP, shared memory without CMA), UCX
+ * 1.13 emulates it with active messages whose handlers write and read
+ * whatever address the peer names, unchecked (rma_sw.c) -- any peer can
+ * then read and write all of this process's memory.
  */
-ucs_status_t nelssa_link_context(int server, ucp_context_h *out);
+ucs_status_t nelssa_link_context(unsigned int flags, ucp_context_h *out);
 
 /* The transports @ctx can use, as "tcp posix cma" (at most @len bytes). */
 void nelssa_link_transports(ucp_context_h ctx, char *buf, size_t len);
@@ -45,6 +55,9 @@ int nelssa_link_has_shm(const char *transports);
 
 /* Whether @transports hold an RDMA one (nelssa_link_tl_is_rdma()). */
 int nelssa_link_has_rdma(const char *transports);
+
+/* Whether @transports hold one that does RMA in hardware (RC, DC; not UD). */
+int nelssa_link_has_rdma_rma(const char *transports);
 
 /*
  * Whether @transports hold one that UCX's client/server flow can set a
