@@ -5,7 +5,8 @@
  * (NELSSA_SESSION_RMA) gives this connection a packed remote key per
  * device (RKEY) and, per request, where its block lies (REQ_OK).  An
  * offload then gathers each chunk of rows into cluster-contiguous order --
- * the one copy, on this side -- and puts the K rows, the V rows and the
+ * the one copy, on this side, and none where the caller's rows are in
+ * that order already -- and puts the K rows, the V rows and the
  * table entries where <nelssa/kv_store.h> places them, flushes the
  * endpoint so that every put has landed, and sends a small
  * NELSSA_AM_KV_COMMIT naming the same ranges a KV message would: the
@@ -168,13 +169,40 @@ static int put_retire(struct nelssa_client *c, struct put_window *w, uint64_t de
 	return ret;
 }
 
+static int borrowed_in_flight(const struct put_window *w)
+{
+	for (uint32_t i = 0; i < w->n; i++)
+		if (w->op[i]->borrowed && !w->op[i]->done)
+			return 1;
+	return 0;
+}
+
 /*
  * After a failure: puts UCX still has go to the connection's orphans
- * (their buffers with them), as sends that outlive their call do.
+ * (their buffers with them), as sends that outlive their call do.  A put
+ * of the caller's own rows cannot outlive the call (the rows are the
+ * caller's again once it returns) and UCX 1.13 cannot cancel one: the
+ * endpoint is closed, forced, which ends every request on it, and the
+ * connection's data path with it (nc_ep_gone()).
  */
 static void put_abandon(struct nelssa_client *c, struct put_window *w)
 {
+	const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
+
+	while (borrowed_in_flight(w) && nelssa_now_ms() < end)
+		ucp_worker_progress(c->worker);
+	if (borrowed_in_flight(w)) {
+		nelssa_log(NELSSA_LOG_WARNING, "client", "a zero-copy offload failed with puts of "
+			   "the caller's rows in flight: closing the data path");
+		nc_ep_kill(c);
+	}
 	for (uint32_t i = 0; i < w->n; i++) {
+		if (w->op[i]->borrowed && !w->op[i]->done) {
+			/* UCX promises the forced close ends it; it did not. */
+			nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a put of the caller's rows "
+				   "after a forced close of the endpoint");
+			abort();
+		}
 		w->op[i]->next = c->orphans;
 		c->orphans = w->op[i];
 	}
@@ -183,11 +211,13 @@ static void put_abandon(struct nelssa_client *c, struct put_window *w)
 }
 
 /*
- * Puts @len bytes of @data (passed on: from nc_buf_get() when @cached,
- * else malloc'd) at @remote; bounded by the window.
+ * Puts @len bytes at @remote, bounded by the window: from @src, the
+ * caller's rows, when @owned is NULL (the put is waited for before the
+ * call returns; put_abandon()), else from @owned (nc_buf_get()'s when
+ * @cached, else malloc'd), which passes on.
  */
-static int put(struct nelssa_client *c, struct put_window *w, void *data, int cached,
-	       size_t len, uint64_t remote, ucp_rkey_h rkey, uint64_t deadline)
+static int put(struct nelssa_client *c, struct put_window *w, const void *src, void *owned,
+	       int cached, size_t len, uint64_t remote, ucp_rkey_h rkey, uint64_t deadline)
 {
 	ucp_request_param_t prm = { 0 };
 	struct send_op *op;
@@ -196,20 +226,23 @@ static int put(struct nelssa_client *c, struct put_window *w, void *data, int ca
 
 	if (w->n == PUT_WINDOW)
 		ret = put_retire(c, w, deadline);
+	if (!ret)
+		ret = nc_ep_gone(c) ? -ECONNRESET : 0;
 	op = ret ? NULL : calloc(1, sizeof(*op));
 	if (!op) {
 		if (cached)
-			nc_buf_put(c, data);
+			nc_buf_put(c, owned);
 		else
-			free(data);
+			free(owned);
 		return ret ? ret : nc_fail(c, -ENOMEM, "out of memory");
 	}
-	op->data = data;
+	op->data = owned;
 	op->cache = cached ? c : NULL;
+	op->borrowed = !owned;
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	prm.cb.send = nc_sent;
 	prm.user_data = op;
-	sp = ucp_put_nbx(c->ep, data, len, remote, rkey, &prm);
+	sp = ucp_put_nbx(c->ep, owned ? owned : src, len, remote, rkey, &prm);
 	if (!UCS_PTR_IS_PTR(sp)) {
 		nc_op_free(op);
 		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "RMA write into the daemon's memory "
@@ -221,7 +254,22 @@ static int put(struct nelssa_client *c, struct put_window *w, void *data, int ca
 	return 0;
 }
 
-/* The puts of clusters [@from, n) of @ix: rows chunk by chunk, then the table. */
+/* Whether rows @perm[0..n) are consecutive: a run of the caller's memory as it stands. */
+static int consecutive(const uint32_t *perm, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++)
+		if (perm[i] != perm[0] + i)
+			return 0;
+	return 1;
+}
+
+/*
+ * The puts of clusters [@from, n) of @ix: rows chunk by chunk, then the
+ * table.  A chunk whose rows already lie in cluster order in the
+ * caller's K and V (consecutive in @ix's permutation -- an engine that
+ * gathered them itself, as a GPU does before a transfer) is put from
+ * there; any other is gathered into a buffer first, the one copy.
+ */
 static int put_rows(struct nelssa_client *c, struct put_window *w, const struct crkey *rk,
 		    uint64_t k_at, uint64_t v_at, uint64_t t_at, size_t row,
 		    const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
@@ -239,7 +287,18 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 		while (end < ix->n_clusters &&
 		       (end == cl || 2ull * (tokens + ix->table[end].count) * row <= CHUNK_BYTES))
 			tokens += ix->table[end++].count;
+		cl = end;
 		/* Clusters are never empty (struct nelssa_cluster_index): tokens >= 1. */
+		if (consecutive(ix->perm + first, tokens)) {
+			const size_t at = (size_t)ix->perm[first] * row;
+
+			ret = put(c, w, (const uint8_t *)k + at, NULL, 0, tokens * row,
+				  k_at + (uint64_t)first * row, rk->rkey, deadline);
+			if (!ret)
+				ret = put(c, w, (const uint8_t *)v + at, NULL, 0, tokens * row,
+					  v_at + (uint64_t)first * row, rk->rkey, deadline);
+			continue;
+		}
 		cached = (size_t)tokens * row <= NC_BUF_BYTES;
 		kb = cached ? nc_buf_get(c) : malloc((size_t)tokens * row);
 		vb = cached ? nc_buf_get(c) : malloc((size_t)tokens * row);
@@ -259,16 +318,15 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 			memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row, row);
 			memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row, row);
 		}
-		ret = put(c, w, kb, cached, tokens * row, k_at + (uint64_t)first * row, rk->rkey,
-			  deadline);
+		ret = put(c, w, NULL, kb, cached, tokens * row, k_at + (uint64_t)first * row,
+			  rk->rkey, deadline);
 		if (!ret)
-			ret = put(c, w, vb, cached, tokens * row, v_at + (uint64_t)first * row,
-				  rk->rkey, deadline);
+			ret = put(c, w, NULL, vb, cached, tokens * row,
+				  v_at + (uint64_t)first * row, rk->rkey, deadline);
 		else if (cached)
 			nc_buf_put(c, vb);
 		else
 			free(vb);
-		cl = end;
 	}
 	if (ret)
 		return ret;
@@ -280,7 +338,7 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 		nelssa_put_le32(table + 8 * (j - from), ix->table[j].first);
 		nelssa_put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
 	}
-	return put(c, w, table, 0, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
+	return put(c, w, NULL, table, 0, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
 		   t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * from, rk->rkey, deadline);
 }
 

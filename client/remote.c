@@ -356,6 +356,8 @@ int nc_am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t
 	nc_reap_orphans(c);
 	if (hdr_len > sizeof(op->hdr))
 		return nc_fail(c, -EINVAL, "header of %zu bytes", hdr_len);
+	if (nc_ep_gone(c))
+		return -ECONNRESET;
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return nc_fail(c, -ENOMEM, "out of memory");
@@ -476,8 +478,10 @@ int nc_ep_flush(struct nelssa_client *c, uint64_t deadline, ucs_status_t *status
 	ucs_status_ptr_t sp;
 	int ret;
 
-	if (!op)
-		return nc_fail(c, -ENOMEM, "out of memory");
+	if (!op || nc_ep_gone(c)) {
+		free(op);
+		return op ? -ECONNRESET : nc_fail(c, -ENOMEM, "out of memory");
+	}
 	prm.cb.send = nc_sent;
 	prm.user_data = op;
 	sp = ucp_ep_flush_nbx(c->ep, &prm);
@@ -605,46 +609,65 @@ int nelssa_client_connect(const struct nelssa_client_opts *o, struct nelssa_clie
 	return data_path_up(c, r.u.hello_ok.data_port);
 }
 
+/*
+ * Closes the data endpoint, forced: UCX completes every request still on
+ * it (UCS_ERR_CANCELED), which is what lets go of buffers it was reading.
+ * Keys go before their endpoint; the sessions lose theirs.  Bounded.
+ */
+void nc_ep_kill(struct nelssa_client *c)
+{
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+				    .flags = UCP_EP_CLOSE_FLAG_FORCE };
+	ucs_status_ptr_t sp;
+
+	for (uint32_t i = 0; i < c->n_sess; i++)
+		nc_rma_session_close(&c->sess[i]);
+	if (!c->ep)
+		return;
+	sp = ucp_ep_close_nbx(c->ep, &prm);
+	if (UCS_PTR_IS_PTR(sp)) {
+		uint64_t end = nelssa_now_ns() + CLOSE_WAIT_NS;
+
+		/* Forced, it completes locally; bounded all the same. */
+		while (ucp_request_check_status(sp) == UCS_INPROGRESS && nelssa_now_ns() < end)
+			ucp_worker_progress(c->worker);
+		if (ucp_request_check_status(sp) != UCS_INPROGRESS)
+			ucp_request_free(sp);
+	}
+	ucp_worker_progress(c->worker);
+	c->ep = NULL;
+	c->ep_failed = 1;
+}
+
+int nc_ep_gone(struct nelssa_client *c)
+{
+	return c->ep ? 0 : nc_fail(c, -ECONNRESET, "the data path to the daemon was closed after "
+				   "a zero-copy offload failed with its puts in flight; connect again");
+}
+
 void nelssa_client_close(struct nelssa_client *c)
 {
 	if (!c)
 		return;
-	for (uint32_t i = 0; i < c->n_sess; i++)
-		nc_rma_session_close(&c->sess[i]);	/* keys go before their endpoint */
-	if (c->ep) {
+	/*
+	 * A forced close purges what is still pending, and UCX 1.13
+	 * asserts when that includes the wire-up of a UD endpoint (seen
+	 * over Soft-RoCE when a session fails right after connect).  Flush
+	 * a live endpoint first, for a bounded time.
+	 */
+	if (c->ep && !c->ep_failed) {
+		uint64_t end = nelssa_now_ns() + CLOSE_WAIT_NS;
 		ucp_request_param_t prm = { 0 };
-		ucs_status_ptr_t sp;
+		ucs_status_ptr_t sp = ucp_ep_flush_nbx(c->ep, &prm);
 
-		/*
-		 * A forced close purges what is still pending, and UCX 1.13
-		 * asserts when that includes the wire-up of a UD endpoint
-		 * (seen over Soft-RoCE when a session fails right after
-		 * connect).  Flush a live endpoint first, for a bounded time.
-		 */
-		if (!c->ep_failed) {
-			uint64_t end = nelssa_now_ns() + CLOSE_WAIT_NS;
-
-			sp = ucp_ep_flush_nbx(c->ep, &prm);
-			if (UCS_PTR_IS_PTR(sp)) {
-				while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
-				       nelssa_now_ns() < end)
-					ucp_worker_progress(c->worker);
-				ucp_request_free(sp);
-			}
-		}
-		prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		sp = ucp_ep_close_nbx(c->ep, &prm);
 		if (UCS_PTR_IS_PTR(sp)) {
-			uint64_t end = nelssa_now_ns() + CLOSE_WAIT_NS;
-
-			/* Forced, it completes locally; bounded all the same. */
-			while (ucp_request_check_status(sp) == UCS_INPROGRESS && nelssa_now_ns() < end)
+			while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+			       nelssa_now_ns() < end)
 				ucp_worker_progress(c->worker);
-			if (ucp_request_check_status(sp) != UCS_INPROGRESS)
-				ucp_request_free(sp);
+			ucp_request_free(sp);
 		}
 	}
+	nc_ep_kill(c);
 	/* The close completed (or purged) what sends were left; free their buffers. */
 	nc_reap_orphans(c);
 	if (c->worker)
@@ -835,6 +858,8 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	if (ix->head_dim != s->cfg.shape.head_dim || from > ix->n_clusters)
 		return nc_fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
 			    ix->head_dim, s->cfg.shape.head_dim);
+	if (nc_ep_gone(c))
+		return -ECONNRESET;
 	if (s->rma)
 		return nc_rma_offload(c, s, request, layer, head, ix, from, k, v);
 	row = ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
@@ -918,6 +943,8 @@ int nelssa_client_step_send(struct nelssa_client *c, uint64_t session, uint16_t 
 			    "a step needs at least one item");
 	if (!s)
 		return nc_fail(c, -ENOENT, "no session %llu", (unsigned long long)session);
+	if (nc_ep_gone(c))
+		return -ECONNRESET;
 	for (int i = 0; i < MAX_PENDING && !p; i++)
 		if (!c->pend[i].id && !c->pend[i].receiving)
 			p = &c->pend[i];

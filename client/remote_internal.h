@@ -52,6 +52,7 @@ struct send_op {
 	void *req;		/* UCX's request while in flight */
 	void *data;		/* owned */
 	struct nelssa_client *cache;	/* @data goes back to its buffer cache */
+	int borrowed;		/* a put that reads the caller's rows, not @data */
 	uint8_t hdr[64];
 };
 
@@ -148,6 +149,10 @@ void *nc_buf_get(struct nelssa_client *c);
 /* Gives a buffer of nc_buf_get() back (NULL: nothing); freed when the cache is full. */
 void nc_buf_put(struct nelssa_client *c, void *buf);
 void nc_reap_orphans(struct nelssa_client *c);
+/* Closes the data endpoint, forced: every request on it ends (cancelled). */
+void nc_ep_kill(struct nelssa_client *c);
+/* -ECONNRESET, with the reason recorded, once nc_ep_kill() closed the endpoint; else 0. */
+int nc_ep_gone(struct nelssa_client *c);
 /* Flushes the data endpoint until @deadline; *@status: how the flush ended. */
 int nc_ep_flush(struct nelssa_client *c, uint64_t deadline, ucs_status_t *status);
 struct csession *nc_find(struct nelssa_client *c, uint64_t id);

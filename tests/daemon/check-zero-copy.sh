@@ -11,9 +11,12 @@
 # cluster-wise session are staged and copied instead -- the daemon says
 # why.  The RMA cases force zero-copy (NELSSA_ZERO_COPY_FORCE), against a
 # daemon run with --emulated-rma: without it and without RDMA a forced
-# client is staged too.  --zero-copy=off stages every session;
-# --zero-copy=require refuses KV messages and the sessions it cannot
-# register, each with words.
+# client is staged too.  Rows already in cluster order are put from the
+# caller's memory (alone, and mixed with gathered chunks), and such puts
+# stalled in flight at a timeout close the data path before the call
+# returns.  --zero-copy=off stages every session; --zero-copy=require
+# refuses KV messages and the sessions it cannot register, each with
+# words.
 #
 #   check-zero-copy.sh NELSSAD E2E_CLIENT
 set -u
@@ -42,7 +45,7 @@ stop() {
 	pid=
 }
 
-echo "1..25"
+echo "1..30"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
@@ -66,6 +69,10 @@ for tls in tcp shm,tcp; do
 	fi
 	t "$tls: KV put into registered device memory: every byte by RMA, none copied, steps equal float64" \
 		0 "$cli" 127.0.0.1 "$port" check rma
+	t "$tls: ... rows already in cluster order put from the caller's memory, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check rma ordered
+	t "$tls: ... half in order and half shuffled, in one offload, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check rma mixed
 	t "$tls: by default the client stages where UCX only emulates RMA (no native lane)" \
 		0 "$cli" 127.0.0.1 "$port" check staged
 	t "$tls: a client that opts out: every byte copied, steps equal float64" \
@@ -83,6 +90,17 @@ nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --
 t "--zero-copy=off: a head-wise session is staged, every byte copied, steps exact" \
 	0 "$cli" 127.0.0.1 "$port" check staged
 stop
+
+# The client's puts straight from the caller's rows, stalled: the daemon
+# stopped for good (UCX 1.13 aborts a daemon whose emulated put handler
+# meets the endpoint the client closed -- another reason emulation is
+# opt-in -- so it is killed, not continued).
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --emulated-rma
+NELSSAD_PID=$pid t "tcp: puts of the caller's rows in flight at a timeout: the call returns, the data path closes" \
+	0 timeout 60 "$cli" 127.0.0.1 "$port" stall-put
+kill -KILL $pid
+wait $pid 2>/dev/null
+pid=
 
 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --require-zero-copy \
 	--emulated-rma

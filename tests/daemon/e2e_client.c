@@ -57,7 +57,17 @@
  *             2 s of slack.  Prints "running" once served, then "worst_ms N"
  *             (the slowest failing call); exit 0 when all of that held
  *
- * usage: e2e_client HOST PORT SCENARIO [ARG]
+ *   stall-put (zero-copy forced, over TCP) the daemon stopped while an
+ *             offload puts straight from the caller's rows (an index in
+ *             cluster order), more of them than the sockets' buffers can
+ *             hold, so that puts are still in flight at the timeout: the
+ *             offload fails with -ETIMEDOUT, and the rows are unmapped at
+ *             once (a put still reading them would fault); the data path
+ *             is then closed -- the next offload and step fail with
+ *             -ECONNRESET and say why.  The daemon is left stopped, for
+ *             the test to kill
+ *
+ * usage: e2e_client HOST PORT SCENARIO [ARG [ORDER]]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -68,6 +78,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include <nelssa/client.h>
 #include <nelssa/policy.h>
@@ -89,6 +100,14 @@ struct req {
 
 static struct nelssa_client *cli;
 static const char *scenario_arg;	/* argv[4], where a scenario takes one */
+/*
+ * argv[5] of check: how an index orders the caller's rows.  Shuffled
+ * (the default): no chunk lies in cluster order, the client gathers each;
+ * ordered: every token where its cluster has it, the client puts straight
+ * from the rows; mixed: the first half so, the rest shuffled, so that one
+ * offload takes both ways and a chunk straddles them.
+ */
+static enum { ORDER_SHUFFLED, ORDER_ORDERED, ORDER_MIXED } index_order;
 static int failures;
 static uint8_t placement = NELSSA_PLACE_HEADS;
 
@@ -101,10 +120,12 @@ static uint8_t placement = NELSSA_PLACE_HEADS;
 		}                                                \
 	} while (0)
 
-/* A random index over @n tokens: clusters of 1..31 tokens, permuted tokens. */
+/* A random index over @n tokens: clusters of 1..31 tokens, tokens permuted as index_order says. */
 static void make_index(struct tu_rng *rng, struct nelssa_cluster_index *ix, uint32_t n,
 		       uint32_t first_token)
 {
+	/* Positions [lo, n) are shuffled (index_order). */
+	const uint32_t lo = index_order == ORDER_ORDERED ? n : index_order == ORDER_MIXED ? n / 2 : 0;
 	uint32_t pos = 0;
 
 	memset(ix, 0, sizeof(*ix));
@@ -115,8 +136,8 @@ static void make_index(struct tu_rng *rng, struct nelssa_cluster_index *ix, uint
 	ix->key_mean = tu_alloc(4 * DIM);
 	for (uint32_t i = 0; i < n; i++)
 		ix->perm[i] = i;
-	for (uint32_t i = n; i > 1; i--) {
-		uint32_t j = tu_below(rng, i), t = ix->perm[i - 1];
+	for (uint32_t i = n; i > lo + 1; i--) {
+		uint32_t j = lo + tu_below(rng, i - lo), t = ix->perm[i - 1];
 
 		ix->perm[i - 1] = ix->perm[j];
 		ix->perm[j] = t;
@@ -546,6 +567,95 @@ static int scenario_stall(struct tu_rng *rng)
 	nelssa_kmeans_free(&ix);
 	free(k);
 	free(v);
+	return failures ? 1 : 0;
+}
+
+/* The largest buffer a TCP socket may grow to, from @path's third field; 0 if unknown. */
+static uint64_t tcp_buf_max(const char *path)
+{
+	unsigned long long a, b, c = 0;
+	FILE *f = fopen(path, "r");
+
+	if (f && fscanf(f, "%llu %llu %llu", &a, &b, &c) != 3)
+		c = 0;
+	if (f)
+		fclose(f);
+	return c;
+}
+
+static int scenario_stall_put(struct tu_rng *rng)
+{
+	const char *env = getenv("NELSSAD_PID");
+	const pid_t pid = env ? (pid_t)atoi(env) : 0;
+	struct nelssa_session_cfg cfg = {
+		.shape = { 1, GROUP, 1, DIM, NELSSA_KV_BF16 },
+		.placement = NELSSA_PLACE_HEADS, .max_batch = 1, .max_sel = 64,
+	};
+	const uint64_t wmem = tcp_buf_max("/proc/sys/net/ipv4/tcp_wmem");
+	const uint64_t rmem = tcp_buf_max("/proc/sys/net/ipv4/tcp_rmem");
+	float q[GROUP * DIM] = { 0 }, o[GROUP * DIM], lse[GROUP];
+	uint32_t sel[1] = { 0 };
+	struct nelssa_step_in in = { 7, 0, q, sel, 1 };
+	struct nelssa_cluster_index ix;
+	uint64_t session, tokens, bytes;
+	uint16_t *kv;
+	int ret;
+
+	if (pid <= 0 || !wmem || !rmem) {
+		printf("# stall-put: NELSSAD_PID names no daemon, or no TCP buffer sizes\n");
+		return 2;
+	}
+	/*
+	 * What both sockets of the connection may buffer, and 16 MB for UCX's
+	 * own: puts must still be waiting for room when the daemon, stopped,
+	 * reads none of it.
+	 */
+	tokens = (wmem + rmem + (16u << 20)) / (2 * 2 * DIM) + 1;
+	bytes = tokens * 2 * DIM;
+	printf("# socket buffers up to %llu + %llu bytes: %llu tokens, %llu bytes of K and of V\n",
+	       (unsigned long long)wmem, (unsigned long long)rmem, (unsigned long long)tokens,
+	       (unsigned long long)bytes);
+	cfg.capacity_tokens = tokens;
+	nelssa_client_set_zero_copy(cli, NELSSA_ZERO_COPY_FORCE);
+	ret = nelssa_client_session(cli, &cfg, &session);
+	if (!ret)
+		ret = nelssa_client_request(cli, session, 7, (uint32_t)tokens, (uint32_t)tokens / 8);
+	if (ret || nelssa_client_zero_copy(cli, session) != 1) {
+		printf("# setup failed: %d (%s), zero-copy %d\n", ret, nelssa_client_error(cli),
+		       nelssa_client_zero_copy(cli, session));
+		return 1;
+	}
+	index_order = ORDER_ORDERED;
+	make_index(rng, &ix, (uint32_t)tokens, 0);
+	kv = mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (kv == MAP_FAILED) {
+		printf("# mmap: %s\n", strerror(errno));
+		return 1;
+	}
+	tu_fill_kv(rng, kv, 2 * tokens * DIM, 1.0, NELSSA_KV_BF16);
+	if (kill(pid, SIGSTOP)) {
+		printf("# cannot stop %d: %s\n", (int)pid, strerror(errno));
+		return 1;
+	}
+	nelssa_client_set_timeout(cli, 500);
+	ret = nelssa_client_offload(cli, session, 7, 0, 0, &ix, 0, kv, kv + tokens * DIM);
+	printf("# offload to a stopped daemon: %d (%s)\n", ret, nelssa_client_error(cli));
+	CHECK(ret == -ETIMEDOUT, "offload to a stopped daemon gave %d, not -ETIMEDOUT", ret);
+	/* The rows are the caller's again: gone, a put still reading them faults. */
+	munmap(kv, 2 * bytes);
+	/* Nothing to send (from the last cluster on): the data path's state alone answers. */
+	ret = nelssa_client_offload(cli, session, 7, 0, 0, &ix, ix.n_clusters, q, q);
+	printf("# offload after it: %d (%s)\n", ret, nelssa_client_error(cli));
+	CHECK(ret == -ECONNRESET && strstr(nelssa_client_error(cli), "connect again"),
+	      "an offload after puts in flight were abandoned gave %d, not -ECONNRESET", ret);
+	ret = nelssa_client_step(cli, session, 0, &in, 1, o, lse, NULL);
+	printf("# step after it: %d (%s)\n", ret, nelssa_client_error(cli));
+	CHECK(ret == -ECONNRESET, "a step after puts in flight were abandoned gave %d", ret);
+	/*
+	 * The daemon stays stopped: continued, UCX 1.13 aborts it in the
+	 * emulated put's handler (check-zero-copy.sh kills it instead).
+	 */
+	nelssa_kmeans_free(&ix);
 	return failures ? 1 : 0;
 }
 
@@ -1087,7 +1197,8 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|rdma|staged]|"
+		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|rdma|staged "
+			"[ordered|mixed|shuffled]]|stall-put|"
 			"capacity|refused|"
 			"bad-step|zero-items|stall|die|held|outlive|migrate|split|probe|busy|"
 			"load offload|step\n");
@@ -1099,6 +1210,15 @@ int main(int argc, char **argv)
 	o.name = "e2e";
 	sc = argv[3];
 	scenario_arg = argc > 4 ? argv[4] : NULL;
+	if (argc > 5 && strcmp(argv[5], "ordered") && strcmp(argv[5], "mixed") &&
+	    strcmp(argv[5], "shuffled")) {
+		fprintf(stderr, "e2e_client: the index order is ordered, mixed or shuffled, "
+			"not '%s'\n", argv[5]);
+		return 2;
+	}
+	if (argc > 5)
+		index_order = !strcmp(argv[5], "ordered") ? ORDER_ORDERED :
+			      !strcmp(argv[5], "mixed") ? ORDER_MIXED : ORDER_SHUFFLED;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	tu_init("e2e");
 	tu_rng_for(&rng, sc, 0);
@@ -1130,6 +1250,8 @@ int main(int argc, char **argv)
 		ret = scenario_bad_step(&rng);
 	else if (!strcmp(sc, "zero-items"))
 		ret = scenario_zero_items(&rng);
+	else if (!strcmp(sc, "stall-put"))
+		ret = scenario_stall_put(&rng);
 	else if (!strcmp(sc, "stall"))
 		ret = scenario_stall(&rng);
 	else if (!strcmp(sc, "die"))

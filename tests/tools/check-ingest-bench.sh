@@ -31,10 +31,11 @@ nelssad_start "$nd" "$out/daemon.log" "$out/port" --devices sim:2 --sim-opts mem
 	--emulated-rma
 t "a small run against nelssad on sim devices" 0 "$bench" --port "$port" --daemon-pid "$pid" \
 	--context 1024 --layers 1 --kv-heads 4 --gb 0.02 --ingest-gb 0.02 --steps 20 --json
-json_check "zero-copy mode: every KV byte by RMA" 'j["zero_copy"]["rma_fraction"] == 1'
+json_check "zero-copy modes (rows in cluster order, rows gathered): every KV byte by RMA" \
+	'j["zero_copy"]["rma_fraction"] == 1 and j["zero_copy_gathered"]["rma_fraction"] == 1'
 json_check "staged mode: none by RMA" 'j["staged"]["rma_fraction"] == 0'
 json_check "throughputs and ratios are positive numbers" \
-	'all(v > 0 for v in (j["bare_put_gbs"], j["zero_copy"]["gbs"], j["staged"]["gbs"], j["zero_copy"]["ratio_to_put"], j["staged"]["ratio_to_put"]))'
+	'all(v > 0 for v in (j["bare_put_gbs"], j["zero_copy"]["gbs"], j["zero_copy_gathered"]["gbs"], j["staged"]["gbs"], j["zero_copy"]["ratio_to_put"], j["zero_copy_gathered"]["ratio_to_put"], j["staged"]["ratio_to_put"]))'
 json_check "daemon CPU per GB measured for both modes" \
 	'j["zero_copy"]["daemon_cpu_s_per_gb"] >= 0 and j["staged"]["daemon_cpu_s_per_gb"] >= 0'
 json_check "step latencies measured alone and under both ingests" \

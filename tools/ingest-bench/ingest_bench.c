@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * nelssa-ingest-bench: KV ingest through nelssad -- zero-copy (the client
- * puts rows into the daemon's registered device memory and commits) and
- * staged (KV messages the daemon copies in) -- beside a bare ucp_put_nbx()
+ * puts rows into the daemon's registered device memory and commits; rows
+ * in cluster order, put from where they lie, and rows shuffled, which the
+ * client gathers first) and staged (KV messages the daemon copies in) --
+ * beside a bare ucp_put_nbx()
  * of the same sizes into registered memory of a forked process, measured
  * in the same run (DESIGN §5: a same-run baseline and a ratio).  Per mode:
  * GB/s, the ratio to the bare puts, and the daemon's CPU seconds per GB
@@ -331,6 +333,32 @@ struct mode_result {
 	double gbs, cpu_per_gb, rma_frac;
 };
 
+/*
+ * Toggles @kv between rows in cluster order (the identity permutation:
+ * the client puts them from where they lie) and rows shuffled (each token
+ * a random one: the client gathers every chunk first), by a fixed
+ * permutation and its inverse.  The clusters stay as they are.  Always 0.
+ */
+static int kv_shuffle(struct kv *kv)
+{
+	static int shuffled;
+	uint64_t rng = 0x2545f4914f6cdd1dull;
+
+	if (shuffled) {
+		for (uint32_t t = 0; t < kv->ix.n_tokens; t++)
+			kv->ix.perm[t] = t;
+	} else {
+		for (uint32_t i = kv->ix.n_tokens; i > 1; i--) {
+			uint32_t j = (uint32_t)(tl_next(&rng) % i), x = kv->ix.perm[i - 1];
+
+			kv->ix.perm[i - 1] = kv->ix.perm[j];
+			kv->ix.perm[j] = x;
+		}
+	}
+	shuffled = !shuffled;
+	return 0;
+}
+
 static int ingest_mode(const struct opts *o, const struct kv *kv, int zero_copy,
 		       struct mode_result *r)
 {
@@ -488,7 +516,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' }, { 0 } };
 	struct opts o = { .host = "127.0.0.1", .context = 32768, .layers = 2, .kv_heads = 8,
 			  .head_dim = 128, .steps = 500, .gb = 2, .ingest_gb = 10 };
-	struct mode_result zc, sg;
+	struct mode_result zc, zg, sg;
 	struct lat alone, with_zc, with_sg;
 	struct kv kv;
 	char cpu[128];
@@ -540,7 +568,8 @@ int main(int argc, char **argv)
 	kv_make(&o, &kv);
 	store = 2.0 * o.context * o.head_dim * 2;	/* K and V of one (layer, head), bf16 */
 	put = bare_put((size_t)store, o.layers * o.kv_heads, o.gb * 1e9);
-	if (put < 0 || ingest_mode(&o, &kv, 1, &zc) || ingest_mode(&o, &kv, 0, &sg) ||
+	if (put < 0 || ingest_mode(&o, &kv, 1, &zc) || kv_shuffle(&kv) ||
+	    ingest_mode(&o, &kv, 1, &zg) || kv_shuffle(&kv) || ingest_mode(&o, &kv, 0, &sg) ||
 	    interference(&o, &kv, -1, &alone) || interference(&o, &kv, 1, &with_zc) ||
 	    interference(&o, &kv, 0, &with_sg)) {
 		fprintf(stderr, PROG ": a measurement failed\n");
@@ -557,6 +586,9 @@ int main(int argc, char **argv)
 		       cpu, tls ? tls : "", o.context, o.layers, o.kv_heads, o.head_dim, o.gb, put);
 		printf("\"zero_copy\":{\"gbs\":%.3f,\"ratio_to_put\":%.3f,\"daemon_cpu_s_per_gb\":%.4f,"
 		       "\"rma_fraction\":%.3f},", zc.gbs, zc.gbs / put, zc.cpu_per_gb, zc.rma_frac);
+		printf("\"zero_copy_gathered\":{\"gbs\":%.3f,\"ratio_to_put\":%.3f,"
+		       "\"daemon_cpu_s_per_gb\":%.4f,\"rma_fraction\":%.3f},", zg.gbs, zg.gbs / put,
+		       zg.cpu_per_gb, zg.rma_frac);
 		printf("\"staged\":{\"gbs\":%.3f,\"ratio_to_put\":%.3f,\"daemon_cpu_s_per_gb\":%.4f,"
 		       "\"rma_fraction\":%.3f},", sg.gbs, sg.gbs / put, sg.cpu_per_gb, sg.rma_frac);
 		printf("\"ingest_gb\":%g,\"step_us\":{\"alone\":{\"p50\":%.1f,\"p99\":%.1f,\"n\":%u},"
@@ -572,6 +604,8 @@ int main(int argc, char **argv)
 	printf("bare ucp_put_nbx, same sizes:  %7.3f GB/s\n", put);
 	printf("zero-copy ingest via nelssad:  %7.3f GB/s  = %.3f x bare; daemon %.4f CPU-s/GB; "
 	       "%.0f%% by RMA\n", zc.gbs, zc.gbs / put, zc.cpu_per_gb, 100 * zc.rma_frac);
+	printf("... rows shuffled, gathered:   %7.3f GB/s  = %.3f x bare; daemon %.4f CPU-s/GB; "
+	       "%.0f%% by RMA\n", zg.gbs, zg.gbs / put, zg.cpu_per_gb, 100 * zg.rma_frac);
 	printf("staged ingest via nelssad:     %7.3f GB/s  = %.3f x bare; daemon %.4f CPU-s/GB; "
 	       "%.0f%% by RMA\n", sg.gbs, sg.gbs / put, sg.cpu_per_gb, 100 * sg.rma_frac);
 	printf("step latency alone:                     P50 %8.1f us  P99 %8.1f us (%u steps)\n",

@@ -181,6 +181,16 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * clusters again (head-wise placement overwrites; cluster-wise needs a
  * fresh request).
  *
+ * In a zero-copy session, a chunk whose rows already lie in cluster order
+ * in @k and @v (consecutive tokens in @ix->perm: an engine that ordered
+ * them itself) is put into the daemon's memory straight from there, with
+ * no copy on this side.  @k and @v are the caller's again when the call
+ * returns, whatever it returns: should it fail while such puts are still
+ * in flight, which UCX cannot cancel one by one, the connection's data
+ * path is closed to end them, and every later offload and step on the
+ * connection fails with -ECONNRESET (control calls still work; connect
+ * again).
+ *
  * Return: 0, or the daemon's refusal (-ERANGE beyond the request's room,
  * -ENOENT no such request, -EPROTONOSUPPORT the daemon requires RDMA and
  * this client reaches it over another transport), -ETIMEDOUT (not all
