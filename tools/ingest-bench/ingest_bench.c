@@ -10,8 +10,9 @@
  * GB/s, the ratio to the bare puts, and the daemon's CPU seconds per GB
  * (/proc/PID/stat of --daemon-pid).  Then the decode-step latency of one
  * client alone and while a second client (a forked process, its own
- * connection) ingests --ingest-gb, once per mode: P50/P99 and the ratio of
- * the P99s.
+ * connection, its session set up beforehand) ingests --ingest-gb, once per
+ * mode, starting when the stepping client is about to step: P50/P99 and
+ * the ratio of the P99s.
  *
  * usage: nelssa-ingest-bench --port PORT --daemon-pid PID [--host H]
  *        [--context N] [--layers N] [--kv-heads N] [--head-dim N]
@@ -393,8 +394,13 @@ static int ingest_mode(const struct opts *o, const struct kv *kv, int zero_copy,
 	return 0;
 }
 
-/* Step latencies (us) of a small session until @stop's pipe closes, or @n of them. */
-static double *steps(const struct opts *o, const struct kv *kv, int stop_fd, uint32_t *n)
+/*
+ * Step latencies (us) of a small session until @stop's pipe closes, or @n
+ * of them; a byte on @go_fd (unless -1) once the session is set up and
+ * the first step is next.
+ */
+static double *steps(const struct opts *o, const struct kv *kv, int stop_fd, int go_fd,
+		     uint32_t *n)
 {
 	struct nelssa_client *c = NULL;
 	const uint32_t items = o->kv_heads, g = 4;
@@ -414,6 +420,8 @@ static double *steps(const struct opts *o, const struct kv *kv, int stop_fd, uin
 			return NULL;
 	for (uint32_t i = 0; i < nsel; i++)
 		sel[i] = i * 25;
+	if (go_fd >= 0 && write(go_fd, "g", 1) != 1)
+		return NULL;
 	for (uint32_t i = 0; i < items; i++)
 		in[i] = (struct nelssa_step_in){ 1, (uint16_t)i, q + (size_t)i * g * o->head_dim,
 						 sel, nsel };
@@ -454,30 +462,40 @@ static struct lat summarise(double *v, uint32_t n)
 static int interference(const struct opts *o, const struct kv *kv, int mode, struct lat *l)
 {
 	uint32_t n = mode < 0 ? o->steps : 1000000;
-	int pfd[2] = { -1, -1 };
+	int pfd[2] = { -1, -1 }, gfd[2] = { -1, -1 };
 	pid_t child = -1;
 	double *v;
 
 	if (mode >= 0) {
-		if (pipe(pfd))
+		if (pipe(pfd) || pipe(gfd))
 			return -1;
 		child = fork();
 		if (child == 0) {
 			struct nelssa_client *c = NULL;
 			struct opts big = *o;
 			uint64_t s;
+			char b;
 
 			close(pfd[0]);
+			close(gfd[1]);
 			big.gb = o->ingest_gb;
 			if (connect_to(o, &c, "ingest-bench-b"))
 				_exit(1);
 			nelssa_client_set_zero_copy(c, mode ? NELSSA_ZERO_COPY_FORCE
 							    : NELSSA_ZERO_COPY_OFF);
-			_exit(open_session(o, c, o->layers, &s) || ingest(&big, c, s, kv, big.gb) < 0);
+			if (open_session(o, c, o->layers, &s))
+				_exit(1);
+			/* The ingest starts once the stepping client is about to step. */
+			if (read(gfd[0], &b, 1) != 1)
+				_exit(1);
+			_exit(ingest(&big, c, s, kv, big.gb) < 0);
 		}
 		close(pfd[1]);
+		close(gfd[0]);
 	}
-	v = steps(o, kv, pfd[0], &n);
+	v = steps(o, kv, pfd[0], gfd[1], &n);
+	if (gfd[1] >= 0)
+		close(gfd[1]);
 	if (child > 0) {
 		int st = 0;
 
@@ -486,7 +504,13 @@ static int interference(const struct opts *o, const struct kv *kv, int mode, str
 		if (!WIFEXITED(st) || WEXITSTATUS(st))
 			return -1;
 	}
-	if (!v || !n)
+	if (v && !n) {
+		fprintf(stderr, PROG ": no step ended while the other client ingested %g GB: "
+			"give a larger --ingest-gb\n", o->ingest_gb);
+		free(v);
+		v = NULL;
+	}
+	if (!v)
 		return -1;
 	*l = summarise(v, n);
 	free(v);
