@@ -23,7 +23,7 @@ trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
 . "$(dirname "$0")/../../scripts/nelssad-lib.sh"
 export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y UCX_TLS=tcp
 
-echo "1..9"
+echo "1..10"
 t "no --port is a usage error" 2 "$bench" --daemon-pid 1
 t "a bad --gb is a usage error" 2 "$bench" --port 1 --daemon-pid 1 --gb 0
 t "--help exits 0" 0 "$bench" --help
@@ -36,6 +36,13 @@ json_check "zero-copy modes (rows in cluster order, rows gathered): every KV byt
 json_check "staged mode: none by RMA" 'j["staged"]["rma_fraction"] == 0'
 json_check "throughputs and ratios are positive numbers" \
 	'all(v > 0 for v in (j["bare_put_gbs"], j["zero_copy"]["gbs"], j["zero_copy_gathered"]["gbs"], j["staged"]["gbs"], j["zero_copy"]["ratio_to_put"], j["zero_copy_gathered"]["ratio_to_put"], j["staged"]["ratio_to_put"]))'
+# The ISA as grep reads /proc/cpuinfo's flags, independently of the bench.
+isa=scalar
+if grep -qw avx512f /proc/cpuinfo; then isa=avx512
+elif grep -qw avx2 /proc/cpuinfo; then isa=avx2
+elif grep -qw asimd /proc/cpuinfo; then isa=neon
+fi
+json_check "the CPU and its ISA named ($isa)" "j['cpu'] != '' and j['isa'] == '$isa'"
 json_check "daemon CPU per GB measured for both modes" \
 	'j["zero_copy"]["daemon_cpu_s_per_gb"] >= 0 and j["staged"]["daemon_cpu_s_per_gb"] >= 0'
 json_check "step latencies measured alone and under both ingests" \

@@ -86,6 +86,41 @@ int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint
 	return 0;
 }
 
+/* Whether @flags, a cpuinfo "flags"/"Features" line, lists @flag as a whole word. */
+static int has_flag(const char *flags, const char *flag)
+{
+	const size_t n = strlen(flag);
+
+	for (const char *p = strstr(flags, flag); p; p = strstr(p + 1, flag))
+		if ((p == flags || p[-1] == ' ' || p[-1] == '\t') &&
+		    (p[n] == ' ' || p[n] == '\n' || p[n] == 0))
+			return 1;
+	return 0;
+}
+
+const char *tl_cpu_isa(void)
+{
+	static const char *const isa[][2] = { { "avx512f", "avx512" }, { "avx2", "avx2" },
+					      { "asimd", "neon" } };
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[4096];
+	const char *best = "scalar";
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "flags", 5) && strncmp(line, "Features", 8))
+			continue;
+		for (size_t i = 0; i < sizeof(isa) / sizeof(isa[0]); i++)
+			if (has_flag(line, isa[i][0])) {
+				best = isa[i][1];
+				break;
+			}
+		break;
+	}
+	if (f)
+		fclose(f);
+	return best;
+}
+
 const char *tl_cpu_model(char *buf, size_t len)
 {
 	static const char *const keys[] = { "model name", "CPU part" };

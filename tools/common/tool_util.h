@@ -50,4 +50,11 @@ int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint
  */
 const char *tl_cpu_model(char *buf, size_t len);
 
+/*
+ * The widest vector ISA this CPU has, as the kernels and --isa name them:
+ * "avx512" (avx512f), "avx2", "neon" (asimd), else "scalar"; from the
+ * flags /proc/cpuinfo lists.  Benchmarks print it beside the model.
+ */
+const char *tl_cpu_isa(void);
+
 #endif /* NELSSA_TOOL_UTIL_H */

@@ -618,9 +618,10 @@ int main(int argc, char **argv)
 	free(kv.v);
 	tl_cpu_model(cpu, sizeof(cpu));
 	if (o.json) {
-		printf("{\"cpu\":\"%s\",\"transport\":\"%s\",\"context\":%u,\"layers\":%u,"
-		       "\"kv_heads\":%u,\"head_dim\":%u,\"gb\":%g,\"bare_put_gbs\":%.3f,",
-		       cpu, tls ? tls : "", o.context, o.layers, o.kv_heads, o.head_dim, o.gb, put);
+		printf("{\"cpu\":\"%s\",\"isa\":\"%s\",\"transport\":\"%s\",\"context\":%u,"
+		       "\"layers\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"gb\":%g,"
+		       "\"bare_put_gbs\":%.3f,", cpu, tl_cpu_isa(), tls ? tls : "", o.context,
+		       o.layers, o.kv_heads, o.head_dim, o.gb, put);
 		printf("\"zero_copy\":{\"gbs\":%.3f,\"ratio_to_put\":%.3f,\"daemon_cpu_s_per_gb\":%.4f,"
 		       "\"rma_fraction\":%.3f},", zc.gbs, zc.gbs / put, zc.cpu_per_gb, zc.rma_frac);
 		printf("\"zero_copy_gathered\":{\"gbs\":%.3f,\"ratio_to_put\":%.3f,"
@@ -636,8 +637,9 @@ int main(int argc, char **argv)
 		       with_sg.p99, with_sg.n, with_zc.p99 / alone.p99, with_sg.p99 / alone.p99);
 		return 0;
 	}
-	printf("CPU: %s; UCX_TLS=%s; %u layers x %u KV heads x %u tokens x dim %u, %g GB a mode\n",
-	       cpu, tls ? tls : "(UCX's choice)", o.layers, o.kv_heads, o.context, o.head_dim, o.gb);
+	printf("CPU: %s (%s); UCX_TLS=%s; %u layers x %u KV heads x %u tokens x dim %u, %g GB a "
+	       "mode\n", cpu, tl_cpu_isa(), tls ? tls : "(UCX's choice)", o.layers, o.kv_heads,
+	       o.context, o.head_dim, o.gb);
 	printf("bare ucp_put_nbx, same sizes:  %7.3f GB/s\n", put);
 	printf("zero-copy ingest via nelssad:  %7.3f GB/s  = %.3f x bare; daemon %.4f CPU-s/GB; "
 	       "%.0f%% by RMA\n", zc.gbs, zc.gbs / put, zc.cpu_per_gb, 100 * zc.rma_frac);
