@@ -562,11 +562,13 @@ int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
 		ret = nd_control_answer(nd, c, j);
 		if (c && !ret && !c->barrier) {
 			/*
-			 * Reading resumes: a partial frame's time runs from
-			 * here, not from when the barrier stopped it -- a
-			 * client is not to blame for the daemon's own wait.
+			 * Reading resumes: a partial frame's time, and the idle
+			 * time, run from here, not from when the barrier
+			 * stopped it -- a client is not to blame for the
+			 * daemon's own wait (its next frames may be in the
+			 * socket still, unread).
 			 */
-			c->t_partial = nd_now_ns();
+			c->t_partial = c->t_frame = nd_now_ns();
 			ret = handle_frames(nd, c);	/* the frames that waited */
 		}
 		else if (c && !ret && flush(c))
