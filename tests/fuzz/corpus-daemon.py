@@ -257,11 +257,14 @@ SEEDS = {
     "repro5-dribble": connect(0) + raw_bytes(0, struct.pack("<IHH", 0x41534c4e, 2, 1)) +
         tick("500ms") + raw_bytes(0, b"\x28\x00") + tick("frame"),
     # --- issue 20: a poller held (busy) while a connection's barrier request waits there:
-    # neither its HELLO clock nor a partial frame's may run out meanwhile ---
+    # neither its HELLO clock, a partial frame's nor its idle clock may run out meanwhile ---
     "held-hello-timers": connect(0) + hold() + hello(0) + tick("hello") + tick("frame") +
         raw_cut(0, "stats", u8(0xff), 9) + tick("frame") + tick("hello") + hold() + tick("100ms"),
     "held-create-partial-frame": session(0, mode="tcp") + hold() + create(0, cap=256, tail=True) +
         tick("frame") + tick("frame") + hold() + tick("1ms") + tick("frame"),
+    # ... nor its idle clock: the frames behind the barrier wait unread in the socket
+    "held-hello-idle": connect(0) + hold() + hello(0) + create(0) + tick("idle") + tick("idle") +
+        hold() + tick("1ms") + tick("frame"),
     # 6: a step of no items.
     "repro6-step-no-items": session(0) + alloc(0, 0, 0) + step(0, 0, items=()) +
         step(0, 0, items=(), send="rndv") + step(0, 0),
