@@ -565,7 +565,30 @@ static void estimate_spread_weighs_the_members(void **state)
 		/* The mean key's weight falls short; the spread recovers it. */
 		assert_true(pl[r] < tsum);
 		assert_true(fabs(lse[r] - tsum) < fabs(pl[r] - tsum));
-		assert_true(fabs(lse[r] - tsum) <= 2e-3);
+		/*
+		 * How close it comes depends on the draw (cross terms of the
+		 * keys' spread and cumulants past the second are left out, a
+		 * fixed 2e-3 failed one seed in some hundreds): bounded, for
+		 * every draw, by the worst cluster -- if each cluster's log
+		 * weight is within eps of its members' true one, so is the
+		 * log of their sum.
+		 */
+		{
+			double eps = 0.0;
+
+			for (uint32_t c = 0; c < N_CL; c++) {
+				double cm = -INFINITY, cs = 0.0;
+
+				if (!sizes[c])
+					continue;
+				for (uint32_t j = 0; j < sizes[c]; j++)
+					cm = fmax(cm, tl[table[c].first + j]);
+				for (uint32_t j = 0; j < sizes[c]; j++)
+					cs += exp(tl[table[c].first + j] - cm);
+				eps = fmax(eps, fabs(log((double)sizes[c]) + lw[c] - (cm + log(cs))));
+			}
+			assert_true(fabs(lse[r] - tsum) <= eps + 1e-4 * (1.0 + fabs(tsum)));
+		}
 	}
 	free(cen);
 	free(vsum);
