@@ -196,13 +196,13 @@ static void put_abandon(struct nelssa_client *c, struct put_window *w)
 			   "the caller's rows in flight: closing the data path");
 		nc_ep_kill(c);
 	}
+	if (borrowed_in_flight(w)) {
+		/* UCX promises the forced close ends them; it did not. */
+		nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a put of the caller's rows after a "
+			   "forced close of the endpoint");
+		abort();
+	}
 	for (uint32_t i = 0; i < w->n; i++) {
-		if (w->op[i]->borrowed && !w->op[i]->done) {
-			/* UCX promises the forced close ends it; it did not. */
-			nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a put of the caller's rows "
-				   "after a forced close of the endpoint");
-			abort();
-		}
 		w->op[i]->next = c->orphans;
 		c->orphans = w->op[i];
 	}

@@ -777,6 +777,7 @@ static int listen_data(struct nelssad *nd)
 static ucs_status_t rma_context(struct nelssad *nd)
 {
 	const char *why;
+	ucs_status_t st;
 
 	if (nd->cfg.zero_copy == ND_ZERO_COPY_OFF)
 		return UCS_OK;
@@ -793,9 +794,12 @@ static ucs_status_t rma_context(struct nelssad *nd)
 	}
 	ucp_cleanup(nd->ucp);
 	nd->ucp = NULL;
+	st = nelssa_link_context(NELSSA_LINK_SERVER | NELSSA_LINK_RMA, &nd->ucp);
+	if (st != UCS_OK)
+		return st;
 	nd_log(nd, "zero-copy ingest: UCX RMA on (%s)", why);
 	nd->rma_ok = 1;
-	return nelssa_link_context(NELSSA_LINK_SERVER | NELSSA_LINK_RMA, &nd->ucp);
+	return UCS_OK;
 }
 
 int nd_dataplane_init(struct nelssad *nd)
