@@ -19,7 +19,7 @@ static const uint32_t payload_len[NELSSA_MSG_MAX] = {
 	[NELSSA_MSG_SESSION_CREATE] = 32, [NELSSA_MSG_SESSION_OK] = 24,
 	[NELSSA_MSG_REQ_ALLOC] = 24,	[NELSSA_MSG_REQ_FREE] = 16,
 	[NELSSA_MSG_OK] = 0,		[NELSSA_MSG_STATS] = 8,
-	[NELSSA_MSG_STATS_REPLY] = 80,	[NELSSA_MSG_CLOSE] = 8,
+	[NELSSA_MSG_STATS_REPLY] = 88,	[NELSSA_MSG_CLOSE] = 8,
 	[NELSSA_MSG_ERROR] = 136,	[NELSSA_MSG_RKEY_GET] = 16,
 	[NELSSA_MSG_RKEY] = 32,		[NELSSA_MSG_REQ_OK] = 24,
 };
@@ -251,6 +251,7 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		nelssa_put_le32(p + 64, m->u.stats.sessions);
 		nelssa_put_le32(p + 68, m->u.stats.devices);
 		put64(p + 72, m->u.stats.kv_rma_bytes);
+		put64(p + 80, m->u.stats.kv_recv_bytes);
 		break;
 	}
 	case NELSSA_MSG_ERROR:
@@ -412,6 +413,7 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		m->u.stats.sessions = get32(p + 64);
 		m->u.stats.devices = get32(p + 68);
 		m->u.stats.kv_rma_bytes = get64(p + 72);
+		m->u.stats.kv_recv_bytes = get64(p + 80);
 		break;
 	}
 	case NELSSA_MSG_ERROR:
@@ -439,6 +441,7 @@ void nelssa_kv_hdr_put(uint8_t *p, const struct nelssa_kv_hdr *h)
 	nelssa_put_le32(p + 40, h->nr_tokens);
 	nelssa_put_le32(p + 44, h->first_cluster);
 	nelssa_put_le32(p + 48, h->nr_clusters);
+	p[52] = h->part;
 }
 
 int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint64_t *token)
@@ -450,11 +453,12 @@ int nelssa_am_session_get(const uint8_t *p, size_t len, uint64_t *session, uint6
 	return 0;
 }
 
-/* The KV header's fields and ranges, both KV and KV_COMMIT. */
+/* The KV header's fields and ranges, KV, KV_COMMIT and KV_ROWS alike. */
 static int kv_fields(const uint8_t *p, size_t len, struct nelssa_kv_hdr *h)
 {
-	if (len != NELSSA_KV_HDR_BYTES || !zero(p + 52, 12))
+	if (len != NELSSA_KV_HDR_BYTES || !zero(p + 53, 11))
 		return -EBADMSG;
+	h->part = p[52];
 	h->session = get64(p);
 	h->token = get64(p + 8);
 	h->request = get64(p + 16);
@@ -478,14 +482,38 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t ro
 
 	if (ret)
 		return ret;
-	return 2 * h->nr_tokens * row_bytes + 8ull * h->nr_clusters == data_len ? 0 : -EBADMSG;
+	if (h->part)
+		return -EBADMSG;
+	return 2ull * h->nr_tokens * row_bytes + 8ull * h->nr_clusters == data_len ? 0 : -EBADMSG;
 }
 
 int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct nelssa_kv_hdr *h)
 {
 	int ret = kv_fields(p, len, h);
 
-	return ret ? ret : data_len ? -EBADMSG : 0;
+	return ret ? ret : data_len || h->part > NELSSA_KV_COMMIT_SENT ? -EBADMSG : 0;
+}
+
+int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
+		       struct nelssa_kv_hdr *h)
+{
+	int ret = kv_fields(p, len, h);
+
+	if (ret)
+		return ret;
+	switch (h->part) {
+	case NELSSA_KV_PART_K:
+	case NELSSA_KV_PART_V:
+		if (h->first_cluster || h->nr_clusters)
+			return -EBADMSG;
+		return (uint64_t)h->nr_tokens * row_bytes == data_len ? 0 : -EBADMSG;
+	case NELSSA_KV_PART_TABLE:
+		if (h->first_token || h->nr_tokens)
+			return -EBADMSG;
+		return 8ull * h->nr_clusters == data_len ? 0 : -EBADMSG;
+	default:
+		return -EBADMSG;
+	}
 }
 
 void nelssa_ack_hdr_put(uint8_t *p, const struct nelssa_ack_hdr *h)

@@ -10,7 +10,7 @@ import struct
 import sys
 
 MAGIC = 0x41534C4E
-VERSION = 4  # NELSSA_PROTO_VERSION
+VERSION = 5  # NELSSA_PROTO_VERSION
 HELLO, ERROR, STATS = 1, 11, 8
 
 
@@ -66,7 +66,8 @@ def main():
         ("the previous version on a request", good_hello + frame(STATS, b"\0" * 8,
                                                                  version=VERSION - 1)),
         ("HELLO speaking only the previous version", hello(lo=VERSION - 1, hi=VERSION - 1)),
-        ("HELLO speaking only version 5", hello(version=5, lo=5, hi=5)),
+        ("HELLO speaking only the next version", hello(version=VERSION + 1, lo=VERSION + 1,
+                                                        hi=VERSION + 1)),
         ("a request before HELLO", frame(STATS, b"\0" * 8)),
         ("payload too short for its type", good_hello + frame(STATS, b"\0" * 4)),
         ("an unknown HELLO flag", frame(HELLO, struct.pack("<HHI", VERSION, VERSION, 2) +

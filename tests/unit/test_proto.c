@@ -105,6 +105,7 @@ static struct nelssa_msg sample(uint16_t type)
 		m.u.stats.sessions = 9;
 		m.u.stats.devices = 10;
 		m.u.stats.kv_rma_bytes = 2;
+		m.u.stats.kv_recv_bytes = 11;
 		break;
 	case NELSSA_MSG_ERROR:
 		m.u.error.code = -ENOSPC;
@@ -267,7 +268,7 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 31, 1, -EINVAL);	/* capacity > 2^40 */
 	refused_with(NELSSA_MSG_SESSION_OK, 0, 0, -EINVAL);		/* session 0 */
-	refused_with(NELSSA_MSG_SESSION_OK, 20, 3, -EINVAL);		/* unknown flag */
+	refused_with(NELSSA_MSG_SESSION_OK, 20, 4, -EINVAL);		/* unknown flag */
 	refused_with(NELSSA_MSG_SESSION_OK, 23, 0x80, -EINVAL);
 	refused_with_all(NELSSA_MSG_RKEY_GET, 0, 8, -EINVAL);		/* session 0 */
 	refused_with(NELSSA_MSG_RKEY_GET, 8, 64, -EINVAL);		/* device 64 */
@@ -318,7 +319,7 @@ static void fields_checked(void **state)
 
 static void kv_header_lengths(void **state)
 {
-	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3 }, d;
+	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3, 0 }, d;
 	uint64_t session, token;
 	uint8_t p[NELSSA_KV_HDR_BYTES];
 	const size_t data = 4u * 30 * 64 + 8u * 3;
@@ -347,7 +348,7 @@ static void kv_header_lengths(void **state)
 /* A commit is the KV header alone: any data, or a header of another length, is refused. */
 static void kv_commit_lengths(void **state)
 {
-	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3 }, d;
+	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3, 0 }, d;
 	uint8_t p[NELSSA_KV_HDR_BYTES];
 
 	(void)state;
@@ -359,6 +360,71 @@ static void kv_commit_lengths(void **state)
 	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p) - 1, 0, &d));
 	p[60] = 1;
 	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
+}
+
+/*
+ * A KV_ROWS header carries one part; its length is that part's alone, the
+ * fields the part does not use are 0, and no other message takes a part.
+ */
+static void kv_rows_lengths(void **state)
+{
+	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 0, 0,
+				   NELSSA_KV_PART_K }, d;
+	uint8_t p[NELSSA_KV_HDR_BYTES];
+
+	(void)state;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, 128, &d));
+	assert_true(d.part == NELSSA_KV_PART_K && d.first_token == 100 && d.nr_tokens == 30 &&
+		    d.cookie == 7 && d.request == 6);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 30 * 128 + 1, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 30 * 128, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p) - 1, 30 * 128, 128, &d));
+	/* A part is for KV_ROWS only. */
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), 2 * 30 * 128, 128, &d));
+	/* A commit's part says how its rows came: puts (0) or KV_ROWS. */
+	assert_int_equal(0, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
+	assert_int_equal(NELSSA_KV_COMMIT_SENT, d.part);
+	p[52] = 2;
+	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
+	h.part = NELSSA_KV_PART_V;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, 128, &d));
+	assert_int_equal(NELSSA_KV_PART_V, d.part);
+	/* Rows with cluster fields set, entries with token fields set. */
+	h.nr_clusters = 1;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, 128, &d));
+	h.part = NELSSA_KV_PART_TABLE;
+	h.nr_clusters = 3;
+	h.first_cluster = 4;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	h.first_token = h.nr_tokens = 0;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	assert_true(d.part == NELSSA_KV_PART_TABLE && d.first_cluster == 4 && d.nr_clusters == 3);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 25, 128, &d));
+	/* No part, an unknown part, a reserved byte set. */
+	for (unsigned int part = 0; part < 256; part += part == 2 ? 2 : 1) {
+		p[52] = (uint8_t)part;
+		assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	}
+	p[52] = NELSSA_KV_PART_TABLE;
+	p[63] = 1;
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	/* Ranges that wrap, and row bytes that would overflow 32 bits. */
+	h.part = NELSSA_KV_PART_K;
+	h.first_cluster = h.nr_clusters = 0;
+	h.first_token = UINT32_MAX;
+	h.nr_tokens = 2;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 2 * 128, 128, &d));
+	h.first_token = 0;
+	h.nr_tokens = 1u << 31;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 0, 2, &d));
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 1ull << 32, 2, &d));
 }
 
 static void step_lengths(void **state)
@@ -434,6 +500,7 @@ int main(void)
 		cmocka_unit_test(hello_of_older_version),
 		cmocka_unit_test(kv_header_lengths),
 		cmocka_unit_test(kv_commit_lengths),
+		cmocka_unit_test(kv_rows_lengths),
 		cmocka_unit_test(step_lengths),
 		cmocka_unit_test(reply_and_ack_headers),
 	};

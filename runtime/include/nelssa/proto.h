@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 #define NELSSA_PROTO_MAGIC	0x41534c4eu	/* "NLSA" */
-#define NELSSA_PROTO_VERSION	4u
+#define NELSSA_PROTO_VERSION	5u
 #define NELSSA_PROTO_HDR_BYTES	16u
 #define NELSSA_PROTO_MAX_PAYLOAD 8192u
 #define NELSSA_PROTO_NAME_LEN	32u
@@ -68,7 +68,14 @@ static inline void nelssa_put_le32(uint8_t *p, uint32_t v)
  * and NELSSA_AM_KV_COMMIT) instead of sending them in NELSSA_AM_KV.
  */
 #define NELSSA_SESSION_RMA	0x1u
-#define NELSSA_SESSION_FLAGS	NELSSA_SESSION_RMA
+/*
+ * SESSION_OK flag: the session takes NELSSA_AM_KV_ROWS -- K rows, V rows
+ * and table entries each in a message of its own, so that the daemon can
+ * receive each straight into its place in device memory -- and a
+ * NELSSA_AM_KV_COMMIT that counts them (head-wise placement).
+ */
+#define NELSSA_SESSION_ROWS	0x2u
+#define NELSSA_SESSION_FLAGS	(NELSSA_SESSION_RMA | NELSSA_SESSION_ROWS)
 
 /**
  * enum nelssa_msg_type - control message types.
@@ -215,10 +222,12 @@ struct nelssa_msg {
 		/*
 		 * Counters, times in ns summed over steps; @kv_rma_bytes: the
 		 * part of @kv_bytes clients wrote into device memory
-		 * themselves (the rest the daemon copied in).
+		 * themselves; @kv_recv_bytes: the part UCX received straight
+		 * into device memory (NELSSA_AM_KV_ROWS); the rest the daemon
+		 * copied in.
 		 */
 		struct {
-			uint64_t steps, items, kv_bytes, kv_rma_bytes;
+			uint64_t steps, items, kv_bytes, kv_rma_bytes, kv_recv_bytes;
 			uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
 			uint32_t sessions, devices;
 		} stats;
@@ -279,7 +288,8 @@ int nelssa_shape_check(const struct nelssa_shape *s);
 #define NELSSA_AM_KV_ACK	2u	/* daemon -> client */
 #define NELSSA_AM_STEP		3u	/* client -> daemon: one layer's queries */
 #define NELSSA_AM_STEP_REPLY	4u	/* daemon -> client: outputs and LSEs */
-#define NELSSA_AM_KV_COMMIT	5u	/* client -> daemon: rows it wrote by RMA */
+#define NELSSA_AM_KV_COMMIT	5u	/* client -> daemon: rows in place, count them */
+#define NELSSA_AM_KV_ROWS	6u	/* client -> daemon: K rows, V rows or entries */
 
 #define NELSSA_KV_HDR_BYTES	64u
 #define NELSSA_ACK_HDR_BYTES	16u
@@ -303,18 +313,48 @@ int nelssa_shape_check(const struct nelssa_shape *s);
  * @first_cluster: table index of the first entry.
  * @nr_clusters: &struct nelssa_cluster entries after the V rows; their
  *	token ranges are absolute positions in the store.
+ * @part: 0 in NELSSA_AM_KV; in NELSSA_AM_KV_ROWS which part its data is
+ *	(&enum nelssa_kv_part); in NELSSA_AM_KV_COMMIT how the rows came: 0
+ *	by the client's puts, NELSSA_KV_COMMIT_SENT in KV_ROWS messages
+ *	(counted as they came).
  *
  * Data length must be exactly 2 * nr_tokens * row + 8 * nr_clusters, a row
  * being head_dim elements of the session's KV type (nelssa_kv_elem_bytes()).
  * NELSSA_AM_KV_COMMIT carries the same header and no data: the rows and
  * entries it names are already in the session's memory, written there by
- * the client's RMA puts (completed -- flushed -- before it is sent).
+ * the client's RMA puts (completed -- flushed -- before it is sent) or
+ * by NELSSA_AM_KV_ROWS messages (acknowledged before it is sent).
+ *
+ * NELSSA_AM_KV_ROWS carries one part, to be stored where <nelssa/kv_store.h>
+ * puts it: K or V rows [@first_token, +@nr_tokens) of the store (then
+ * @first_cluster and @nr_clusters are 0, and the data is exactly
+ * nr_tokens * row bytes), or table entries [@first_cluster, +@nr_clusters)
+ * (then @first_token and @nr_tokens are 0, and the data is exactly
+ * 8 * nr_clusters bytes).  Its data lands in the session's memory and is
+ * acknowledged; the store's counts do not change until a commit names it.
  */
 struct nelssa_kv_hdr {
 	uint64_t session, token, request, cookie;
 	uint16_t layer, head;
 	uint32_t first_token, nr_tokens, first_cluster, nr_clusters;
+	uint8_t part;
 };
+
+/**
+ * enum nelssa_kv_part - what a NELSSA_AM_KV_ROWS message carries.
+ * @NELSSA_KV_PART_K: K rows.
+ * @NELSSA_KV_PART_V: V rows.
+ * @NELSSA_KV_PART_TABLE: table entries (&struct nelssa_cluster, as in a
+ *	KV message: token ranges absolute positions in the store).
+ */
+enum nelssa_kv_part {
+	NELSSA_KV_PART_K = 1,
+	NELSSA_KV_PART_V = 2,
+	NELSSA_KV_PART_TABLE = 3,
+};
+
+/* &struct nelssa_kv_hdr @part of a commit of rows sent in KV_ROWS messages. */
+#define NELSSA_KV_COMMIT_SENT 1u
 
 /**
  * struct nelssa_ack_hdr - NELSSA_AM_KV_ACK.
@@ -404,6 +444,21 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t ro
  * Return: 0, -EBADMSG (lengths), -EINVAL (overflowing ranges).
  */
 int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct nelssa_kv_hdr *h);
+
+/**
+ * nelssa_kv_rows_get() - decode a NELSSA_AM_KV_ROWS header and check it
+ *	against its data.
+ * @p: the header bytes.
+ * @len: header length (must be NELSSA_KV_HDR_BYTES).
+ * @data_len: length of the data that came with it.
+ * @row_bytes: bytes of one K or V row of the session.
+ * @h: receives the header.
+ *
+ * Return: 0, -EBADMSG (lengths, an unknown part, fields the part does not
+ * use not 0), -EINVAL (overflowing ranges).
+ */
+int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
+		       struct nelssa_kv_hdr *h);
 
 /**
  * nelssa_am_session_get() - the session and token a KV or STEP header names.
