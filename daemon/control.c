@@ -149,7 +149,8 @@ static void create_add(struct nelssad *nd, struct nd_job *j)
 	r->u.session_ok.session = s->id;
 	r->u.session_ok.token = s->token;
 	r->u.session_ok.devices = nd->n_dev;
-	r->u.session_ok.flags = s->rma ? NELSSA_SESSION_RMA : 0;
+	r->u.session_ok.flags = (s->rma ? NELSSA_SESSION_RMA : 0) |
+				(s->placement == NELSSA_PLACE_HEADS ? NELSSA_SESSION_ROWS : 0);
 	nd_log(nd, "session %llu: %u layers, %u/%u heads, dim %u, %llu tokens of capacity, "
 	       "KV %s", (unsigned long long)s->id, s->shape.layers, s->shape.q_heads,
 	       s->shape.kv_heads, s->shape.head_dim, (unsigned long long)s->capacity_tokens,
@@ -205,6 +206,7 @@ static void close_session(struct nd_session *s)
 	p->done_items += s->items;
 	p->done_kv += s->kv_bytes;
 	p->done_kv_rma += s->kv_rma_bytes;
+	p->done_kv_recv += s->kv_recv_bytes;
 }
 
 /*
@@ -232,12 +234,14 @@ static void stats(struct nelssad *nd, struct nd_job *j)
 		r->u.stats.items = s->items;
 		r->u.stats.kv_bytes = s->kv_bytes;
 		r->u.stats.kv_rma_bytes = s->kv_rma_bytes;
+		r->u.stats.kv_recv_bytes = s->kv_recv_bytes;
 		r->u.stats.sessions = 1;
 	} else if (j->admin) {
 		r->u.stats.steps = nd->stats.steps;
 		r->u.stats.items = nd->stats.items;
 		r->u.stats.kv_bytes = nd->stats.kv_bytes;
 		r->u.stats.kv_rma_bytes = nd->stats.kv_rma_bytes;
+		r->u.stats.kv_recv_bytes = nd->stats.kv_recv_bytes;
 		r->u.stats.t_recv = nd->stats.t_recv;
 		r->u.stats.t_dispatch = nd->stats.t_dispatch;
 		r->u.stats.t_device = nd->stats.t_device;
@@ -249,12 +253,14 @@ static void stats(struct nelssad *nd, struct nd_job *j)
 		r->u.stats.items = p->done_items;
 		r->u.stats.kv_bytes = p->done_kv;
 		r->u.stats.kv_rma_bytes = p->done_kv_rma;
+		r->u.stats.kv_recv_bytes = p->done_kv_recv;
 		for (s = nd->sessions; s; s = s->next)
 			if (s->peer == p && !s->closing) {
 				r->u.stats.steps += s->steps;
 				r->u.stats.items += s->items;
 				r->u.stats.kv_bytes += s->kv_bytes;
 				r->u.stats.kv_rma_bytes += s->kv_rma_bytes;
+				r->u.stats.kv_recv_bytes += s->kv_recv_bytes;
 				r->u.stats.sessions++;
 			}
 	}

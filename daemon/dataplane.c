@@ -56,6 +56,7 @@ struct rndv_ctx {
 	uint64_t t_arrive;
 	uint8_t *buf;
 	int slot;		/* staging slot, or -1 for a malloc'd buffer */
+	int direct;		/* KV_ROWS into the session's arena: @buf is there */
 };
 
 /* A session's token: 64 random bits, never 0 (which no message may use). */
@@ -129,7 +130,7 @@ static void kv_ack(struct nelssad *nd, ucp_ep_h ep, uint64_t cookie, int status)
 static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8_t *hdr,
 		   size_t hdr_len, size_t len, int status)
 {
-	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT) {
+	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT || id == NELSSA_AM_KV_ROWS) {
 		struct nelssa_kv_hdr h = { 0 };
 
 		nelssa_kv_hdr_get(hdr, hdr_len, len, 2, &h);	/* only for the cookie */
@@ -176,21 +177,48 @@ static int kv_staging_refused(const struct nelssad *nd)
 	return nd->cfg.zero_copy == ND_ZERO_COPY_REQUIRE;
 }
 
+/* How a KV, KV_ROWS or KV_COMMIT message's bytes got in (process_kv()). */
+enum kv_how {
+	KV_COPIED,		/* the daemon copied them in */
+	KV_RECEIVED,		/* UCX received them into place (a KV_ROWS rendezvous) */
+	KV_PUT,			/* the client put them (a commit of a session with RMA) */
+	KV_COUNTED,		/* counted already, as KV_ROWS (a commit of one without) */
+};
+
+static void kv_count(struct nelssad *nd, struct nd_session *s, uint64_t bytes, enum kv_how how)
+{
+	if (how == KV_COUNTED)
+		return;
+	nd->stats.kv_bytes += bytes;
+	s->kv_bytes += bytes;
+	if (how == KV_PUT) {
+		nd->stats.kv_rma_bytes += bytes;
+		s->kv_rma_bytes += bytes;
+	} else if (how == KV_RECEIVED) {
+		nd->stats.kv_recv_bytes += bytes;
+		s->kv_recv_bytes += bytes;
+	}
+}
+
 /*
- * NELSSA_AM_KV and NELSSA_AM_KV_COMMIT go through the same checks in the
- * same order -- the session, the header, --require-rdma -- and are
- * acknowledged the same way; then each has its own.  A KV message's rows
- * are copied in, unless --zero-copy=require refuses them.  A commit names
- * rows the client put into the session's registered memory itself: only
- * its counts change here, no byte is copied (the @kv_rma_bytes counters
- * say how many came this way).
+ * NELSSA_AM_KV, NELSSA_AM_KV_ROWS and NELSSA_AM_KV_COMMIT go through the
+ * same checks in the same order -- the session, the header,
+ * --require-rdma -- and are acknowledged the same way; then each has its
+ * own.  A KV message's rows, and a KV_ROWS part that came whole or through
+ * a staging buffer, are copied in, unless --zero-copy=require refuses them;
+ * a KV_ROWS part UCX received into place (@data NULL: struct rndv_ctx's @direct)
+ * was checked before it came and only counts here.  A commit names rows
+ * already in the session's memory, put there by the client or by KV_ROWS:
+ * only the store's counts change, no byte is copied (the @kv_rma_bytes
+ * counters say how many the client put).
  */
 static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, const uint8_t *hdr,
 		       size_t hdr_len, const uint8_t *data, size_t len)
 {
-	const int commit = id == NELSSA_AM_KV_COMMIT;
-	const char *what = commit ? "KV commit" : "KV message";
+	const int commit = id == NELSSA_AM_KV_COMMIT, rows = id == NELSSA_AM_KV_ROWS;
+	const char *what = commit ? "KV commit" : rows ? "KV rows" : "KV message";
 	struct nelssa_kv_hdr h = { 0 };
+	enum kv_how how = KV_COPIED;
 	struct nd_session *s;
 	uint64_t bytes = len;
 	int ret;
@@ -204,6 +232,8 @@ static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, con
 	}
 	if (commit)
 		ret = nelssa_kv_commit_get(hdr, hdr_len, len, &h);
+	else if (rows)
+		ret = nelssa_kv_rows_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 	else
 		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
 	if (!ret)
@@ -211,17 +241,16 @@ static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, con
 	if (!ret && commit) {
 		ret = nd_kv_commit(nd, s, &h);
 		bytes = 2ull * h.nr_tokens * nd_row_bytes(s) + 8ull * h.nr_clusters;
+		how = h.part == NELSSA_KV_COMMIT_SENT ? KV_COUNTED : KV_PUT;
+	} else if (!ret && rows && !data && len) {
+		how = KV_RECEIVED;
+	} else if (!ret && kv_staging_refused(nd)) {
+		ret = -EOPNOTSUPP;
 	} else if (!ret) {
-		ret = kv_staging_refused(nd) ? -EOPNOTSUPP : nd_kv_ingest(nd, s, &h, data);
+		ret = rows ? nd_kv_rows_write(nd, s, &h, data) : nd_kv_ingest(nd, s, &h, data);
 	}
-	if (!ret) {
-		nd->stats.kv_bytes += bytes;
-		s->kv_bytes += bytes;
-		if (commit) {
-			nd->stats.kv_rma_bytes += bytes;
-			s->kv_rma_bytes += bytes;
-		}
-	}
+	if (!ret)
+		kv_count(nd, s, bytes, how);
 	if (ret && nd->cfg.verbose)
 		nd_log(nd, "%s refused: %s", what, strerror(-ret));
 	kv_ack(nd, e->ep, h.cookie, ret);
@@ -253,7 +282,7 @@ static void process_step(struct nelssad *nd, struct nd_ep *e, const uint8_t *hdr
 static void dispatch_msg(struct nelssad *nd, unsigned int id, struct nd_ep *e, const uint8_t *hdr,
 			 size_t hdr_len, const uint8_t *data, size_t len, uint64_t t_arrive)
 {
-	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT)
+	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT || id == NELSSA_AM_KV_ROWS)
 		process_kv(nd, id, e, hdr, hdr_len, data, len);
 	else
 		process_step(nd, e, hdr, hdr_len, data, len, t_arrive);
@@ -283,16 +312,30 @@ static uint64_t step_bytes_max(const struct nd_session *s)
  * are in flight, the session's or the daemon's.  Poller thread.
  */
 static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e,
-		      const uint8_t *hdr, size_t hdr_len, size_t len, uint64_t *session)
+		      const uint8_t *hdr, size_t hdr_len, size_t len, uint64_t *session,
+		      void **direct, ucp_mem_h *memh)
 {
 	struct nd_session *s = find_session(nd, e, hdr, hdr_len);
 	int ret;
 
+	*direct = NULL;
 	if (!s)
 		return -ENOENT;
 	ret = check_rdma(nd, s, e->ep);
 	if (!ret && id == NELSSA_AM_KV_COMMIT) {
 		ret = -EBADMSG;		/* a commit carries no data */
+	} else if (!ret && id == NELSSA_AM_KV_ROWS) {
+		struct nelssa_kv_hdr h;
+		uint64_t off, bytes;
+		uint32_t d;
+
+		ret = nelssa_kv_rows_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
+		if (!ret)
+			ret = nd_kv_rows_place(nd, s, &h, &d, &off, &bytes);
+		if (!ret && kv_staging_refused(nd))
+			ret = -EOPNOTSUPP;
+		if (!ret)
+			*direct = nd_kv_rows_target(s, d, off, memh);
 	} else if (!ret && id == NELSSA_AM_KV) {
 		struct nelssa_kv_hdr h;
 
@@ -315,20 +358,26 @@ static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e
 	if (ret)
 		return ret;
 	s->rndv++;
+	s->rndv_direct += *direct != NULL;
 	nd->rndv++;
 	nd->rndv_bytes += len;
 	*session = s->id;
 	return 0;
 }
 
-/* A rendezvous receive is over: off the counts (its session may be gone). */
-static void rndv_retire(struct nelssad *nd, uint64_t session, size_t len)
+/*
+ * A rendezvous receive is over: off the counts (its session may be gone,
+ * unless the receive went into its arena, which holds it).
+ */
+static void rndv_retire(struct nelssad *nd, uint64_t session, size_t len, int direct)
 {
 	struct nd_session *s;
 
 	s = session_by_id(nd, session);
-	if (s)
+	if (s) {
 		s->rndv--;
+		s->rndv_direct -= direct;
+	}
 	nd->rndv--;
 	nd->rndv_bytes -= len;
 }
@@ -338,18 +387,22 @@ static void rndv_done(void *request, ucs_status_t status, size_t length, void *u
 	struct rndv_ctx *c = user_data;
 
 	(void)length;
-	rndv_retire(c->nd, c->session, c->len);
+	rndv_retire(c->nd, c->session, c->len, c->direct);
 	c->e->refs--;
-	/* Its endpoint closed meanwhile: nobody to answer, nothing to do. */
+	/*
+	 * Its endpoint closed meanwhile: nobody to answer, nothing to do.  A
+	 * part received into place is counted, not copied (NULL data).
+	 */
 	if (status == UCS_OK && !c->nd->draining && c->e->ep)
-		dispatch_msg(c->nd, c->id, c->e, c->hdr, c->hdr_len, c->buf, c->len, c->t_arrive);
+		dispatch_msg(c->nd, c->id, c->e, c->hdr, c->hdr_len, c->direct ? NULL : c->buf,
+			     c->len, c->t_arrive);
 	else if (status != UCS_OK)
 		nd_log(c->nd, "receiving a message failed: %s", ucs_status_string(status));
 	if (request)
 		ucp_request_free(request);
 	if (c->slot >= 0)
 		c->nd->stage_free |= 1u << c->slot;
-	else
+	else if (!c->direct)
 		free(c->buf);
 	free(c);
 }
@@ -376,7 +429,9 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	struct rndv_ctx *c;
 	struct nd_ep *e;
 	ucs_status_ptr_t sp;
+	ucp_mem_h memh = NULL;
 	uint64_t session = 0;
+	void *direct;
 	int ret;
 
 	if (nd->draining)
@@ -404,7 +459,7 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	 * without a receive (ucp_def.h, ucp_am_recv_callback_t): the sender
 	 * waits for nothing and learns why from the answer.
 	 */
-	ret = rndv_admit(nd, id, e, header, header_length, length, &session);
+	ret = rndv_admit(nd, id, e, header, header_length, length, &session, &direct, &memh);
 	if (ret) {
 		if (nd->cfg.verbose)
 			nd_log(nd, "rendezvous message %u of %zu bytes refused: %s", id, length,
@@ -413,14 +468,19 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 		return UCS_OK;
 	}
 	c = calloc(1, sizeof(*c));
-	if (c && header_length <= sizeof(c->hdr)) {
+	if (c && header_length <= sizeof(c->hdr) && direct) {
+		c->slot = -1;
+		c->buf = direct;
+		c->direct = 1;
+	} else if (c && header_length <= sizeof(c->hdr)) {
 		c->slot = stage_get(nd, length);
 		c->buf = c->slot >= 0 ? nd->stage + (size_t)c->slot * ND_STAGE_BYTES
 				      : malloc(length ? length : 1);
+		memh = c->slot >= 0 ? nd->stage_memh : NULL;
 	}
 	if (!c || header_length > sizeof(c->hdr) || !c->buf) {
 		free(c);
-		rndv_retire(nd, session, length);
+		rndv_retire(nd, session, length, direct != NULL);
 		nd_log(nd, "message %u of %zu bytes refused: no memory for it", id, length);
 		refuse(nd, id, param->reply_ep, header, header_length, length, -ENOMEM);
 		return UCS_OK;
@@ -436,13 +496,14 @@ static ucs_status_t on_am(struct nelssad *nd, unsigned int id, const void *heade
 	c->t_arrive = t;
 	if (nd->cfg.verbose)
 		nd_log(nd, "rendezvous message %u, %zu bytes, into %s", id, length,
+		       c->direct ? "its place in device memory" :
 		       c->slot >= 0 ? "a registered staging slot" : "a plain buffer");
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	prm.cb.recv_am = rndv_done;
 	prm.user_data = c;
-	if (c->slot >= 0) {
+	if (memh) {
 		prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-		prm.memh = nd->stage_memh;
+		prm.memh = memh;
 	}
 	sp = ucp_am_recv_data_nbx(nd->worker, data, c->buf, length, &prm);
 	if (sp == NULL)
@@ -456,6 +517,12 @@ static ucs_status_t am_kv(void *arg, const void *header, size_t header_length, v
 			  size_t length, const ucp_am_recv_param_t *param)
 {
 	return on_am(arg, NELSSA_AM_KV, header, header_length, data, length, param);
+}
+
+static ucs_status_t am_rows(void *arg, const void *header, size_t header_length, void *data,
+			    size_t length, const ucp_am_recv_param_t *param)
+{
+	return on_am(arg, NELSSA_AM_KV_ROWS, header, header_length, data, length, param);
 }
 
 static ucs_status_t am_commit(void *arg, const void *header, size_t header_length, void *data,
@@ -627,7 +694,11 @@ static void tend_peers(struct nelssad *nd, int all)
 	}
 }
 
-/* Closes the sessions marked closing, once no step or reply of theirs is in flight. */
+/*
+ * Closes the sessions marked closing, once no step or reply of theirs is
+ * in flight and UCX writes none of their memory (KV_ROWS received into
+ * place: an endpoint that fails or closes ends such a receive).
+ */
 static void reap_sessions(struct nelssad *nd)
 {
 	for (struct nd_session **pp = &nd->sessions; *pp;) {
@@ -635,7 +706,7 @@ static void reap_sessions(struct nelssad *nd)
 
 		if (s->held && (s->closing || !nd_ep_live(s->step->ep)))
 			nd_step_release(nd, s);
-		if (s->closing && !s->step && !s->replies) {
+		if (s->closing && !s->step && !s->replies && !s->rndv_direct) {
 			*pp = s->next;
 			nd->n_sessions--;
 			if (s->peer)
@@ -856,7 +927,8 @@ int nd_dataplane_init(struct nelssad *nd)
 	ap.arg = nd;
 	for (ap.id = 0, st = UCS_OK; ap.id < ND_AM_IDS && st == UCS_OK; ap.id++) {
 		ap.cb = ap.id == NELSSA_AM_KV ? am_kv : ap.id == NELSSA_AM_STEP ? am_step :
-			ap.id == NELSSA_AM_KV_COMMIT ? am_commit : am_refuse;
+			ap.id == NELSSA_AM_KV_COMMIT ? am_commit :
+			ap.id == NELSSA_AM_KV_ROWS ? am_rows : am_refuse;
 		st = ucp_worker_set_am_recv_handler(nd->worker, &ap);
 	}
 	if (st != UCS_OK)
@@ -944,8 +1016,11 @@ void nd_dataplane_stop(struct nelssad *nd)
 	for (struct nd_session *s = nd->sessions, *n; s; s = n) {
 		n = s->next;
 		nd_step_free(s->step);
-		/* A reply UCX never finished still names its staging: kept. */
-		if (!s->replies)
+		/*
+		 * A reply UCX never finished still names its staging, a
+		 * receive never finished its arena: kept.
+		 */
+		if (!s->replies && !s->rndv_direct)
 			nd_session_free(nd, s);
 	}
 	nd->sessions = NULL;

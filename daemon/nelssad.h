@@ -138,7 +138,7 @@ struct nd_peer {
 	int gone;			/* the control connection closed */
 	uint32_t sessions;		/* bound to it */
 	uint32_t eps;			/* struct nd_ep of it, open or not yet freed */
-	uint64_t done_steps, done_items, done_kv, done_kv_rma;	/* of its sessions closed */
+	uint64_t done_steps, done_items, done_kv, done_kv_rma, done_kv_recv;	/* of its sessions closed */
 	struct nd_peer *next;
 };
 
@@ -234,8 +234,10 @@ struct nd_session {
 	int held;			/* test hook: @step is done, its reply parked */
 	uint64_t steps, items, kv_bytes;	/* served to it (STATS), as nd->stats */
 	uint64_t kv_rma_bytes;			/* ... of @kv_bytes, written by its client */
+	uint64_t kv_recv_bytes;			/* ... received by UCX straight into place */
 	int rma;			/* zero-copy ingest: every arena registered */
 	uint32_t rndv;			/* rendezvous receives in flight (poller) */
+	uint32_t rndv_direct;		/* ... of them into its arenas: it stays until 0 */
 	uint32_t replies;		/* step replies UCX still sends from its staging */
 	struct nd_request *req;
 	uint32_t n_req, cap_req;
@@ -245,7 +247,7 @@ struct nd_session {
 };
 
 struct nd_stats {
-	uint64_t steps, items, kv_bytes, kv_rma_bytes;
+	uint64_t steps, items, kv_bytes, kv_rma_bytes, kv_recv_bytes;
 	uint64_t t_recv, t_dispatch, t_device, t_aggregate, t_send;
 };
 
@@ -419,6 +421,18 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 		 const uint8_t *data);
 /* NELSSA_AM_KV_COMMIT: @h's rows are in @s's memory already; counts them. */
 int nd_kv_commit(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h);
+/*
+ * A KV_ROWS part of head-wise @s: where it goes (device, offset in the
+ * session's arena there, bytes), after nd_kv_check(); -EOPNOTSUPP for a
+ * cluster-wise session.
+ */
+int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
+		     uint32_t *dev, uint64_t *off, uint64_t *len);
+/* Where UCX may receive into @off of @s's arena on @d itself (and its memh), or NULL. */
+void *nd_kv_rows_target(struct nd_session *s, uint32_t d, uint64_t off, ucp_mem_h *memh);
+/* Copies a KV_ROWS part's data into place (an eager message, or one staged). */
+int nd_kv_rows_write(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
+		     const uint8_t *data);
 /* Device of a head (head-wise placement); the store index of a head on a device. */
 uint32_t nd_head_device(const struct nelssad *nd, uint32_t head);
 uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uint32_t head);

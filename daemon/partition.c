@@ -243,15 +243,16 @@ void nd_session_unreserve(struct nelssad *nd, struct nd_session *s)
 }
 
 /*
- * Registers the session's memory on device @d with UCX, so its client can
- * write KV rows there itself (Documentation/daemon.rst, "Zero-copy
- * ingest"): the region mapped into the daemon, ucp_mem_map() of that
- * mapping, and its packed remote key for RKEY.  0, or why not in @why --
- * a mapping UCX cannot register (a card's PFN-mapped window cannot be
+ * Registers the session's memory on device @d with UCX (Documentation/
+ * daemon.rst, "Zero-copy ingest"): the region mapped into the daemon and
+ * ucp_mem_map() of that mapping, so that UCX can receive KV_ROWS straight
+ * into it; with @pack also its packed remote key for RKEY, so that the
+ * client can write KV rows there itself.  0, or why not in @why -- a
+ * mapping UCX cannot register (a card's PFN-mapped window cannot be
  * pinned for RDMA) is the usual reason.
  */
-static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, char *why,
-			size_t why_len)
+static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, int pack,
+			char *why, size_t why_len)
 {
 	struct nd_sdev *sd = &s->dev[d];
 	struct nd_device *dev = &nd->dev[d];
@@ -277,11 +278,11 @@ static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, ch
 	 */
 	mp.length = size;
 	st = ucp_mem_map(nd->ucp, &mp, &sd->arena_memh);
-	if (st == UCS_OK)
+	if (st == UCS_OK && pack)
 		st = ucp_rkey_pack(nd->ucp, sd->arena_memh, &sd->rkey, &sd->rkey_len);
-	else
+	else if (st != UCS_OK)
 		sd->arena_memh = NULL;
-	if (st == UCS_OK && (!sd->rkey_len || sd->rkey_len > NELSSA_PROTO_MAX_RKEY))
+	if (st == UCS_OK && pack && (!sd->rkey_len || sd->rkey_len > NELSSA_PROTO_MAX_RKEY))
 		st = UCS_ERR_EXCEEDS_LIMIT;
 	if (st != UCS_OK) {
 		snprintf(why, why_len, "%s: UCX cannot register its memory: %s%s%s", dev->name,
@@ -294,11 +295,39 @@ static int register_dev(struct nelssad *nd, struct nd_session *s, uint32_t d, ch
 }
 
 /*
+ * Without the client's puts, a head-wise session's KV_ROWS can still be
+ * received by UCX straight into place: each device's memory mapped and
+ * registered, with no key handed out.  A device where that fails takes
+ * them through a staging buffer and a copy; the log says which and why.
+ * Returns how it went, for the log.
+ */
+static const char *session_map_for_rows(struct nelssad *nd, struct nd_session *s)
+{
+	char reason[NELSSA_PROTO_ERR_LEN] = "";
+	uint32_t direct = 0;
+
+	if (s->placement != NELSSA_PLACE_HEADS)
+		return "KV is staged and copied (cluster-wise placement)";
+	for (uint32_t i = 0; i < nd->n_dev; i++) {
+		if (!register_dev(nd, s, i, 0, reason, sizeof(reason))) {
+			direct++;
+			continue;
+		}
+		nd_log(nd, "KV rows of this session on %s are staged and copied: %s",
+		       nd->dev[i].name, reason);
+	}
+	return direct == nd->n_dev ? "KV rows are received straight into device memory"
+	       : direct ? "KV rows are received straight into device memory on some devices"
+	       : "KV is staged and copied";
+}
+
+/*
  * Zero-copy ingest for @s where it can be had: head-wise placement (a
  * client computes where each row goes; cluster-wise placement needs the
  * daemon to deal the clusters out) and every device's memory registered.
- * Otherwise the session takes KV messages only, and the daemon logs why
- * -- or, with --zero-copy=require, refuses the session.
+ * Otherwise the session takes KV messages only (KV_ROWS received in place
+ * where session_map_for_rows() can), and the daemon logs why -- or, with
+ * --zero-copy=require, refuses the session.
  */
 static int session_register(struct nelssad *nd, struct nd_session *s, char *why, size_t why_len)
 {
@@ -316,7 +345,7 @@ static int session_register(struct nelssad *nd, struct nd_session *s, char *why,
 		snprintf(reason, sizeof(reason), "cluster-wise placement deals clusters out "
 			 "on the daemon");
 	for (uint32_t i = 0; i < nd->n_dev && !reason[0] && !ret; i++)
-		ret = register_dev(nd, s, i, reason, sizeof(reason));
+		ret = register_dev(nd, s, i, 1, reason, sizeof(reason));
 	if (!reason[0]) {
 		s->rma = 1;
 		return 0;
@@ -328,7 +357,8 @@ static int session_register(struct nelssad *nd, struct nd_session *s, char *why,
 			 "and impossible: %s", reason);
 		return -EOPNOTSUPP;
 	}
-	nd_log(nd, "zero-copy ingest off for this session, KV is staged and copied: %s", reason);
+	nd_log(nd, "zero-copy ingest off for this session (%s); %s", reason,
+	       session_map_for_rows(nd, s));
 	return 0;
 }
 
@@ -604,13 +634,62 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 	return 0;
 }
 
+int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
+		     uint32_t *dev, uint64_t *off, uint64_t *len)
+{
+	const uint64_t row = nd_row_bytes(s);
+	const struct nd_request *r;
+	uint64_t k, v, t;
+	uint32_t d;
+	int ret = nd_kv_check(s, h);
+
+	if (ret)
+		return ret;
+	if (s->placement != NELSSA_PLACE_HEADS)
+		return -EOPNOTSUPP;
+	r = nd_request_find(s, h->request);
+	d = nd_head_device(nd, h->head);
+	nd_store_offsets(s, r, h->layer, nd_local_head(nd, s, h->head), &k, &v, &t);
+	if (h->part == NELSSA_KV_PART_TABLE) {
+		*off = r->off[d] + t + 8ull * h->first_cluster;
+		*len = 8ull * h->nr_clusters;
+	} else {
+		*off = r->off[d] + (h->part == NELSSA_KV_PART_K ? k : v) + h->first_token * row;
+		*len = h->nr_tokens * row;
+	}
+	*dev = d;
+	return 0;
+}
+
+void *nd_kv_rows_target(struct nd_session *s, uint32_t d, uint64_t off, ucp_mem_h *memh)
+{
+	const struct nd_sdev *sd = &s->dev[d];
+
+	if (!sd->arena_map || !sd->arena_memh)
+		return NULL;
+	*memh = sd->arena_memh;
+	return (uint8_t *)sd->arena_map + off;
+}
+
+int nd_kv_rows_write(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
+		     const uint8_t *data)
+{
+	uint64_t off, len;
+	uint32_t d;
+	int ret = nd_kv_rows_place(nd, s, h, &d, &off, &len);
+
+	return ret ? ret : nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena, off, data, len);
+}
+
 /*
  * The client wrote @h's rows and entries where <nelssa/kv_store.h> puts
- * them, in its session's own registered memory, and flushed them before
- * sending the commit: the same ranges as a KV message are checked, and the
- * counts follow as if the daemon had written them.  What the rows hold is
- * the client's affair as with a KV message; the device checks each
- * table entry against its store when it reads it.
+ * them, in its session's own memory -- by RMA puts it flushed, or by
+ * KV_ROWS messages the daemon acknowledged -- before sending the commit:
+ * the same ranges as a KV message are checked, and the counts follow as
+ * if the daemon had written them.  What the rows hold is the client's
+ * affair as with a KV message (a row it never wrote reads as the zeroes
+ * the session's memory started with, or as its own earlier rows); the
+ * device checks each table entry against its store when it reads it.
  */
 int nd_kv_commit(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h)
 {
@@ -618,7 +697,8 @@ int nd_kv_commit(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 
 	if (ret)
 		return ret;
-	if (!s->rma || s->placement != NELSSA_PLACE_HEADS)
+	/* Puts need a key, which only a session with RMA gave out. */
+	if (s->placement != NELSSA_PLACE_HEADS || (h->part != NELSSA_KV_COMMIT_SENT && !s->rma))
 		return -EOPNOTSUPP;
 	note_rows(nd, s, nd_request_find(s, h->request), h, nd_head_device(nd, h->head),
 		  (uint32_t)h->layer * s->shape.kv_heads + h->head);

@@ -46,7 +46,7 @@
 
 #include "testutil.h"
 
-#define NR_CHECKS 22
+#define NR_CHECKS 24
 
 #define LAYERS 2
 #define KV_HEADS 2
@@ -1058,7 +1058,101 @@ int main(int argc, char **argv)
 		       q, d, rv);
 	}
 
-	/* 22: after all that, the victim's data as it was. */
+	/*
+	 * 22: KV_ROWS under every guess, and the victim's leaked token on the
+	 * attacker's endpoint, eager and rendezvous: -ENOENT, nothing fetched
+	 * into anyone's memory (the victim's step at the end says so).
+	 */
+	{
+		struct nelssa_kv_hdr kp = { .request = REQUEST, .nr_tokens = TOKENS,
+					    .part = NELSSA_KV_PART_K };
+		const size_t rows = 2ull * TOKENS * DIM;
+		int e, rv;
+
+		all = kv_am(&attacker, NELSSA_AM_KV_ROWS, NEVER, 0, kp, kv_k[0][0], rows, 0) ==
+		      -ENOENT;
+		for (uint32_t i = 0; i < ng; i++) {
+			ret = kv_am(&attacker, NELSSA_AM_KV_ROWS, g[i].session, g[i].token, kp,
+				    kv_k[0][0], rows, i & 1 ? UCP_AM_SEND_FLAG_RNDV : 0);
+			if (ret != -ENOENT) {
+				printf("# rows guess %u: %d\n", i, ret);
+				all = 0;
+			}
+		}
+		e = kv_am(&attacker, NELSSA_AM_KV_ROWS, victim.session, victim.token, kp,
+			  kv_k[0][0], rows, UCP_AM_SEND_FLAG_EAGER);
+		rv = kv_am(&attacker, NELSSA_AM_KV_ROWS, victim.session, victim.token, kp,
+			   kv_k[0][0], rows, UCP_AM_SEND_FLAG_RNDV);
+		report(all && e == -ENOENT && rv == -ENOENT, "KV rows naming no session, %u "
+		       "guessed ones of the victim's, and its own token on another's endpoint, "
+		       "eager and rendezvous: each -ENOENT (%d %d)", ng, e, rv);
+	}
+
+	/*
+	 * 23: the attacker's own KV_ROWS: checked against its session before a
+	 * byte is fetched -- part, length, request, layer, head, ranges -- and a
+	 * commit of rows sent that way counts them.
+	 */
+	{
+		struct nelssa_kv_hdr k = { .request = REQUEST, .layer = 0, .head = 1,
+					   .nr_tokens = TOKENS, .part = NELSSA_KV_PART_K };
+		struct nelssa_kv_hdr v = k, t = k, bad = k, lay = k, room = k, req = k, cl = k;
+		struct nelssa_kv_hdr tr = k, commit = kv_whole(0, 1);
+		const size_t rows = 2ull * TOKENS * DIM;
+		uint8_t entries[8 * CLUSTERS];
+		int ok_k, ok_v, ok_t, ok_c, b, len, l, r, q, c, trr, put;
+
+		for (uint32_t c2 = 0; c2 < CLUSTERS; c2++) {
+			nelssa_put_le32(entries + 8 * c2, c2 * CLUSTER);
+			nelssa_put_le32(entries + 8 * c2 + 4, CLUSTER);
+		}
+		v.part = NELSSA_KV_PART_V;
+		t.part = NELSSA_KV_PART_TABLE;
+		t.nr_tokens = 0;
+		t.nr_clusters = CLUSTERS;
+		bad.part = 4;
+		lay.layer = LAYERS;
+		room.first_token = 1;		/* TOKENS rows from 1: one beyond the request */
+		req.request = REQUEST + 1;
+		cl.first_cluster = 1;		/* rows naming clusters */
+		tr = t;
+		tr.first_cluster = 1;		/* entries beyond the request's clusters */
+		commit.part = NELSSA_KV_COMMIT_SENT;
+		ok_k = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, k,
+			     kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		ok_v = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, v,
+			     kv_v[0][1], rows, UCP_AM_SEND_FLAG_EAGER);
+		ok_t = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, t,
+			     entries, sizeof(entries), 0);
+		ok_c = commit_send(&attacker, attacker.session, attacker.token, commit, NULL, 0);
+		b = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, bad,
+			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		len = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, k,
+			    kv_k[0][1], rows - 2, UCP_AM_SEND_FLAG_RNDV);
+		l = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, lay,
+			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		r = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, room,
+			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		q = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, req,
+			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_EAGER);
+		c = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, cl,
+			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		trr = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, tr,
+			    entries, sizeof(entries), 0);
+		/* A commit that says puts, of rows that came as KV_ROWS: still its own rows. */
+		put = commit_send(&attacker, attacker.session, attacker.token, kv_whole(0, 1),
+				  NULL, 0);
+		report(!ok_k && !ok_v && !ok_t && !ok_c && b == -EBADMSG && len == -EBADMSG &&
+		       l == -ERANGE && r == -ERANGE && q == -ENOENT && c == -EBADMSG &&
+		       trr == -ERANGE && !put, "the attacker's own KV rows: K by rendezvous, V "
+		       "eager, the table and their commit taken; an unknown part and a short "
+		       "length -EBADMSG, a bad layer and rows beyond the request -ERANGE, an "
+		       "unknown request -ENOENT, rows naming clusters -EBADMSG, entries beyond "
+		       "-ERANGE (%d %d %d %d, %d %d %d %d %d %d %d %d)", ok_k, ok_v, ok_t, ok_c, b,
+		       len, l, r, q, c, trr, put);
+	}
+
+	/* 24: after all that, the victim's data as it was. */
 	ret = victim_step(after);
 	if (!ret)
 		ret = memcmp(before, after, sizeof(before)) ? -EDOM : victim_reference(after);

@@ -137,9 +137,15 @@ def smode(send="auto", nowait=False, other_worker=False, hdr=0, peer=False, new_
             (0x40 if peer else 0) | (0x80 if new_link else 0))
 
 
+PARTS = {"k": 1, "v": 2, "table": 3, "none": 0, "bad": 4}
+
+
 def kv(slot, s=0, token="right", other=0, req=0, layer=0, head=0, first_token=0, tokens=64,
        first_cluster=0, clusters=4, data=0, table=0, send="auto", nowait=False,
-       other_worker=False, hdr=0, hdr_len=0, new_link=False):
+       other_worker=False, hdr=0, hdr_len=0, new_link=False, part=None, mixed=False):
+    """part: a KV_ROWS message of that part instead (mixed: its unused fields kept)."""
+    if part is not None:
+        table = 0xc0 | PARTS[part] << 2 | (2 if mixed else 0)
     f = sess(s) + tok(token, other) + u8(req, layer, head)
     f += struct.pack("<HHHB", first_token, tokens, first_cluster, clusters)
     f += u8(data, table, smode(send, nowait, other_worker, hdr, new_link=new_link))
@@ -286,6 +292,22 @@ SEEDS = {
         kv(0, 0, tokens=1000, clusters=10, send="rndv") +
         kv(0, 0, first_token=1000, tokens=1000, first_cluster=10, clusters=10, send="rndv") +
         step(0, 0, items=((0, 0, (0, 11, 19)),), send="rndv") + settle(),
+    # KV_ROWS: each part into place, rendezvous and eager; then hostile ones.
+    "life-rows": session(0, kv_heads=1, dim=128) + alloc(0, 0, 0, 4096, 1024) +
+        kv(0, 0, tokens=1000, part="k", send="rndv") + kv(0, 0, tokens=1000, part="v") +
+        kv(0, 0, clusters=10, part="table", send="eager") + step(0, 0, items=((0, 0, (0,)),)) +
+        settle(),
+    "rows-hostile": session(0) + session(2, non_admin=True) + alloc(0, 0, 0) + alloc(2, 1, 0) +
+        kv(2, 0, "right", part="k", send="rndv") + kv(2, 0, "other", 1, part="k") +
+        kv(0, 0, part="none") + kv(0, 0, part="bad", send="rndv") +
+        kv(0, 0, part="k", mixed=True, send="rndv") + kv(0, 0, part="table", mixed=True) +
+        kv(0, 0, part="v", data=1, send="rndv") + kv(0, 0, part="k", first_token=4000) +
+        kv(0, 0, part="k", req=3, send="rndv") + kv(0, 0, part="k", hdr=3) + settle(),
+    "rows-clusters": session(0, placement="clusters", kv_heads=1, group=2, dim=32) +
+        alloc(0, 0, 0) + kv(0, 0, part="k", send="rndv") + kv(0, 0, part="table") + close(0, 0),
+    "rows-close-in-flight": session(0, kv_heads=1, dim=128) + alloc(0, 0, 0, 4096, 1024) +
+        kv(0, 0, tokens=1000, part="k", send="rndv", nowait=True) + close(0, 0) +
+        kv(0, 0, tokens=1000, part="v", send="rndv", nowait=True) + disconnect(0) + settle(),
     "life-fp16-big-group": session(0, dtype="fp16", kv_heads=1, group=4, dim=16, sel=16) +
         alloc(0, 0, 0) + kv(0, 0) + step(0, 0, items=((0, 0, tuple(range(4)) * 4),)),
     "two-tenants": session(0) + session(2, non_admin=True, kv_heads=3) + alloc(0, 0, 0) +

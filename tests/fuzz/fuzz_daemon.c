@@ -430,6 +430,8 @@ static ucs_status_t on_am(void *arg, const void *hdr, size_t hdr_len, void *data
 		if (!known_status(a.status))
 			fail("a KV ack of status %d", a.status);
 		s = send_by_key(NELSSA_AM_KV, a.cookie);
+		if (!s)
+			s = send_by_key(NELSSA_AM_KV_ROWS, a.cookie);
 		trace("    link %u: KV ack %llu: %d", l, (unsigned long long)a.cookie, a.status);
 		reply_where(s, l, "KV", a.cookie);
 		if (s) {
@@ -1621,7 +1623,7 @@ static void kv_op(unsigned int w, struct rd *r)
 	uint8_t req = u8(r), dmode, tmode, smode, hmode;
 	size_t hdr_len = NELSSA_KV_HDR_BYTES, len;
 	uint8_t *buf;
-	int l, ok;
+	int l, ok, rows;
 
 	k.request = req < 0xf0 ? req % 8 : u64(r);
 	k.layer = u8(r);
@@ -1639,6 +1641,21 @@ static void kv_op(unsigned int w, struct rd *r)
 	smode = u8(r);
 	hmode = smode >> 4 & 3;
 	len = 4ull * k.nr_tokens * dim + 8ull * k.nr_clusters;
+	/*
+	 * tmode 0xc0 and up: a KV_ROWS message instead, of part (tmode >> 2)
+	 * % 5 (1-3 are parts, 0 and 4 none); the fields its part does not use
+	 * zeroed unless tmode bit 1 is set.
+	 */
+	rows = tmode >= 0xc0;
+	if (rows) {
+		k.part = (uint8_t)((tmode >> 2) % 5);
+		if (!(tmode & 2) && k.part == NELSSA_KV_PART_TABLE)
+			k.first_token = k.nr_tokens = 0;
+		else if (!(tmode & 2))
+			k.first_cluster = k.nr_clusters = 0;
+		len = k.part == NELSSA_KV_PART_TABLE ? 8ull * k.nr_clusters
+						     : 2ull * k.nr_tokens * dim;
+	}
 	if (dmode % 4 == 1)
 		len -= len ? 1 + (dmode >> 2) % len : 0;
 	else if (dmode % 4 == 2)
@@ -1657,7 +1674,7 @@ static void kv_op(unsigned int w, struct rd *r)
 		buf[52 + u8(r) % 12] = 1;	/* a reserved byte set */
 	fill(buf + hdr_len, len, tmode);
 	/* The table: clusters tiling the rows, or the bytes above. */
-	if (tmode % 2 == 0 && len == 4ull * k.nr_tokens * dim + 8ull * k.nr_clusters) {
+	if (!rows && tmode % 2 == 0 && len == 4ull * k.nr_tokens * dim + 8ull * k.nr_clusters) {
 		uint8_t *t = buf + hdr_len + 4ull * k.nr_tokens * dim;
 		const uint32_t n = k.nr_clusters, per = n ? k.nr_tokens / n : 0;
 
@@ -1671,15 +1688,16 @@ static void kv_op(unsigned int w, struct rd *r)
 	}
 	l = pick_link(w, smode);
 	ok = l >= 0 && served_ok(&lk[l], m);
-	trace("  kv: session %llu (%s token%s) request %llu layer %u head %u tokens %u+%u "
-	      "clusters %u+%u", (unsigned long long)id, m ? "its" : "no open session's",
-	      m && !ok ? ", another connection's endpoint" : "", (unsigned long long)k.request,
-	      k.layer, k.head, k.first_token, k.nr_tokens, k.first_cluster, k.nr_clusters);
+	trace("  kv%s: session %llu (%s token%s) request %llu layer %u head %u tokens %u+%u "
+	      "clusters %u+%u part %u", rows ? " rows" : "", (unsigned long long)id,
+	      m ? "its" : "no open session's", m && !ok ? ", another connection's endpoint" : "",
+	      (unsigned long long)k.request, k.layer, k.head, k.first_token, k.nr_tokens,
+	      k.first_cluster, k.nr_clusters, k.part);
 	/*
 	 * Acknowledged always on an endpoint the daemon took; by its cookie
 	 * when the header is whole (else cookie 0).
 	 */
-	am_send(l, smode, NELSSA_AM_KV, k.cookie, buf, hdr_len, len,
+	am_send(l, smode, rows ? NELSSA_AM_KV_ROWS : NELSSA_AM_KV, k.cookie, buf, hdr_len, len,
 		hmode == 0 && l >= 0 && link_answers(&lk[l]), ok ? 0 : -ENOENT, 0, 0);
 }
 
