@@ -144,32 +144,46 @@ void nc_rma_request_del(struct csession *s, uint64_t id)
 }
 
 /*
- * The puts of one offload in flight, oldest first.  Each owns its source
- * buffer (a send_op's @data) until UCX is done reading it.
+ * One offload's writes into place, by either way (Documentation/
+ * daemon.rst, "Zero-copy ingest"): RMA puts at @k_at, @v_at and @t_at
+ * under @rkey, or NELSSA_AM_KV_ROWS messages that share header @h and
+ * that the daemon receives into the same places.  @op: the writes in
+ * flight, oldest first; each owns its source buffer (a send_op's @data)
+ * until UCX is done reading it.
  */
-struct put_window {
+struct kv_writes {
+	int rows;
+	ucp_rkey_h rkey;
+	uint64_t k_at, v_at, t_at;
+	struct nelssa_kv_hdr h;
+	size_t row;
+	uint64_t deadline;
 	struct send_op *op[PUT_WINDOW];
 	uint32_t n;
 };
 
-/* Waits for the oldest put; its buffer is freed. */
-static int put_retire(struct nelssa_client *c, struct put_window *w, uint64_t deadline)
+static const char *what(const struct kv_writes *w)
+{
+	return w->rows ? "sending KV rows to the daemon" : "RMA write into the daemon's memory";
+}
+
+/* Waits for the oldest write; its buffer is freed. */
+static int write_retire(struct nelssa_client *c, struct kv_writes *w)
 {
 	struct send_op *op = w->op[0];
-	int ret = nc_wait(c, &op->done, deadline);
+	int ret = nc_wait(c, &op->done, w->deadline);
 
 	if (ret)
 		return ret;
 	memmove(w->op, w->op + 1, sizeof(w->op[0]) * --w->n);
 	if (op->status != UCS_OK)
-		ret = nc_fail(c, -EIO, "RMA write into the daemon's memory failed: %s",
-			      ucs_status_string(op->status));
+		ret = nc_fail(c, -EIO, "%s failed: %s", what(w), ucs_status_string(op->status));
 	ucp_request_free(op->req);
 	nc_op_free(op);
 	return ret;
 }
 
-static int borrowed_in_flight(const struct put_window *w)
+static int borrowed_in_flight(const struct kv_writes *w)
 {
 	for (uint32_t i = 0; i < w->n; i++)
 		if (w->op[i]->borrowed && !w->op[i]->done)
@@ -178,28 +192,28 @@ static int borrowed_in_flight(const struct put_window *w)
 }
 
 /*
- * After a failure: puts UCX still has go to the connection's orphans
- * (their buffers with them), as sends that outlive their call do.  A put
+ * After a failure: writes UCX still has go to the connection's orphans
+ * (their buffers with them), as sends that outlive their call do.  A write
  * of the caller's own rows cannot outlive the call (the rows are the
  * caller's again once it returns) and UCX 1.13 cannot cancel one: the
  * endpoint is closed, forced, which ends every request on it, and the
  * connection's data path with it (nc_ep_gone()).
  */
-static void put_abandon(struct nelssa_client *c, struct put_window *w)
+static void writes_abandon(struct nelssa_client *c, struct kv_writes *w)
 {
 	const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
 
 	while (borrowed_in_flight(w) && nelssa_now_ms() < end)
 		ucp_worker_progress(c->worker);
 	if (borrowed_in_flight(w)) {
-		nelssa_log(NELSSA_LOG_WARNING, "client", "a zero-copy offload failed with puts of "
-			   "the caller's rows in flight: closing the data path");
+		nelssa_log(NELSSA_LOG_WARNING, "client", "an offload failed with writes of the "
+			   "caller's rows in flight: closing the data path");
 		nc_ep_kill(c);
 	}
 	if (borrowed_in_flight(w)) {
 		/* UCX promises the forced close ends them; it did not. */
-		nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a put of the caller's rows after a "
-			   "forced close of the endpoint");
+		nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a write of the caller's rows after "
+			   "a forced close of the endpoint");
 		abort();
 	}
 	for (uint32_t i = 0; i < w->n; i++) {
@@ -211,13 +225,15 @@ static void put_abandon(struct nelssa_client *c, struct put_window *w)
 }
 
 /*
- * Puts @len bytes at @remote, bounded by the window: from @src, the
- * caller's rows, when @owned is NULL (the put is waited for before the
- * call returns; put_abandon()), else from @owned (nc_buf_get()'s when
- * @cached, else malloc'd), which passes on.
+ * Writes @len bytes of @part, which starts at token (or, for the table,
+ * entry) @first, bounded by the window: from @src, the caller's rows, when
+ * @owned is NULL (the write is waited for before the call returns;
+ * writes_abandon()), else from @owned (nc_buf_get()'s when @cached, else
+ * malloc'd), which passes on.  A KV_ROWS message is acknowledged by the
+ * daemon once its data is in place (nc_wait_acks()).
  */
-static int put(struct nelssa_client *c, struct put_window *w, const void *src, void *owned,
-	       int cached, size_t len, uint64_t remote, ucp_rkey_h rkey, uint64_t deadline)
+static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, uint32_t first,
+		      const void *src, void *owned, int cached, size_t len)
 {
 	ucp_request_param_t prm = { 0 };
 	struct send_op *op;
@@ -225,7 +241,7 @@ static int put(struct nelssa_client *c, struct put_window *w, const void *src, v
 	int ret = 0;
 
 	if (w->n == PUT_WINDOW)
-		ret = put_retire(c, w, deadline);
+		ret = write_retire(c, w);
 	if (!ret)
 		ret = nc_ep_gone(c) ? -ECONNRESET : 0;
 	op = ret ? NULL : calloc(1, sizeof(*op));
@@ -242,11 +258,56 @@ static int put(struct nelssa_client *c, struct put_window *w, const void *src, v
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
 	prm.cb.send = nc_sent;
 	prm.user_data = op;
-	sp = ucp_put_nbx(c->ep, owned ? owned : src, len, remote, rkey, &prm);
+	if (w->rows) {
+		struct nelssa_kv_hdr h = w->h;
+
+		/* A part names its own range alone: the other fields are 0. */
+		h.part = (uint8_t)part;
+		h.first_token = h.nr_tokens = h.first_cluster = h.nr_clusters = 0;
+		if (part == NELSSA_KV_PART_TABLE) {
+			h.first_cluster = first;
+			h.nr_clusters = (uint32_t)(len / NELSSA_KV_ENTRY_BYTES);
+		} else {
+			h.first_token = first;
+			h.nr_tokens = (uint32_t)(len / w->row);
+		}
+		/*
+		 * The daemon takes so many rendezvous receives of a session at
+		 * once (ND_RNDV_PER_SESSION), and acknowledges each only once
+		 * its data is in place: keep fewer than that unacknowledged,
+		 * leaving room for a step.
+		 */
+		ret = nc_wait_acks(c, ACK_WINDOW, w->deadline);
+		if (ret) {
+			nc_op_free(op);
+			return ret;
+		}
+		h.cookie = ++c->next_cookie;
+		nelssa_kv_hdr_put(op->hdr, &h);
+		/*
+		 * Rows by rendezvous, always: the daemon then has UCX fetch
+		 * them straight into their place, where an eager message
+		 * would land in UCX's buffers and be copied out.  Table
+		 * entries (8 bytes a cluster) eager, always: a handshake
+		 * would cost more than their copy.
+		 */
+		prm.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+		prm.flags = UCP_AM_SEND_FLAG_REPLY | (part == NELSSA_KV_PART_TABLE ?
+						      UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV);
+		c->acks_pending++;
+		sp = ucp_am_send_nbx(c->ep, NELSSA_AM_KV_ROWS, op->hdr, NELSSA_KV_HDR_BYTES,
+				     owned ? owned : src, len, &prm);
+	} else {
+		const uint64_t at = part == NELSSA_KV_PART_TABLE ? w->t_at :
+				    part == NELSSA_KV_PART_K ? w->k_at : w->v_at;
+		const uint64_t unit = part == NELSSA_KV_PART_TABLE ? NELSSA_KV_ENTRY_BYTES : w->row;
+
+		sp = ucp_put_nbx(c->ep, owned ? owned : src, len, at + first * unit, w->rkey,
+				 &prm);
+	}
 	if (!UCS_PTR_IS_PTR(sp)) {
 		nc_op_free(op);
-		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "RMA write into the daemon's memory "
-						    "failed: %s",
+		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "%s failed: %s", what(w),
 						    ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
 	}
 	op->req = sp;
@@ -264,17 +325,17 @@ static int consecutive(const uint32_t *perm, uint32_t n)
 }
 
 /*
- * The puts of clusters [@from, n) of @ix: rows chunk by chunk, then the
+ * The writes of clusters [@from, n) of @ix: rows chunk by chunk, then the
  * table.  A chunk whose rows already lie in cluster order in the
  * caller's K and V (consecutive in @ix's permutation -- an engine that
- * gathered them itself, as a GPU does before a transfer) is put from
+ * gathered them itself, as a GPU does before a transfer) is written from
  * there; any other is gathered into a buffer first, the one copy.
  */
-static int put_rows(struct nelssa_client *c, struct put_window *w, const struct crkey *rk,
-		    uint64_t k_at, uint64_t v_at, uint64_t t_at, size_t row,
-		    const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
-		    const void *v, uint64_t deadline)
+static int write_rows(struct nelssa_client *c, struct kv_writes *w,
+		      const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
+		      const void *v)
 {
+	const size_t row = w->row;
 	uint8_t *table;
 	int ret = 0;
 
@@ -292,11 +353,11 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 		if (consecutive(ix->perm + first, tokens)) {
 			const size_t at = (size_t)ix->perm[first] * row;
 
-			ret = put(c, w, (const uint8_t *)k + at, NULL, 0, tokens * row,
-				  k_at + (uint64_t)first * row, rk->rkey, deadline);
+			ret = write_part(c, w, NELSSA_KV_PART_K, first, (const uint8_t *)k + at,
+					 NULL, 0, tokens * row);
 			if (!ret)
-				ret = put(c, w, (const uint8_t *)v + at, NULL, 0, tokens * row,
-					  v_at + (uint64_t)first * row, rk->rkey, deadline);
+				ret = write_part(c, w, NELSSA_KV_PART_V, first,
+						 (const uint8_t *)v + at, NULL, 0, tokens * row);
 			continue;
 		}
 		cached = (size_t)tokens * row <= NC_BUF_BYTES;
@@ -318,11 +379,10 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 			memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row, row);
 			memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row, row);
 		}
-		ret = put(c, w, NULL, kb, cached, tokens * row, k_at + (uint64_t)first * row,
-			  rk->rkey, deadline);
+		ret = write_part(c, w, NELSSA_KV_PART_K, first, NULL, kb, cached, tokens * row);
 		if (!ret)
-			ret = put(c, w, NULL, vb, cached, tokens * row,
-				  v_at + (uint64_t)first * row, rk->rkey, deadline);
+			ret = write_part(c, w, NELSSA_KV_PART_V, first, NULL, vb, cached,
+					 tokens * row);
 		else if (cached)
 			nc_buf_put(c, vb);
 		else
@@ -338,78 +398,107 @@ static int put_rows(struct nelssa_client *c, struct put_window *w, const struct 
 		nelssa_put_le32(table + 8 * (j - from), ix->table[j].first);
 		nelssa_put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
 	}
-	return put(c, w, NULL, table, 0, (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from),
-		   t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * from, rk->rkey, deadline);
+	return write_part(c, w, NELSSA_KV_PART_TABLE, from, NULL, table, 0,
+			  (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from));
 }
 
-int nc_rma_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
-		   uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
-		   uint32_t from, const void *k, const void *v)
+/*
+ * Where the puts of @head's store go, in the daemon's address space, from
+ * the key of its device and where REQ_OK put @q; -EPROTO when that lies
+ * outside what the key reaches.
+ */
+static int put_targets(struct nelssa_client *c, const struct csession *s,
+		       const struct crequest *q, uint16_t layer, uint16_t head, struct kv_writes *w)
 {
-	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	const struct nelssa_shape *sh = &s->cfg.shape;
-	const size_t row = (size_t)ix->head_dim *
-			   nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype);
-	const struct crequest *q = request_find(s, request);
+	const uint32_t d = head % s->n_dev;
+	const struct crkey *rk = &s->rk[d];
+	uint64_t end;
+
+	nelssa_kv_store_offsets(w->row, q->store_tokens, q->store_clusters,
+				(sh->kv_heads + s->n_dev - 1) / s->n_dev, layer, head / s->n_dev,
+				&w->k_at, &w->v_at, &w->t_at);
+	end = q->off[d] + w->t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * q->store_clusters;
+	if (end > rk->bytes || end < q->off[d])
+		return nc_fail(c, -EPROTO, "request %llu's store lies outside the memory its key "
+			       "reaches", (unsigned long long)q->id);
+	w->k_at += rk->base + q->off[d];
+	w->v_at += rk->base + q->off[d];
+	w->t_at += rk->base + q->off[d];
+	w->rkey = rk->rkey;
+	return 0;
+}
+
+int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
+		     uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+		     uint32_t from, const void *k, const void *v)
+{
+	const struct nelssa_shape *sh = &s->cfg.shape;
 	struct nelssa_kv_hdr h = { .session = s->id, .token = s->token, .request = request,
 				   .layer = layer, .head = head, .first_cluster = from };
-	struct put_window w = { .n = 0 };
+	struct kv_writes w = {
+		.rows = !s->rma, .h = h, .deadline = nelssa_now_ms() + c->timeout_ms,
+		.row = (size_t)ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype),
+	};
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
-	uint64_t k_at, v_at, t_at, end;
-	const struct crkey *rk;
 	ucs_status_t st;
 	void *none = NULL;
-	uint32_t d;
 	int ret;
 
-	if (!q)
-		return nc_fail(c, -ENOENT, "no request %llu in session %llu",
-			       (unsigned long long)request, (unsigned long long)s->id);
 	if (from == ix->n_clusters)
 		return 0;
 	h.first_token = ix->table[from].first;
 	h.nr_clusters = ix->n_clusters - from;
 	for (uint32_t j = from; j < ix->n_clusters; j++)
 		h.nr_tokens += ix->table[j].count;
-	/* What the daemon would refuse a KV message for, refused before any put. */
-	if (layer >= sh->layers || head >= sh->kv_heads ||
-	    (uint64_t)h.first_token + h.nr_tokens > q->store_tokens ||
-	    (uint64_t)from + h.nr_clusters > q->store_clusters)
-		return nc_fail(c, -ERANGE, "the daemon refused KV rows: %s", strerror(ERANGE));
-	d = head % s->n_dev;
-	rk = &s->rk[d];
-	nelssa_kv_store_offsets(row, q->store_tokens, q->store_clusters,
-				(sh->kv_heads + s->n_dev - 1) / s->n_dev, layer, head / s->n_dev,
-				&k_at, &v_at, &t_at);
-	end = q->off[d] + t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * q->store_clusters;
-	if (end > rk->bytes || end < q->off[d])
-		return nc_fail(c, -EPROTO, "request %llu's store lies outside the memory its key "
-			       "reaches", (unsigned long long)request);
-	k_at += rk->base + q->off[d];
-	v_at += rk->base + q->off[d];
-	t_at += rk->base + q->off[d];
-	ret = put_rows(c, &w, rk, k_at, v_at, t_at, row, ix, from, k, v, deadline);
-	while (!ret && w.n)
-		ret = put_retire(c, &w, deadline);
-	if (ret) {
-		put_abandon(c, &w);
-		return ret;
+	if (s->rma) {
+		const struct crequest *q = request_find(s, request);
+
+		if (!q)
+			return nc_fail(c, -ENOENT, "no request %llu in session %llu",
+				       (unsigned long long)request, (unsigned long long)s->id);
+		/* What the daemon would refuse a KV message for, refused before any put. */
+		if (layer >= sh->layers || head >= sh->kv_heads ||
+		    (uint64_t)h.first_token + h.nr_tokens > q->store_tokens ||
+		    (uint64_t)from + h.nr_clusters > q->store_clusters)
+			return nc_fail(c, -ERANGE, "the daemon refused KV rows: %s",
+				       strerror(ERANGE));
+		ret = put_targets(c, s, q, layer, head, &w);
+		if (ret)
+			return ret;
 	}
-	/* Every put has landed in the daemon's memory before the commit names it. */
-	ret = nc_ep_flush(c, deadline, &st);
-	if (!ret && st != UCS_OK)
-		ret = nc_fail(c, -EIO, "flushing RMA writes failed: %s", ucs_status_string(st));
-	if (ret)
-		return ret;
 	c->acks_pending = 0;
 	c->ack_status = 0;
 	c->ack_base = c->next_cookie + 1;
+	ret = write_rows(c, &w, ix, from, k, v);
+	while (!ret && w.n)
+		ret = write_retire(c, &w);
+	if (ret) {
+		writes_abandon(c, &w);
+		return ret;
+	}
+	if (w.rows) {
+		/* Every part has landed in the daemon's memory before the commit names it. */
+		ret = nc_wait_acks(c, 1, w.deadline);
+		if (!ret && c->ack_status)
+			ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
+				      nc_refusal(c->ack_status));
+	} else {
+		/* Every put has landed in the daemon's memory before the commit names it. */
+		ret = nc_ep_flush(c, w.deadline, &st);
+		if (!ret && st != UCS_OK)
+			ret = nc_fail(c, -EIO, "flushing RMA writes failed: %s",
+				      ucs_status_string(st));
+	}
+	if (ret)
+		return ret;
 	h.cookie = ++c->next_cookie;
+	h.part = w.rows ? NELSSA_KV_COMMIT_SENT : 0;
 	nelssa_kv_hdr_put(hdr, &h);
 	c->acks_pending++;
-	ret = nc_am_send(c, NELSSA_AM_KV_COMMIT, hdr, sizeof(hdr), &none, 0, deadline);
+	ret = nc_am_send(c, NELSSA_AM_KV_COMMIT, hdr, sizeof(hdr), &none, 0, w.deadline);
 	if (!ret)
-		ret = nc_wait_acks(c, 1, deadline);
+		ret = nc_wait_acks(c, 1, w.deadline);
 	if (!ret && c->ack_status)
 		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
 			      nc_refusal(c->ack_status));

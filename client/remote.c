@@ -721,6 +721,7 @@ int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_c
 	c->sess[c->n_sess].token = r.u.session_ok.token;
 	c->sess[c->n_sess].cfg = *cfg;
 	c->sess[c->n_sess].n_dev = r.u.session_ok.devices;
+	c->sess[c->n_sess].rows = !!(r.u.session_ok.flags & NELSSA_SESSION_ROWS);
 	if ((r.u.session_ok.flags & NELSSA_SESSION_RMA) && c->zero_copy != NELSSA_ZERO_COPY_OFF)
 		nc_rma_session_open(c, &c->sess[c->n_sess]);
 	*session = c->sess[c->n_sess++].id;
@@ -839,7 +840,8 @@ int nelssa_client_ingest_stats(struct nelssa_client *c, uint64_t session,
 	memset(st, 0, sizeof(*st));
 	st->kv_bytes = r.u.stats.kv_bytes;
 	st->rma_bytes = r.u.stats.kv_rma_bytes;
-	st->copied_bytes = r.u.stats.kv_bytes - r.u.stats.kv_rma_bytes;
+	st->recv_bytes = r.u.stats.kv_recv_bytes;
+	st->copied_bytes = r.u.stats.kv_bytes - r.u.stats.kv_rma_bytes - r.u.stats.kv_recv_bytes;
 	return 0;
 }
 
@@ -860,8 +862,8 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			    ix->head_dim, s->cfg.shape.head_dim);
 	if (nc_ep_gone(c))
 		return -ECONNRESET;
-	if (s->rma)
-		return nc_rma_offload(c, s, request, layer, head, ix, from, k, v);
+	if (s->rma || s->rows)
+		return nc_place_offload(c, s, request, layer, head, ix, from, k, v);
 	row = ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
 	buf = nc_buf_get(c);	/* NC_BUF_BYTES >= CHUNK_BYTES + 2 * row + 8 */
 	if (!buf)

@@ -91,12 +91,14 @@ struct crkey {
  * A session of this connection; @token goes in every KV and STEP header.
  * @rma: KV is put into the daemon's memory (the daemon registered it and
  * this connection wants it); then @rk holds a key per device and @req the
- * requests allocated.
+ * requests allocated.  @rows: otherwise KV goes in NELSSA_AM_KV_ROWS
+ * messages, a part each, which the daemon can receive straight into
+ * place (NELSSA_SESSION_ROWS); else in NELSSA_AM_KV messages.
  */
 struct csession {
 	uint64_t id, token;
 	struct nelssa_session_cfg cfg;
-	int rma;
+	int rma, rows;
 	uint32_t n_dev;
 	struct crkey *rk;
 	struct crequest *req;
@@ -169,9 +171,13 @@ void nc_rma_session_close(struct csession *s);
 /* REQ_OK of a request of @s: remembered, for its puts. */
 int nc_rma_request_add(struct nelssa_client *c, struct csession *s, const struct nelssa_msg *r);
 void nc_rma_request_del(struct csession *s, uint64_t id);
-/* nelssa_client_offload() of a session with @rma: puts, a flush, a commit. */
-int nc_rma_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
-		   uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
-		   uint32_t from, const void *k, const void *v);
+/*
+ * nelssa_client_offload() of a session with @rma or @rows: the rows and
+ * entries written into place -- puts and a flush, or KV_ROWS messages and
+ * their acks -- then a commit.
+ */
+int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
+		     uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+		     uint32_t from, const void *k, const void *v);
 
 #endif /* NELSSA_REMOTE_INTERNAL_H */

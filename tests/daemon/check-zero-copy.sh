@@ -54,8 +54,8 @@ grep_t "... and says which" "need auto, off or require" "$out/stderr"
 for tls in tcp shm,tcp; do
 	export UCX_TLS=$tls
 	nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
-	t "$tls: without RDMA or --emulated-rma a client that forces zero-copy is staged" \
-		0 "$cli" 127.0.0.1 "$port" check forced-staged
+	t "$tls: without RDMA or --emulated-rma a client that forces zero-copy sends messages, received in place" \
+		0 "$cli" 127.0.0.1 "$port" check forced-received
 	grep_t "$tls: ... and the daemon's log says why" \
 		"zero-copy ingest off: no RDMA transport, and UCX's emulated RMA" "$out/daemon.log"
 	stop
@@ -73,10 +73,10 @@ for tls in tcp shm,tcp; do
 		0 "$cli" 127.0.0.1 "$port" check rma ordered
 	t "$tls: ... half in order and half shuffled, in one offload, steps equal float64" \
 		0 "$cli" 127.0.0.1 "$port" check rma mixed
-	t "$tls: by default the client stages where UCX only emulates RMA (no native lane)" \
-		0 "$cli" 127.0.0.1 "$port" check staged
-	t "$tls: a client that opts out: every byte copied, steps equal float64" \
-		0 "$cli" 127.0.0.1 "$port" check-staged staged
+	t "$tls: by default, where UCX only emulates RMA (no native lane), KV goes in messages received in place, none copied" \
+		0 "$cli" 127.0.0.1 "$port" check received
+	t "$tls: a client that opts out of puts: the same, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check-staged received
 	t "$tls: cluster-wise placement is staged: every byte copied, steps equal float64" \
 		0 "$cli" 127.0.0.1 "$port" check-clusters staged
 	grep_t "$tls: ... and the daemon's log says why" \
@@ -87,7 +87,7 @@ unset UCX_TLS
 
 export UCX_TLS=tcp
 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --zero-copy=off
-t "--zero-copy=off: a head-wise session is staged, every byte copied, steps exact" \
+t "--zero-copy=off: a head-wise session's KV messages are staged, every byte copied, steps exact" \
 	0 "$cli" 127.0.0.1 "$port" check staged
 stop
 

@@ -345,9 +345,11 @@ int nelssa_client_stats(struct nelssa_client *c, struct nelssa_daemon_stats *st)
  *	a native RMA lane (RDMA), nelssa_client_offload() writes the rows
  *	there itself (RMA puts, then a small commit) and the daemon copies
  *	nothing; NELSSA_ZERO_COPY_FORCE: so even where UCX emulates RMA with
- *	active messages (TCP, shared memory in UCX 1.13: measured slower than
- *	KV messages, Documentation/daemon.rst); NELSSA_ZERO_COPY_OFF: always in
- *	KV messages, which the daemon copies in.
+ *	active messages (TCP, shared memory in UCX 1.13, Documentation/
+ *	daemon.rst); NELSSA_ZERO_COPY_OFF: never by RMA.  Without RMA the KV
+ *	goes in messages: on a head-wise session a part each (K rows, V rows,
+ *	table entries), which UCX receives straight into device memory where
+ *	the daemon could register it, else the daemon copies it in.
  *
  * Sessions created before the call keep their way.
  */
@@ -371,12 +373,15 @@ int nelssa_client_zero_copy(struct nelssa_client *c, uint64_t session);
  * @kv_bytes: KV bytes ingested (offload and append), as in
  *	&struct nelssa_daemon_stats.
  * @rma_bytes: of those, bytes clients wrote into device memory themselves.
- * @copied_bytes: of those, bytes the daemon copied in from KV messages.
+ * @copied_bytes: of those, bytes the daemon copied in from messages.
+ * @recv_bytes: of those, bytes UCX received straight into device memory
+ *	(KV rows sent in messages, a part each: no copy by the daemon).
  * @reserved: zero; room for counters a later minor release adds.
  */
 struct nelssa_ingest_stats {
 	uint64_t kv_bytes, rma_bytes, copied_bytes;
-	uint64_t reserved[5];
+	uint64_t recv_bytes;
+	uint64_t reserved[4];
 };
 
 /**
