@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -411,6 +412,14 @@ static int due(uint64_t when, uint64_t now, uint64_t *next)
 	return 0;
 }
 
+/* Whether @fd has bytes its peer sent that were not read yet. */
+static int unread(int fd)
+{
+	int n = 0;
+
+	return !ioctl(fd, FIONREAD, &n) && n > 0;
+}
+
 /*
  * The timers of @c at @now: 1 when @c was closed (and freed), 0 while it
  * goes on, ended perhaps.  *@next is lowered to when they are due next.
@@ -447,8 +456,15 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 		end(nd, c, "a partial frame held past the frame timeout");
 	} else if (c->hello && cfg->idle_timeout_ms &&
 		   due(c->t_frame + cfg->idle_timeout_ms * MS, now, next)) {
-		if (c->n_sessions || c->waiting) {
-			c->t_frame = now;	/* not idle: look again a timeout later */
+		/*
+		 * Not idle: a session, a request with the poller, or bytes
+		 * the client sent that wait unread in the socket -- behind a
+		 * barrier just lifted, read on the next turn, which a clock
+		 * that moved on meanwhile must not beat.  Look again a
+		 * timeout later.
+		 */
+		if (c->n_sessions || c->waiting || unread(c->fd)) {
+			c->t_frame = now;
 			return 0;
 		}
 		nd_conn_error(nd, c, 0, -ETIMEDOUT,

@@ -271,6 +271,9 @@ SEEDS = {
     # ... nor its idle clock: the frames behind the barrier wait unread in the socket
     "held-hello-idle": connect(0) + hold() + hello(0) + create(0) + tick("idle") + tick("idle") +
         hold() + tick("1ms") + tick("frame"),
+    # ... nor when the clock has moved past it before the frames in the socket are read
+    "held-hello-idle-late-read": connect(0) + hold() + hello(0) + create(0) + tick("idle") +
+        tick("idle") + hold() + tick("10s", 24),
     # 6: a step of no items.
     "repro6-step-no-items": session(0) + alloc(0, 0, 0) + step(0, 0, items=()) +
         step(0, 0, items=(), send="rndv") + step(0, 0),
