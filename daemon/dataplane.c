@@ -745,8 +745,13 @@ unsigned int nd_dataplane_poll_once(struct nelssad *nd)
 {
 	unsigned int n = nd_jobs_run(nd), p;
 
+	/*
+	 * Device completions between progress calls: a stream of KV keeps
+	 * the worker busy turn after turn, and a step whose devices are done
+	 * is not to wait for it to dry up before its reply goes.
+	 */
 	while ((p = ucp_worker_progress(nd->worker)))
-		n += p;
+		n += p + reap_devices(nd);
 	tend_peers(nd, 0);
 	n += reap_devices(nd);
 	reap_sessions(nd);
