@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the parts of the nelssad client share: remote.c (the connection,
- * control requests, KV messages, decode steps) and kv_rma.c (zero-copy
+ * control requests, KV messages, decode steps) and kv_place.c (zero-copy
  * ingest: KV put straight into the daemon's registered memory).  Not
  * installed; nothing here is exported (libnelssa-client.map).
  */
@@ -17,7 +17,7 @@
 
 #define MAX_SESSIONS 64
 #define CHUNK_BYTES (256u << 10)
-/* Puts in flight at once (kv_rma.c): a window, so that a failure surfaces near its cause. */
+/* Writes in flight at once (kv_place.c): a window, so that a failure surfaces near its cause. */
 #define PUT_WINDOW 16
 /*
  * Source buffers of KV chunks: a connection keeps up to NC_BUF_CACHE of
@@ -72,7 +72,7 @@ struct nelssa_step_pending {
 };
 
 /*
- * Zero-copy ingest (kv_rma.c): where a request's KV lies on each device
+ * Zero-copy ingest (kv_place.c): where a request's KV lies on each device
  * (REQ_OK), so that its rows can be put there.
  */
 struct crequest {
@@ -163,7 +163,7 @@ const char *nc_refusal(int status);
 /* Waits for the KV acks outstanding (c->acks_pending) until @deadline. */
 int nc_wait_acks(struct nelssa_client *c, uint32_t below, uint64_t deadline);
 
-/* kv_rma.c */
+/* kv_place.c */
 /* After SESSION_OK with NELSSA_SESSION_RMA: fetches and unpacks the keys. */
 void nc_rma_session_open(struct nelssa_client *c, struct csession *s);
 /* Lets go of @s's keys and requests (before the endpoint closes). */

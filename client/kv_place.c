@@ -1,18 +1,21 @@
 // SPDX-License-Identifier: MIT
 /*
- * Zero-copy KV ingest (Documentation/daemon.rst, "Zero-copy ingest").  A
- * session whose device memory the daemon registered with UCX
+ * KV written into its place in the daemon's device memory
+ * (Documentation/daemon.rst, "Zero-copy ingest"), one of two ways.  A
+ * session whose device memory the daemon registered with UCX for RMA
  * (NELSSA_SESSION_RMA) gives this connection a packed remote key per
- * device (RKEY) and, per request, where its block lies (REQ_OK).  An
- * offload then gathers each chunk of rows into cluster-contiguous order --
- * the one copy, on this side, and none where the caller's rows are in
- * that order already -- and puts the K rows, the V rows and the
- * table entries where <nelssa/kv_store.h> places them, flushes the
- * endpoint so that every put has landed, and sends a small
- * NELSSA_AM_KV_COMMIT naming the same ranges a KV message would: the
- * daemon checks them, counts the rows and acknowledges, without touching
- * a byte.  Where anything of that is missing the session falls back to KV
- * messages, which the daemon copies in.
+ * device (RKEY) and, per request, where its block lies (REQ_OK): an
+ * offload puts the K rows, the V rows and the table entries where
+ * <nelssa/kv_store.h> places them and flushes the endpoint.  Otherwise a
+ * head-wise session (NELSSA_SESSION_ROWS) takes each as a
+ * NELSSA_AM_KV_ROWS part, which the daemon has UCX receive straight into
+ * the same place and acknowledges once it is there.  Either way each
+ * chunk of rows is gathered into cluster-contiguous order first -- the
+ * one copy, on this side, and none where the caller's rows are in that
+ * order already -- and a small NELSSA_AM_KV_COMMIT naming the ranges a KV
+ * message would follows: the daemon checks them, counts the rows and
+ * acknowledges, without touching a byte.  Where neither way can be had
+ * the session sends KV messages (remote.c), which the daemon copies in.
  */
 #define _GNU_SOURCE
 #include <errno.h>
