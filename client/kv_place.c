@@ -194,29 +194,42 @@ static int borrowed_in_flight(const struct kv_writes *w)
 	return 0;
 }
 
+static int any_in_flight(const struct kv_writes *w)
+{
+	for (uint32_t i = 0; i < w->n; i++)
+		if (!w->op[i]->done)
+			return 1;
+	return 0;
+}
+
 /*
  * After a failure: writes UCX still has go to the connection's orphans
- * (their buffers with them), as sends that outlive their call do.  A write
+ * (their buffers with them), as sends that outlive their call do.  A put
  * of the caller's own rows cannot outlive the call (the rows are the
  * caller's again once it returns) and UCX 1.13 cannot cancel one: the
- * endpoint is closed, forced, which ends every request on it, and the
- * connection's data path with it (nc_ep_gone()).
+ * endpoint is closed, forced, which ends every put on it, and the
+ * connection's data path with it (nc_ep_gone()).  A KV_ROWS part still
+ * in flight -- from a buffer of its own, never the caller's rows: UCX
+ * 1.13's forced close does not end a rendezvous send -- may yet be
+ * fetched into its place, after the call has failed; the data path is
+ * closed for it too, so that no later offload of the session meets it
+ * there.
  */
 static void writes_abandon(struct nelssa_client *c, struct kv_writes *w)
 {
 	const uint64_t end = nelssa_now_ms() + CANCEL_GRACE_MS;
 
-	while (borrowed_in_flight(w) && nelssa_now_ms() < end)
+	while (any_in_flight(w) && nelssa_now_ms() < end)
 		ucp_worker_progress(c->worker);
-	if (borrowed_in_flight(w)) {
-		nelssa_log(NELSSA_LOG_WARNING, "client", "an offload failed with writes of the "
-			   "caller's rows in flight: closing the data path");
+	if (w->rows ? any_in_flight(w) : borrowed_in_flight(w)) {
+		nelssa_log(NELSSA_LOG_WARNING, "client", "an offload failed with writes in flight: "
+			   "closing the data path");
 		nc_ep_kill(c);
 	}
 	if (borrowed_in_flight(w)) {
 		/* UCX promises the forced close ends them; it did not. */
-		nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a write of the caller's rows after "
-			   "a forced close of the endpoint");
+		nelssa_log(NELSSA_LOG_ERR, "client", "UCX kept a put of the caller's rows after a "
+			   "forced close of the endpoint");
 		abort();
 	}
 	for (uint32_t i = 0; i < w->n; i++) {
@@ -352,8 +365,13 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		       (end == cl || 2ull * (tokens + ix->table[end].count) * row <= CHUNK_BYTES))
 			tokens += ix->table[end++].count;
 		cl = end;
-		/* Clusters are never empty (struct nelssa_cluster_index): tokens >= 1. */
-		if (consecutive(ix->perm + first, tokens)) {
+		/*
+		 * Clusters are never empty (struct nelssa_cluster_index): tokens
+		 * >= 1.  Only a put may read the caller's rows in place: UCX
+		 * 1.13's forced close ends a put, but not a rendezvous send that
+		 * waits for a stopped daemon, which would then outlive the call.
+		 */
+		if (!w->rows && consecutive(ix->perm + first, tokens)) {
 			const size_t at = (size_t)ix->perm[first] * row;
 
 			ret = write_part(c, w, NELSSA_KV_PART_K, first, (const uint8_t *)k + at,
@@ -376,11 +394,20 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 			}
 			return nc_fail(c, -ENOMEM, "out of memory");
 		}
-		for (uint32_t i = 0; i < tokens; i++) {
-			const uint32_t t = ix->perm[first + i];
+		if (consecutive(ix->perm + first, tokens)) {
+			const size_t at = (size_t)ix->perm[first] * row;
 
-			memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row, row);
-			memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row, row);
+			memcpy(kb, (const uint8_t *)k + at, tokens * row);
+			memcpy(vb, (const uint8_t *)v + at, tokens * row);
+		} else {
+			for (uint32_t i = 0; i < tokens; i++) {
+				const uint32_t t = ix->perm[first + i];
+
+				memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row,
+				       row);
+				memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row,
+				       row);
+			}
 		}
 		ret = write_part(c, w, NELSSA_KV_PART_K, first, NULL, kb, cached, tokens * row);
 		if (!ret)

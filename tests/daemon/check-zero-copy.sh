@@ -45,7 +45,7 @@ stop() {
 	pid=
 }
 
-echo "1..30"
+echo "1..33"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
@@ -101,6 +101,21 @@ NELSSAD_PID=$pid t "tcp: puts of the caller's rows in flight at a timeout: the c
 kill -KILL $pid
 wait $pid 2>/dev/null
 pid=
+
+# The same with KV_ROWS parts of the caller's rows, and then the daemon
+# continued: it meets rendezvous parts of an endpoint the client closed.
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
+NELSSAD_PID=$pid t "tcp: KV_ROWS parts of the caller's rows in flight at a timeout: the call returns, the data path closes" \
+	0 timeout 60 "$cli" 127.0.0.1 "$port" stall-put rows
+kill -CONT $pid
+t "... the daemon, continued, serves the next client: rows received in place, steps equal float64" \
+	0 "$cli" 127.0.0.1 "$port" check received
+kill -TERM $pid
+wait $pid
+st=$?
+pid=
+t "... and exits 0 on SIGTERM, no sanitizer report" 0 \
+	sh -c "[ $st -eq 0 ] && ! grep -q Sanitizer '$out/daemon.log'"
 
 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --require-zero-copy \
 	--emulated-rma
