@@ -642,7 +642,7 @@ void nc_ep_kill(struct nelssa_client *c)
 int nc_ep_gone(struct nelssa_client *c)
 {
 	return c->ep ? 0 : nc_fail(c, -ECONNRESET, "the data path to the daemon was closed after "
-				   "a zero-copy offload failed with its puts in flight; connect again");
+				   "an offload failed with its writes in flight; connect again");
 }
 
 void nelssa_client_close(struct nelssa_client *c)

@@ -12,7 +12,8 @@
  * acknowledgements, step replies; nelssa_client_close() up to 2 s more per
  * step of the endpoint's close): a daemon that is stopped or wedged shows
  * as -ETIMEDOUT, a dead one as -ECONNRESET.  After a timeout the
- * connection stays usable: a late control reply is skipped by the next
+ * connection stays usable (but for an offload that closes the data path:
+ * nelssa_client_offload()): a late control reply is skipped by the next
  * call, a late step reply or KV acknowledgement is dropped, and a send
  * UCX could not cancel (1.13 cancels none) keeps its buffers until it
  * completes or the connection closes.  nelssa_client_error() has the
@@ -189,7 +190,10 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * in flight, which UCX cannot cancel one by one, the connection's data
  * path is closed to end them, and every later offload and step on the
  * connection fails with -ECONNRESET (control calls still work; connect
- * again).
+ * again).  So is it when the session sends its KV as KV_ROWS parts (no
+ * RMA: Documentation/daemon.rst, "Zero-copy ingest") and the call fails
+ * with parts in flight: they may still land in their place later, where
+ * no later offload of the session is to meet them.
  *
  * Return: 0, or the daemon's refusal (-ERANGE beyond the request's room,
  * -ENOENT no such request, -EPROTONOSUPPORT the daemon requires RDMA and
