@@ -602,10 +602,8 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 		 const uint8_t *data)
 {
 	struct nd_request *r = nd_request_find(s, h->request);
-	const uint64_t row = nd_row_bytes(s);
-	uint64_t k, v, t;
-	uint32_t d, cell;
-	struct nd_device *dev;
+	const uint64_t rows = h->nr_tokens * nd_row_bytes(s);
+	uint32_t cell;
 	int ret = nd_kv_check(s, h);
 
 	if (ret)
@@ -613,24 +611,21 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 	cell = (uint32_t)h->layer * s->shape.kv_heads + h->head;
 	if (s->placement == NELSSA_PLACE_CLUSTERS)
 		return ingest_clusters(nd, s, r, h, data, cell);
-	d = nd_head_device(nd, h->head);
-	dev = &nd->dev[d];
-	nd_store_offsets(s, r, h->layer, nd_local_head(nd, s, h->head), &k, &v, &t);
-	k += r->off[d];
-	v += r->off[d];
-	t += r->off[d];
-	ret = nelssa_pnm_mem_write(dev->pnm, s->dev[d].arena, k + h->first_token * row, data,
-				   h->nr_tokens * row);
-	if (!ret)
-		ret = nelssa_pnm_mem_write(dev->pnm, s->dev[d].arena, v + h->first_token * row,
-					   data + h->nr_tokens * row, h->nr_tokens * row);
-	/* Table entries are struct npnm_cluster, little-endian like the wire. */
-	if (!ret && h->nr_clusters)
-		ret = nelssa_pnm_mem_write(dev->pnm, s->dev[d].arena, t + 8ull * h->first_cluster,
-					   data + 2 * h->nr_tokens * row, 8ull * h->nr_clusters);
+	/*
+	 * Head-wise: the K rows, the V rows and the table entries (struct
+	 * npnm_cluster, little-endian like the wire) each go where a KV_ROWS
+	 * part of them would.
+	 */
+	for (uint8_t part = NELSSA_KV_PART_K; part <= NELSSA_KV_PART_TABLE && !ret; part++) {
+		struct nelssa_kv_hdr p = *h;
+
+		p.part = part;
+		if (part != NELSSA_KV_PART_TABLE || h->nr_clusters)
+			ret = nd_kv_rows_write(nd, s, &p, data + (part - 1) * rows);
+	}
 	if (ret)
 		return ret;
-	note_rows(nd, s, r, h, d, cell);
+	note_rows(nd, s, r, h, nd_head_device(nd, h->head), cell);
 	return 0;
 }
 
