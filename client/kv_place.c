@@ -344,8 +344,9 @@ static int consecutive(const uint32_t *perm, uint32_t n)
  * The writes of clusters [@from, n) of @ix: rows chunk by chunk, then the
  * table.  A chunk whose rows already lie in cluster order in the
  * caller's K and V (consecutive in @ix's permutation -- an engine that
- * gathered them itself, as a GPU does before a transfer) is written from
- * there; any other is gathered into a buffer first, the one copy.
+ * gathered them itself, as a GPU does before a transfer) is put from
+ * there, or copied whole into a buffer for KV_ROWS; any other is gathered
+ * into a buffer first, the one copy.
  */
 static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		      const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
@@ -359,7 +360,7 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		const uint32_t first = ix->table[cl].first;
 		uint32_t end = cl, tokens = 0;
 		uint8_t *kb, *vb;
-		int cached;
+		int cached, run;
 
 		while (end < ix->n_clusters &&
 		       (end == cl || 2ull * (tokens + ix->table[end].count) * row <= CHUNK_BYTES))
@@ -371,7 +372,8 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		 * 1.13's forced close ends a put, but not a rendezvous send that
 		 * waits for a stopped daemon, which would then outlive the call.
 		 */
-		if (!w->rows && consecutive(ix->perm + first, tokens)) {
+		run = consecutive(ix->perm + first, tokens);
+		if (run && !w->rows) {
 			const size_t at = (size_t)ix->perm[first] * row;
 
 			ret = write_part(c, w, NELSSA_KV_PART_K, first, (const uint8_t *)k + at,
@@ -394,7 +396,7 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 			}
 			return nc_fail(c, -ENOMEM, "out of memory");
 		}
-		if (consecutive(ix->perm + first, tokens)) {
+		if (run) {
 			const size_t at = (size_t)ix->perm[first] * row;
 
 			memcpy(kb, (const uint8_t *)k + at, tokens * row);
@@ -497,9 +499,7 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 		if (ret)
 			return ret;
 	}
-	c->acks_pending = 0;
-	c->ack_status = 0;
-	c->ack_base = c->next_cookie + 1;
+	nc_acks_begin(c);
 	ret = write_rows(c, &w, ix, from, k, v);
 	while (!ret && w.n)
 		ret = write_retire(c, &w);
@@ -509,10 +509,7 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 	}
 	if (w.rows) {
 		/* Every part has landed in the daemon's memory before the commit names it. */
-		ret = nc_wait_acks(c, 1, w.deadline);
-		if (!ret && c->ack_status)
-			ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
-				      nc_refusal(c->ack_status));
+		ret = nc_acks_end(c, w.deadline);
 	} else {
 		/* Every put has landed in the daemon's memory before the commit names it. */
 		ret = nc_ep_flush(c, w.deadline, &st);
@@ -527,10 +524,5 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 	nelssa_kv_hdr_put(hdr, &h);
 	c->acks_pending++;
 	ret = nc_am_send(c, NELSSA_AM_KV_COMMIT, hdr, sizeof(hdr), &none, 0, w.deadline);
-	if (!ret)
-		ret = nc_wait_acks(c, 1, w.deadline);
-	if (!ret && c->ack_status)
-		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
-			      nc_refusal(c->ack_status));
-	return ret;
+	return ret ? ret : nc_acks_end(c, w.deadline);
 }

@@ -809,6 +809,23 @@ int nc_wait_acks(struct nelssa_client *c, uint32_t below, uint64_t deadline)
 	return 0;
 }
 
+void nc_acks_begin(struct nelssa_client *c)
+{
+	c->acks_pending = 0;
+	c->ack_status = 0;
+	c->ack_base = c->next_cookie + 1;
+}
+
+int nc_acks_end(struct nelssa_client *c, uint64_t deadline)
+{
+	int ret = nc_wait_acks(c, 1, deadline);
+
+	if (!ret && c->ack_status)
+		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
+			      nc_refusal(c->ack_status));
+	return ret;
+}
+
 void nelssa_client_set_zero_copy(struct nelssa_client *c, int mode)
 {
 	c->zero_copy = mode == NELSSA_ZERO_COPY_FORCE ? mode : mode ? NELSSA_ZERO_COPY_AUTO
@@ -868,9 +885,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	buf = nc_buf_get(c);	/* NC_BUF_BYTES >= CHUNK_BYTES + 2 * row + 8 */
 	if (!buf)
 		return nc_fail(c, -ENOMEM, "out of memory");
-	c->acks_pending = 0;
-	c->ack_status = 0;
-	c->ack_base = c->next_cookie + 1;
+	nc_acks_begin(c);
 	/* Chunks of whole clusters, each about CHUNK_BYTES (one big cluster alone). */
 	for (uint32_t cl = from; cl < ix->n_clusters && !ret;) {
 		struct nelssa_kv_hdr h = { .session = session, .token = s->token,
@@ -919,11 +934,8 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 		cl = end;
 	}
 	if (!ret)
-		ret = nc_wait_acks(c, 1, deadline);
+		ret = nc_acks_end(c, deadline);
 	nc_buf_put(c, buf);
-	if (!ret && c->ack_status)
-		ret = nc_fail(c, c->ack_status, "the daemon refused KV rows: %s",
-			   nc_refusal(c->ack_status));
 	return ret;
 }
 

@@ -162,6 +162,10 @@ struct csession *nc_find(struct nelssa_client *c, uint64_t id);
 const char *nc_refusal(int status);
 /* Waits for the KV acks outstanding (c->acks_pending) until @deadline. */
 int nc_wait_acks(struct nelssa_client *c, uint32_t below, uint64_t deadline);
+/* Starts an offload's acknowledgements: those of earlier offloads are ignored from here. */
+void nc_acks_begin(struct nelssa_client *c);
+/* Waits for every acknowledgement of the offload; 0, or the first refusal among them. */
+int nc_acks_end(struct nelssa_client *c, uint64_t deadline);
 
 /* kv_place.c */
 /* After SESSION_OK with NELSSA_SESSION_RMA: fetches and unpacks the keys. */
