@@ -538,6 +538,13 @@ static int commit_send(struct tenant *t, uint64_t session, uint64_t token, struc
 	return kv_am(t, NELSSA_AM_KV_COMMIT, session, token, h, data, len, 0);
 }
 
+/* A KV_ROWS part of the attacker's own session: its ack's status, as kv_send(). */
+static int own_rows(struct nelssa_kv_hdr h, const void *data, size_t len, uint32_t flags)
+{
+	return kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, h, data, len,
+		     flags);
+}
+
 /* RKEY_GET of @session's device 0 on @t's connection: as ctl_naming(). */
 static int ctl_rkey(struct tenant *t, uint64_t session, int32_t *code, char *msg, size_t msg_len)
 {
@@ -1118,27 +1125,17 @@ int main(int argc, char **argv)
 		tr = t;
 		tr.first_cluster = 1;		/* entries beyond the request's clusters */
 		commit.part = NELSSA_KV_COMMIT_SENT;
-		ok_k = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, k,
-			     kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
-		ok_v = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, v,
-			     kv_v[0][1], rows, UCP_AM_SEND_FLAG_EAGER);
-		ok_t = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, t,
-			     entries, sizeof(entries), 0);
+		ok_k = own_rows(k, kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		ok_v = own_rows(v, kv_v[0][1], rows, UCP_AM_SEND_FLAG_EAGER);
+		ok_t = own_rows(t, entries, sizeof(entries), 0);
 		ok_c = commit_send(&attacker, attacker.session, attacker.token, commit, NULL, 0);
-		b = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, bad,
-			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
-		len = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, k,
-			    kv_k[0][1], rows - 2, UCP_AM_SEND_FLAG_RNDV);
-		l = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, lay,
-			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
-		r = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, room,
-			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
-		q = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, req,
-			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_EAGER);
-		c = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, cl,
-			  kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
-		trr = kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, tr,
-			    entries, sizeof(entries), 0);
+		b = own_rows(bad, kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		len = own_rows(k, kv_k[0][1], rows - 2, UCP_AM_SEND_FLAG_RNDV);
+		l = own_rows(lay, kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		r = own_rows(room, kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		q = own_rows(req, kv_k[0][1], rows, UCP_AM_SEND_FLAG_EAGER);
+		c = own_rows(cl, kv_k[0][1], rows, UCP_AM_SEND_FLAG_RNDV);
+		trr = own_rows(tr, entries, sizeof(entries), 0);
 		/* A commit that says puts, of rows that came as KV_ROWS: still its own rows. */
 		put = commit_send(&attacker, attacker.session, attacker.token, kv_whole(0, 1),
 				  NULL, 0);
