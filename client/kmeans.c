@@ -163,8 +163,9 @@ uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t 
 {
 	const uint32_t cap = nelssa_km_outlier_cap(cfg, len);
 	const float ratio = cfg->outlier_ratio > 0.0f ? cfg->outlier_ratio : INFINITY;
-	uint32_t m = 0;
 	float cut = -INFINITY;	/* candidates need rho above it */
+	uint32_t m = 0;
+	float *by;
 
 	if (!cap)
 		return 0;
@@ -178,20 +179,22 @@ uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t 
 	for (uint32_t t = 0; t < len; t++)
 		m += CAND(t);
 	/*
-	 * More candidates than room: raise the cut past the smallest ratio
-	 * present, repeatedly, so the choice depends on the values only (ties
-	 * at the cut all stay or all go).
+	 * More candidates than room: the cut is the smallest ratio present
+	 * that leaves at most cap above it -- the (m - cap)-th smallest -- so
+	 * the choice depends on the values only (ties at the cut all stay or
+	 * all go).  Without memory for the sort, no key splits.
 	 */
-	while (m > cap) {
-		float lo = INFINITY;
-
-		for (uint32_t t = 0; t < len; t++)
-			if (CAND(t) && rho[t] < lo)
-				lo = rho[t];
-		cut = lo;
+	if (m > cap) {
+		by = malloc(sizeof(*by) * m);
+		if (!by)
+			return 0;
 		m = 0;
 		for (uint32_t t = 0; t < len; t++)
-			m += CAND(t);
+			if (CAND(t))
+				by[m++] = rho[t];
+		qsort(by, m, sizeof(*by), cmp_float);
+		cut = by[m - 1 - cap];
+		free(by);
 	}
 	m = 0;
 	for (uint32_t t = 0; t < len; t++)

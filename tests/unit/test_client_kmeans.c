@@ -19,6 +19,7 @@
 
 #include <nelssa/sparse.h>
 
+#include "../../client/kmeans_internal.h"
 #include "testutil.h"
 
 #define D 32
@@ -468,6 +469,80 @@ static void outliers_are_capped(void **state)
 	free(k);
 }
 
+/*
+ * The outlier rule as first written, one pass per distinct ratio raised
+ * past: the cut climbs over the smallest candidate ratio until at most
+ * the cap remain above it.
+ */
+static uint32_t split_by_passes(const struct nelssa_kmeans_cfg *cfg, uint32_t *asg,
+				const float *cos, const float *rho, uint32_t len, uint32_t k)
+{
+	const uint32_t cap = nelssa_km_outlier_cap(cfg, len);
+	const float ratio = cfg->outlier_ratio > 0.0f ? cfg->outlier_ratio : INFINITY;
+	float cut = -INFINITY;
+	uint32_t m;
+
+	if (!cap)
+		return 0;
+	for (;;) {
+		float lo = INFINITY;
+
+		m = 0;
+		for (uint32_t t = 0; t < len; t++)
+			if ((cos[t] < cfg->outlier_cos || rho[t] > ratio) && rho[t] > cut) {
+				m++;
+				lo = fminf(lo, rho[t]);
+			}
+		if (m <= cap)
+			break;
+		cut = lo;
+	}
+	m = 0;
+	for (uint32_t t = 0; t < len; t++)
+		if ((cos[t] < cfg->outlier_cos || rho[t] > ratio) && rho[t] > cut)
+			asg[t] = k + m++;
+	return m;
+}
+
+/*
+ * The split takes its cut from a sort; the choice is the one the passes
+ * make, on ratios with many ties, NaNs and infinities, few and many
+ * candidates, and caps of 0 to all.
+ */
+static void outlier_cut_matches_the_passes(void **state)
+{
+	const uint32_t lens[] = { 1, 63, 64, 1000, 4096 }, per_mille[] = { 0, 16, 100, 1000 };
+	struct tu_rng rng;
+
+	(void)state;
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+		for (size_t p = 0; p < sizeof(per_mille) / sizeof(per_mille[0]); p++) {
+			const uint32_t n = lens[l], k = 7;
+			struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
+			uint32_t *a = tu_alloc(sizeof(*a) * n), *b = tu_alloc(sizeof(*b) * n);
+			float *cos = tu_alloc(sizeof(*cos) * n), *rho = tu_alloc(sizeof(*rho) * n);
+
+			tu_rng_for(&rng, __func__, l * 16 + p);
+			cfg.outlier_per_mille = per_mille[p];
+			for (uint32_t t = 0; t < n; t++) {
+				const uint32_t r = tu_below(&rng, 40);
+
+				cos[t] = (float)(2.0 * tu_uniform(&rng) - 1.0);
+				/* Ratios on a coarse grid (ties at every cut) or all distinct. */
+				rho[t] = r == 0 ? NAN : r == 1 ? INFINITY :
+					 l % 2 ? 0.25f * (float)(r % 12) : (float)tu_uniform(&rng);
+				a[t] = b[t] = tu_below(&rng, k);
+			}
+			assert_int_equal(split_by_passes(&cfg, a, cos, rho, n, k),
+					 nelssa_km_split_outliers(&cfg, b, cos, rho, n, k));
+			assert_memory_equal(a, b, sizeof(*a) * n);
+			free(a);
+			free(b);
+			free(cos);
+			free(rho);
+		}
+}
+
 static void random_keys_give_a_valid_deterministic_index(void **state)
 {
 	const uint32_t lens[] = { 1, 15, 17, 1000, 2500 };
@@ -595,6 +670,7 @@ int main(void)
 		cmocka_unit_test(separable_topics_found_exactly),
 		cmocka_unit_test(needle_becomes_its_own_cluster),
 		cmocka_unit_test(outliers_are_capped),
+		cmocka_unit_test(outlier_cut_matches_the_passes),
 		cmocka_unit_test(strong_member_splits_by_residual),
 		cmocka_unit_test(drift_and_massive_channels),
 		cmocka_unit_test(random_keys_give_a_valid_deterministic_index),
