@@ -87,24 +87,6 @@ int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t
 	return 0;
 }
 
-/* Nearest centroid by inner product (ties to the lower index); *@sim its score. */
-static uint32_t nearest(const float *x, const float *c, uint32_t k, uint32_t d, float *sim)
-{
-	uint32_t best = 0;
-	float bs = -INFINITY;
-
-	for (uint32_t j = 0; j < k; j++) {
-		float s = nelssa_dot_f32(x, c + (size_t)j * d, d);
-
-		if (s > bs) {
-			bs = s;
-			best = j;
-		}
-	}
-	*sim = bs;
-	return best;
-}
-
 uint32_t nelssa_km_outlier_cap(const struct nelssa_kmeans_cfg *cfg, uint32_t len)
 {
 	return (uint32_t)((uint64_t)len * cfg->outlier_per_mille / 1000);
@@ -258,12 +240,13 @@ void nelssa_km_channel_weights(const double *var, uint32_t d, float *weight)
  */
 static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 			   const float *x, const float *raw, uint32_t base, uint32_t len,
-			   uint32_t tok_at, uint32_t cl_at, uint32_t *added_clusters)
+			   uint32_t tok_at, uint32_t cl_at, uint32_t *added_clusters,
+			   nelssa_km_assign_fn *assign)
 {
 	const uint32_t d = ix->head_dim;
 	const uint32_t k = nelssa_km_centroids(cfg, len), kmax = k + nelssa_km_outlier_cap(cfg, len);
 	uint32_t *asg, *cnt, m = 0;
-	float *c, *cos, *rho;
+	float *c, *cos, *rho, *xn, *scratch;
 	double *acc;
 	int ret;
 
@@ -276,7 +259,9 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 	cnt = malloc(sizeof(*cnt) * kmax);
 	cos = malloc(sizeof(*cos) * len);
 	rho = malloc(sizeof(*rho) * len);
-	if (!c || !acc || !asg || !cnt || !cos || !rho) {
+	xn = malloc(sizeof(*xn) * len);
+	scratch = malloc(sizeof(*scratch) * NELSSA_KM_ROWS * k);
+	if (!c || !acc || !asg || !cnt || !cos || !rho || !xn || !scratch) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -287,16 +272,15 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 		memcpy(c + (size_t)j * d, x + (size_t)t * d, sizeof(*c) * d);
 		normalise(c + (size_t)j * d, d);
 	}
+	for (uint32_t t = 0; t < len; t++)
+		xn[t] = sqrtf(nelssa_dot_f32(x + (size_t)t * d, x + (size_t)t * d, d));
 	for (uint32_t it = 0; it < cfg->iters; it++) {
 		const int last = it + 1 == cfg->iters;
 
-		for (uint32_t t = 0; t < len; t++) {
-			const float *xt = x + (size_t)t * d;
-			float n = sqrtf(nelssa_dot_f32(xt, xt, d));
-
-			asg[t] = nearest(xt, c, k, d, &cos[t]);
-			cos[t] = n > 0.0f ? cos[t] / n : 1.0f;
-		}
+		/* Only the last round's cosines are used (for the outliers). */
+		assign(x, len, c, k, d, asg, last ? cos : NULL, scratch);
+		for (uint32_t t = 0; t < len && last; t++)
+			cos[t] = xn[t] > 0.0f ? cos[t] / xn[t] : 1.0f;
 		memset(acc, 0, sizeof(*acc) * k * d);
 		memset(cnt, 0, sizeof(*cnt) * k);
 		for (uint32_t t = 0; t < len; t++) {
@@ -341,6 +325,8 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 	}
 	nelssa_km_emit(ix, asg, cnt, acc, k + m, base, len, tok_at, cl_at, added_clusters);
 out:
+	free(scratch);
+	free(xn);
 	free(rho);
 	free(cos);
 	free(c);
@@ -358,7 +344,8 @@ out:
  */
 static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 		       enum nelssa_kv_dtype dtype, const void *k, uint32_t from, uint32_t len,
-		       uint32_t base, uint32_t tok_at, uint32_t cl_at, uint32_t *added)
+		       uint32_t base, uint32_t tok_at, uint32_t cl_at, uint32_t *added,
+		       nelssa_km_assign_fn *assign)
 {
 	const uint32_t d = ix->head_dim;
 	float *x = malloc(sizeof(*x) * len * d), *raw = malloc(sizeof(*raw) * len * d);
@@ -389,15 +376,15 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 	for (size_t t = 0; t < len; t++)
 		for (uint32_t i = 0; i < d; i++)
 			x[t * d + i] *= weight[i];
-	ret = cluster_segment(ix, cfg, x, raw, base, len, tok_at, cl_at, added);
+	ret = cluster_segment(ix, cfg, x, raw, base, len, tok_at, cl_at, added, assign);
 	free(x);
 	free(raw);
 	return ret;
 }
 
-int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
-			enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens,
-			uint32_t head_dim)
+int nelssa_km_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+		    enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens, uint32_t head_dim,
+		    nelssa_km_assign_fn *assign)
 {
 	uint32_t n_seg, cl = 0;
 	float *row;
@@ -427,7 +414,7 @@ int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kme
 		uint32_t a = (uint32_t)((uint64_t)n_tokens * s / n_seg);
 		uint32_t b = (uint32_t)((uint64_t)n_tokens * (s + 1) / n_seg), added = 0;
 
-		ret = run_segment(ix, cfg, dtype, k, a, b - a, a, a, cl, &added);
+		ret = run_segment(ix, cfg, dtype, k, a, b - a, a, a, cl, &added, assign);
 		cl += added;
 	}
 	ix->n_tokens = n_tokens;
@@ -440,8 +427,16 @@ out:
 	return ret;
 }
 
-int nelssa_kmeans_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
-			 enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new)
+int nelssa_kmeans_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens,
+			uint32_t head_dim)
+{
+	return nelssa_km_build(ix, cfg, dtype, k, n_tokens, head_dim, nelssa_km_assign);
+}
+
+int nelssa_km_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+		     enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new,
+		     nelssa_km_assign_fn *assign)
 {
 	uint32_t added = 0;
 	int ret;
@@ -452,12 +447,18 @@ int nelssa_kmeans_append(struct nelssa_cluster_index *ix, const struct nelssa_km
 	if (!n_new)
 		return 0;
 	ret = run_segment(ix, cfg, dtype, k, 0, n_new, ix->n_tokens, ix->n_tokens,
-			  ix->n_clusters, &added);
+			  ix->n_clusters, &added, assign);
 	if (ret)
 		return ret;
 	ix->n_tokens += n_new;
 	ix->n_clusters += added;
 	return 0;
+}
+
+int nelssa_kmeans_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+			 enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new)
+{
+	return nelssa_km_append(ix, cfg, dtype, k, n_new, nelssa_km_assign);
 }
 
 void nelssa_kmeans_free(struct nelssa_cluster_index *ix)

@@ -69,6 +69,33 @@ void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const 
 		    const double *acc, uint32_t k, uint32_t base, uint32_t len, uint32_t tok_at,
 		    uint32_t cl_at, uint32_t *added_clusters);
 
+/*
+ * The assignment step: @asg[t] receives the centroid of @c[k][d] with the
+ * largest inner product with key t of @x[len][d] as nelssa_dot_f32() sums
+ * it (ties to the lower index, -inf and centroid 0 when none compares
+ * greater), @sim[t] that product (@sim may be NULL: then a key whose
+ * sgemm window holds one centroid costs no strict product at all).
+ * nelssa_km_assign_ref() computes every
+ * product in that order -- the definition; nelssa_km_assign() gets the
+ * same answer from an sgemm and recomputes only the near-ties (see
+ * kmeans_assign.c), its scores for NELSSA_KM_ROWS keys at a time in
+ * @scratch[NELSSA_KM_ROWS * k].  Both return how many strict-order
+ * products they computed.
+ */
+#define NELSSA_KM_ROWS 256u	/* a block's scores (512 KiB at k = 512) stay in L2 */
+typedef uint64_t nelssa_km_assign_fn(const float *x, uint32_t len, const float *c, uint32_t k,
+				     uint32_t d, uint32_t *asg, float *sim, float *scratch);
+nelssa_km_assign_fn nelssa_km_assign_ref;
+nelssa_km_assign_fn nelssa_km_assign;
+
+/* nelssa_kmeans_build() and _append() with a given assignment step. */
+int nelssa_km_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+		    enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens, uint32_t head_dim,
+		    nelssa_km_assign_fn *assign);
+int nelssa_km_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
+		     enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new,
+		     nelssa_km_assign_fn *assign);
+
 #ifdef __cplusplus
 }
 #endif
