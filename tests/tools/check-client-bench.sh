@@ -16,7 +16,7 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 
 small="--context 8192 --head-dim 32 --heads 2 --iters 1"
-echo "1..13"
+echo "1..14"
 t "--help exits 0" 0 "$bench" --help
 t "a budget above 1 is a usage error" 2 "$bench" --budget 1.5
 t "a zero budget is a usage error" 2 "$bench" --budget 0
@@ -36,8 +36,12 @@ json_check "tokens read: never above the budget, within one cluster of it" \
 	 j['topk']['tokens_read_min'] > j['topk']['budget_tokens'] - j['topk']['max_cluster_tokens']"
 json_check "ratios are time over same-run baseline" \
 	"all(abs(s['ratio'] - a / b) <= 0.01 * s['ratio'] for s, a, b in
-	 ((j['kmeans'], j['kmeans']['ms_per_1k_tokens_per_head'], j['kmeans']['dot_pass_ms_per_1k']),
+	 ((j['kmeans'], j['kmeans']['ms_per_1k_tokens_per_head'], j['kmeans']['sgemm_ms_per_1k']),
 	  (j['topk'], j['topk']['step_ms'], j['topk']['dot_pass_ms'])))"
+json_check "k-means: efficiency is the inverse ratio; the host is named" \
+	"abs(j['kmeans']['efficiency'] * j['kmeans']['ratio'] - 1) <= 0.01 and \
+	 j['kmeans']['tokens'] == 16384 and j['kmeans']['head_dim'] == 32 and \
+	 j['kmeans']['sgemm_gflops'] > 0 and j['cpu'] and j['isa'] and j['blas_threads'] == 1"
 cp "$out/stdout" "$out/budget.json"
 # shellcheck disable=SC2086
 t "--ratio, the deprecated alias, still runs" 0 "$bench" $small --ratio 0.04 --json
