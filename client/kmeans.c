@@ -186,7 +186,7 @@ uint32_t nelssa_km_split_outliers(const struct nelssa_kmeans_cfg *cfg, uint32_t 
 	return m;
 }
 
-void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const uint32_t *cnt,
+void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, uint32_t *cnt,
 		    const double *acc, uint32_t k, uint32_t base, uint32_t len, uint32_t tok_at,
 		    uint32_t cl_at, uint32_t *added_clusters)
 {
@@ -203,13 +203,15 @@ void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const 
 		cen = ix->centroids + (size_t)(cl_at + *added_clusters) * d;
 		e->first = tok_at;
 		e->count = cnt[j];
-		for (uint32_t t = 0; t < len; t++)
-			if (asg[t] == j)
-				ix->perm[tok_at++] = base + t;
 		for (uint32_t i = 0; i < d; i++)
 			cen[i] = (float)(acc[(size_t)j * d + i] / cnt[j]);
+		cnt[j] = tok_at;	/* from here on: where its next member goes */
+		tok_at += e->count;
 		(*added_clusters)++;
 	}
+	/* Members in token order: one counting-sort pass, not one per cluster. */
+	for (uint32_t t = 0; t < len; t++)
+		ix->perm[cnt[asg[t]]++] = base + t;
 }
 
 void nelssa_km_channel_weights(const double *var, uint32_t d, float *weight)
@@ -232,39 +234,77 @@ void nelssa_km_channel_weights(const double *var, uint32_t d, float *weight)
 }
 
 /*
- * Cluster the @len prepared keys @x (tokens @base..@base+len-1: centred
- * and channel-weighted; @raw the same keys as they are) and append the
- * non-empty clusters to @ix, their centroids the float64 means of @raw, past its current counts, which the caller advances
+ * One segment's working memory, sized for a prefill's longest segment and
+ * kept across its segments, so that each is not allocated and faulted in
+ * anew (a 128K-token prefill has 16).
+ */
+struct km_ws {
+	float *x, *raw, *c, *cos, *rho, *xn, *scratch;
+	double *acc;
+	uint32_t *asg, *cnt;
+};
+
+static void ws_free(struct km_ws *w)
+{
+	free(w->x);
+	free(w->raw);
+	free(w->c);
+	free(w->cos);
+	free(w->rho);
+	free(w->xn);
+	free(w->scratch);
+	free(w->acc);
+	free(w->asg);
+	free(w->cnt);
+	memset(w, 0, sizeof(*w));
+}
+
+/* Room for segments of up to @len keys of @d elements; 0 or -ENOMEM. */
+static int ws_alloc(struct km_ws *w, const struct nelssa_kmeans_cfg *cfg, uint32_t len, uint32_t d)
+{
+	const size_t n = len ? len : 1, k = nelssa_km_centroids(cfg, (uint32_t)n);
+	const size_t kmax = k + nelssa_km_outlier_cap(cfg, (uint32_t)n);
+
+	w->x = malloc(sizeof(*w->x) * n * d);
+	w->raw = malloc(sizeof(*w->raw) * n * d);
+	w->c = malloc(sizeof(*w->c) * k * d);
+	w->cos = malloc(sizeof(*w->cos) * n);
+	w->rho = malloc(sizeof(*w->rho) * n);
+	w->xn = malloc(sizeof(*w->xn) * n);
+	w->scratch = malloc(sizeof(*w->scratch) * NELSSA_KM_ROWS * k);
+	w->acc = malloc(sizeof(*w->acc) * kmax * d);
+	w->asg = malloc(sizeof(*w->asg) * n);
+	w->cnt = malloc(sizeof(*w->cnt) * kmax);
+	if (w->x && w->raw && w->c && w->cos && w->rho && w->xn && w->scratch && w->acc &&
+	    w->asg && w->cnt)
+		return 0;
+	ws_free(w);
+	return -ENOMEM;
+}
+
+/*
+ * Cluster the @len prepared keys in @w->x (tokens @base..@base+len-1:
+ * centred and channel-weighted; @w->raw the same keys as they are) and
+ * append the non-empty clusters to @ix, their centroids the float64 means
+ * of the raw keys, past its current counts, which the caller advances
  * only once everything succeeded.  *@added_clusters receives how many
  * were appended.
  */
 static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
-			   const float *x, const float *raw, uint32_t base, uint32_t len,
-			   uint32_t tok_at, uint32_t cl_at, uint32_t *added_clusters,
-			   nelssa_km_assign_fn *assign)
+			   struct km_ws *w, uint32_t base, uint32_t len, uint32_t tok_at,
+			   uint32_t cl_at, uint32_t *added_clusters, nelssa_km_assign_fn *assign)
 {
 	const uint32_t d = ix->head_dim;
 	const uint32_t k = nelssa_km_centroids(cfg, len), kmax = k + nelssa_km_outlier_cap(cfg, len);
-	uint32_t *asg, *cnt, m = 0;
-	float *c, *cos, *rho, *xn, *scratch;
-	double *acc;
+	const float *x = w->x, *raw = w->raw;
+	float *c = w->c, *cos = w->cos, *rho = w->rho, *xn = w->xn, *scratch = w->scratch;
+	uint32_t *asg = w->asg, *cnt = w->cnt, m = 0;
+	double *acc = w->acc;
 	int ret;
 
 	ret = nelssa_km_reserve(ix, tok_at + len, cl_at + kmax);
 	if (ret)
 		return ret;
-	c = malloc(sizeof(*c) * k * d);
-	acc = malloc(sizeof(*acc) * kmax * d);
-	asg = malloc(sizeof(*asg) * len);
-	cnt = malloc(sizeof(*cnt) * kmax);
-	cos = malloc(sizeof(*cos) * len);
-	rho = malloc(sizeof(*rho) * len);
-	xn = malloc(sizeof(*xn) * len);
-	scratch = malloc(sizeof(*scratch) * NELSSA_KM_ROWS * k);
-	if (!c || !acc || !asg || !cnt || !cos || !rho || !xn || !scratch) {
-		ret = -ENOMEM;
-		goto out;
-	}
 	/* Deterministic strided initialisation: token i*len/k + len/(2k). */
 	for (uint32_t j = 0; j < k; j++) {
 		uint32_t t = (uint32_t)(((uint64_t)2 * j * len + len) / (2 * (uint64_t)k));
@@ -278,7 +318,7 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 		const int last = it + 1 == cfg->iters;
 
 		/* Only the last round's cosines are used (for the outliers). */
-		assign(x, len, c, k, d, asg, last ? cos : NULL, scratch);
+		assign(x, xn, len, c, k, d, asg, last ? cos : NULL, scratch);
 		for (uint32_t t = 0; t < len && last; t++)
 			cos[t] = xn[t] > 0.0f ? cos[t] / xn[t] : 1.0f;
 		memset(acc, 0, sizeof(*acc) * k * d);
@@ -324,16 +364,7 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 			acc[(size_t)asg[t] * d + i] += raw[(size_t)t * d + i];
 	}
 	nelssa_km_emit(ix, asg, cnt, acc, k + m, base, len, tok_at, cl_at, added_clusters);
-out:
-	free(scratch);
-	free(xn);
-	free(rho);
-	free(cos);
-	free(c);
-	free(acc);
-	free(asg);
-	free(cnt);
-	return ret;
+	return 0;
 }
 
 /*
@@ -345,19 +376,13 @@ out:
 static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 		       enum nelssa_kv_dtype dtype, const void *k, uint32_t from, uint32_t len,
 		       uint32_t base, uint32_t tok_at, uint32_t cl_at, uint32_t *added,
-		       nelssa_km_assign_fn *assign)
+		       nelssa_km_assign_fn *assign, struct km_ws *w)
 {
 	const uint32_t d = ix->head_dim;
-	float *x = malloc(sizeof(*x) * len * d), *raw = malloc(sizeof(*raw) * len * d);
+	float *x = w->x, *raw = w->raw;
 	float mean[NELSSA_ATTN_MAX_HEAD_DIM], weight[NELSSA_ATTN_MAX_HEAD_DIM];
 	double sum[NELSSA_ATTN_MAX_HEAD_DIM] = { 0 }, var[NELSSA_ATTN_MAX_HEAD_DIM] = { 0 };
-	int ret;
 
-	if (!x || !raw) {
-		free(x);
-		free(raw);
-		return -ENOMEM;
-	}
 	nelssa_kv_widen(x, (const uint16_t *)k + (size_t)from * d, (size_t)len * d, dtype);
 	memcpy(raw, x, sizeof(*raw) * len * d);
 	for (size_t t = 0; t < len; t++)
@@ -376,16 +401,14 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 	for (size_t t = 0; t < len; t++)
 		for (uint32_t i = 0; i < d; i++)
 			x[t * d + i] *= weight[i];
-	ret = cluster_segment(ix, cfg, x, raw, base, len, tok_at, cl_at, added, assign);
-	free(x);
-	free(raw);
-	return ret;
+	return cluster_segment(ix, cfg, w, base, len, tok_at, cl_at, added, assign);
 }
 
 int nelssa_km_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
 		    enum nelssa_kv_dtype dtype, const void *k, uint32_t n_tokens, uint32_t head_dim,
 		    nelssa_km_assign_fn *assign)
 {
+	struct km_ws w = { 0 };
 	uint32_t n_seg, cl = 0;
 	float *row;
 	double *sum;
@@ -410,13 +433,18 @@ int nelssa_km_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_
 	for (uint32_t i = 0; i < head_dim && n_tokens; i++)
 		ix->key_mean[i] = (float)(sum[i] / n_tokens);
 	n_seg = nelssa_km_segments(cfg, n_tokens);
+	/* The longest segment: ceil(n_tokens / n_seg) keys. */
+	if (n_tokens)
+		ret = ws_alloc(&w, cfg, (uint32_t)(((uint64_t)n_tokens + n_seg - 1) / n_seg),
+			       head_dim);
 	for (uint32_t s = 0; s < n_seg && n_tokens && !ret; s++) {
 		uint32_t a = (uint32_t)((uint64_t)n_tokens * s / n_seg);
 		uint32_t b = (uint32_t)((uint64_t)n_tokens * (s + 1) / n_seg), added = 0;
 
-		ret = run_segment(ix, cfg, dtype, k, a, b - a, a, a, cl, &added, assign);
+		ret = run_segment(ix, cfg, dtype, k, a, b - a, a, a, cl, &added, assign, &w);
 		cl += added;
 	}
+	ws_free(&w);
 	ix->n_tokens = n_tokens;
 	ix->n_clusters = cl;
 out:
@@ -438,6 +466,7 @@ int nelssa_km_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans
 		     enum nelssa_kv_dtype dtype, const void *k, uint32_t n_new,
 		     nelssa_km_assign_fn *assign)
 {
+	struct km_ws w = { 0 };
 	uint32_t added = 0;
 	int ret;
 
@@ -446,8 +475,12 @@ int nelssa_km_append(struct nelssa_cluster_index *ix, const struct nelssa_kmeans
 		return -EINVAL;
 	if (!n_new)
 		return 0;
+	ret = ws_alloc(&w, cfg, n_new, ix->head_dim);
+	if (ret)
+		return ret;
 	ret = run_segment(ix, cfg, dtype, k, 0, n_new, ix->n_tokens, ix->n_tokens,
-			  ix->n_clusters, &added, assign);
+			  ix->n_clusters, &added, assign, &w);
+	ws_free(&w);
 	if (ret)
 		return ret;
 	ix->n_tokens += n_new;

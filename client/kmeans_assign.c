@@ -29,9 +29,10 @@
 
 #include "kmeans_internal.h"
 
-uint64_t nelssa_km_assign_ref(const float *x, uint32_t len, const float *c, uint32_t k,
-			      uint32_t d, uint32_t *asg, float *sim, float *scratch)
+uint64_t nelssa_km_assign_ref(const float *x, const float *xn, uint32_t len, const float *c,
+			      uint32_t k, uint32_t d, uint32_t *asg, float *sim, float *scratch)
 {
+	(void)xn;
 	(void)scratch;
 	for (uint32_t t = 0; t < len; t++) {
 		const float *xt = x + (size_t)t * d;
@@ -112,10 +113,14 @@ static float row_max(const float *g, uint32_t k)
 	return best;
 }
 
-/* Whether any of @g[j0, j0 + LANES) is at least @thr. */
+/* Whether any of @g[j0, j0 + BLOCK) is at least @thr: one lane test a block. */
+#define BLOCK (4 * LANES)
+
 static int any_at_least(const float *g, float thr)
 {
-	const vi ge = load(g) >= (vf){ thr, thr, thr, thr };
+	const vf t = { thr, thr, thr, thr };
+	const vi ge = (load(g) >= t) | (load(g + LANES) >= t) | (load(g + 2 * LANES) >= t) |
+		      (load(g + 3 * LANES) >= t);
 
 	return (ge[0] | ge[1] | ge[2] | ge[3]) != 0;
 }
@@ -136,10 +141,10 @@ static uint32_t settle(const float *xt, const float *c, const float *g, uint32_t
 	float bs = -INFINITY;
 
 	/* The first candidate, and whether there is a second. */
-	for (j0 = 0; j0 < k && n < 2; j0 += LANES) {
-		const uint32_t end = k - j0 < LANES ? k : j0 + LANES;
+	for (j0 = 0; j0 < k && n < 2; j0 += BLOCK) {
+		const uint32_t end = k - j0 < BLOCK ? k : j0 + BLOCK;
 
-		if (end < j0 + LANES || any_at_least(g + j0, thr))
+		if (end < j0 + BLOCK || any_at_least(g + j0, thr))
 			for (uint32_t j = j0; j < end; j++)
 				if (g[j] >= thr && n++ == 0)
 					first = j;
@@ -165,8 +170,8 @@ static uint32_t settle(const float *xt, const float *c, const float *g, uint32_t
 	return n;
 }
 
-uint64_t nelssa_km_assign(const float *x, uint32_t len, const float *c, uint32_t k, uint32_t d,
-			  uint32_t *asg, float *sim, float *scratch)
+uint64_t nelssa_km_assign(const float *x, const float *xn, uint32_t len, const float *c,
+			  uint32_t k, uint32_t d, uint32_t *asg, float *sim, float *scratch)
 {
 	/* 4 gamma_d, with room for the rounding of the norms themselves. */
 	const double gamma = 4.0 * 1.01 * d * 0x1p-24 / (1.0 - d * 0x1p-24);
@@ -182,7 +187,7 @@ uint64_t nelssa_km_assign(const float *x, uint32_t len, const float *c, uint32_t
 	 * error bound meaningless: score everything in the strict order.
 	 */
 	if (!isfinite(cmax) || !k)
-		return nelssa_km_assign_ref(x, len, c, k, d, asg, sim, scratch);
+		return nelssa_km_assign_ref(x, xn, len, c, k, d, asg, sim, scratch);
 	for (uint32_t t0 = 0; t0 < len; t0 += NELSSA_KM_ROWS) {
 		const uint32_t rows = len - t0 < NELSSA_KM_ROWS ? len - t0 : NELSSA_KM_ROWS;
 
@@ -191,10 +196,14 @@ uint64_t nelssa_km_assign(const float *x, uint32_t len, const float *c, uint32_t
 		for (uint32_t r = 0; r < rows; r++) {
 			const uint32_t t = t0 + r;
 			const float *xt = x + (size_t)t * d;
-			const double bound = norm(xt, d) * cmax;
+			/*
+			 * The 1 % margin in gamma covers xn's own rounding; below
+			 * 1e-12 the squares xn was summed from may have underflowed.
+			 */
+			const double bound = (xn && xn[t] >= 1e-12f ? xn[t] : norm(xt, d)) * cmax;
 
 			if (!(bound < FLT_MAX / 4)) {
-				strict += nelssa_km_assign_ref(xt, 1, c, k, d, asg + t,
+				strict += nelssa_km_assign_ref(xt, NULL, 1, c, k, d, asg + t,
 							       sim ? sim + t : NULL, NULL);
 				continue;
 			}

@@ -60,18 +60,20 @@ int nelssa_km_reserve(struct nelssa_cluster_index *ix, uint32_t tokens, uint32_t
 
 /*
  * Append a segment's result to @ix (room reserved): @asg[len] the final
- * assignment of tokens @base.., @cnt[k] the member counts and @acc[k][d]
+ * assignment of tokens @base.., @cnt[k] the member counts (overwritten:
+ * emit uses it as its cursors) and @acc[k][d]
  * the float64 sums of the members' raw keys (not the centred, damped ones
  * the assignment used).  Empty clusters are dropped, members keep token
  * order, centroids are the plain means.
  */
-void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const uint32_t *cnt,
+void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, uint32_t *cnt,
 		    const double *acc, uint32_t k, uint32_t base, uint32_t len, uint32_t tok_at,
 		    uint32_t cl_at, uint32_t *added_clusters);
 
 /*
  * The assignment step: @asg[t] receives the centroid of @c[k][d] with the
- * largest inner product with key t of @x[len][d] as nelssa_dot_f32() sums
+ * largest inner product with key t of @x[len][d] (@xn[len] their norms,
+ * or NULL to have them computed) as nelssa_dot_f32() sums
  * it (ties to the lower index, -inf and centroid 0 when none compares
  * greater), @sim[t] that product (@sim may be NULL: then a key whose
  * sgemm window holds one centroid costs no strict product at all).
@@ -83,8 +85,9 @@ void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, const 
  * products they computed.
  */
 #define NELSSA_KM_ROWS 256u	/* a block's scores (512 KiB at k = 512) stay in L2 */
-typedef uint64_t nelssa_km_assign_fn(const float *x, uint32_t len, const float *c, uint32_t k,
-				     uint32_t d, uint32_t *asg, float *sim, float *scratch);
+typedef uint64_t nelssa_km_assign_fn(const float *x, const float *xn, uint32_t len,
+				     const float *c, uint32_t k, uint32_t d, uint32_t *asg,
+				     float *sim, float *scratch);
 nelssa_km_assign_fn nelssa_km_assign_ref;
 nelssa_km_assign_fn nelssa_km_assign;
 

@@ -20,6 +20,7 @@
 
 #include <cblas.h>
 
+#include <nelssa/attention.h>
 #include <nelssa/sparse.h>
 
 #include "../../client/kmeans_internal.h"
@@ -45,11 +46,12 @@ static uint64_t check_same(const float *x, const float *c, const struct shape *s
 	uint32_t *a = tu_alloc(sizeof(*a) * s->len), *b = tu_alloc(sizeof(*b) * s->len);
 	float *sa = tu_alloc(sizeof(*sa) * s->len), *sb = tu_alloc(sizeof(*sb) * s->len);
 	float *scratch = tu_alloc(sizeof(*scratch) * NELSSA_KM_ROWS * s->k);
+	float *xn = tu_alloc(sizeof(*xn) * s->len);
 	uint64_t strict;
 
 	assert_int_equal((uint64_t)s->len * s->k,
-			 nelssa_km_assign_ref(x, s->len, c, s->k, s->d, a, sa, NULL));
-	strict = nelssa_km_assign(x, s->len, c, s->k, s->d, b, sb, scratch);
+			 nelssa_km_assign_ref(x, NULL, s->len, c, s->k, s->d, a, sa, NULL));
+	strict = nelssa_km_assign(x, NULL, s->len, c, s->k, s->d, b, sb, scratch);
 	for (uint32_t t = 0; t < s->len; t++) {
 		if (a[t] != b[t] || memcmp(&sa[t], &sb[t], sizeof(float)))
 			fail_msg("len %u k %u d %u key %u: strict %u (%a), sgemm step %u (%a)", s->len,
@@ -57,13 +59,21 @@ static uint64_t check_same(const float *x, const float *c, const struct shape *s
 	}
 	/* Without the scores: the same centroids, fewer strict products. */
 	memset(b, 0xff, sizeof(*b) * s->len);
-	assert_true(nelssa_km_assign(x, s->len, c, s->k, s->d, b, NULL, scratch) <= strict);
+	assert_true(nelssa_km_assign(x, NULL, s->len, c, s->k, s->d, b, NULL, scratch) <= strict);
 	assert_memory_equal(a, b, sizeof(*a) * s->len);
+	/* With the keys' norms as k-means passes them (strict order, fp32). */
+	for (uint32_t t = 0; t < s->len; t++)
+		xn[t] = sqrtf(nelssa_dot_f32(x + (size_t)t * s->d, x + (size_t)t * s->d, s->d));
+	memset(b, 0xff, sizeof(*b) * s->len);
+	nelssa_km_assign(x, xn, s->len, c, s->k, s->d, b, sb, scratch);
+	assert_memory_equal(a, b, sizeof(*a) * s->len);
+	assert_memory_equal(sa, sb, sizeof(*sa) * s->len);
 	free(a);
 	free(b);
 	free(sa);
 	free(sb);
 	free(scratch);
+	free(xn);
 	return strict;
 }
 
@@ -131,6 +141,9 @@ static void ties_and_near_ties(void **state)
 		for (uint32_t e = 0; e < s.d; e++)
 			x[(size_t)t * s.d + e] = (float)(w * c[(size_t)a * s.d + e] +
 							 (1.0 - w) * c[(size_t)b * s.d + e]);
+		/* Every fourth key scaled to where its squares underflow, not its products. */
+		for (uint32_t e = 0; e < s.d && t % 4 == 0; e++)
+			x[(size_t)t * s.d + e] = ldexpf(x[(size_t)t * s.d + e], -83);
 	}
 	check_same(x, c, &s);
 	free(x);
@@ -161,7 +174,7 @@ static void cancelling_products(void **state)
 		for (size_t i = 0; i < (size_t)s.len * s.d; i++)
 			x[i] = (float)(1e4 * (1.0 + 1e-6 * tu_normal(&rng)));
 		check_same(x, c, &s);
-		nelssa_km_assign_ref(x, s.len, c, s.k, s.d, ref, sim, NULL);
+		nelssa_km_assign_ref(x, NULL, s.len, c, s.k, s.d, ref, sim, NULL);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s.len, (int)s.k, (int)s.d,
 			    1.0f, x, (int)s.d, c, (int)s.d, 0.0f, g, (int)s.k);
 		for (uint32_t t = 0; t < s.len; t++) {
@@ -202,8 +215,12 @@ static void zero_huge_and_non_finite(void **state)
 	x[3 * s.d + 0] = INFINITY;			/* key 3 */
 	x[4 * s.d + 7] = -INFINITY;			/* key 4 */
 	x[5 * s.d + 1] = 1e-40f;			/* key 5: subnormal */
+	for (uint32_t i = 0; i < s.d; i++) {		/* keys 6, 7: squares underflow */
+		x[6 * s.d + i] = 1e-25f * x[8 * s.d + i];
+		x[7 * s.d + i] = i ? 1e-30f * x[8 * s.d + i] : 2e-19f;
+	}
 	check_same(x, c, &s);
-	nelssa_km_assign(x, s.len, c, s.k, s.d, asg, sim, scratch);
+	nelssa_km_assign(x, NULL, s.len, c, s.k, s.d, asg, sim, scratch);
 	assert_int_equal(0, asg[0]);
 	assert_true(sim[0] == 0.0f);
 	/* A non-finite centroid: the whole pass is strict, and still the same. */
