@@ -16,7 +16,7 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 
 small="--context 8192 --head-dim 32 --heads 2 --iters 1"
-echo "1..14"
+echo "1..15"
 t "--help exits 0" 0 "$bench" --help
 t "a budget above 1 is a usage error" 2 "$bench" --budget 1.5
 t "a zero budget is a usage error" 2 "$bench" --budget 0
@@ -42,6 +42,9 @@ json_check "k-means: efficiency is the inverse ratio; the host is named" \
 	"abs(j['kmeans']['efficiency'] * j['kmeans']['ratio'] - 1) <= 0.01 and \
 	 j['kmeans']['tokens'] == 16384 and j['kmeans']['head_dim'] == 32 and \
 	 j['kmeans']['sgemm_gflops'] > 0 and j['cpu'] and j['isa'] and j['blas_threads'] == 1"
+json_check "Top-K: read_ratio is the read pass over the step" \
+	"abs(j['topk']['read_ratio'] * j['topk']['step_ms'] - j['topk']['read_pass_ms']) <= \
+	 0.01 * j['topk']['read_pass_ms'] and j['topk']['read_pass_ms'] > 0"
 cp "$out/stdout" "$out/budget.json"
 # shellcheck disable=SC2086
 t "--ratio, the deprecated alias, still runs" 0 "$bench" $small --ratio 0.04 --json
