@@ -234,12 +234,42 @@ void nelssa_km_channel_weights(const double *var, uint32_t d, float *weight)
 }
 
 /*
+ * @acc[k][d] = each cluster's float64 sum of its members' rows in token
+ * order, @cnt[k] their counts; the rows are @x's, or with @x NULL the keys
+ * @src of type @dtype as given (widened a row at a time: exact, and no
+ * copy of the segment kept for it).  Cloned for the wider vector ISAs:
+ * widening and adding d floats a key is, beside the GEMM, most of a round.
+ */
+NELSSA_KM_CLONES
+static void accumulate(double *acc, uint32_t *cnt, const float *x, const void *src,
+		       enum nelssa_kv_dtype dtype, const uint32_t *asg, uint32_t len, uint32_t k,
+		       uint32_t d)
+{
+	float row[NELSSA_ATTN_MAX_HEAD_DIM];
+
+	memset(acc, 0, sizeof(*acc) * k * d);
+	memset(cnt, 0, sizeof(*cnt) * k);
+	for (uint32_t t = 0; t < len; t++) {
+		double *a = acc + (size_t)asg[t] * d;
+		const float *r = x + (size_t)t * d;
+
+		if (!x) {
+			nelssa_kv_widen(row, (const uint16_t *)src + (size_t)t * d, d, dtype);
+			r = row;
+		}
+		cnt[asg[t]]++;
+		for (uint32_t i = 0; i < d; i++)
+			a[i] += r[i];
+	}
+}
+
+/*
  * One segment's working memory, sized for a prefill's longest segment and
  * kept across its segments, so that each is not allocated and faulted in
  * anew (a 128K-token prefill has 16).
  */
 struct km_ws {
-	float *x, *raw, *c, *cos, *rho, *xn, *scratch;
+	float *x, *c, *cos, *rho, *xn, *scratch;
 	double *acc;
 	uint32_t *asg, *cnt;
 };
@@ -247,7 +277,6 @@ struct km_ws {
 static void ws_free(struct km_ws *w)
 {
 	free(w->x);
-	free(w->raw);
 	free(w->c);
 	free(w->cos);
 	free(w->rho);
@@ -266,7 +295,6 @@ static int ws_alloc(struct km_ws *w, const struct nelssa_kmeans_cfg *cfg, uint32
 	const size_t kmax = k + nelssa_km_outlier_cap(cfg, (uint32_t)n);
 
 	w->x = malloc(sizeof(*w->x) * n * d);
-	w->raw = malloc(sizeof(*w->raw) * n * d);
 	w->c = malloc(sizeof(*w->c) * k * d);
 	w->cos = malloc(sizeof(*w->cos) * n);
 	w->rho = malloc(sizeof(*w->rho) * n);
@@ -275,7 +303,7 @@ static int ws_alloc(struct km_ws *w, const struct nelssa_kmeans_cfg *cfg, uint32
 	w->acc = malloc(sizeof(*w->acc) * kmax * d);
 	w->asg = malloc(sizeof(*w->asg) * n);
 	w->cnt = malloc(sizeof(*w->cnt) * kmax);
-	if (w->x && w->raw && w->c && w->cos && w->rho && w->xn && w->scratch && w->acc &&
+	if (w->x && w->c && w->cos && w->rho && w->xn && w->scratch && w->acc &&
 	    w->asg && w->cnt)
 		return 0;
 	ws_free(w);
@@ -284,19 +312,20 @@ static int ws_alloc(struct km_ws *w, const struct nelssa_kmeans_cfg *cfg, uint32
 
 /*
  * Cluster the @len prepared keys in @w->x (tokens @base..@base+len-1:
- * centred and channel-weighted; @w->raw the same keys as they are) and
- * append the non-empty clusters to @ix, their centroids the float64 means
- * of the raw keys, past its current counts, which the caller advances
- * only once everything succeeded.  *@added_clusters receives how many
- * were appended.
+ * centred and channel-weighted; @raw the same keys as given, of type
+ * @dtype) and append the non-empty clusters to @ix, their centroids the
+ * float64 means of the raw keys, past its current counts, which the
+ * caller advances only once everything succeeded.  *@added_clusters
+ * receives how many were appended.
  */
 static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,
-			   struct km_ws *w, uint32_t base, uint32_t len, uint32_t tok_at,
-			   uint32_t cl_at, uint32_t *added_clusters, nelssa_km_assign_fn *assign)
+			   struct km_ws *w, const void *raw, enum nelssa_kv_dtype dtype, uint32_t base,
+			   uint32_t len, uint32_t tok_at, uint32_t cl_at, uint32_t *added_clusters,
+			   nelssa_km_assign_fn *assign)
 {
 	const uint32_t d = ix->head_dim;
 	const uint32_t k = nelssa_km_centroids(cfg, len), kmax = k + nelssa_km_outlier_cap(cfg, len);
-	const float *x = w->x, *raw = w->raw;
+	const float *x = w->x;
 	float *c = w->c, *cos = w->cos, *rho = w->rho, *xn = w->xn, *scratch = w->scratch;
 	uint32_t *asg = w->asg, *cnt = w->cnt, m = 0;
 	double *acc = w->acc;
@@ -321,13 +350,7 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 		assign(x, xn, len, c, k, d, asg, last ? cos : NULL, scratch);
 		for (uint32_t t = 0; t < len && last; t++)
 			cos[t] = xn[t] > 0.0f ? cos[t] / xn[t] : 1.0f;
-		memset(acc, 0, sizeof(*acc) * k * d);
-		memset(cnt, 0, sizeof(*cnt) * k);
-		for (uint32_t t = 0; t < len; t++) {
-			cnt[asg[t]]++;
-			for (uint32_t i = 0; i < d; i++)
-				acc[(size_t)asg[t] * d + i] += x[(size_t)t * d + i];
-		}
+		accumulate(acc, cnt, x, NULL, dtype, asg, len, k, d);
 		if (last)
 			break;		/* the last round only assigns */
 		for (uint32_t j = 0; j < k; j++) {
@@ -356,13 +379,7 @@ static int cluster_segment(struct nelssa_cluster_index *ix, const struct nelssa_
 	nelssa_km_residual_ratio(asg, rho, len, k);
 	m = nelssa_km_split_outliers(cfg, asg, cos, rho, len, k);
 	/* Centroids from the raw keys: exact means, whatever the preparation. */
-	memset(acc, 0, sizeof(*acc) * (k + m) * d);
-	memset(cnt, 0, sizeof(*cnt) * (k + m));
-	for (uint32_t t = 0; t < len; t++) {
-		cnt[asg[t]]++;
-		for (uint32_t i = 0; i < d; i++)
-			acc[(size_t)asg[t] * d + i] += raw[(size_t)t * d + i];
-	}
+	accumulate(acc, cnt, NULL, raw, dtype, asg, len, k + m, d);
 	nelssa_km_emit(ix, asg, cnt, acc, k + m, base, len, tok_at, cl_at, added_clusters);
 	return 0;
 }
@@ -379,12 +396,12 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 		       nelssa_km_assign_fn *assign, struct km_ws *w)
 {
 	const uint32_t d = ix->head_dim;
-	float *x = w->x, *raw = w->raw;
+	const uint16_t *raw = (const uint16_t *)k + (size_t)from * d;
+	float *x = w->x;
 	float mean[NELSSA_ATTN_MAX_HEAD_DIM], weight[NELSSA_ATTN_MAX_HEAD_DIM];
 	double sum[NELSSA_ATTN_MAX_HEAD_DIM] = { 0 }, var[NELSSA_ATTN_MAX_HEAD_DIM] = { 0 };
 
-	nelssa_kv_widen(x, (const uint16_t *)k + (size_t)from * d, (size_t)len * d, dtype);
-	memcpy(raw, x, sizeof(*raw) * len * d);
+	nelssa_kv_widen(x, raw, (size_t)len * d, dtype);
 	for (size_t t = 0; t < len; t++)
 		for (uint32_t i = 0; i < d; i++)
 			sum[i] += x[t * d + i];
@@ -401,7 +418,7 @@ static int run_segment(struct nelssa_cluster_index *ix, const struct nelssa_kmea
 	for (size_t t = 0; t < len; t++)
 		for (uint32_t i = 0; i < d; i++)
 			x[t * d + i] *= weight[i];
-	return cluster_segment(ix, cfg, w, base, len, tok_at, cl_at, added, assign);
+	return cluster_segment(ix, cfg, w, raw, dtype, base, len, tok_at, cl_at, added, assign);
 }
 
 int nelssa_km_build(struct nelssa_cluster_index *ix, const struct nelssa_kmeans_cfg *cfg,

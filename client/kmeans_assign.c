@@ -69,14 +69,17 @@ static double norm(const float *v, uint32_t d)
 
 /*
  * The two scans over a key's k scores, in GCC's generic vectors (the
- * compiler does not vectorise a float max on its own: NaN rules), for
- * whatever vector ISA the build targets.
+ * compiler does not vectorise a float max on its own: NaN rules), 32
+ * bytes wide: one register in settle()'s AVX clones (NELSSA_KM_CLONES),
+ * two in its baseline build.  Every function taking or returning one is
+ * inlined, so the psabi note about passing them without AVX is moot.
  */
-typedef float vf __attribute__((vector_size(16)));
-typedef int32_t vi __attribute__((vector_size(16)));
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float vf __attribute__((vector_size(32)));
+typedef int32_t vi __attribute__((vector_size(32)));
 #define LANES (sizeof(vf) / sizeof(float))
 
-static vf load(const float *p)
+static inline __attribute__((always_inline)) vf load(const float *p)
 {
 	vf v;
 
@@ -84,7 +87,7 @@ static vf load(const float *p)
 	return v;
 }
 
-static vf vmax(vf a, vf b)
+static inline __attribute__((always_inline)) vf vmax(vf a, vf b)
 {
 	const vi gt = a > b;
 
@@ -92,9 +95,9 @@ static vf vmax(vf a, vf b)
 }
 
 /* The largest of the finite @g[k]; four independent maxima in flight. */
-static float row_max(const float *g, uint32_t k)
+static inline __attribute__((always_inline)) float row_max(const float *g, uint32_t k)
 {
-	const vf lo = { -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	const vf lo = (vf){ 0 } - INFINITY;
 	vf m0 = lo, m1 = lo, m2 = lo, m3 = lo;
 	float best = -INFINITY;
 	uint32_t j = 0;
@@ -116,13 +119,16 @@ static float row_max(const float *g, uint32_t k)
 /* Whether any of @g[j0, j0 + BLOCK) is at least @thr: one lane test a block. */
 #define BLOCK (4 * LANES)
 
-static int any_at_least(const float *g, float thr)
+static inline __attribute__((always_inline)) int any_at_least(const float *g, float thr)
 {
-	const vf t = { thr, thr, thr, thr };
+	const vf t = (vf){ 0 } + thr;
 	const vi ge = (load(g) >= t) | (load(g + LANES) >= t) | (load(g + 2 * LANES) >= t) |
 		      (load(g + 3 * LANES) >= t);
+	int32_t any = 0;
 
-	return (ge[0] | ge[1] | ge[2] | ge[3]) != 0;
+	for (uint32_t l = 0; l < LANES; l++)
+		any |= ge[l];
+	return any != 0;
 }
 
 /*
@@ -133,6 +139,7 @@ static int any_at_least(const float *g, float thr)
  * and any other candidate scores below it or ties from a higher index), so
  * the threshold is rounded down to a float.
  */
+NELSSA_KM_CLONES
 static uint32_t settle(const float *xt, const float *c, const float *g, uint32_t k, uint32_t d,
 		       double win, uint32_t *asg, float *sim)
 {

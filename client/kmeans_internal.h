@@ -13,6 +13,18 @@
 extern "C" {
 #endif
 
+/*
+ * The per-key loops beside k-means' GEMM (the scans of each key's scores,
+ * the float64 update sums) built for AVX-512 and AVX2 as well as the
+ * baseline ISA, chosen at load time (GCC's target_clones, an ifunc), so a
+ * distribution build gets the wide vectors the CPU has.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define NELSSA_KM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NELSSA_KM_CLONES
+#endif
+
 /* 0 when the configuration and shape are usable, else -EINVAL. */
 int nelssa_km_check(const struct nelssa_kmeans_cfg *cfg, enum nelssa_kv_dtype dtype,
 		    uint32_t head_dim);
