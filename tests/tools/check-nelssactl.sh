@@ -17,7 +17,7 @@ n=0
 # shellcheck source=tap-lib.sh
 . "$(dirname "$0")/tap-lib.sh"
 
-echo "1..35"
+echo "1..38"
 t "--help exits 0" 0 "$ctl" --help
 t "no command is a usage error" 2 "$ctl"
 t "unknown command is a usage error" 2 "$ctl" frobnicate
@@ -51,6 +51,10 @@ json_check "bench attn --no-pin leaves threads unpinned" "j['cpus'] is None"
 t "bench latency (small)" 0 "$ctl" bench sim:0 latency --count 500 --json
 json_check "bench latency JSON percentiles ordered" \
 	"all(j[k]['p50_us'] <= j[k]['p90_us'] <= j[k]['p99_us'] <= j[k]['max_us'] for k in ('nop','fill64','copy4k')) and j['count'] == 500"
+t "bench latency --cpu: submitter and executor on CPU 0" 0 "$ctl" bench sim:0,cpus=0 latency \
+	--count 200 --cpu 0 --json
+json_check "bench latency --cpu is in the JSON" "j['cpu'] == 0 and j['count'] == 200"
+t "bench latency --cpu past the CPU set is a usage error" 2 "$ctl" bench sim:0 latency --cpu 100000
 t "bench bw (small)" 0 "$ctl" bench sim:0 bw --size 4194304 --iters 2 --json
 json_check "bench bw JSON" \
 	"all(j[k] > 0 for k in ('fill_gbps','copy_gbps','write_gbps','read_gbps','memcpy_gbps')) and abs(j['copy_ratio'] - j['copy_gbps'] / j['memcpy_gbps']) < 1e-9"

@@ -7,6 +7,8 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +17,11 @@
 #include "tool_util.h"
 
 static const char help[] =
-	"usage: nelssactl bench DEV latency [--count N] [--json]\n"
+	"usage: nelssactl bench DEV latency [--count N] [--cpu N] [--json]\n"
 	"  --count N   commands per kind (default 20000, after 1000 warm-up)\n"
+	"  --cpu N     run the submitting thread on CPU N (with a sim device's cpus=\n"
+	"              option, which places its executor: the same CPU measures a\n"
+	"              shared core, another one a core of its own)\n"
 	"Reports p50/p90/p99/max submit->complete latency in microseconds for NOP,\n"
 	"FILL of 64 bytes and COPY of 4 KiB, one command in flight at a time.\n";
 
@@ -37,10 +42,11 @@ static double pct(const double *v, uint64_t n, double q)
 int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "count", required_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' }, { 0 },
+		{ "count", required_argument, NULL, 'n' }, { "cpu", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	static const char *const kinds[] = { "nop", "fill64", "copy4k" };
-	uint64_t count = 20000;
+	uint64_t count = 20000, cpu = UINT64_MAX;
 	struct nelssa_pnm *p;
 	json_object *res = json_object_new_object();
 	double *lat = NULL;
@@ -56,6 +62,8 @@ int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv)
 			json_object_put(res);
 			return EXIT_OK;
 		}
+		if (c == 'c' && !ctl_parse_uint(optarg, 0, CPU_SETSIZE - 1, &cpu))
+			continue;
 		if (c != 'n' || ctl_parse_uint(optarg, 10, 10000000, &count)) {
 			fprintf(stderr, "nelssactl bench latency: bad option '%s'\n%s", argv[optind - 1],
 				help);
@@ -68,6 +76,21 @@ int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv)
 	lat = malloc(count * sizeof(*lat));
 	if (!p || !lat)
 		goto out;
+	/* After the open: the device checks its cpus= against this thread's set. */
+	if (cpu != UINT64_MAX) {
+		cpu_set_t set;
+		int err;
+
+		CPU_ZERO(&set);
+		CPU_SET((int)cpu, &set);
+		err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+		if (err) {
+			fprintf(stderr, "nelssactl bench latency: --cpu %llu: %s\n",
+				(unsigned long long)cpu, strerror(err));
+			rc = EXIT_USAGE;
+			goto out;
+		}
+	}
 	if (nelssa_pnm_mem_alloc(p, 1 << 16, &h, NULL)) {
 		fprintf(stderr, "nelssactl: %s: %s\n", name, nelssa_pnm_strerror());
 		goto out;
@@ -113,6 +136,8 @@ int bench_latency(struct ctl *ctl, const char *dev, int argc, char **argv)
 	}
 	json_object_object_add(res, "device", json_object_new_string(name));
 	json_object_object_add(res, "count", json_object_new_uint64(count));
+	if (cpu != UINT64_MAX)
+		json_object_object_add(res, "cpu", json_object_new_uint64(cpu));
 	if (ctl->json) {
 		ctl_print_json(res);
 		res = NULL;
