@@ -139,6 +139,10 @@ const char *tl_cpu_model(char *buf, size_t len)
 			colon += 1 + strspn(colon + 1, " \t");
 			n = strcspn(colon, "\n");
 			snprintf(buf, len, "%.*s", (int)n, colon);
+			/* Printed inside JSON strings: no quote, backslash or control byte. */
+			for (char *c = buf; *c; c++)
+				if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+					*c = ' ';
 			fclose(f);
 			return buf;
 		}

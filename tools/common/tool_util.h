@@ -46,7 +46,8 @@ int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint
 /*
  * This machine's CPU model as /proc/cpuinfo names it ("model name", or
  * Arm's "CPU part" when that is all there is) into @buf; "unknown" if
- * neither is there.  Benchmarks print it beside their numbers.
+ * neither is there.  Benchmarks print it beside their numbers, also in
+ * JSON strings, so quotes, backslashes and control bytes become spaces.
  */
 const char *tl_cpu_model(char *buf, size_t len);
 

@@ -197,15 +197,6 @@ static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g)
 	return best;
 }
 
-/* @s for a JSON string: quotes and backslashes become spaces. */
-static const char *json_safe(char *s)
-{
-	for (char *c = s; *c; c++)
-		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
-			*c = ' ';
-	return s;
-}
-
 /* @iters commands on @isa, alternating selections; outputs vs the scalar kernel's. */
 static int run(struct setup *s, enum nfw_isa isa, uint32_t iters, struct result *r)
 {
@@ -321,7 +312,6 @@ int main(int argc, char **argv)
 	stream = stream_read(rnd.mem.base + rnd.cmd[0].op[NPNM_ATTN_KV].offset,
 			     rnd.cmd[0].op[NPNM_ATTN_KV].len);
 	tl_cpu_model(cpu, sizeof(cpu));
-	json_safe(cpu);
 	if (o.json)
 		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,"
 		       "\"read_baseline_gbps\":%.6g,"
