@@ -17,7 +17,6 @@
  * is nearly always the maximum alone, so the strict pass costs one dot
  * product a key against the GEMM's k.
  */
-#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -29,24 +28,45 @@
 
 #include "kmeans_internal.h"
 
+/*
+ * The strict rule, written once: of the centroids from @first on (all of
+ * them, or with @g those whose sgemm score is at least @thr), the one with
+ * the largest nelssa_dot_f32() product with @xt, ties to the lower index;
+ * *@sim its product (-inf, and centroid @first, when none compares greater).
+ * Returns how many products it took.
+ */
+static uint32_t strict_best(const float *xt, const float *c, uint32_t first, uint32_t k,
+			    uint32_t d, const float *g, float thr, uint32_t *asg, float *sim)
+{
+	float bs = -INFINITY;
+	uint32_t n = 0;
+
+	*asg = first;
+	for (uint32_t j = first; j < k; j++) {
+		float s;
+
+		if (g && !(g[j] >= thr))
+			continue;
+		s = nelssa_dot_f32(xt, c + (size_t)j * d, d);
+		n++;
+		if (s > bs) {
+			bs = s;
+			*asg = j;
+		}
+	}
+	*sim = bs;
+	return n;
+}
+
 uint64_t nelssa_km_assign_ref(const float *x, const float *xn, uint32_t len, const float *c,
 			      uint32_t k, uint32_t d, uint32_t *asg, float *sim, float *scratch)
 {
 	(void)xn;
 	(void)scratch;
 	for (uint32_t t = 0; t < len; t++) {
-		const float *xt = x + (size_t)t * d;
-		float bs = -INFINITY;
+		float bs;
 
-		asg[t] = 0;
-		for (uint32_t j = 0; j < k; j++) {
-			float s = nelssa_dot_f32(xt, c + (size_t)j * d, d);
-
-			if (s > bs) {
-				bs = s;
-				asg[t] = j;
-			}
-		}
+		strict_best(x + (size_t)t * d, c, 0, k, d, NULL, 0.0f, asg + t, &bs);
 		if (sim)
 			sim[t] = bs;
 	}
@@ -145,7 +165,7 @@ static uint32_t settle(const float *xt, const float *c, const float *g, uint32_t
 {
 	const float thr = nextafterf((float)((double)row_max(g, k) - win), -INFINITY);
 	uint32_t n = 0, first = k, j0;
-	float bs = -INFINITY;
+	float bs;
 
 	/* The first candidate, and whether there is a second. */
 	for (j0 = 0; j0 < k && n < 2; j0 += BLOCK) {
@@ -159,19 +179,7 @@ static uint32_t settle(const float *xt, const float *c, const float *g, uint32_t
 	*asg = first;
 	if (n == 1 && !sim)
 		return 0;
-	n = 0;
-	for (uint32_t j = first; j < k; j++) {
-		float s;
-
-		if (!(g[j] >= thr))
-			continue;
-		s = nelssa_dot_f32(xt, c + (size_t)j * d, d);
-		n++;
-		if (s > bs) {
-			bs = s;
-			*asg = j;
-		}
-	}
+	n = strict_best(xt, c, first, k, d, g, thr, asg, &bs);
 	if (sim)
 		*sim = bs;
 	return n;

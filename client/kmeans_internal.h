@@ -84,17 +84,16 @@ void nelssa_km_emit(struct nelssa_cluster_index *ix, const uint32_t *asg, uint32
 
 /*
  * The assignment step: @asg[t] receives the centroid of @c[k][d] with the
- * largest inner product with key t of @x[len][d] (@xn[len] their norms,
- * or NULL to have them computed) as nelssa_dot_f32() sums
- * it (ties to the lower index, -inf and centroid 0 when none compares
- * greater), @sim[t] that product (@sim may be NULL: then a key whose
- * sgemm window holds one centroid costs no strict product at all).
- * nelssa_km_assign_ref() computes every
- * product in that order -- the definition; nelssa_km_assign() gets the
- * same answer from an sgemm and recomputes only the near-ties (see
- * kmeans_assign.c), its scores for NELSSA_KM_ROWS keys at a time in
- * @scratch[NELSSA_KM_ROWS * k].  Both return how many strict-order
- * products they computed.
+ * largest inner product with key t of @x[len][d] as nelssa_dot_f32() sums
+ * it (ties to the lower index; -inf and centroid 0 when none compares
+ * greater), @sim[t] that product.  @xn[len] are the keys' norms, or NULL
+ * to have them computed; @sim may be NULL, and then a key whose sgemm
+ * window holds one centroid costs no strict product at all.
+ * nelssa_km_assign_ref() computes every product in that order -- the
+ * definition; nelssa_km_assign() gets the same answer from an sgemm and
+ * recomputes only the near-ties (see kmeans_assign.c), its scores for
+ * NELSSA_KM_ROWS keys at a time in @scratch[NELSSA_KM_ROWS * k].  Both
+ * return how many strict-order products they computed.
  */
 #define NELSSA_KM_ROWS 256u	/* a block's scores (512 KiB at k = 512) stay in L2 */
 typedef uint64_t nelssa_km_assign_fn(const float *x, const float *xn, uint32_t len,
