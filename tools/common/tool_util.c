@@ -151,3 +151,27 @@ const char *tl_cpu_model(char *buf, size_t len)
 		fclose(f);
 	return buf;
 }
+
+double tl_stream_read(const void *p, uint64_t bytes)
+{
+	const uint64_t *w = p;
+	static volatile uint64_t sink;
+	double best = 0.0;
+
+	for (int pass = 0; pass < 3; pass++) {
+		uint64_t a = 0, b = 0, c = 0, d = 0;
+		double t0 = tl_now(), dt;
+
+		for (uint64_t i = 0; i + 4 <= bytes / 8; i += 4) {
+			a += w[i];
+			b += w[i + 1];
+			c += w[i + 2];
+			d += w[i + 3];
+		}
+		dt = tl_now() - t0;
+		sink += a + b + c + d;
+		if (dt > 0.0 && (double)bytes / dt / 1e9 > best)
+			best = (double)bytes / dt / 1e9;
+	}
+	return best;
+}

@@ -52,6 +52,13 @@ int tl_parse_u32(const char *prog, const char *s, uint32_t lo, uint32_t hi, uint
 const char *tl_cpu_model(char *buf, size_t len);
 
 /*
+ * GB/s of the best of three single-pass reads of [@p, @p + @bytes) on
+ * this thread (8-byte aligned): plain 64-bit adds, four chains, as
+ * nelssactl's streaming baseline.  The floor a pass over that memory pays.
+ */
+double tl_stream_read(const void *p, uint64_t bytes);
+
+/*
  * The widest vector ISA this CPU has, as the kernels and --isa name them:
  * "avx512" (avx512f), "avx2", "neon" (asimd), else "scalar"; from the
  * flags /proc/cpuinfo lists.  Benchmarks print it beside the model.

@@ -139,34 +139,6 @@ struct result {
 };
 
 /*
- * Best of three single-pass reads of [@p, @p + @bytes) on this thread:
- * plain 64-bit adds, four chains, as nelssactl's streaming baseline.
- */
-static double stream_read(const uint8_t *p, uint64_t bytes)
-{
-	const uint64_t *w = (const uint64_t *)p;
-	static volatile uint64_t sink;
-	double best = 0.0;
-
-	for (int pass = 0; pass < 3; pass++) {
-		uint64_t a = 0, b = 0, c = 0, d = 0;
-		double t0 = tl_now(), dt;
-
-		for (uint64_t i = 0; i + 4 <= bytes / 8; i += 4) {
-			a += w[i];
-			b += w[i + 1];
-			c += w[i + 2];
-			d += w[i + 3];
-		}
-		dt = tl_now() - t0;
-		sink += a + b + c + d;
-		if (dt > 0.0 && (double)bytes / dt / 1e9 > best)
-			best = (double)bytes / dt / 1e9;
-	}
-	return best;
-}
-
-/*
  * The compute ceiling of @isa's kernel, GFLOP/s: passes calibrated to run
  * at least 20 ms, best of three.
  */
@@ -309,7 +281,7 @@ int main(int argc, char **argv)
 		return 1;
 	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;
 	/* The random case's own stores: the same memory and pages the kernel reads. */
-	stream = stream_read(rnd.mem.base + rnd.cmd[0].op[NPNM_ATTN_KV].offset,
+	stream = tl_stream_read(rnd.mem.base + rnd.cmd[0].op[NPNM_ATTN_KV].offset,
 			     rnd.cmd[0].op[NPNM_ATTN_KV].len);
 	tl_cpu_model(cpu, sizeof(cpu));
 	if (o.json)
