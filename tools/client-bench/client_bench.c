@@ -270,8 +270,8 @@ int main(int argc, char **argv)
 		       "\"head_dim\":%u,\"clusters_per_head\":%u,\"max_cluster_tokens\":%u,"
 		       "\"budget\":%g,\"budget_tokens\":%llu,\"tokens_read_min\":%llu,"
 		       "\"tokens_read_max\":%llu,\"selected_min\":%u,\"selected_max\":%u,"
-		       "\"step_ms\":%.4f,\"dot_pass_ms\":%.4f,\"ratio\":%.3f,\"read_pass_ms\":%.4f,"
-		       "\"read_ratio\":%.3f}}\n",
+		       "\"step_ms\":%.4f,\"dot_pass_ms\":%.4f,\"ratio\":%.3f,\"read_pass_ms\":%.6g,"
+		       "\"read_ratio\":%.4g}}\n",
 		       cpu, tl_cpu_isa(), km.tokens, o.head_dim, km.ms_per_k, km.sgemm_ms_per_k,
 		       km.sgemm_gflops, km.ms_per_k / km.sgemm_ms_per_k,
 		       km.sgemm_ms_per_k / km.ms_per_k, o.context, o.heads, o.group, o.head_dim,
