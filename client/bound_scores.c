@@ -130,16 +130,16 @@ void nelssa_cluster_far_keys(const struct nelssa_cluster_index *ix, enum nelssa_
 
 void nelssa_far_logits(const float *q, uint32_t group, uint32_t head_dim, float scale,
 		       const float *far, const uint32_t *sizes, uint32_t n_clusters,
-		       double *logit)
+		       double *logit, float *dots)
 {
+	nelssa_group_dots(q, group, head_dim, far, n_clusters, dots);
 	for (uint32_t r = 0; r < group; r++)
 		for (uint32_t c = 0; c < n_clusters; c++) {
 			double *u = logit + (size_t)r * n_clusters + c, sf, rest;
 
 			if (!sizes[c])
 				continue;
-			sf = (double)scale * nelssa_dot_f32(q + (size_t)r * head_dim,
-							    far + (size_t)c * head_dim, head_dim);
+			sf = (double)scale * dots[(size_t)r * n_clusters + c];
 			/*
 			 * The mean of the other members, (n c - far) / (n - 1), is
 			 * known too: its logit is the other member's exactly in a
@@ -156,16 +156,22 @@ int nelssa_far_probs(const float *q, uint32_t group, uint32_t head_dim, float sc
 		     uint32_t n_clusters, float *score)
 {
 	double *u;
+	float *dots;
 	int ret = nelssa_score_shape_check(group, head_dim, scale);
 
 	if (ret || !n_clusters)
 		return ret;
 	u = malloc(sizeof(*u) * group * n_clusters);
-	if (!u)
-		return -ENOMEM;
-	nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, u);
-	nelssa_far_logits(q, group, head_dim, scale, far, sizes, n_clusters, u);
-	ret = nelssa_row_probs(u, group, sizes, n_clusters, score);
+	dots = malloc(sizeof(*dots) * group * n_clusters);
+	if (u && dots) {
+		nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, u,
+				       dots);
+		nelssa_far_logits(q, group, head_dim, scale, far, sizes, n_clusters, u, dots);
+		ret = nelssa_row_probs(u, group, sizes, n_clusters, score);
+	} else {
+		ret = -ENOMEM;
+	}
 	free(u);
+	free(dots);
 	return ret;
 }

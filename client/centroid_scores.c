@@ -16,15 +16,12 @@
 
 void nelssa_centroid_logits(const float *q, uint32_t group, uint32_t head_dim, float scale,
 			    const float *centroids, const uint32_t *sizes, uint32_t n_clusters,
-			    double *logit)
+			    double *logit, float *dots)
 {
-	for (uint32_t r = 0; r < group; r++)
-		for (uint32_t c = 0; c < n_clusters; c++)
-			if (sizes[c])
-				logit[(size_t)r * n_clusters + c] =
-					(double)scale *
-					nelssa_dot_f32(q + (size_t)r * head_dim,
-						       centroids + (size_t)c * head_dim, head_dim);
+	nelssa_group_dots(q, group, head_dim, centroids, n_clusters, dots);
+	for (size_t i = 0; i < (size_t)group * n_clusters; i++)
+		if (sizes[i % n_clusters])
+			logit[i] = (double)scale * dots[i];
 }
 
 int nelssa_centroid_scores(const float *q, uint32_t group, uint32_t head_dim, float scale,
@@ -32,15 +29,21 @@ int nelssa_centroid_scores(const float *q, uint32_t group, uint32_t head_dim, fl
 			   float *score)
 {
 	double *logit;
+	float *dots;
 	int ret = nelssa_score_shape_check(group, head_dim, scale);
 
 	if (ret || !n_clusters)
 		return ret;
 	logit = malloc(sizeof(*logit) * group * n_clusters);
-	if (!logit)
-		return -ENOMEM;
-	nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, logit);
-	ret = nelssa_row_probs(logit, group, sizes, n_clusters, score);
+	dots = malloc(sizeof(*dots) * group * n_clusters);
+	if (logit && dots) {
+		nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters,
+				       logit, dots);
+		ret = nelssa_row_probs(logit, group, sizes, n_clusters, score);
+	} else {
+		ret = -ENOMEM;
+	}
 	free(logit);
+	free(dots);
 	return ret;
 }

@@ -23,17 +23,28 @@ int nelssa_score_shape_check(uint32_t group, uint32_t head_dim, float scale);
 int nelssa_row_probs(double *logit, uint32_t group, const uint32_t *sizes, uint32_t n_clusters,
 		     float *score);
 
-/* logit[r][c] = scale * q_r . centroid_c (fp32 products) for non-empty c. */
+/*
+ * out[r][c] = nelssa_dot_f32(q_r, row_c, d) for every query row r < @group
+ * and row c < @n of @rows[n][d], bit for bit, at memory speed
+ * (group_dots.c).  @out is fp32 [group][n].
+ */
+void nelssa_group_dots(const float *q, uint32_t group, uint32_t d, const float *rows,
+		       uint32_t n, float *out);
+
+/*
+ * logit[r][c] = scale * q_r . centroid_c (fp32 products) for non-empty c.
+ * @dots is the caller's scratch, fp32 [group][n_clusters].
+ */
 void nelssa_centroid_logits(const float *q, uint32_t group, uint32_t head_dim, float scale,
 			    const float *centroids, const uint32_t *sizes, uint32_t n_clusters,
-			    double *logit);
+			    double *logit, float *dots);
 
 /*
  * Raise each centroid logit to the far member's where that is larger:
- * the probe's logit, max(q . centroid, q . far) * scale.
+ * the probe's logit, max(q . centroid, q . far) * scale.  @dots as above.
  */
 void nelssa_far_logits(const float *q, uint32_t group, uint32_t head_dim, float scale,
 		       const float *far, const uint32_t *sizes, uint32_t n_clusters,
-		       double *logit);
+		       double *logit, float *dots);
 
 #endif /* NELSSA_SCORES_INTERNAL_H */

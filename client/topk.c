@@ -216,7 +216,7 @@ int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t 
 	const int probe = cfg->far_share > 0.0;
 	const size_t n = (size_t)group * n_clusters;
 	double *logit = NULL;
-	float *score = NULL;
+	float *score = NULL, *dots = NULL;
 	int ret;
 
 	if (tokens)
@@ -228,15 +228,18 @@ int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t 
 		return ret;
 	logit = malloc(sizeof(*logit) * n * (probe ? 2 : 1));
 	score = malloc(sizeof(*score) * n_clusters * (probe ? 2 : 1));
-	if (!logit || !score) {
+	dots = malloc(sizeof(*dots) * n);
+	if (!logit || !score || !dots) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	/* The centroid products once: the probe's logits start from them. */
-	nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, logit);
+	nelssa_centroid_logits(q, group, head_dim, scale, centroids, sizes, n_clusters, logit,
+			       dots);
 	if (probe) {
 		memcpy(logit + n, logit, sizeof(*logit) * n);
-		nelssa_far_logits(q, group, head_dim, scale, far, sizes, n_clusters, logit + n);
+		nelssa_far_logits(q, group, head_dim, scale, far, sizes, n_clusters, logit + n,
+				  dots);
 		ret = nelssa_row_probs(logit + n, group, sizes, n_clusters, score + n_clusters);
 	}
 	if (!ret)
@@ -254,5 +257,6 @@ int nelssa_select(const struct nelssa_select_cfg *cfg, const float *q, uint32_t 
 out:
 	free(logit);
 	free(score);
+	free(dots);
 	return ret;
 }
