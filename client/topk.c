@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * Top-K over cluster scores with a bounded min-heap: O(n log k) time and
- * O(k) space, which matters at 1M tokens (65K clusters, k in the
- * thousands) where a full sort per KV head per step would dominate.
- * Ordering is total (score, then lower id first), so results are
- * deterministic and equal to a full sort's prefix.
+ * Top-K over cluster scores.  A small k takes a bounded min-heap: O(n log
+ * k) time and O(k) space.  A k that is a large part of n -- the budget
+ * fill ranks every cluster, every KV head, every step -- takes a radix
+ * sort instead: linear, where a comparison sort through a comparator
+ * callback was a third of the Top-K step.  Ordering is total (score, then
+ * lower id first), so results are deterministic, the same on both paths
+ * and equal to a full sort's prefix.
  */
 #include <errno.h>
 #include <math.h>
@@ -51,6 +53,79 @@ static int by_rank(const void *a, const void *b)
 	return before(a, b) ? -1 : before(b, a) ? 1 : 0;
 }
 
+/*
+ * A key whose ascending unsigned order is the descending order of the
+ * scores: the IEEE bit pattern with negatives' bits flipped and
+ * positives' sign bit set is monotonic in the value, and its complement
+ * reverses that.  -0 is first made +0, as the two compare equal and the
+ * tie must go by id.
+ */
+static uint32_t rank_key(float score)
+{
+	float s = score + 0.0f;
+	uint32_t u;
+
+	memcpy(&u, &s, sizeof(u));
+	u = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+	return ~u;
+}
+
+struct keyed {
+	uint32_t key, id;
+};
+
+/*
+ * Every cluster above -inf, best first, into @ids: a least-significant-
+ * digit radix sort on the keys, one byte a pass.  Each pass is stable and
+ * the clusters go in in id order, so equal scores stay in id order, the
+ * tie rule.  Passes whose byte is the same in every key are skipped.
+ */
+static int rank_all(const float *score, uint32_t n_clusters, uint32_t k, uint32_t *ids)
+{
+	struct keyed *a = malloc(sizeof(*a) * n_clusters), *b = malloc(sizeof(*b) * n_clusters);
+	uint32_t count[4][256] = { { 0 } }, n = 0;
+
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return -ENOMEM;
+	}
+	for (uint32_t c = 0; c < n_clusters; c++) {
+		if (score[c] == -INFINITY)
+			continue;
+		a[n].key = rank_key(score[c]);
+		a[n].id = c;
+		for (int p = 0; p < 4; p++)
+			count[p][(a[n].key >> (8 * p)) & 0xff]++;
+		n++;
+	}
+	for (int p = 0; p < 4; p++) {
+		uint32_t at = 0, *cnt = count[p];
+		struct keyed *t;
+
+		if (!n || cnt[(a[0].key >> (8 * p)) & 0xff] == n)
+			continue;
+		for (int v = 0; v < 256; v++) {
+			uint32_t m = cnt[v];
+
+			cnt[v] = at;
+			at += m;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			b[cnt[(a[i].key >> (8 * p)) & 0xff]++] = a[i];
+		t = a;
+		a = b;
+		b = t;
+	}
+	if (n > k)
+		n = k;
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = a[i].id;
+	free(a);
+	free(b);
+	return (int)n;
+}
+
 int nelssa_topk(const float *score, uint32_t n_clusters, uint32_t k, uint32_t *ids)
 {
 	struct entry *h;
@@ -63,6 +138,9 @@ int nelssa_topk(const float *score, uint32_t n_clusters, uint32_t k, uint32_t *i
 		k = n_clusters;
 	if (!k)
 		return 0;
+	/* The heap's n log k passes the radix sort's four linear ones near k = n / 16. */
+	if ((uint64_t)k * 16 >= n_clusters)
+		return rank_all(score, n_clusters, k, ids);
 	h = malloc(sizeof(*h) * k);
 	if (!h)
 		return -ENOMEM;

@@ -119,17 +119,29 @@ static void topk_equals_full_sort(void **state)
 	const uint32_t n = 1000;
 	float *score = tu_alloc(sizeof(float) * n);
 	uint32_t *all = tu_alloc(sizeof(uint32_t) * n), *ids = tu_alloc(sizeof(uint32_t) * n);
-	const uint32_t ks[] = { 0, 1, 2, 7, 40, 333, 999, 1000, 5000 };
+	/* 62 and 63 straddle the switch from the heap to the radix sort (n / 16). */
+	const uint32_t ks[] = { 0, 1, 2, 7, 40, 62, 63, 333, 999, 1000, 5000 };
+	static const float odd[] = { 0.0f, -0.0f, 1e-45f, -1e-45f, INFINITY, -3e38f, 3e38f };
 	struct tu_rng rng;
 
 	(void)state;
-	for (uint32_t v = 0; v < 20; v++) {
+	for (uint32_t v = 0; v < 40; v++) {
 		uint32_t finite = 0;
 
 		tu_rng_for(&rng, __func__, v);
 		for (uint32_t c = 0; c < n; c++) {
-			/* Few levels, so ties are common; some empty clusters. */
-			score[c] = tu_below(&rng, 8) ? (float)tu_below(&rng, 50) / 7.0f : -INFINITY;
+			if (!tu_below(&rng, 8))
+				score[c] = -INFINITY;	/* some empty clusters */
+			else if (v % 4 == 0)		/* few levels, so ties are common */
+				score[c] = (float)tu_below(&rng, 50) / 7.0f;
+			else if (v % 4 == 1)		/* both signs, every magnitude, zeros of both signs */
+				score[c] = tu_below(&rng, 4) ? (float)(tu_normal(&rng) *
+					ldexp(1.0, (int)tu_below(&rng, 200) - 100)) :
+					odd[tu_below(&rng, sizeof(odd) / sizeof(odd[0]))];
+			else if (v % 4 == 2)		/* all tied */
+				score[c] = 0.5f;
+			else
+				score[c] = (float)tu_normal(&rng);
 			all[c] = c;
 			finite += score[c] != -INFINITY;
 		}
