@@ -33,7 +33,8 @@ int nelssa_row_probs(double *logit, uint32_t group, const uint32_t *sizes, uint3
 			if (sizes[c]) {
 				if (!isfinite(u[c]))
 					return -EINVAL;
-				m = fmax(m, u[c]);
+				/* Not fmax(): a call a cluster, and u[c] is never NaN here. */
+				m = u[c] > m ? u[c] : m;
 			}
 		if (m == -INFINITY)
 			return 0;	/* every cluster empty */
