@@ -16,7 +16,7 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 
 small="--context 8192 --head-dim 32 --heads 2 --iters 1"
-echo "1..15"
+echo "1..16"
 t "--help exits 0" 0 "$bench" --help
 t "a budget above 1 is a usage error" 2 "$bench" --budget 1.5
 t "a zero budget is a usage error" 2 "$bench" --budget 0
@@ -45,6 +45,9 @@ json_check "k-means: efficiency is the inverse ratio; the host is named" \
 json_check "Top-K: read_ratio is the read pass over the step" \
 	"abs(j['topk']['read_ratio'] * j['topk']['step_ms'] - j['topk']['read_pass_ms']) <= \
 	 0.01 * j['topk']['read_pass_ms'] and j['topk']['read_pass_ms'] > 0"
+json_check "Top-K: sgemm_ratio is the sgemm pass over the step" \
+	"abs(j['topk']['sgemm_ratio'] * j['topk']['step_ms'] - j['topk']['sgemm_pass_ms']) <= \
+	 0.01 * j['topk']['sgemm_pass_ms'] and j['topk']['sgemm_pass_ms'] > 0"
 cp "$out/stdout" "$out/budget.json"
 # shellcheck disable=SC2086
 t "--ratio, the deprecated alias, still runs" 0 "$bench" $small --ratio 0.04 --json
