@@ -63,6 +63,10 @@ struct nfw_exec_args {
  * @execute: run a validated descriptor; NULL when there is nothing to do.
  * @split_items: work items may be spread over several executor threads
  *	(each part gets its own [item_begin, item_end)).
+ * @short_cmd: a command of this opcode none of whose operands spans more
+ *	than NFW_SHORT_BYTES is short enough for a waiting thread to run
+ *	itself (nfw_runtime_help()); neither its validation nor its
+ *	execution may use the scratch buffer.
  */
 struct nfw_opdef {
 	const char *name;
@@ -71,7 +75,14 @@ struct nfw_opdef {
 	uint32_t (*execute)(const struct nfw_mem *mem, const struct npnm_cmd *desc,
 			    const struct nfw_exec_args *x);
 	bool split_items;
+	bool short_cmd;
 };
+
+/* Bytes an operand of a short_cmd command may span (a 4 KiB COPY: ~0.2 us). */
+#define NFW_SHORT_BYTES 4096u
+
+/* @desc is a command nfw_runtime_help() may run (opdef.c). */
+bool nfw_cmd_is_short(const struct npnm_cmd *desc);
 
 /* The entry of @opcode; NULL for an opcode this firmware does not run. */
 const struct nfw_opdef *nfw_opdef(uint32_t opcode);

@@ -96,16 +96,19 @@ static uint32_t exec_selftest(const struct nfw_mem *mem, const struct npnm_cmd *
 static const struct nfw_opdef opdefs[NPNM_OP_MAX] = {
 	[NPNM_OP_NOP] = {
 		.name = "nop",
+		.short_cmd = true,
 	},
 	[NPNM_OP_FILL] = {
 		.name = "fill",
 		.validate = validate_fill,
 		.execute = exec_fill,
+		.short_cmd = true,
 	},
 	[NPNM_OP_COPY] = {
 		.name = "copy",
 		.validate = validate_copy,
 		.execute = exec_copy,
+		.short_cmd = true,
 	},
 	[NPNM_OP_KV_WRITE] = {
 		.name = "kv_write",
@@ -130,4 +133,16 @@ const struct nfw_opdef *nfw_opdef(uint32_t opcode)
 	if (opcode >= NPNM_OP_MAX || !opdefs[opcode].name)
 		return NULL;
 	return &opdefs[opcode];
+}
+
+bool nfw_cmd_is_short(const struct npnm_cmd *desc)
+{
+	const struct nfw_opdef *def = nfw_opdef(desc->opcode);
+
+	if (!def || !def->short_cmd)
+		return false;
+	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++)
+		if (desc->op[i].len > NFW_SHORT_BYTES)
+			return false;
+	return true;
 }

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * The Device Runtime: exactly-once completion under concurrent submitters,
- * batches split across executors, cancellation and shutdown.
+ * The Device Runtime: exactly-once completion under concurrent submitters
+ * and helping waiters, batches split across executors, what a waiting
+ * thread may run itself, cancellation and shutdown.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -105,17 +107,42 @@ static void *submit_thread(void *arg)
 	return NULL;
 }
 
+struct helper {
+	struct nfw_runtime *rt;
+	struct tally *t;
+	unsigned int until, ran;
+};
+
+/* A waiter that runs what it can until every command has completed. */
+static void *help_thread(void *arg)
+{
+	struct helper *h = arg;
+
+	while (atomic_load(&h->t->total) < h->until)
+		if (nfw_runtime_help(h->rt))
+			h->ran++;
+		else
+			sched_yield();
+	return NULL;
+}
+
 static void exactly_once_stress(void **state)
 {
-	enum { THREADS = 6, PER = 3000 };
+	enum { THREADS = 6, PER = 3000, HELPERS = 2 };
 	struct nfw_mem m = { tu_alloc(1 << 16), 1 << 16 };
 	struct tally *t = tu_alloc(sizeof(*t));
 	struct submitter s[THREADS];
-	pthread_t th[THREADS];
+	struct helper h[HELPERS];
+	pthread_t th[THREADS], hth[HELPERS];
 	struct nfw_runtime *rt;
 
 	(void)state;
 	rt = make_rt(&m, 3);
+	/* Waiters taking short commands off the queue race the executors for them. */
+	for (int i = 0; i < HELPERS; i++) {
+		h[i] = (struct helper){ rt, t, THREADS * PER, 0 };
+		assert_int_equal(pthread_create(&hth[i], NULL, help_thread, &h[i]), 0);
+	}
 	for (int i = 0; i < THREADS; i++) {
 		s[i] = (struct submitter){ rt, t, (unsigned int)i * PER, PER };
 		assert_int_equal(pthread_create(&th[i], NULL, submit_thread, &s[i]), 0);
@@ -123,6 +150,8 @@ static void exactly_once_stress(void **state)
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(th[i], NULL);
 	wait_total(t, THREADS * PER);
+	for (int i = 0; i < HELPERS; i++)
+		pthread_join(hth[i], NULL);
 	nfw_runtime_destroy(rt);
 	for (unsigned int i = 0; i < THREADS * PER; i++) {
 		if (atomic_load(&t->seen[i]) != 1)
@@ -230,6 +259,103 @@ static void cancel_and_destroy(void **state)
 	free(m.base);
 }
 
+/* Completions of the gate's owner block until the test opens it: an executor held. */
+static struct tally gate_owner;
+static sem_t gate, gate_entered;
+static pthread_t completer[8];
+
+static void on_complete_gated(void *owner, uint64_t cookie, const struct nfw_result *res)
+{
+	completer[cookie % 8] = pthread_self();
+	if (owner == &gate_owner) {
+		sem_post(&gate_entered);
+		sem_wait(&gate);
+	}
+	on_complete(owner, cookie, res);
+}
+
+/*
+ * What a waiting thread may run: with the only executor held inside a
+ * completion, nfw_runtime_help() runs a short command at the head of the
+ * queue on the calling thread (completing it there, once), refuses a
+ * long one -- and a short one queued behind it, which must not overtake
+ * -- and an empty queue; once the executor is free it runs the rest.
+ */
+static void help_runs_short_commands(void **state)
+{
+	struct nfw_mem m = { tu_alloc(1 << 16), 1 << 16 };
+	struct nfw_runtime_config cfg = {
+		.mem = m, .cores = 1, .isa = NFW_ISA_AUTO, .complete = on_complete_gated,
+	};
+	struct tally *t = tu_alloc(sizeof(*t));
+	struct nfw_runtime *rt = NULL;
+	struct npnm_cmd nop = { .opcode = NPNM_OP_NOP }, c;
+	const pthread_t self = pthread_self();
+
+	(void)state;
+	memset(&gate_owner, 0, sizeof(gate_owner));
+	assert_int_equal(sem_init(&gate, 0, 0), 0);
+	assert_int_equal(sem_init(&gate_entered, 0, 0), 0);
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), 0);
+	assert_false(nfw_runtime_help(rt));		/* nothing queued */
+	/* Hold the executor: a NOP the test's thread does not help with. */
+	assert_int_equal(nfw_runtime_submit(rt, &nop, &gate_owner, 0), 0);
+	assert_int_equal(sem_wait(&gate_entered), 0);
+	assert_false(nfw_runtime_help(rt));
+
+	/* Short: a NOP, a FILL and a COPY of exactly 4 KiB, a bad FILL. */
+	assert_int_equal(nfw_runtime_submit(rt, &nop, t, 1), 0);
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_FILL;
+	c.op[0] = (struct npnm_operand){ 1, 0, 0, 4096 };
+	c.p.fill.width = 1;
+	c.p.fill.pattern = 0x5a;
+	assert_int_equal(nfw_runtime_submit(rt, &c, t, 2), 0);
+	c.p.fill.width = 3;
+	assert_int_equal(nfw_runtime_submit(rt, &c, t, 3), 0);
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_COPY;
+	c.op[0] = (struct npnm_operand){ 1, 0, 8192, 4096 };
+	c.op[1] = (struct npnm_operand){ 1, 0, 0, 4096 };
+	assert_int_equal(nfw_runtime_submit(rt, &c, t, 4), 0);
+	for (int i = 0; i < 4; i++)
+		assert_true(nfw_runtime_help(rt));
+	assert_false(nfw_runtime_help(rt));
+	assert_int_equal(atomic_load(&t->total), 4);
+	for (unsigned int i = 1; i <= 4; i++) {
+		assert_int_equal(atomic_load(&t->seen[i]), 1);
+		assert_true(pthread_equal(completer[i], self));
+	}
+	assert_int_equal(atomic_load(&t->status[3]), NPNM_ST_BAD_PARAM);
+	assert_int_equal(atomic_load(&t->status[4]), NPNM_ST_OK);
+	for (unsigned int i = 0; i < 4096; i++)
+		assert_int_equal(m.base[8192 + i], 0x5a);
+
+	/* Long: a 4 KiB + 1 FILL; the NOP behind it waits for the executor. */
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_FILL;
+	c.op[0] = (struct npnm_operand){ 1, 0, 0, 4097 };
+	c.p.fill.width = 1;
+	assert_int_equal(nfw_runtime_submit(rt, &c, t, 5), 0);
+	assert_int_equal(nfw_runtime_submit(rt, &nop, t, 6), 0);
+	assert_false(nfw_runtime_help(rt));
+	assert_int_equal(atomic_load(&t->total), 4);
+
+	sem_post(&gate);
+	wait_total(t, 6);
+	nfw_runtime_destroy(rt);
+	for (unsigned int i = 5; i <= 6; i++) {
+		assert_int_equal(atomic_load(&t->seen[i]), 1);
+		assert_int_equal(atomic_load(&t->status[i]), NPNM_ST_OK);
+		assert_false(pthread_equal(completer[i], self));
+	}
+	assert_int_equal(atomic_load(&gate_owner.total), 1);
+	sem_destroy(&gate);
+	sem_destroy(&gate_entered);
+	free(t);
+	free(m.base);
+}
+
 static void bad_config(void **state)
 {
 	struct nfw_mem m = { tu_alloc(4096), 4096 };
@@ -315,6 +441,7 @@ int main(void)
 		cmocka_unit_test(split_batches),
 		cmocka_unit_test(split_batch_invalid),
 		cmocka_unit_test(cancel_and_destroy),
+		cmocka_unit_test(help_runs_short_commands),
 		cmocka_unit_test(bad_config),
 		cmocka_unit_test(pinned_executors),
 	};

@@ -17,6 +17,7 @@
 #ifndef NELSSA_FW_H
 #define NELSSA_FW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -139,7 +140,8 @@ uint32_t nfw_selftest(uint32_t mask, struct nfw_scratch *scratch);
 /*
  * The Device Runtime: a queue of commands served by CMD Executor threads,
  * one per core.  Each submitted command completes exactly once through
- * @complete, called on an executor thread (or on the cancelling or
+ * @complete, called on an executor thread (on a thread in
+ * nfw_runtime_help() for a short command it ran, or on the cancelling or
  * destroying thread for NPNM_ST_ABORTED).
  */
 struct nfw_runtime;
@@ -177,6 +179,16 @@ int nfw_runtime_create(const struct nfw_runtime_config *cfg, struct nfw_runtime 
 /* Queue a copy of @desc; -ESHUTDOWN once destruction has begun. */
 int nfw_runtime_submit(struct nfw_runtime *rt, const struct npnm_cmd *desc, void *owner,
 		       uint64_t cookie);
+/*
+ * Lend the calling thread to the device: if the command at the head of
+ * the queue is short (NOP, or FILL or COPY of at most 4 KiB an operand),
+ * take it off the queue, run it and complete it here, through @complete,
+ * and return true; otherwise return false at once.  For a thread about to
+ * wait for a completion: with no free CPU for an executor, that wait is
+ * a futex wake-up and a spin window per command.  The caller must hold
+ * no lock @complete takes.
+ */
+bool nfw_runtime_help(struct nfw_runtime *rt);
 /* Complete every queued, not yet started command of @owner as ABORTED. */
 unsigned int nfw_runtime_cancel(struct nfw_runtime *rt, void *owner);
 /* Abort what is queued, wait for what runs, stop the executors. */
