@@ -222,9 +222,14 @@ bool nfw_runtime_help(struct nfw_runtime *rt)
 	struct nfw_scratch none = { 0 };	/* short commands use none */
 	struct task *t;
 
-	if (!atomic_load_explicit(&rt->queued, memory_order_acquire))
+	/*
+	 * A held lock is most likely an executor taking the queue: leave it
+	 * the command rather than sleep on the mutex, which cost a futex
+	 * wake-up (p99 12-18 us against 5 us with a free core).
+	 */
+	if (!atomic_load_explicit(&rt->queued, memory_order_acquire) ||
+	    pthread_mutex_trylock(&rt->lock))
 		return false;
-	pthread_mutex_lock(&rt->lock);
 	t = rt->first;
 	/* Only the head: a short command behind a long one still waits its turn. */
 	if (!t || !t->head || atomic_load(&rt->stopping) || !nfw_cmd_is_short(&t->job->desc)) {

@@ -554,6 +554,70 @@ static void exec_keeps_async(void **state)
 }
 
 /*
+ * A waiting thread runs short commands at the head of the device's queue
+ * itself, whichever context queued them (sim only; spin_us=0 makes it
+ * try at once): every completion still reaches its own context's queue,
+ * once, with its own tag, and the work is done.  A 4 KiB + 1 fill is
+ * left to the executors and completes as well.
+ */
+static void waiters_run_short_commands(void **state)
+{
+	struct nelssa_pnm *a, *b;
+	struct npnm_completion comp[8];
+	struct npnm_cmd c;
+	uint32_t ha, hb;
+	uint8_t *ma;
+	unsigned int seen = 0;
+
+	(void)state;
+	if (!is_sim())
+		skip();
+	a = open_dev("sim:4,mem=8M,cores=1,spin_us=0");
+	b = open_dev("sim:4");
+	ha = alloc(a, 16384);
+	hb = alloc(b, 4096);
+	assert_int_equal(nelssa_pnm_mem_map(a, ha, (void **)&ma, NULL), 0);
+	for (int round = 0; round < 200; round++) {
+		for (uint64_t i = 0; i < 3; i++) {
+			c = fill_cmd(ha, i * 4096, i == 2 ? 4097 : 4096, (uint8_t)(round + i));
+			c.user_tag = i;
+			assert_int_equal(nelssa_pnm_submit(a, &c, 1, NULL), 1);
+		}
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_NOP;
+		c.user_tag = 77;
+		assert_int_equal(nelssa_pnm_submit(b, &c, 1, NULL), 1);
+		c = fill_cmd(hb, 0, 4096, 5);
+		c.user_tag = 78;
+		assert_int_equal(nelssa_pnm_exec(b, &c, comp), 0);
+		assert_int_equal(comp[0].user_tag, 78);
+		assert_int_equal(nelssa_pnm_wait(b, comp, 1, 8, -1), 1);
+		assert_int_equal(comp[0].user_tag, 77);
+		assert_int_equal(comp[0].result, 0);
+		for (int got = 0; got < 3;) {
+			int r = nelssa_pnm_wait(a, comp, 1, 8, -1);
+
+			assert_true(r > 0);
+			for (int i = 0; i < r; i++) {
+				assert_true(comp[i].user_tag < 3);
+				assert_int_equal(comp[i].result, 0);
+				seen |= 1u << comp[i].user_tag;
+			}
+			got += r;
+		}
+		assert_int_equal(seen, 7);
+		seen = 0;
+		assert_int_equal(nelssa_pnm_poll(a, comp, 8), 0);
+		assert_int_equal(nelssa_pnm_poll(b, comp, 8), 0);
+		for (uint32_t i = 0; i < 3; i++)
+			assert_int_equal(ma[i * 4096 + 100], (uint8_t)(round + i));
+		assert_int_equal(ma[2 * 4096 + 4096], (uint8_t)(round + 2));
+	}
+	nelssa_pnm_close(a);
+	nelssa_pnm_close(b);
+}
+
+/*
  * Submitters and reapers on separate threads, batches of 1..16: every
  * command's completion is seen exactly once, with its own tag and seqno.
  */
@@ -819,6 +883,7 @@ int main(void)
 		cmocka_unit_test(busy_region_and_timeouts),
 		cmocka_unit_test(event_fd),
 		cmocka_unit_test(exec_keeps_async),
+		cmocka_unit_test(waiters_run_short_commands),
 		cmocka_unit_test(stress_exactly_once),
 		cmocka_unit_test(close_with_inflight),
 		cmocka_unit_test(sparse_attn_end_to_end),
