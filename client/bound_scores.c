@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nelssa/sparse.h>
 
@@ -111,6 +112,9 @@ void nelssa_cluster_far_keys(const struct nelssa_cluster_index *ix, enum nelssa_
 		float *f = far + (size_t)c * d;
 		double best = -1.0;
 
+		/* Empty: a zero row, so block products over it read defined values. */
+		if (!ix->table[c].count)
+			memset(f, 0, sizeof(*f) * d);
 		for (uint32_t j = 0; j < ix->table[c].count; j++) {
 			uint32_t t = ix->perm[ix->table[c].first + j];
 			double dd = 0.0;

@@ -19,9 +19,11 @@ void nelssa_centroid_logits(const float *q, uint32_t group, uint32_t head_dim, f
 			    double *logit, float *dots)
 {
 	nelssa_group_dots(q, group, head_dim, centroids, n_clusters, dots);
-	for (size_t i = 0; i < (size_t)group * n_clusters; i++)
-		if (sizes[i % n_clusters])
-			logit[i] = (double)scale * dots[i];
+	for (uint32_t r = 0; r < group; r++)
+		for (uint32_t c = 0; c < n_clusters; c++)
+			if (sizes[c])
+				logit[(size_t)r * n_clusters + c] =
+					(double)scale * dots[(size_t)r * n_clusters + c];
 }
 
 int nelssa_centroid_scores(const float *q, uint32_t group, uint32_t head_dim, float scale,

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <nelssa/half.h>
 #include <nelssa/sparse.h>
 
 #include "testutil.h"
@@ -569,6 +570,41 @@ static void far_probe_finds_a_hidden_member(void **state)
  * the pair's mean and its strong member: the probe ranks the pair first,
  * at the strong member's logit, the centroids rank the single key first.
  */
+/*
+ * Known answer on a hand-built index of three clusters, the middle one
+ * empty: each far row is the member farthest from its centroid, and the
+ * empty cluster's row is zeros (its products are computed with the rest
+ * and must read defined values), whatever the buffer held before.
+ */
+static void far_keys_known_answer(void **state)
+{
+	enum { d = 4 };
+	static const float keys[4][d] = {
+		{ 1, 0, 0, 0 }, { 3, 0, 0, 0 },		/* cluster 0: centroid 1.5 */
+		{ 0, 1, 0, 0 }, { 0, -2, 0, 0 },	/* cluster 2: centroid 0 */
+	};
+	uint16_t k[4 * d];
+	uint32_t perm[4] = { 0, 1, 2, 3 };
+	struct nelssa_cluster table[3] = { { 0, 2 }, { 2, 0 }, { 2, 2 } };
+	float centroids[3 * d] = { 1.5f, 0, 0, 0, 9, 9, 9, 9, 0, 0, 0, 0 };
+	struct nelssa_cluster_index ix = {
+		.head_dim = d, .n_tokens = 4, .n_clusters = 3, .perm = perm, .table = table,
+		.centroids = centroids,
+	};
+	float far[3 * d];
+
+	(void)state;
+	for (int i = 0; i < 4 * d; i++)
+		k[i] = nelssa_f32_to_bf16(keys[i / d][i % d]);
+	memset(far, 0xff, sizeof(far));		/* NaN everywhere */
+	nelssa_cluster_far_keys(&ix, NELSSA_KV_BF16, k, far);
+	for (int i = 0; i < d; i++) {
+		assert_true(far[i] == keys[1][i]);		/* |3 - 1.5| > |1 - 1.5| */
+		assert_true(far[d + i] == 0.0f && !signbit(far[d + i]));
+		assert_true(far[2 * d + i] == keys[3][i]);	/* |-2| > |1| */
+	}
+}
+
 static void far_probe_sees_both_members_of_a_pair(void **state)
 {
 	float q[D], cen[2 * D], far[2 * D], score[2], cscore[2];
@@ -720,6 +756,7 @@ int main(void)
 		cmocka_unit_test(bound_probs_match_float64),
 		cmocka_unit_test(far_probe_matches_float64),
 		cmocka_unit_test(far_probe_finds_a_hidden_member),
+		cmocka_unit_test(far_keys_known_answer),
 		cmocka_unit_test(far_probe_sees_both_members_of_a_pair),
 		cmocka_unit_test(select_is_the_documented_fill),
 	};

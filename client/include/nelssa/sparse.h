@@ -580,7 +580,8 @@ int nelssa_bound_probs(const float *q, uint32_t group, uint32_t head_dim, float 
  * @k: keys in token order [ix->n_tokens][ix->head_dim].
  * @far: receives fp32 [ix->n_clusters][ix->head_dim]: the raw key of the
  *	member with the largest L2 distance (float64) from the cluster's
- *	centroid; ties to the earlier member in cluster order.
+ *	centroid; ties to the earlier member in cluster order; zeros for an
+ *	empty cluster.
  *
  * The second probe of nelssa_far_probs(): d floats per cluster beside the
  * centroid, half the metadata of the per-channel box.
