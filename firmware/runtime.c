@@ -64,6 +64,7 @@ struct nfw_runtime {
 	pthread_cond_t cond;
 	struct task *first, *last;
 	atomic_uint queued;
+	atomic_uint helping;	/* threads in nfw_runtime_help() running a task */
 	atomic_bool stopping;
 	unsigned int nthreads;
 	pthread_t *threads;
@@ -240,8 +241,11 @@ bool nfw_runtime_help(struct nfw_runtime *rt)
 	if (!rt->first)
 		rt->last = NULL;
 	atomic_fetch_sub(&rt->queued, 1);
+	/* Counted under the lock that saw !stopping: destroy waits for it. */
+	atomic_fetch_add(&rt->helping, 1);
 	pthread_mutex_unlock(&rt->lock);
 	run_task(rt, t, &none);
+	atomic_fetch_sub_explicit(&rt->helping, 1, memory_order_release);
 	return true;
 }
 
@@ -395,6 +399,9 @@ void nfw_runtime_destroy(struct nfw_runtime *rt)
 	pthread_mutex_unlock(&rt->lock);
 	for (unsigned int i = 0; i < rt->nthreads; i++)
 		pthread_join(rt->threads[i], NULL);
+	/* A helper that took a command before stopping runs one short command. */
+	while (atomic_load_explicit(&rt->helping, memory_order_acquire))
+		sched_yield();
 	pthread_cond_destroy(&rt->cond);
 	pthread_mutex_destroy(&rt->lock);
 	free(rt->threads);

@@ -490,6 +490,45 @@ static int sim_submit(struct nelssa_pnm *pnm, const struct npnm_cmd *cmds, uint3
 	return i ? (int)i : ret;
 }
 
+/*
+ * Spin briefly before sleeping: a condvar sleep costs more than a fast
+ * command.  Once this wait has spun SIM_HELP_AFTER_NS, a short command
+ * at the head of the device's queue has no running executor to take it
+ * -- one with a CPU of its own starts it within a microsecond -- so this
+ * thread runs it (nfw_runtime_help()), and tries again at most every
+ * SIM_HELP_AFTER_NS after a refusal, so that a queue headed by a long
+ * command is not a lock taken on every turn.  Helping at once measured
+ * the same median but a p99 of 11-18 us against 5 us with a free core:
+ * the executors, robbed of every command, fell asleep and each
+ * submission paid their wake-up.  After 1 us (0.5 us alike) a free
+ * core's p99 is 3-4 us; after 2 us a shared core's p90 reached 43 us,
+ * the executor, woken meanwhile, taking the CPU for its spin window.
+ * The spin window and the timeout bound the helping as they bound the
+ * spin (one short command past them at most); with no spin it helps
+ * once.
+ */
+static void spin_and_help(struct sim_ctx *c, uint32_t min, uint64_t spin, int64_t timeout_ns)
+{
+	uint64_t start = nelssa_now_ns(), next_help = spin < SIM_HELP_AFTER_NS ? spin :
+									   SIM_HELP_AFTER_NS;
+
+	for (bool first = true;; first = false) {
+		uint64_t spun = nelssa_now_ns() - start;
+
+		if (atomic_load_explicit(&c->cq_ready, memory_order_acquire) >= min ||
+		    (timeout_ns > 0 && spun >= (uint64_t)timeout_ns) || (!first && spun >= spin))
+			return;
+		if (spun >= next_help) {
+			if (nfw_runtime_help(c->dev->rt))
+				continue;
+			next_help = spun + SIM_HELP_AFTER_NS;
+		}
+		if (spun >= spin)
+			return;
+		nfw_cpu_relax();
+	}
+}
+
 static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint32_t min,
 		    uint32_t max, int64_t timeout_ns)
 {
@@ -500,29 +539,8 @@ static int sim_wait(struct nelssa_pnm *pnm, struct npnm_completion *comps, uint3
 	uint32_t n = 0;
 	uint64_t drain;
 
-	/*
-	 * Spin briefly first: a condvar sleep costs more than a fast command.
-	 * A short command still queued after SIM_HELP_AFTER_NS has no running
-	 * executor to take it -- one with a CPU of its own starts it within
-	 * a microsecond -- so this thread runs it (nfw_runtime_help()).
-	 * Helping at once measured the same median but a p99 of 11-18 us
-	 * against 5 us with a free core: the executors, robbed of every
-	 * command, fell asleep and each submission paid their wake-up.
-	 * After 1 us (0.5 us alike) a free core's p99 is 3-4 us; after 2 us
-	 * a shared core's p90 reached 43 us, the executor, woken meanwhile,
-	 * taking the CPU for its spin window.
-	 */
 	if (min && timeout_ns != 0)
-		while (atomic_load_explicit(&c->cq_ready, memory_order_acquire) < min) {
-			uint64_t spun = nelssa_now_ns() - start;
-
-			if (spun >= (spin < SIM_HELP_AFTER_NS ? spin : SIM_HELP_AFTER_NS) &&
-			    nfw_runtime_help(c->dev->rt))
-				continue;
-			if (spun >= spin)
-				break;
-			nfw_cpu_relax();
-		}
+		spin_and_help(c, min, spin, timeout_ns);
 	if (deadline) {
 		ts.tv_sec = (time_t)(deadline / 1000000000ull);
 		ts.tv_nsec = (long)(deadline % 1000000000ull);
@@ -573,11 +591,6 @@ static int sim_exec(struct nelssa_pnm *pnm, const struct npnm_cmd *cmd,
 
 	pthread_mutex_lock(&c->lock);
 	ret = submit_one(c, cmd, 0, &w, &seqno);
-	pthread_mutex_unlock(&c->lock);
-	/* A short command, alone in the queue, runs here (see sim_wait()). */
-	if (!ret)
-		nfw_runtime_help(c->dev->rt);
-	pthread_mutex_lock(&c->lock);
 	while (!ret && !w.done)
 		pthread_cond_wait(&c->cond, &c->lock);
 	pthread_mutex_unlock(&c->lock);

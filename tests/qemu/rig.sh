@@ -130,7 +130,7 @@ cp -L "$out/guest-build/lib/libnelssa-sim.so.0" "$out/root/lib/x86_64-linux-gnu/
 cp /bin/busybox "$out/root/bin/busybox"
 for a in sh mount umount insmod rmmod lsmod cat cut sed grep awk dmesg stat dd printf sleep \
 	basename poweroff echo ls ip netstat su taskset timeout kill pidof tr head tail wc id ps \
-	seq sort uname env; do
+	seq sort uname env mkfifo; do
 	ln -sf busybox "$out/root/bin/$a"
 done
 ln -sf ../bin/busybox "$out/root/sbin/modprobe"

@@ -186,7 +186,9 @@ int nfw_runtime_submit(struct nfw_runtime *rt, const struct npnm_cmd *desc, void
  * and return true; otherwise return false at once.  For a thread about to
  * wait for a completion: with no free CPU for an executor, that wait is
  * a futex wake-up and a spin window per command.  The caller must hold
- * no lock @complete takes.
+ * no lock @complete takes.  nfw_runtime_destroy() waits for a command a
+ * helper took, as for one an executor runs; a call after it has begun
+ * returns false.
  */
 bool nfw_runtime_help(struct nfw_runtime *rt);
 /* Complete every queued, not yet started command of @owner as ABORTED. */
