@@ -558,7 +558,9 @@ static void exec_keeps_async(void **state)
  * itself, whichever context queued them (sim only; spin_us=0 makes it
  * try at once): every completion still reaches its own context's queue,
  * once, with its own tag, and the work is done.  A 4 KiB + 1 fill is
- * left to the executors and completes as well.
+ * left to the executors and completes as well.  Which thread runs a
+ * command is not observable here; test_fw_runtime holds the executor
+ * and checks that (help_runs_short_commands).
  */
 static void waiters_run_short_commands(void **state)
 {
