@@ -17,9 +17,11 @@ extern "C" {
  * The per-key loops beside k-means' GEMM (the scans of each key's scores,
  * the float64 update sums) built for AVX-512 and AVX2 as well as the
  * baseline ISA, chosen at load time (GCC's target_clones, an ifunc), so a
- * distribution build gets the wide vectors the CPU has.
+ * distribution build gets the wide vectors the CPU has.  A test defines
+ * NELSSA_KM_NO_CLONES to build one ISA's copy of a loop and check it.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+	!defined(NELSSA_KM_NO_CLONES)
 #define NELSSA_KM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define NELSSA_KM_CLONES

@@ -9,7 +9,9 @@
  * Shapes cover group sizes 1 to NELSSA_ATTN_MAX_GROUP, head_dims that are
  * not multiples of the 8-wide transpose or that span several 128-element
  * chunks, centroid counts around the 16-row block, unaligned rows, and
- * signed zeros, subnormals, overflow and non-finite inputs.
+ * signed zeros, subnormals, overflow and non-finite inputs.  On x86 with
+ * GCC every ISA's copy is checked that this CPU can run (the build makes
+ * one per ISA under its own name), besides the clone it dispatches to.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -26,6 +28,44 @@
 #include "../../client/scores_internal.h"
 #include "testutil.h"
 
+typedef void (*group_dots_fn)(const float *q, uint32_t group, uint32_t d, const float *rows,
+			      uint32_t n, float *out);
+
+#ifdef NELSSA_GROUP_DOTS_ISAS
+void nelssa_group_dots_baseline(const float *q, uint32_t group, uint32_t d, const float *rows,
+				uint32_t n, float *out);
+void nelssa_group_dots_avx2(const float *q, uint32_t group, uint32_t d, const float *rows,
+			    uint32_t n, float *out);
+void nelssa_group_dots_avx512f(const float *q, uint32_t group, uint32_t d, const float *rows,
+			       uint32_t n, float *out);
+#endif
+
+struct impl {
+	const char *name;
+	group_dots_fn fn;
+};
+
+static struct impl impls[4];
+static unsigned int n_impls;
+
+static int find_impls(void **state)
+{
+	(void)state;
+	n_impls = 0;
+	impls[n_impls++] = (struct impl){ "dispatched", nelssa_group_dots };
+#ifdef NELSSA_GROUP_DOTS_ISAS
+	__builtin_cpu_init();
+	impls[n_impls++] = (struct impl){ "baseline", nelssa_group_dots_baseline };
+	if (__builtin_cpu_supports("avx2"))
+		impls[n_impls++] = (struct impl){ "avx2", nelssa_group_dots_avx2 };
+	if (__builtin_cpu_supports("avx512f"))
+		impls[n_impls++] = (struct impl){ "avx512f", nelssa_group_dots_avx512f };
+#endif
+	for (unsigned int i = 0; i < n_impls; i++)
+		print_message("# checking the %s copy\n", impls[i].name);
+	return 0;
+}
+
 /* Equal bit for bit; any two NaNs are equal (a NaN's payload is not specified). */
 static int same(float a, float b)
 {
@@ -36,8 +76,8 @@ static int same(float a, float b)
  * q[group][d] against rows[n][d] (@rows may be unaligned): every output
  * against the scalar definition.  Returns the number of pairs checked.
  */
-static size_t check(const float *q, uint32_t group, uint32_t d, const float *rows, uint32_t n,
-		    const char *what)
+static size_t check_one(group_dots_fn fn, const char *impl, const float *q, uint32_t group,
+			uint32_t d, const float *rows, uint32_t n, const char *what)
 {
 	/* One spare float each side catches a write outside [group][n]. */
 	size_t len = (size_t)group * n;
@@ -46,7 +86,7 @@ static size_t check(const float *q, uint32_t group, uint32_t d, const float *row
 
 	out[0] = canary;
 	out[len + 1] = canary;
-	nelssa_group_dots(q, group, d, rows, n, out + 1);
+	fn(q, group, d, rows, n, out + 1);
 	assert_true(same(out[0], canary));
 	assert_true(same(out[len + 1], canary));
 	for (uint32_t r = 0; r < group; r++)
@@ -55,10 +95,21 @@ static size_t check(const float *q, uint32_t group, uint32_t d, const float *row
 			float got = out[1 + (size_t)r * n + c];
 
 			if (!same(want, got))
-				fail_msg("%s: group %u d %u n %u: row %u centroid %u: %a, want %a",
-					 what, group, d, n, r, c, got, want);
+				fail_msg("%s copy, %s: group %u d %u n %u: row %u centroid %u: %a, "
+					 "want %a", impl, what, group, d, n, r, c, got, want);
 		}
 	free(out);
+	return len;
+}
+
+/* Every copy this CPU can run; returns the pairs checked by one. */
+static size_t check(const float *q, uint32_t group, uint32_t d, const float *rows, uint32_t n,
+		    const char *what)
+{
+	size_t len = 0;
+
+	for (unsigned int i = 0; i < n_impls; i++)
+		len = check_one(impls[i].fn, impls[i].name, q, group, d, rows, n, what);
 	return len;
 }
 
@@ -150,5 +201,5 @@ int main(void)
 	};
 
 	tu_init("client_group_dots");
-	return cmocka_run_group_tests_name("client_group_dots", tests, NULL, NULL);
+	return cmocka_run_group_tests_name("client_group_dots", tests, find_impls, NULL);
 }
