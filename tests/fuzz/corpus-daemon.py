@@ -274,6 +274,10 @@ SEEDS = {
     # ... nor when the clock has moved past it before the frames in the socket are read
     "held-hello-idle-late-read": connect(0) + hold() + hello(0) + create(0) + tick("idle") +
         tick("idle") + hold() + tick("10s", 24),
+    # ... and a request behind a held create may name the session it makes, whose id the
+    # fuzzer cannot know yet: any guessed id is then not "certainly -ENOENT"
+    "held-create-then-guess": connect(0) + hold() + hello(0) + create(0) + hold() +
+        b"".join(alloc(0, ("id", n), 0) for n in range(1, 16)) + close(0, ("id", 1)),
     # 6: a step of no items.
     "repro6-step-no-items": session(0) + alloc(0, 0, 0) + step(0, 0, items=()) +
         step(0, 0, items=(), send="rndv") + step(0, 0),

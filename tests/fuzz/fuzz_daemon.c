@@ -1140,6 +1140,20 @@ static int holds(const struct slot *c, uint64_t id)
 	return 0;
 }
 
+/*
+ * A SESSION_CREATE of @c sent and not yet answered: the daemon reads the
+ * requests after it only once it is answered, and the session it makes
+ * has an id this file cannot know yet -- any id it does not know may be
+ * that one.
+ */
+static int creating(const struct slot *c)
+{
+	for (uint32_t i = 0; i < c->nq; i++)
+		if (c->q[i].type == NELSSA_MSG_SESSION_CREATE)
+			return 1;
+	return 0;
+}
+
 static const uint16_t dims[8] = { 8, 16, 32, 64, 128, 256, 512, 4 };
 static const uint64_t caps[8] = { 16, 64, 256, 1024, 4096, 65536, 1u << 22, 1ull << 33 };
 static const uint32_t toks[8] = { 1, 16, 64, 256, 1024, 4096, 1u << 20, 0 };
@@ -1335,13 +1349,16 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 		e->type = 0;	/* malformed: an ERROR, and the connection ends */
 	}
 	c->seq++;
-	/* Isolation: a session this connection does not hold is one that never existed. */
+	/*
+	 * Isolation: a session this connection does not hold is one that
+	 * never existed -- unless it is the one a create in flight makes.
+	 */
 	if ((m.type == NELSSA_MSG_REQ_ALLOC || m.type == NELSSA_MSG_REQ_FREE ||
-	     m.type == NELSSA_MSG_CLOSE) && e->type && c->hello_ok)
+	     m.type == NELSSA_MSG_CLOSE) && e->type && c->hello_ok && !creating(c))
 		e->enoent = !holds(c, m.type == NELSSA_MSG_CLOSE ? m.u.session.session
 								 : m.u.req.session);
 	if (m.type == NELSSA_MSG_STATS && m.u.session.session && e->type && c->hello_ok &&
-	    !c->admin)
+	    !c->admin && !creating(c))
 		e->enoent = !holds(c, m.u.session.session);
 	if (m.type == NELSSA_MSG_CLOSE)
 		e->session = m.u.session.session;
