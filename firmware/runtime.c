@@ -97,6 +97,18 @@ static void push_locked(struct nfw_runtime *rt, struct task *t, bool front)
 	atomic_fetch_add(&rt->queued, 1);
 }
 
+/* Unlink the head task; called with the queue lock held and the queue not empty. */
+static struct task *unlink_first_locked(struct nfw_runtime *rt)
+{
+	struct task *t = rt->first;
+
+	rt->first = t->next;
+	if (!rt->first)
+		rt->last = NULL;
+	atomic_fetch_sub(&rt->queued, 1);
+	return t;
+}
+
 static struct task *pop(struct nfw_runtime *rt)
 {
 	struct task *t;
@@ -111,13 +123,7 @@ static struct task *pop(struct nfw_runtime *rt)
 	pthread_mutex_lock(&rt->lock);
 	while (!rt->first && !atomic_load(&rt->stopping))
 		pthread_cond_wait(&rt->cond, &rt->lock);
-	t = rt->first;
-	if (t) {
-		rt->first = t->next;
-		if (!rt->first)
-			rt->last = NULL;
-		atomic_fetch_sub(&rt->queued, 1);
-	}
+	t = rt->first ? unlink_first_locked(rt) : NULL;
 	pthread_mutex_unlock(&rt->lock);
 	return t;
 }
@@ -237,10 +243,7 @@ bool nfw_runtime_help(struct nfw_runtime *rt)
 		pthread_mutex_unlock(&rt->lock);
 		return false;
 	}
-	rt->first = t->next;
-	if (!rt->first)
-		rt->last = NULL;
-	atomic_fetch_sub(&rt->queued, 1);
+	unlink_first_locked(rt);
 	/* Counted under the lock that saw !stopping: destroy waits for it. */
 	atomic_fetch_add(&rt->helping, 1);
 	pthread_mutex_unlock(&rt->lock);
