@@ -135,13 +135,13 @@ static void sgemm_products(const struct opts *o, const float *q, const float *ce
 			   const float *far, uint32_t n, float *out)
 {
 	const uint32_t d = o->head_dim;
+	const float *const rows[2] = { cen, far };
 
-	for (uint32_t h = 0; h < o->heads; h++) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)o->group, (int)n, (int)d,
-			    1.0f, q, (int)d, cen + (size_t)h * n * d, (int)d, 0.0f, out, (int)n);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)o->group, (int)n, (int)d,
-			    1.0f, q, (int)d, far + (size_t)h * n * d, (int)d, 0.0f, out, (int)n);
-	}
+	for (uint32_t h = 0; h < o->heads; h++)
+		for (int k = 0; k < 2; k++)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)o->group, (int)n,
+				    (int)d, 1.0f, q, (int)d, rows[k] + (size_t)h * n * d, (int)d, 0.0f,
+				    out, (int)n);
 }
 
 static int bench_topk(const struct opts *o, struct topk_times *tm, struct topk_sel *sel)
