@@ -286,6 +286,18 @@ static void gates_init(void)
 	assert_int_equal(sem_init(&gate_entered, 0, 0), 0);
 }
 
+/* One executor, no spin, completions through the gates. */
+static struct nfw_runtime *make_gated_rt(struct nfw_mem *m)
+{
+	struct nfw_runtime_config cfg = {
+		.mem = *m, .cores = 1, .isa = NFW_ISA_AUTO, .complete = on_complete_gated,
+	};
+	struct nfw_runtime *rt = NULL;
+
+	assert_int_equal(nfw_runtime_create(&cfg, &rt), 0);
+	return rt;
+}
+
 static void gates_destroy(void)
 {
 	for (int i = 0; i < 8; i++)
@@ -303,17 +315,14 @@ static void gates_destroy(void)
 static void help_runs_short_commands(void **state)
 {
 	struct nfw_mem m = { tu_alloc(1 << 16), 1 << 16 };
-	struct nfw_runtime_config cfg = {
-		.mem = m, .cores = 1, .isa = NFW_ISA_AUTO, .complete = on_complete_gated,
-	};
 	struct tally *t = tu_alloc(sizeof(*t));
-	struct nfw_runtime *rt = NULL;
+	struct nfw_runtime *rt;
 	struct npnm_cmd nop = { .opcode = NPNM_OP_NOP }, c;
 	const pthread_t self = pthread_self();
 
 	(void)state;
 	gates_init();
-	assert_int_equal(nfw_runtime_create(&cfg, &rt), 0);
+	rt = make_gated_rt(&m);
 	assert_false(nfw_runtime_help(rt));		/* nothing queued */
 	/* Hold the executor: a NOP the test's thread does not help with. */
 	assert_int_equal(nfw_runtime_submit(rt, &nop, &gate_owner, 0), 0);
@@ -405,16 +414,13 @@ static void *destroy_thread(void *arg)
 static void destroy_waits_for_helpers(void **state)
 {
 	struct nfw_mem m = { tu_alloc(1 << 16), 1 << 16 };
-	struct nfw_runtime_config cfg = {
-		.mem = m, .cores = 1, .isa = NFW_ISA_AUTO, .complete = on_complete_gated,
-	};
 	struct npnm_cmd nop = { .opcode = NPNM_OP_NOP };
 	struct destroyer x = { 0 };
 	pthread_t helper, destroyer;
 
 	(void)state;
 	gates_init();
-	assert_int_equal(nfw_runtime_create(&cfg, &x.rt), 0);
+	x.rt = make_gated_rt(&m);
 	assert_int_equal(nfw_runtime_submit(x.rt, &nop, &gate_owner, 0), 0);
 	assert_int_equal(sem_wait(&gate_entered), 0);		/* the executor, held */
 	assert_int_equal(nfw_runtime_submit(x.rt, &nop, &gate_owner, 1), 0);
