@@ -159,14 +159,15 @@ struct npnm_rules_fault {
 #define NPNM_RULES_PSIZE(m)	sizeof(((struct npnm_cmd *)0)->p.m)
 
 /**
- * npnm_kv_elem_bytes() - bytes of one K or V element of a KV type
+ * npnm_kv_elem_bytes() - bytes of one K or V element of a row-addressed type
  * @dtype: enum npnm_kv_dtype.
  *
- * The one place a row's width comes from (a row is head_dim elements), so
- * that a narrower type (fp8, int8, int4) changes one switch.
+ * Only the 16-bit types are row-addressed (token t at t * head_dim
+ * elements); the 8-bit types go in tiles with their scales, and their
+ * sizes come from npnm_kv_bytes().
  *
- * Return: the width in bytes, or 0 for a type this build does not know,
- * which every check then refuses.
+ * Return: the width in bytes, or 0 for a tiled type and for a type this
+ * build does not know.
  */
 static inline unsigned int npnm_kv_elem_bytes(unsigned int dtype)
 {
@@ -177,6 +178,76 @@ static inline unsigned int npnm_kv_elem_bytes(unsigned int dtype)
 	default:
 		return 0;
 	}
+}
+
+/**
+ * npnm_kv_is_tiled() - is a KV type stored in tiles with scales
+ * @dtype: enum npnm_kv_dtype.
+ *
+ * Return: 1 for NPNM_DTYPE_FP8_E4M3 and NPNM_DTYPE_INT8, else 0.
+ */
+static inline int npnm_kv_is_tiled(unsigned int dtype)
+{
+	return dtype == NPNM_DTYPE_FP8_E4M3 || dtype == NPNM_DTYPE_INT8;
+}
+
+/**
+ * npnm_kv_known() - does this build know a KV type
+ * @dtype: enum npnm_kv_dtype.
+ *
+ * Return: 1 if @dtype is a type the layout functions here describe.
+ */
+static inline int npnm_kv_known(unsigned int dtype)
+{
+	return npnm_kv_elem_bytes(dtype) || npnm_kv_is_tiled(dtype);
+}
+
+/**
+ * npnm_kv_tile_bytes() - bytes of one tile of a tiled KV type
+ * @head_dim: Elements per row, non-zero.
+ *
+ * NPNM_KV_QTILE rows of @head_dim bytes, a binary32 scale per
+ * NPNM_KV_QGROUP channels, rounded up to NPNM_KV_QALIGN.
+ *
+ * Return: the tile size in bytes.
+ */
+static inline __u64 npnm_kv_tile_bytes(unsigned int head_dim)
+{
+	__u64 groups = (head_dim + NPNM_KV_QGROUP - 1) / NPNM_KV_QGROUP;
+	__u64 b = (__u64)NPNM_KV_QTILE * head_dim + 4 * groups;
+
+	return (b + NPNM_KV_QALIGN - 1) / NPNM_KV_QALIGN * NPNM_KV_QALIGN;
+}
+
+/**
+ * npnm_kv_bytes() - bytes that hold the K (or V) rows of some tokens
+ * @dtype: enum npnm_kv_dtype.
+ * @head_dim: Elements per row.
+ * @tokens: Tokens, counted from token 0 of the array.
+ *
+ * The one place sizes of KV arrays come from: the firmware, the mock and
+ * the host library bound every access with it.  A tiled type rounds up to
+ * whole tiles.
+ *
+ * Return: the size in bytes, or 0 for an unknown type.
+ */
+static inline __u64 npnm_kv_bytes(unsigned int dtype, unsigned int head_dim, __u64 tokens)
+{
+	if (npnm_kv_is_tiled(dtype))
+		return (tokens + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE * npnm_kv_tile_bytes(head_dim);
+	return tokens * head_dim * npnm_kv_elem_bytes(dtype);
+}
+
+/**
+ * npnm_kv_align() - alignment an array of a KV type needs in device memory
+ * @dtype: enum npnm_kv_dtype.
+ *
+ * Return: 2 for the 16-bit types, 4 for the tiled ones (their scales are
+ * binary32), 0 for an unknown type.
+ */
+static inline unsigned int npnm_kv_align(unsigned int dtype)
+{
+	return npnm_kv_is_tiled(dtype) ? 4 : npnm_kv_elem_bytes(dtype);
 }
 
 /**

@@ -47,15 +47,37 @@
  * enum npnm_kv_dtype - element type of K and V rows (a __u8 field on the wire).
  * @NPNM_DTYPE_BF16: bfloat16, the default.
  * @NPNM_DTYPE_FP16: IEEE binary16.
+ * @NPNM_DTYPE_FP8_E4M3: OCP FP8 E4M3 (bias 7, no infinities, 0x7f and 0xff
+ *	NaN, largest finite 448) with scales, in tiles (below).
+ * @NPNM_DTYPE_INT8: two's-complement int8 with scales, in tiles (below).
  *
  * Zero is deliberately invalid so that a zeroed descriptor is rejected.
- * Values 3..15 are reserved for fp8 (e4m3 with per-block scales) and
- * int8/int4 KV formats.  The enum documents values; no field has enum type.
+ * Values 5..15 are reserved (int4 and others).  The enum documents values;
+ * no field has enum type.
+ *
+ * The 16-bit types are row-addressed: token t's K row is head_dim elements
+ * at k_off + t * head_dim * 2.  The 8-bit types are tile-addressed: the
+ * tokens go in tiles of NPNM_KV_QTILE, and tile i starts at k_off + i *
+ * tile bytes.  A tile is NPNM_KV_QTILE rows of head_dim bytes (a tile past
+ * the last token is padded with rows the device never reads), then one
+ * little-endian IEEE binary32 scale per NPNM_KV_QGROUP channels of the row
+ * (the last group may be shorter), then zero padding to a multiple of
+ * NPNM_KV_QALIGN bytes.  Element j of a row in the tile stands for the
+ * binary32 value scale[j / NPNM_KV_QGROUP] * code, rounded once to
+ * binary32.  V is laid out the same way at v_off.  Documentation/
+ * numeric-conventions.rst gives the quantisation the host library uses.
  */
 enum npnm_kv_dtype {
 	NPNM_DTYPE_BF16 = 1,
 	NPNM_DTYPE_FP16 = 2,
+	NPNM_DTYPE_FP8_E4M3 = 3,
+	NPNM_DTYPE_INT8 = 4,
 };
+
+/* Tile geometry of the 8-bit KV types (see enum npnm_kv_dtype). */
+#define NPNM_KV_QTILE		16	/* tokens per tile */
+#define NPNM_KV_QGROUP		32	/* channels per scale */
+#define NPNM_KV_QALIGN		64	/* tile size granularity, bytes */
 
 /**
  * struct npnm_info - NPNM_IOC_GET_INFO: what this device and driver offer.
