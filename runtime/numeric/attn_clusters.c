@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Attention over selected clusters of a cluster-contiguous KV store
- * (DESIGN §3.3): each selected cluster is one contiguous run of K/V rows,
+ * (DESIGN §3.3): each selected cluster is one contiguous run of tokens,
  * streamed into the same online-softmax state.  Everything is validated
  * before the first output byte is written, as the firmware must do.
  */
@@ -45,7 +45,6 @@ int nelssa_attn_clusters(const struct nelssa_attn_geom *geom, const float *q, co
 			 float *lse)
 {
 	struct nelssa_attn_run run;
-	size_t row;
 	int ret;
 
 	ret = nelssa_attn_geom_check(geom);
@@ -55,13 +54,11 @@ int nelssa_attn_clusters(const struct nelssa_attn_geom *geom, const float *q, co
 	if (ret)
 		return ret;
 
-	row = nelssa_attn_row_bytes(geom);
 	nelssa_attn_begin(&run, geom, q, o);
 	for (uint32_t i = 0; i < n_sel; i++) {
 		const struct nelssa_cluster *c = &table[sel[i]];
 
-		nelssa_attn_feed(&run, (const char *)k + (size_t)c->first * row,
-				 (const char *)v + (size_t)c->first * row, c->count);
+		nelssa_attn_feed_at(&run, k, v, c->first, c->count);
 	}
 	nelssa_attn_end(&run, lse);
 	return 0;

@@ -23,7 +23,7 @@ int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom)
 		return -EINVAL;
 	if (geom->group == 0 || geom->group > NELSSA_ATTN_MAX_GROUP)
 		return -EINVAL;
-	if (geom->kv_dtype != NELSSA_KV_BF16 && geom->kv_dtype != NELSSA_KV_FP16)
+	if (!nelssa_kv_elem_bytes(geom->kv_dtype) && !nelssa_kv_is_tiled(geom->kv_dtype))
 		return -EINVAL;
 	if (!(geom->scale > 0.0f) || !isfinite(geom->scale))
 		return -EINVAL;
@@ -96,22 +96,26 @@ static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, c
 	}
 }
 
-void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v, size_t n_tokens)
+void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void *v, size_t first,
+			 size_t n_tokens)
 {
 	const uint32_t d = run->geom.head_dim;
-	const uint16_t *k16 = k;
-	const uint16_t *v16 = v;
 	float kf[TILE * NELSSA_ATTN_MAX_HEAD_DIM];
 	float vf[TILE * NELSSA_ATTN_MAX_HEAD_DIM];
 
 	for (size_t base = 0; base < n_tokens; base += TILE) {
 		uint32_t n = (uint32_t)(n_tokens - base < TILE ? n_tokens - base : TILE);
 
-		nelssa_kv_widen(kf, k16 + base * d, (size_t)n * d, run->geom.kv_dtype);
-		nelssa_kv_widen(vf, v16 + base * d, (size_t)n * d, run->geom.kv_dtype);
+		nelssa_kv_widen_at(kf, k, first + base, n, d, run->geom.kv_dtype);
+		nelssa_kv_widen_at(vf, v, first + base, n, d, run->geom.kv_dtype);
 		for (uint32_t r = 0; r < run->geom.group; r++)
 			feed_row(run, r, kf, vf, n);
 	}
+}
+
+void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v, size_t n_tokens)
+{
+	nelssa_attn_feed_at(run, k, v, 0, n_tokens);
 }
 
 void nelssa_attn_end(struct nelssa_attn_run *run, float *lse)

@@ -282,7 +282,8 @@ static void geom_rejects_bad(void **state)
 	BAD(group, 0);
 	BAD(group, NELSSA_ATTN_MAX_GROUP + 1);
 	BAD(kv_dtype, (enum nelssa_kv_dtype)0);
-	BAD(kv_dtype, (enum nelssa_kv_dtype)3);
+	BAD(kv_dtype, (enum nelssa_kv_dtype)5);
+	BAD(kv_dtype, (enum nelssa_kv_dtype)255);
 	BAD(scale, 0.0f);
 	BAD(scale, -1.0f);
 	BAD(scale, NAN);

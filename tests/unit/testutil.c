@@ -83,6 +83,37 @@ double tu_from_kv(uint16_t h, enum nelssa_kv_dtype dtype)
 	return dtype == NELSSA_KV_BF16 ? nelssa_bf16_to_f32(h) : nelssa_fp16_to_f32(h);
 }
 
+double tu_code_value(uint8_t c, enum nelssa_kv_dtype dtype)
+{
+	int e = (c >> 3) & 15, m = c & 7;
+	double x;
+
+	if (dtype == NELSSA_KV_INT8)
+		return (double)(int8_t)c;
+	if ((c & 0x7f) == 0x7f)
+		return NAN;
+	x = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+	return c & 0x80 ? -x : x;
+}
+
+void tu_decode_tiled(const uint8_t *store, size_t n_tokens, uint32_t d,
+		     enum nelssa_kv_dtype dtype, float *out)
+{
+	/* The layout as the uapi header words it, computed here on its own. */
+	size_t groups = (d + 31) / 32, tile = (16 * (size_t)d + 4 * groups + 63) / 64 * 64;
+
+	for (size_t t = 0; t < n_tokens; t++) {
+		const uint8_t *tp = store + t / 16 * tile, *row = tp + t % 16 * d;
+
+		for (uint32_t j = 0; j < d; j++) {
+			float s;
+
+			memcpy(&s, tp + 16 * (size_t)d + 4 * (j / 32), 4);
+			out[t * d + j] = (float)((double)s * tu_code_value(row[j], dtype));
+		}
+	}
+}
+
 void tu_fill_f32(struct tu_rng *rng, float *x, size_t n, double sigma)
 {
 	for (size_t i = 0; i < n; i++)
@@ -101,13 +132,27 @@ static size_t tok_at(const uint32_t *tok, size_t j)
 	return tok ? tok[j] : j;
 }
 
+/* Element @i of @row: a 16-bit KV type, or fp32 rows with TU_KV_F32. */
+static double elem(const struct nelssa_attn_geom *g, const uint16_t *row, uint32_t i)
+{
+	if (g->kv_dtype == TU_KV_F32)
+		return ((const float *)(const void *)row)[i];
+	return tu_from_kv(row[i], g->kv_dtype);
+}
+
+/* Token @t's row of @kv (rows of fp32 with TU_KV_F32, else of 16 bits). */
+static const uint16_t *kv_row(const struct nelssa_attn_geom *g, const uint16_t *kv, size_t t)
+{
+	return kv + t * g->head_dim * (g->kv_dtype == TU_KV_F32 ? 2 : 1);
+}
+
 static double ref_logit(const struct nelssa_attn_geom *g, const float *qr, const uint16_t *krow,
 			double *abs_sum)
 {
 	double s = 0.0, a = 0.0;
 
 	for (uint32_t i = 0; i < g->head_dim; i++) {
-		double t = (double)qr[i] * tu_from_kv(krow[i], g->kv_dtype);
+		double t = (double)qr[i] * elem(g, krow, i);
 
 		s += t;
 		a += fabs(t);
@@ -135,16 +180,16 @@ void tu_ref_attn(const struct nelssa_attn_geom *g, const float *q, const uint16_
 			continue;
 		}
 		for (size_t j = 0; j < n_tok; j++) {
-			s[j] = ref_logit(g, qr, k + tok_at(tok, j) * d, NULL);
+			s[j] = ref_logit(g, qr, kv_row(g, k, tok_at(tok, j)), NULL);
 			m = fmax(m, s[j]);
 		}
 		for (size_t j = 0; j < n_tok; j++) {
 			double p = exp(s[j] - m);
-			const uint16_t *vrow = v + tok_at(tok, j) * d;
+			const uint16_t *vrow = kv_row(g, v, tok_at(tok, j));
 
 			sum += p;
 			for (uint32_t i = 0; i < d; i++)
-				orow[i] += p * tu_from_kv(vrow[i], g->kv_dtype);
+				orow[i] += p * elem(g, vrow, i);
 		}
 		for (uint32_t i = 0; i < d; i++)
 			orow[i] /= sum;
@@ -164,14 +209,14 @@ struct tu_tol tu_attn_tol(const struct nelssa_attn_geom *g, const float *q, cons
 	struct tu_tol tol;
 
 	for (size_t j = 0; j < n_tok; j++) {
-		double abs_sum, s = ref_logit(g, qr, k + tok_at(tok, j) * d, &abs_sum);
+		double abs_sum, s = ref_logit(g, qr, kv_row(g, k, tok_at(tok, j)), &abs_sum);
 		double dj = g->scale * TOL_C * sqrt((double)d) * TU_U32 * abs_sum + fabs(s) * TU_U32;
-		const uint16_t *vrow = v + tok_at(tok, j) * d;
+		const uint16_t *vrow = kv_row(g, v, tok_at(tok, j));
 
 		delta = fmax(delta, dj);
 		smax = fmax(smax, fabs(s));
 		for (uint32_t i = 0; i < d; i++)
-			vmax = fmax(vmax, fabs(tu_from_kv(vrow[i], g->kv_dtype)));
+			vmax = fmax(vmax, fabs(elem(g, vrow, i)));
 	}
 	acc = TOL_C * sqrt((double)n_tok + 1.0) * TU_U32;
 	/* lse = max + log(sum): the logit error, the sum's error, two roundings. */

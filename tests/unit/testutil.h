@@ -38,6 +38,12 @@ void *tu_alloc(size_t bytes);
 uint16_t tu_to_kv(double x, enum nelssa_kv_dtype dtype);
 double tu_from_kv(uint16_t h, enum nelssa_kv_dtype dtype);
 
+/* The value of an 8-bit KV code (E4M3 or int8), from the formats' definitions. */
+double tu_code_value(uint8_t c, enum nelssa_kv_dtype dtype);
+/* Decode tokens [0, @n_tokens) of a tiled KV store to fp32 rows [n][d]. */
+void tu_decode_tiled(const uint8_t *store, size_t n_tokens, uint32_t d,
+		     enum nelssa_kv_dtype dtype, float *out);
+
 /* Fill @n elements with N(0, sigma^2), rounded to fp32 / the KV type. */
 void tu_fill_f32(struct tu_rng *rng, float *x, size_t n, double sigma);
 void tu_fill_kv(struct tu_rng *rng, uint16_t *x, size_t n, double sigma,
@@ -48,6 +54,12 @@ void tu_fill_kv(struct tu_rng *rng, uint16_t *x, size_t n, double sigma,
  * in @tok (or tokens 0..n_tok-1 when @tok is NULL); two-pass softmax.
  * @o is [group][head_dim], @lse is [group]; empty gives (0, -inf).
  */
+/*
+ * A kv_dtype for the references below only: K and V are rows of fp32 (cast
+ * to uint16_t pointers), for stores of a tiled type decoded by the test.
+ */
+#define TU_KV_F32 ((enum nelssa_kv_dtype)0x7f)
+
 void tu_ref_attn(const struct nelssa_attn_geom *g, const float *q, const uint16_t *k,
 		 const uint16_t *v, const uint32_t *tok, size_t n_tok, double *o, double *lse);
 

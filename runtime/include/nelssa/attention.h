@@ -7,7 +7,8 @@
  *	o   = sum_t softmax_t(scale * q.k_t) v_t
  *	lse = log sum_t exp(scale * q.k_t)          (natural log, scale folded in)
  *
- * K and V rows are bf16 or fp16, queries and outputs fp32, and everything is
+ * K and V rows are bf16 or fp16 -- or fp8 E4M3 / int8 in tiles with scales
+ * (NELSSA_KV_FP8_E4M3, NELSSA_KV_INT8) -- queries and outputs fp32, and everything is
  * accumulated in fp32 with an online (streaming) softmax, so a KV block of
  * any length is read once.  An empty token set gives o = 0, lse = -inf.
  * Documentation/numeric-conventions.rst states the conventions; these are
@@ -27,13 +28,28 @@ extern "C" {
  * enum nelssa_kv_dtype - element type of K and V rows.
  * @NELSSA_KV_BF16: bfloat16.
  * @NELSSA_KV_FP16: IEEE binary16.
+ * @NELSSA_KV_FP8_E4M3: OCP FP8 E4M3 codes with binary32 scales, in tiles.
+ * @NELSSA_KV_INT8: int8 codes with binary32 scales, in tiles.
  *
- * Same values as NPNM_DTYPE_* in <linux/nelssa_pnm.h>; 0 is invalid.
+ * Same values as NPNM_DTYPE_* in <linux/nelssa_pnm.h>; 0 is invalid.  The
+ * 16-bit types are arrays of rows; the 8-bit types are arrays of tiles of
+ * NELSSA_KV_QTILE tokens, each tile NELSSA_KV_QTILE rows of head_dim codes,
+ * a binary32 scale per NELSSA_KV_QGROUP channels, zero padding to a
+ * multiple of NELSSA_KV_QALIGN bytes (enum npnm_kv_dtype: the device's
+ * layout).  An element is the binary32 product scale * code.  Arrays of
+ * either kind are called KV stores below; nelssa_kv_bytes() sizes them.
  */
 enum nelssa_kv_dtype {
 	NELSSA_KV_BF16 = 1,
 	NELSSA_KV_FP16 = 2,
+	NELSSA_KV_FP8_E4M3 = 3,
+	NELSSA_KV_INT8 = 4,
 };
+
+/* Tile geometry of the 8-bit types: NPNM_KV_QTILE, _QGROUP, _QALIGN. */
+#define NELSSA_KV_QTILE 16u
+#define NELSSA_KV_QGROUP 32u
+#define NELSSA_KV_QALIGN 64u
 
 /* Limits of the reference kernels (state lives on the stack). */
 #define NELSSA_ATTN_MAX_HEAD_DIM 1024u
@@ -89,17 +105,18 @@ struct nelssa_attn_run {
  * @geom: the geometry; may be NULL.
  *
  * Usable means: @geom not NULL, head_dim 1..NELSSA_ATTN_MAX_HEAD_DIM,
- * group 1..NELSSA_ATTN_MAX_GROUP, kv_dtype NELSSA_KV_BF16 or
- * NELSSA_KV_FP16, and scale positive and finite.
+ * group 1..NELSSA_ATTN_MAX_GROUP, kv_dtype one of enum nelssa_kv_dtype,
+ * and scale positive and finite.
  *
  * Return: 0 when @geom is usable, -EINVAL otherwise.
  */
 int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom);
 
 /*
- * Bytes of one K or V element of @dtype; 0 for an unknown type.  The one
- * place a row's width comes from in userspace (the uapi's twin is
- * npnm_kv_elem_bytes()): a narrower type changes this switch.
+ * Bytes of one K or V element of a row-addressed @dtype (the 16-bit ones);
+ * 0 for a tiled type and an unknown one.  The uapi's twin is
+ * npnm_kv_elem_bytes(); sizes of stores of any type come from
+ * nelssa_kv_bytes().
  */
 static inline size_t nelssa_kv_elem_bytes(enum nelssa_kv_dtype dtype)
 {
@@ -112,12 +129,42 @@ static inline size_t nelssa_kv_elem_bytes(enum nelssa_kv_dtype dtype)
 	}
 }
 
+/* 1 for the 8-bit types, stored in tiles with their scales. */
+static inline int nelssa_kv_is_tiled(enum nelssa_kv_dtype dtype)
+{
+	return dtype == NELSSA_KV_FP8_E4M3 || dtype == NELSSA_KV_INT8;
+}
+
+/* Bytes of one tile of a tiled type (npnm_kv_tile_bytes()). */
+static inline uint64_t nelssa_kv_tile_bytes(uint32_t head_dim)
+{
+	uint64_t groups = (head_dim + NELSSA_KV_QGROUP - 1) / NELSSA_KV_QGROUP;
+	uint64_t b = (uint64_t)NELSSA_KV_QTILE * head_dim + 4 * groups;
+
+	return (b + NELSSA_KV_QALIGN - 1) / NELSSA_KV_QALIGN * NELSSA_KV_QALIGN;
+}
+
+/*
+ * Bytes of a KV store holding tokens [0, @tokens) of @dtype rows of
+ * @head_dim elements (npnm_kv_bytes()); a tiled type rounds up to whole
+ * tiles.  0 for an unknown type.
+ */
+static inline uint64_t nelssa_kv_bytes(enum nelssa_kv_dtype dtype, uint32_t head_dim,
+				       uint64_t tokens)
+{
+	if (nelssa_kv_is_tiled(dtype))
+		return (tokens + NELSSA_KV_QTILE - 1) / NELSSA_KV_QTILE *
+		       nelssa_kv_tile_bytes(head_dim);
+	return tokens * head_dim * nelssa_kv_elem_bytes(dtype);
+}
+
 /**
  * nelssa_attn_row_bytes() - bytes of one K or V row.
  * @geom: the geometry (not NULL).
  *
  * Return: head_dim elements of the geometry's KV type, in bytes
- * (head_dim * nelssa_kv_elem_bytes(kv_dtype)); 0 for an unknown type.
+ * (head_dim * nelssa_kv_elem_bytes(kv_dtype)); 0 for a tiled type, whose
+ * rows are not evenly spaced, and for an unknown type.
  */
 size_t nelssa_attn_row_bytes(const struct nelssa_attn_geom *geom);
 
@@ -141,7 +188,8 @@ int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom
 /**
  * nelssa_attn_feed() - fold a contiguous block of tokens into a work item.
  * @run: a state started with nelssa_attn_begin().
- * @k: K rows [@n_tokens][head_dim] of the geometry's KV type.
+ * @k: K rows [@n_tokens][head_dim] of the geometry's KV type; for a tiled
+ *	type, a KV store whose tokens [0, @n_tokens) are the block.
  * @v: V rows, likewise.
  * @n_tokens: number of tokens in the block; 0 does nothing.
  *
@@ -149,6 +197,20 @@ int nelssa_attn_begin(struct nelssa_attn_run *run, const struct nelssa_attn_geom
  * query row are updated with an online softmax in fp32.
  */
 void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v, size_t n_tokens);
+
+/**
+ * nelssa_attn_feed_at() - fold tokens [@first, @first + @n) of a KV store.
+ * @run: a state started with nelssa_attn_begin().
+ * @k: the K store (token 0 at @k) of the geometry's KV type.
+ * @v: the V store, likewise.
+ * @first: the block's first token; any token, tile boundary or not.
+ * @n: tokens in the block; 0 does nothing.
+ *
+ * nelssa_attn_feed() of a block that starts anywhere in a store of any
+ * type.
+ */
+void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void *v, size_t first,
+			 size_t n);
 
 /**
  * nelssa_attn_end() - finish a work item: normalise its outputs.
@@ -186,6 +248,42 @@ static inline float nelssa_dot_f32(const float *a, const float *b, uint32_t n)
 void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype dtype);
 
 /**
+ * nelssa_kv_widen_at() - widen rows of a KV store of any type to fp32.
+ * @dst: receives @n rows of @head_dim floats.
+ * @store: the store (token 0 at @store).
+ * @first: first token.
+ * @n: tokens.
+ * @head_dim: elements per row.
+ * @dtype: one of enum nelssa_kv_dtype.
+ *
+ * Exact for the 16-bit types; for the tiled ones each element is
+ * scale * code rounded once to binary32, the value the format defines.
+ */
+void nelssa_kv_widen_at(float *dst, const void *store, size_t first, size_t n, uint32_t head_dim,
+			enum nelssa_kv_dtype dtype);
+
+/**
+ * nelssa_kv_quantize() - quantise fp32 K or V rows into a tiled KV store.
+ * @dtype: NELSSA_KV_FP8_E4M3 or NELSSA_KV_INT8.
+ * @head_dim: elements per row, 1..NELSSA_ATTN_MAX_HEAD_DIM.
+ * @src: rows, fp32 [@n_tokens][@head_dim].
+ * @n_tokens: tokens; they become tokens [0, @n_tokens) of @dst.
+ * @dst: nelssa_kv_bytes(@dtype, @head_dim, @n_tokens) bytes.
+ *
+ * Per tile and per NELSSA_KV_QGROUP channels: scale = amax / 448 (E4M3's
+ * largest finite) or amax / 127, the codes round @src / scale to nearest
+ * (ties to even), saturating; an all-zero group gets scale 0.  Rows of a
+ * last, partial tile and the tile padding are zero.  A decoded value is
+ * within half a code step (times the scale) of its source value, plus the
+ * rounding of scale * code and of the scale itself.
+ *
+ * Return: 0; -EINVAL for another type, a bad @head_dim or a non-finite
+ * value in @src (@dst is then unspecified).
+ */
+int nelssa_kv_quantize(enum nelssa_kv_dtype dtype, uint32_t head_dim, const float *src,
+		       size_t n_tokens, void *dst);
+
+/**
  * nelssa_attn_dense() - dense attention of one query group over K/V rows.
  * @geom: the geometry.
  * @q: queries, fp32 [group][head_dim].
@@ -207,8 +305,8 @@ int nelssa_attn_dense(const struct nelssa_attn_geom *geom, const float *q, const
  * nelssa_attn_clusters() - attention over the union of selected clusters.
  * @geom: the geometry.
  * @q: queries, fp32 [group][head_dim].
- * @k: K rows [@n_tokens][head_dim] of a cluster-contiguous KV store, of
- *	the geometry's KV type.
+ * @k: K store of @n_tokens tokens, cluster-contiguous, of the geometry's
+ *	KV type.
  * @v: V rows, likewise.
  * @n_tokens: rows in @k and @v.
  * @table: the clusters, @n_clusters entries.

@@ -120,6 +120,28 @@ void nelssa_fp16_to_f32_n(float *dst, const uint16_t *src, size_t n);
  */
 void nelssa_f32_to_fp16_n(uint16_t *dst, const float *src, size_t n);
 
+/**
+ * nelssa_fp8_e4m3_to_f32() - widen one OCP FP8 E4M3 code to binary32.
+ * @c: the code: sign, 4 exponent bits (bias 7), 3 fraction bits.
+ *
+ * Exact.  E4M3 has no infinities: 0x7f and 0xff are NaN, 0x7e is 448.
+ *
+ * Return: the value as a float.
+ */
+float nelssa_fp8_e4m3_to_f32(uint8_t c);
+
+/**
+ * nelssa_f32_to_fp8_e4m3() - narrow one binary32 value to FP8 E4M3.
+ * @f: the value.
+ *
+ * Rounds to nearest, ties to even, and saturates: magnitudes past 448
+ * become 448 (the formats' "satfinite" conversion, what GPU fp8 KV caches
+ * use); a NaN becomes the NaN code of its sign.
+ *
+ * Return: the code.
+ */
+uint8_t nelssa_f32_to_fp8_e4m3(float f);
+
 #ifdef __cplusplus
 }
 #endif
