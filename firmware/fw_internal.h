@@ -96,7 +96,9 @@ uint32_t nfw_exec_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc, e
 /* One SPARSE_ATTN work item, resolved to host pointers. */
 struct nfw_attn_args {
 	const float *q;
-	const uint16_t *k, *v;
+	const uint8_t *k, *v;		/* the K and V arrays (enum npnm_kv_dtype) */
+	uint64_t row_bytes;		/* a row-addressed type's row, else 0 */
+	uint64_t tile_bytes;		/* a tiled type's tile, else 0 */
 	const struct npnm_cluster *table;
 	const uint32_t *sel;
 	float *o, *lse;

@@ -17,6 +17,13 @@
 #include "fw_internal.h"
 #include "npnm_rules.h"
 
+/* The numeric core is the scalar path: its types and tiles are the device's. */
+_Static_assert((int)NELSSA_KV_BF16 == NPNM_DTYPE_BF16 && (int)NELSSA_KV_FP16 == NPNM_DTYPE_FP16 &&
+	       (int)NELSSA_KV_FP8_E4M3 == NPNM_DTYPE_FP8_E4M3 &&
+	       (int)NELSSA_KV_INT8 == NPNM_DTYPE_INT8, "KV type values");
+_Static_assert(NELSSA_KV_QTILE == NPNM_KV_QTILE && NELSSA_KV_QGROUP == NPNM_KV_QGROUP &&
+	       NELSSA_KV_QALIGN == NPNM_KV_QALIGN, "KV tile geometry");
+
 static float attn_scale(const struct npnm_sparse_attn_params *p)
 {
 	float s;
@@ -32,25 +39,26 @@ static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *d
 			     struct npnm_attn_item *it, struct nfw_attn_args *a)
 {
 	const struct npnm_sparse_attn_params *p = &desc->p.attn;
-	const uint64_t row = (uint64_t)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
+	const unsigned int kv_align = npnm_kv_align(p->kv_dtype);
 	const uint64_t qbytes = (uint64_t)p->group * p->head_dim * sizeof(float);
 	const uint64_t kv_len = desc->op[NPNM_ATTN_KV].len;
 	const uint64_t in_len = desc->op[NPNM_ATTN_IN].len;
 	const uint64_t out_len = desc->op[NPNM_ATTN_OUT].len;
+	uint64_t kv_bytes;
 
 	memcpy(it, nfw_ptr(mem, desc, NPNM_ATTN_ITEMS, (uint64_t)i * sizeof(*it)), sizeof(*it));
 	if (it->reserved)
 		return NPNM_ST_BAD_RESERVED;
-	if (!nfw_fits(kv_len, it->k_off, row * it->nr_tokens) ||
-	    !nfw_fits(kv_len, it->v_off, row * it->nr_tokens) ||
+	kv_bytes = npnm_kv_bytes(p->kv_dtype, p->head_dim, it->nr_tokens);
+	if (!nfw_fits(kv_len, it->k_off, kv_bytes) || !nfw_fits(kv_len, it->v_off, kv_bytes) ||
 	    !nfw_fits(kv_len, it->table_off, (uint64_t)it->nr_clusters * sizeof(struct npnm_cluster)) ||
 	    !nfw_fits(in_len, it->q_off, qbytes) ||
 	    !nfw_fits(in_len, it->sel_off, (uint64_t)it->nr_sel * sizeof(uint32_t)) ||
 	    !nfw_fits(out_len, it->o_off, qbytes) ||
 	    !nfw_fits(out_len, it->lse_off, (uint64_t)p->group * sizeof(float)))
 		return NPNM_ST_BAD_OPERAND;
-	if ((desc->op[NPNM_ATTN_KV].offset + it->k_off) % 2 ||
-	    (desc->op[NPNM_ATTN_KV].offset + it->v_off) % 2 ||
+	if ((desc->op[NPNM_ATTN_KV].offset + it->k_off) % kv_align ||
+	    (desc->op[NPNM_ATTN_KV].offset + it->v_off) % kv_align ||
 	    (desc->op[NPNM_ATTN_KV].offset + it->table_off) % 4 ||
 	    (desc->op[NPNM_ATTN_IN].offset + it->q_off) % 4 ||
 	    (desc->op[NPNM_ATTN_IN].offset + it->sel_off) % 4 ||
@@ -58,8 +66,10 @@ static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *d
 	    (desc->op[NPNM_ATTN_OUT].offset + it->lse_off) % 4)
 		return NPNM_ST_BAD_PARAM;
 	a->q = (const float *)nfw_ptr(mem, desc, NPNM_ATTN_IN, it->q_off);
-	a->k = (const uint16_t *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->k_off);
-	a->v = (const uint16_t *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->v_off);
+	a->k = nfw_ptr(mem, desc, NPNM_ATTN_KV, it->k_off);
+	a->v = nfw_ptr(mem, desc, NPNM_ATTN_KV, it->v_off);
+	a->row_bytes = (uint64_t)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
+	a->tile_bytes = npnm_kv_is_tiled(p->kv_dtype) ? npnm_kv_tile_bytes(p->head_dim) : 0;
 	a->table = (const struct npnm_cluster *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->table_off);
 	a->sel = (const uint32_t *)nfw_ptr(mem, desc, NPNM_ATTN_IN, it->sel_off);
 	a->o = (float *)nfw_ptr(mem, desc, NPNM_ATTN_OUT, it->o_off);
@@ -81,7 +91,7 @@ uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *des
 	float scale;
 	uint32_t st;
 
-	if (!npnm_kv_elem_bytes(p->kv_dtype))
+	if (!npnm_kv_known(p->kv_dtype))
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM || p->group == 0 ||
 	    p->group > NFW_MAX_GROUP)
@@ -128,7 +138,7 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 	const struct nelssa_attn_geom g = {
 		.head_dim = a->head_dim,
 		.group = a->group,
-		.kv_dtype = a->kv_dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16,
+		.kv_dtype = (enum nelssa_kv_dtype)a->kv_dtype,	/* same values */
 		.scale = a->scale,
 	};
 	struct nelssa_attn_run run;
@@ -141,8 +151,7 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 
 		if (nfw_attn_cluster(a, s, &c))
 			continue;
-		nelssa_attn_feed(&run, a->k + (size_t)c.first * a->head_dim,
-				 a->v + (size_t)c.first * a->head_dim, c.count);
+		nelssa_attn_feed_at(&run, a->k, a->v, c.first, c.count);
 	}
 	nelssa_attn_end(&run, a->lse);
 }

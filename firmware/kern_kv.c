@@ -4,6 +4,12 @@
  * cluster-table entries.  Prefill ingest and decode-time appends are both
  * KV writes; with NPNM_KV_F_SCATTER every row names its destination token,
  * so rows arriving in sequence order land in cluster order.
+ *
+ * The 8-bit types are stored in tiles that carry their scales (enum
+ * npnm_kv_dtype), so they are written a whole tile at a time: the write
+ * starts on a tile boundary, its last tile is written whole, and rows
+ * cannot be scattered (the host quantises after clustering, in cluster
+ * order).
  */
 #include <string.h>
 
@@ -11,16 +17,20 @@
 #include "npnm_rules.h"
 
 struct kv_layout {
-	uint64_t row;		/* bytes per K or V row */
+	uint64_t row;		/* bytes per K or V row; 0 for a tiled type */
+	uint64_t rows;		/* bytes of the source's K (or V) rows */
+	uint64_t cap;		/* bytes of the destination K (or V) array */
 	uint64_t src_k, src_v, src_table, src_index, src_len;
 };
 
 static void layout(const struct npnm_kv_write_params *p, struct kv_layout *l)
 {
 	l->row = (uint64_t)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
+	l->rows = npnm_kv_bytes(p->kv_dtype, p->head_dim, p->nr_tokens);
+	l->cap = npnm_kv_bytes(p->kv_dtype, p->head_dim, p->max_tokens);
 	l->src_k = 0;
-	l->src_v = l->row * p->nr_tokens;
-	l->src_table = 2 * l->row * p->nr_tokens;
+	l->src_v = l->rows;
+	l->src_table = 2 * l->rows;
 	l->src_index = l->src_table + (uint64_t)p->nr_clusters * sizeof(struct npnm_cluster);
 	l->src_len = l->src_index + ((p->flags & NPNM_KV_F_SCATTER) ? 4ull * p->nr_tokens : 0);
 }
@@ -32,20 +42,22 @@ uint32_t nfw_validate_kv_write(const struct nfw_mem *mem, const struct npnm_cmd 
 	const struct npnm_cluster *table;
 	struct kv_layout l;
 
-	if (!npnm_kv_elem_bytes(p->kv_dtype))
+	if (!npnm_kv_known(p->kv_dtype))
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM)
+		return NPNM_ST_BAD_PARAM;
+	if (npnm_kv_is_tiled(p->kv_dtype) &&
+	    ((p->flags & NPNM_KV_F_SCATTER) || p->first_token % NPNM_KV_QTILE))
 		return NPNM_ST_BAD_PARAM;
 	layout(p, &l);
 	if (!nfw_fits(desc->op[NPNM_KV_SRC].len, 0, l.src_len))
 		return NPNM_ST_BAD_OPERAND;
 	/* The whole store, at capacity, must lie inside the destination. */
-	if (!nfw_fits(dst_len, p->k_off, l.row * p->max_tokens) ||
-	    !nfw_fits(dst_len, p->v_off, l.row * p->max_tokens) ||
+	if (!nfw_fits(dst_len, p->k_off, l.cap) || !nfw_fits(dst_len, p->v_off, l.cap) ||
 	    !nfw_fits(dst_len, p->table_off, (uint64_t)p->max_clusters * sizeof(*table)))
 		return NPNM_ST_BAD_OPERAND;
-	if ((desc->op[NPNM_KV_DST].offset + p->k_off) % 2 ||
-	    (desc->op[NPNM_KV_DST].offset + p->v_off) % 2 ||
+	if ((desc->op[NPNM_KV_DST].offset + p->k_off) % npnm_kv_align(p->kv_dtype) ||
+	    (desc->op[NPNM_KV_DST].offset + p->v_off) % npnm_kv_align(p->kv_dtype) ||
 	    (desc->op[NPNM_KV_DST].offset + p->table_off) % 4 ||
 	    desc->op[NPNM_KV_SRC].offset % 4 || l.src_table % 4)
 		return NPNM_ST_BAD_PARAM;
@@ -93,8 +105,11 @@ void nfw_exec_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc)
 			memcpy(v + to * l.row, src + l.src_v + i * l.row, l.row);
 		}
 	} else {
-		memmove(k + p->first_token * l.row, src + l.src_k, l.row * p->nr_tokens);
-		memmove(v + p->first_token * l.row, src + l.src_v, l.row * p->nr_tokens);
+		/* Where first_token starts: a tile boundary for a tiled type. */
+		uint64_t at = npnm_kv_bytes(p->kv_dtype, p->head_dim, p->first_token);
+
+		memmove(k + at, src + l.src_k, l.rows);
+		memmove(v + at, src + l.src_v, l.rows);
 	}
 	memmove(nfw_ptr(mem, desc, NPNM_KV_DST, p->table_off) +
 		(uint64_t)p->first_cluster * sizeof(struct npnm_cluster),

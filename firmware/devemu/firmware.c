@@ -187,7 +187,7 @@ static void write_header(struct fw *f)
 	h->nr_cores = htole32(d->cores);
 	h->fw_version = htole32(NFW_FW_VERSION);
 	h->opcodes = htole64((1ull << NPNM_OP_MAX) - 1);
-	h->kv_dtypes = htole32((1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16));
+	h->kv_dtypes = htole32(NFW_KV_DTYPES);
 	h->max_head_dim = htole16(NFW_MAX_HEAD_DIM);
 	h->max_group = htole16(NFW_MAX_GROUP);
 	h->fw_state = htole32(NPNM_FW_READY);

@@ -110,6 +110,55 @@ static inline void widen2_fp16(const uint16_t *p, vf *even, vf *odd)
 	*odd = fp16_lanes(u >> 16);
 }
 
+/*
+ * The 8-bit types load 2 * VW bytes as VW zero-extended 16-bit lanes: the
+ * even element is each lane's low byte, the odd one its high byte -- the
+ * same de-interleaved layout as the 16-bit types.  Both then take the
+ * chunk's scale: a chunk of 2 * VW channels lies in one NPNM_KV_QGROUP
+ * (2 * VW divides it), so one broadcast serves it, and code * scale is
+ * the one rounding the format defines.
+ */
+typedef uint16_t vh_u __attribute__((vector_size(VW * 2), aligned(1), may_alias));
+
+_Static_assert(NPNM_KV_QGROUP % (2 * VW) == 0, "a chunk must lie in one scale group");
+
+static inline vu load_bytes2(const uint8_t *p)
+{
+	return __builtin_convertvector(*(const vh_u *)p, vu);
+}
+
+static inline void widen2_int8(const uint8_t *p, float scale, vf *even, vf *odd)
+{
+	vu u = load_bytes2(p);
+
+	*even = __builtin_convertvector((vi)(u << 24) >> 24, vf) * scale;
+	*odd = __builtin_convertvector((vi)(u << 16) >> 24, vf) * scale;
+}
+
+/*
+ * Exact E4M3 -> binary32 of a magnitude @mag (7 bits) and a sign already
+ * in place: normal codes move exponent and fraction into place and
+ * re-bias (7 -> 127); subnormal codes (exponent 0) are renormalised by one
+ * exact float subtraction; 0x7f is NaN (E4M3 has no infinities).
+ */
+static inline vf fp8_lanes(vu mag, vu sign)
+{
+	vu u = (mag << 20) + ((127u - 7u) << 23);
+	vf renorm = (vf)(u + (1u << 23)) - splat(0.015625f);	/* 2^-6 */
+	vf x = blend((vi)(mag < 8u), renorm, (vf)u);
+
+	x = blend((vi)(mag == 0x7fu), splat(__builtin_nanf("")), x);
+	return (vf)((vu)x | sign);
+}
+
+static inline void widen2_fp8(const uint8_t *p, float scale, vf *even, vf *odd)
+{
+	vu u = load_bytes2(p);
+
+	*even = fp8_lanes(u & 0x7fu, (u & 0x80u) << 24) * scale;
+	*odd = fp8_lanes((u >> 8) & 0x7fu, (u & 0x8000u) << 16) * scale;
+}
+
 /* The de-interleaved position of element @i of a row. */
 static inline uint32_t deint(uint32_t i)
 {
@@ -250,8 +299,9 @@ static inline float hsum(vf v)
  * both K and V rows past the tokens of a tile being prefetched.
  */
 struct rows {
-	const uint16_t *k[NFW_TILE], *v[NFW_TILE];
-	const uint16_t *pf[2 * NFW_TILE];	/* the same rows in prefetch order */
+	const uint8_t *k[NFW_TILE], *v[NFW_TILE];
+	const float *ks[NFW_TILE], *vs[NFW_TILE];	/* scales of a tiled type */
+	const uint8_t *pf[2 * NFW_TILE];	/* the same rows in prefetch order */
 	uint32_t n;
 };
 
@@ -280,11 +330,11 @@ struct tile {
  * measured slower, and the AVX2 kernel, bound by its arithmetic, lost 6-7 %
  * with it at one and two cores.
  */
-static ALWAYS_INLINE void pf_line(const struct tile *t, uint32_t slot, uint32_t j)
+static ALWAYS_INLINE void pf_line(const struct tile *t, uint32_t slot, uint32_t byte)
 {
-	__builtin_prefetch(t->next->pf[slot] + j, 0, 3);
+	__builtin_prefetch(t->next->pf[slot] + byte, 0, 3);
 	if (NFW_FAR_PREFETCH)
-		__builtin_prefetch(t->far->pf[slot] + j, 0, 0);
+		__builtin_prefetch(t->far->pf[slot] + byte, 0, 0);
 }
 
 /* The prefetch slot of row @row's K line (its V line is the next slot). */
@@ -295,12 +345,36 @@ static inline uint32_t pf_slot(uint32_t row)
 	return (in / 8) * NFW_TILE + ((in % 8) * spread + row / 16) * 2;
 }
 
-static ALWAYS_INLINE void widen2(const uint16_t *p, int fp16, vf *even, vf *odd)
+/*
+ * Kinds of KV element, one specialisation of every loop each: KIND_BF16,
+ * KIND_FP16, then the tiled KIND_FP8 and KIND_INT8 (one byte each, with a
+ * scale per NPNM_KV_QGROUP channels).
+ */
+enum { KIND_BF16, KIND_FP16, KIND_FP8, KIND_INT8, KINDS };
+
+static inline uint32_t kind_bytes(int kind)
 {
-	if (fp16)
-		widen2_fp16(p, even, odd);
-	else
-		widen2_bf16(p, even, odd);
+	return kind >= KIND_FP8 ? 1 : 2;
+}
+
+/* Elements @j .. @j + 2 * VW - 1 of row @p (scales @sc for a tiled kind). */
+static ALWAYS_INLINE void widen2(int kind, const uint8_t *p, const float *sc, uint32_t j,
+				 vf *even, vf *odd)
+{
+	switch (kind) {
+	case KIND_BF16:
+		widen2_bf16((const uint16_t *)p + j, even, odd);
+		break;
+	case KIND_FP16:
+		widen2_fp16((const uint16_t *)p + j, even, odd);
+		break;
+	case KIND_FP8:
+		widen2_fp8(p + j, sc[j / NPNM_KV_QGROUP], even, odd);
+		break;
+	default:
+		widen2_int8(p + j, sc[j / NPNM_KV_QGROUP], even, odd);
+		break;
+	}
 }
 
 /*
@@ -322,13 +396,13 @@ static ALWAYS_INLINE void widen2(const uint16_t *p, int fp16, vf *even, vf *odd)
  * them into VW logits.
  */
 static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struct tile *t,
-					int fp16, uint32_t qb, uint32_t tb, uint32_t r0,
+					int kind, uint32_t qb, uint32_t tb, uint32_t r0,
 					uint32_t t0, float *logit)
 {
 	vf acc[VW];
 	float lg[VW] __attribute__((aligned(VW * 4)));
-
-	const uint16_t *kr[VW], *pn[VW], *pfar[VW];
+	const uint8_t *kr[VW], *pn[VW], *pfar[VW];
+	const float *ks[VW];
 
 #pragma GCC unroll 16
 	for (uint32_t i = 0; i < qb * tb; i++)
@@ -337,6 +411,7 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 #pragma GCC unroll 16
 	for (uint32_t u = 0; u < tb; u++) {
 		kr[u] = t->cur->k[t0 + u];
+		ks[u] = t->cur->ks[t0 + u];
 		pn[u] = t->next->pf[t0 + u];
 		pfar[u] = t->far->pf[t0 + u];
 	}
@@ -347,10 +422,10 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 #pragma GCC unroll 16
 		for (uint32_t u = 0; u < tb; u++) {
 			/* pf_line() of slot t0 + u, as the P.V loop does it. */
-			__builtin_prefetch(pn[u] + j, 0, 3);
+			__builtin_prefetch(pn[u] + j * kind_bytes(kind), 0, 3);
 			if (NFW_FAR_PREFETCH)
-				__builtin_prefetch(pfar[u] + j, 0, 0);
-			widen2(kr[u] + j, fp16, &e[u], &o[u]);
+				__builtin_prefetch(pfar[u] + j * kind_bytes(kind), 0, 0);
+			widen2(kind, kr[u], ks[u], j, &e[u], &o[u]);
 		}
 		/*
 		 * Each query vector is loaded for the block's tokens where it
@@ -381,11 +456,11 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 }
 
 /* Logits of the @qb query rows from @r0 against the whole tile. */
-static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct tile *t, int fp16,
+static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct tile *t, int kind,
 				       uint32_t qb, uint32_t r0, float *logit)
 {
 	for (uint32_t t0 = 0; t0 < NFW_TILE; t0 += VW / qb)
-		logits_tokens(qp, d, t, fp16, qb, VW / qb, r0, t0, logit);
+		logits_tokens(qp, d, t, kind, qb, VW / qb, r0, t0, logit);
 }
 
 /*
@@ -450,7 +525,7 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
  * each V chunk is widened once for all @rb rows.
  */
 static ALWAYS_INLINE void pv_block(float *op, const float *p, uint32_t d, const struct tile *t,
-				   int fp16, uint32_t r0, uint32_t rb, uint32_t j0, uint32_t jb)
+				   int kind, uint32_t r0, uint32_t rb, uint32_t j0, uint32_t jb)
 {
 	vf acc[PV_ROWS][2 * PV_CHUNKS];
 
@@ -464,8 +539,8 @@ static ALWAYS_INLINE void pv_block(float *op, const float *p, uint32_t d, const 
 		for (uint32_t c = 0; c < jb; c++) {
 			vf e, o;
 
-			pf_line(t, NFW_TILE + u, j0 + c * 2 * VW);
-			widen2(t->cur->v[u] + j0 + c * 2 * VW, fp16, &e, &o);
+			pf_line(t, NFW_TILE + u, (j0 + c * 2 * VW) * kind_bytes(kind));
+			widen2(kind, t->cur->v[u], t->cur->vs[u], j0 + c * 2 * VW, &e, &o);
 #pragma GCC unroll 8
 			for (uint32_t r = 0; r < rb; r++) {
 				vf pr = splat(p[(r0 + r) * NFW_TILE + u]);
@@ -484,14 +559,14 @@ static ALWAYS_INLINE void pv_block(float *op, const float *p, uint32_t d, const 
 
 /* The rows of one P.V row block, full chunk blocks then single chunks. */
 static ALWAYS_INLINE void pv_rows(float *op, const float *p, uint32_t d, const struct tile *t,
-				  int fp16, uint32_t r0, uint32_t rb)
+				  int kind, uint32_t r0, uint32_t rb)
 {
 	uint32_t j = 0;
 
 	for (; j + PV_CHUNKS * 2 * VW <= d; j += PV_CHUNKS * 2 * VW)
-		pv_block(op, p, d, t, fp16, r0, rb, j, PV_CHUNKS);
+		pv_block(op, p, d, t, kind, r0, rb, j, PV_CHUNKS);
 	for (; j < d; j += 2 * VW)
-		pv_block(op, p, d, t, fp16, r0, rb, j, 1);
+		pv_block(op, p, d, t, kind, r0, rb, j, 1);
 }
 
 struct kstate {
@@ -507,55 +582,66 @@ struct kstate {
  * P.V loop kept two of its sixteen accumulators on the stack.
  */
 #define NOINLINE __attribute__((noinline))
-#define LOGITS_FN(qb, f16)							\
-	static NOINLINE void logits_##qb##_##f16(const float *qp, uint32_t d,	\
-						  const struct tile *t, uint32_t r0,	\
-						  float *logit)			\
+typedef void (*logits_fn)(const float *qp, uint32_t d, const struct tile *t, uint32_t r0,
+			  float *logit);
+typedef void (*pv_fn)(float *op, const float *p, uint32_t d, const struct tile *t, uint32_t r0);
+
+#define LOGITS_FN(qb, kind)							\
+	static NOINLINE void logits_##qb##_##kind(const float *qp, uint32_t d,	\
+						   const struct tile *t, uint32_t r0,	\
+						   float *logit)			\
 	{									\
-		logits_block(qp, d, t, f16, qb, r0, logit);			\
+		logits_block(qp, d, t, kind, qb, r0, logit);			\
 	}
-#define PV_NAME_(rb, f16) pv_##rb##_##f16
-#define PV_NAME(rb, f16) PV_NAME_(rb, f16)
-#define PV_FN_(rb, f16)								\
-	static NOINLINE void pv_##rb##_##f16(float *op, const float *p, uint32_t d, \
-					     const struct tile *t, uint32_t r0)	\
+#define PV_FN(rb, kind)								\
+	static NOINLINE void pv_##rb##_##kind(float *op, const float *p, uint32_t d, \
+					      const struct tile *t, uint32_t r0)	\
 	{									\
-		pv_rows(op, p, d, t, f16, r0, rb);				\
+		pv_rows(op, p, d, t, kind, r0, rb);				\
 	}
-LOGITS_FN(4, 0)
-LOGITS_FN(2, 0)
-LOGITS_FN(1, 0)
-LOGITS_FN(4, 1)
-LOGITS_FN(2, 1)
-LOGITS_FN(1, 1)
-#define PV_FN(rb, f16) PV_FN_(rb, f16)
-PV_FN(PV_ROWS, 0)
-PV_FN(1, 0)
-PV_FN(PV_ROWS, 1)
-PV_FN(1, 1)
+#define KIND_FNS(kind) LOGITS_FN(4, kind) LOGITS_FN(2, kind) LOGITS_FN(1, kind) \
+	PV_FN(4, kind) PV_FN(1, kind)
+_Static_assert(PV_ROWS == 4, "the P.V row blocks are named for 4 rows");
+KIND_FNS(KIND_BF16)
+KIND_FNS(KIND_FP16)
+KIND_FNS(KIND_FP8)
+KIND_FNS(KIND_INT8)
+
+static const logits_fn logits_fns[KINDS][3] = {
+	{ logits_4_KIND_BF16, logits_2_KIND_BF16, logits_1_KIND_BF16 },
+	{ logits_4_KIND_FP16, logits_2_KIND_FP16, logits_1_KIND_FP16 },
+	{ logits_4_KIND_FP8, logits_2_KIND_FP8, logits_1_KIND_FP8 },
+	{ logits_4_KIND_INT8, logits_2_KIND_INT8, logits_1_KIND_INT8 },
+};
+static const pv_fn pv_fns[KINDS][2] = {
+	{ pv_4_KIND_BF16, pv_1_KIND_BF16 },
+	{ pv_4_KIND_FP16, pv_1_KIND_FP16 },
+	{ pv_4_KIND_FP8, pv_1_KIND_FP8 },
+	{ pv_4_KIND_INT8, pv_1_KIND_INT8 },
+};
 
 /* One tile of up to NFW_TILE tokens folded into every query row's state. */
 static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *a,
-				  const struct tile *t, int fp16)
+				  const struct tile *t, int kind)
 {
 	const uint32_t d = a->head_dim, g = a->group;
 	uint32_t r = 0;
 
 	for (; r + 4 <= g; r += 4)
-		(fp16 ? logits_4_1 : logits_4_0)(s->qp, d, t, r, s->logit);
+		logits_fns[kind][0](s->qp, d, t, r, s->logit);
 	if (r + 2 <= g) {
-		(fp16 ? logits_2_1 : logits_2_0)(s->qp, d, t, r, s->logit);
+		logits_fns[kind][1](s->qp, d, t, r, s->logit);
 		r += 2;
 	}
 	if (r < g)
-		(fp16 ? logits_1_1 : logits_1_0)(s->qp, d, t, r, s->logit);
+		logits_fns[kind][2](s->qp, d, t, r, s->logit);
 	for (r = 0; r < g; r++)
 		softmax_row(s->logit + r * NFW_TILE, s->p + r * NFW_TILE, t->cur->n, a->scale, &s->m[r],
 			    &s->l[r], s->op + (size_t)r * d, d);
 	for (r = 0; r + PV_ROWS <= g; r += PV_ROWS)
-		(fp16 ? PV_NAME(PV_ROWS, 1) : PV_NAME(PV_ROWS, 0))(s->op, s->p, d, t, r);
+		pv_fns[kind][0](s->op, s->p, d, t, r);
 	for (; r < g; r++)
-		(fp16 ? pv_1_1 : pv_1_0)(s->op, s->p, d, t, r);
+		pv_fns[kind][1](s->op, s->p, d, t, r);
 }
 
 /* Tiles prefetched ahead of the one computed. */
@@ -570,15 +656,32 @@ struct token_iter {
 };
 
 /* Next NFW_TILE tokens into @r (fewer at the end, n == 0 when done). */
-static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zero)
+/*
+ * Token @t of the K or V array at @base, and its scales for a tiled type
+ * (enum npnm_kv_dtype has the layout).  The scale line is a miss of its
+ * own, once per tile: fetch it when its tile's first row is taken.
+ */
+static inline const uint8_t *row_at(const struct nfw_attn_args *a, const uint8_t *base,
+				    uint32_t t, int first, const float **sc)
+{
+	const uint8_t *tile;
+
+	if (!a->tile_bytes)
+		return base + (size_t)t * a->row_bytes;
+	tile = base + (size_t)(t / NPNM_KV_QTILE) * a->tile_bytes;
+	*sc = (const float *)(tile + (size_t)NPNM_KV_QTILE * a->head_dim);
+	if (first || t % NPNM_KV_QTILE == 0)
+		__builtin_prefetch(*sc, 0, 3);
+	return tile + (size_t)(t % NPNM_KV_QTILE) * a->head_dim;
+}
+
+static void next_rows(struct token_iter *it, struct rows *r, const uint8_t *zero)
 {
 	const struct nfw_attn_args *a = it->a;
-	const uint32_t d = a->head_dim;
 
 	r->n = 0;
 	while (r->n < NFW_TILE) {
 		struct npnm_cluster c;
-		const uint16_t *k, *v;
 		uint32_t take;
 
 		if (it->pos == it->end) {
@@ -601,13 +704,11 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 		}
 		/* The rest of this cluster, or what of it fits. */
 		take = it->end - it->pos < NFW_TILE - r->n ? it->end - it->pos : NFW_TILE - r->n;
-		k = a->k + (size_t)it->pos * d;
-		v = a->v + (size_t)it->pos * d;
 		for (uint32_t u = 0; u < take; u++) {
-			uint32_t slot = pf_slot(r->n + u);
+			uint32_t slot = pf_slot(r->n + u), at = r->n + u;
 
-			r->k[r->n + u] = r->pf[slot] = k + (size_t)u * d;
-			r->v[r->n + u] = r->pf[slot + 1] = v + (size_t)u * d;
+			r->k[at] = r->pf[slot] = row_at(a, a->k, it->pos + u, !u, &r->ks[at]);
+			r->v[at] = r->pf[slot + 1] = row_at(a, a->v, it->pos + u, !u, &r->vs[at]);
 		}
 		r->n += take;
 		it->pos += take;
@@ -617,20 +718,21 @@ static void next_rows(struct token_iter *it, struct rows *r, const uint16_t *zer
 
 		r->k[u] = r->pf[slot] = zero;
 		r->v[u] = r->pf[slot + 1] = zero;
+		r->ks[u] = r->vs[u] = (const float *)zero;
 	}
 }
 
-static void prefetch_rows(const struct rows *r, uint32_t d)
+static void prefetch_rows(const struct rows *r, uint32_t row_bytes)
 {
 	for (uint32_t u = 0; u < r->n; u++)
-		for (uint32_t j = 0; j < d; j += 32) {	/* 32 halves: a 64-byte line */
-			__builtin_prefetch(r->k[u] + j, 0, 3);
-			__builtin_prefetch(r->v[u] + j, 0, 3);
+		for (uint32_t b = 0; b < row_bytes; b += 64) {
+			__builtin_prefetch(r->k[u] + b, 0, 3);
+			__builtin_prefetch(r->v[u] + b, 0, 3);
 		}
 }
 
 static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate *s,
-				   const uint16_t *zero, int fp16)
+				   const uint8_t *zero, int kind)
 {
 	struct token_iter it = { a, 0, 0, 0 };
 	struct rows ring[PF_TILES + 1];
@@ -638,14 +740,14 @@ static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate 
 	/* The first tiles have nothing before them to hide their fetch. */
 	for (uint32_t i = 0; i < PF_TILES; i++) {
 		next_rows(&it, &ring[i], zero);
-		prefetch_rows(&ring[i], a->head_dim);
+		prefetch_rows(&ring[i], a->head_dim * kind_bytes(kind));
 	}
 	for (uint32_t i = 0; ring[i % (PF_TILES + 1)].n; i++) {
 		struct rows *last = &ring[(i + PF_TILES) % (PF_TILES + 1)];
 		struct tile t = { &ring[i % (PF_TILES + 1)], &ring[(i + 1) % (PF_TILES + 1)], last };
 
 		next_rows(&it, last, zero);
-		do_tile(s, a, &t, fp16);
+		do_tile(s, a, &t, kind);
 	}
 }
 
@@ -656,10 +758,11 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 	float *op = qp + (size_t)g * d;			/* [g][d] permuted outputs */
 	float *logit = op + (size_t)g * d;		/* [g][NFW_TILE] */
 	float *p = logit + (size_t)g * NFW_TILE;	/* [g][NFW_TILE] softmax weights */
-	uint16_t *zero = (uint16_t *)(p + (size_t)g * NFW_TILE);	/* [d] */
+	/* A zero row of any kind, [d] halves; read as scales it is zeros too. */
+	uint8_t *zero = (uint8_t *)(p + (size_t)g * NFW_TILE);
 	struct kstate s = { .qp = qp, .op = op, .logit = logit, .p = p };
 
-	memset(zero, 0, d * sizeof(*zero));
+	memset(zero, 0, d * sizeof(uint16_t));
 	for (uint32_t r = 0; r < g; r++) {
 		for (uint32_t i = 0; i < d; i++) {
 			qp[(size_t)r * d + deint(i)] = a->q[(size_t)r * d + i];
@@ -668,10 +771,20 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 		s.m[r] = -INFINITY;
 		s.l[r] = splat(0.0f);
 	}
-	if (a->kv_dtype == NPNM_DTYPE_FP16)
-		run_item(a, &s, zero, 1);
-	else
-		run_item(a, &s, zero, 0);
+	switch (a->kv_dtype) {
+	case NPNM_DTYPE_FP16:
+		run_item(a, &s, zero, KIND_FP16);
+		break;
+	case NPNM_DTYPE_FP8_E4M3:
+		run_item(a, &s, zero, KIND_FP8);
+		break;
+	case NPNM_DTYPE_INT8:
+		run_item(a, &s, zero, KIND_INT8);
+		break;
+	default:
+		run_item(a, &s, zero, KIND_BF16);
+		break;
+	}
 	for (uint32_t r = 0; r < g; r++) {
 		float l = hsum(s.l[r]), inv = l > 0.0f ? l : 1.0f;
 

@@ -258,7 +258,7 @@ static int sim_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 	info->nr_cores = d->opts.cores;
 	info->max_batch = SIM_MAX_BATCH;
 	info->max_inflight = SIM_MAX_INFLIGHT;
-	info->kv_dtypes = (1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16);
+	info->kv_dtypes = NFW_KV_DTYPES;
 	info->max_head_dim = NFW_MAX_HEAD_DIM;
 	info->max_group = NFW_MAX_GROUP;
 	return 0;

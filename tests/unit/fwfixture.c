@@ -49,16 +49,16 @@ void fx_add_item(struct fx *f, struct tu_rng *rng, uint32_t n_tokens, uint32_t m
 		 uint32_t sel_permille)
 {
 	struct fx_item *it = &f->it[f->nr_items++];
-	enum nelssa_kv_dtype dt = f->dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16;
+	enum nelssa_kv_dtype dt = (enum nelssa_kv_dtype)f->dtype;
 	uint8_t *kv = f->mem.base + FX_KV_OFF, *in = f->mem.base + in_off(f);
-	const uint64_t row = (uint64_t)f->d * 2;
+	const uint64_t bytes = (nelssa_kv_bytes(dt, f->d, n_tokens) + 63) & ~63ull;
 	struct npnm_cluster *table;
 	uint32_t *sel, *ids;
 
 	it->n_tokens = n_tokens;
 	it->k = f->kv_used;
-	it->v = it->k + row * n_tokens;
-	it->table = it->v + row * n_tokens;
+	it->v = it->k + bytes;
+	it->table = it->v + bytes;
 	table = (struct npnm_cluster *)(kv + it->table);
 	for (uint32_t t = 0; t < n_tokens;) {
 		uint32_t c = 1 + tu_below(rng, max_cluster);
@@ -71,8 +71,20 @@ void fx_add_item(struct fx *f, struct tu_rng *rng, uint32_t n_tokens, uint32_t m
 	f->kv_used = (it->table + it->n_clusters * sizeof(*table) + 63) & ~63ull;
 	if (FX_KV_OFF + f->kv_used > in_off(f))
 		too_small("KV stores");
-	tu_fill_kv(rng, (uint16_t *)(kv + it->k), (size_t)n_tokens * f->d, 2.0, dt);
-	tu_fill_kv(rng, (uint16_t *)(kv + it->v), (size_t)n_tokens * f->d, 1.0, dt);
+	if (nelssa_kv_is_tiled(dt)) {
+		float *x = tu_alloc(sizeof(*x) * n_tokens * f->d);
+
+		tu_fill_f32(rng, x, (size_t)n_tokens * f->d, 2.0);
+		if (nelssa_kv_quantize(dt, f->d, x, n_tokens, kv + it->k))
+			abort();	/* finite input, a tiled type: cannot fail */
+		tu_fill_f32(rng, x, (size_t)n_tokens * f->d, 1.0);
+		if (nelssa_kv_quantize(dt, f->d, x, n_tokens, kv + it->v))
+			abort();
+		free(x);
+	} else {
+		tu_fill_kv(rng, (uint16_t *)(kv + it->k), (size_t)n_tokens * f->d, 2.0, dt);
+		tu_fill_kv(rng, (uint16_t *)(kv + it->v), (size_t)n_tokens * f->d, 1.0, dt);
+	}
 
 	it->q = f->in_used;
 	tu_fill_f32(rng, (float *)(in + it->q), (size_t)f->g * f->d, 2.0);
@@ -135,19 +147,31 @@ int fx_check(const struct fx *f, uint32_t i, const char *what)
 	const uint8_t *out = f->mem.base + out_off(f);
 	const struct npnm_cluster *table = (const struct npnm_cluster *)(kv + it->table);
 	const uint32_t *sel = (const uint32_t *)(in + it->sel);
-	struct nelssa_attn_geom g = {
-		f->d, f->g, f->dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16, f->scale,
-	};
+	struct nelssa_attn_geom g = { f->d, f->g, (enum nelssa_kv_dtype)f->dtype, f->scale };
+	const uint16_t *k = (const uint16_t *)(kv + it->k), *v = (const uint16_t *)(kv + it->v);
 	uint32_t *tok = tu_alloc(sizeof(uint32_t) * (it->n_tokens + 1));
+	float *kf = NULL, *vf = NULL;
 	size_t n = 0;
 	int ret;
+
+	if (nelssa_kv_is_tiled(g.kv_dtype)) {
+		/* Decoded by the test, from the layout the uapi header states. */
+		kf = tu_alloc(sizeof(*kf) * it->n_tokens * f->d);
+		vf = tu_alloc(sizeof(*vf) * it->n_tokens * f->d);
+		tu_decode_tiled(kv + it->k, it->n_tokens, f->d, g.kv_dtype, kf);
+		tu_decode_tiled(kv + it->v, it->n_tokens, f->d, g.kv_dtype, vf);
+		k = (const uint16_t *)(const void *)kf;
+		v = (const uint16_t *)(const void *)vf;
+		g.kv_dtype = TU_KV_F32;
+	}
 
 	for (uint32_t s = 0; s < it->n_sel; s++)
 		for (uint32_t j = 0; j < table[sel[s]].count; j++)
 			tok[n++] = table[sel[s]].first + j;
-	ret = tu_check_attn(&g, (const float *)(in + it->q), (const uint16_t *)(kv + it->k),
-			    (const uint16_t *)(kv + it->v), tok, n, (const float *)(out + it->o),
-			    (const float *)(out + it->lse), what);
+	ret = tu_check_attn(&g, (const float *)(in + it->q), k, v, tok, n,
+			    (const float *)(out + it->o), (const float *)(out + it->lse), what);
 	free(tok);
+	free(kf);
+	free(vf);
 	return ret;
 }

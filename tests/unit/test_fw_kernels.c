@@ -229,6 +229,87 @@ static void attn_fp16(void **state)
 	}
 }
 
+/*
+ * The 8-bit types on every ISA: head dims that tile (128, 256, 64) and one
+ * that does not (80: scalar on AVX2/AVX-512), clusters of 1..24 tokens so
+ * that clusters start and end inside storage tiles, and items whose last
+ * tile is partial.
+ */
+static void attn_tiled(void **state)
+{
+	static const uint32_t dims[] = { 128, 256, 64, 80 };
+	static const uint8_t types[] = { NPNM_DTYPE_FP8_E4M3, NPNM_DTYPE_INT8 };
+
+	(void)state;
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		for (unsigned int t = 0; t < 2; t++)
+			for (unsigned int di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+				struct tu_rng rng;
+				struct fx f;
+
+				tu_rng_for(&rng, __func__, (uint64_t)isa * 100 + t * 10 + di);
+				fx_init(&f, 16ull << 20, dims[di], 4 + di, types[t]);
+				fx_add_item(&f, &rng, 1999, 24, 300);
+				fx_add_item(&f, &rng, 333, 5, 1000);
+				fx_add_item(&f, &rng, 7, 3, 1000);
+				fx_finish(&f);
+				run_ok(&f, (enum nfw_isa)isa);
+				for (uint32_t i = 0; i < 3; i++)
+					assert_int_equal(fx_check(&f, i, nfw_isa_name(isa)), 0);
+				fx_free(&f);
+			}
+	}
+}
+
+/*
+ * Every E4M3 and int8 code through every ISA's load path: the codes of a
+ * quantised store are overwritten with all 254 finite E4M3 codes (all 256
+ * int8 ones) in turn, subnormals and both zeros included, scales kept.
+ */
+static uint8_t finite_code(uint8_t dtype, uint32_t c)
+{
+	uint8_t code = (uint8_t)c;
+
+	if (dtype == NPNM_DTYPE_FP8_E4M3 && (code & 0x7f) == 0x7f)
+		code ^= 1;	/* NaN: its finite neighbour instead */
+	return code;
+}
+
+static void attn_tiled_all_codes(void **state)
+{
+	static const uint8_t types[] = { NPNM_DTYPE_FP8_E4M3, NPNM_DTYPE_INT8 };
+
+	(void)state;
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		for (unsigned int t = 0; t < 2; t++) {
+			const uint32_t d = 64, n = 160;
+			uint64_t tile = nelssa_kv_tile_bytes(d);
+			struct tu_rng rng;
+			struct fx f;
+			uint32_t c = 0;
+
+			tu_rng_for(&rng, __func__, (uint64_t)isa * 10 + t);
+			fx_init(&f, 16ull << 20, d, 2, types[t]);
+			fx_add_item(&f, &rng, n, 16, 1000);
+			fx_finish(&f);
+			for (uint32_t tk = 0; tk < n; tk++)
+				for (uint32_t j = 0; j < d; j++, c++) {
+					uint64_t at = tk / 16 * tile + tk % 16 * d + j;
+
+					fx_kv(&f)[f.it[0].k + at] = finite_code(types[t], c);
+					fx_kv(&f)[f.it[0].v + at] = finite_code(types[t], c * 37u);
+				}
+			run_ok(&f, (enum nfw_isa)isa);
+			assert_int_equal(fx_check(&f, 0, nfw_isa_name(isa)), 0);
+			fx_free(&f);
+		}
+	}
+}
+
 /* The kernel writes its outputs and nothing else in device memory. */
 static void attn_writes_only_outputs(void **state)
 {
@@ -378,6 +459,120 @@ static void kv_write_then_attn(void **state)
 	free(perm);
 	free(tok);
 	fx_free(&f);
+}
+
+/*
+ * The 8-bit types through KV_WRITE: a prefill of 500 tokens, then appends
+ * of 37 tokens, each starting on the next tile boundary (the tail of a
+ * partial tile is left unused), written whole tiles at a time.  The store
+ * must hold the host's tiles byte for byte where the layout says, and
+ * attention over prefill and appended clusters -- clusters that start and
+ * end inside tiles -- must match float64 over the host's decoded codes.
+ */
+static void kv_write_tiled_then_attn(void **state)
+{
+	static const uint8_t types[] = { NPNM_DTYPE_FP8_E4M3, NPNM_DTYPE_INT8 };
+	const uint32_t d = 128, g = 4, prefill = 500, chunk = 37, chunks = 3;
+	const uint32_t max_tokens = 1024, max_clusters = 128;
+	const uint64_t store = 1ull << 20, src = 4ull << 20;
+
+	(void)state;
+	for (unsigned int ti = 0; ti < 2; ti++) {
+		enum nelssa_kv_dtype dt = (enum nelssa_kv_dtype)types[ti];
+		const uint64_t cap = nelssa_kv_bytes(dt, d, max_tokens);
+		uint8_t *hk = tu_alloc(cap), *hv = tu_alloc(cap);	/* the host's copy */
+		float *x = tu_alloc(sizeof(*x) * d * prefill), *kf, *vf;
+		uint32_t *tok = tu_alloc(4 * max_tokens), nc = 0, first = 0, detail, n = 0;
+		struct npnm_cluster tab[128];
+		struct tu_rng rng;
+		struct fx f;
+
+		tu_rng_for(&rng, __func__, ti);
+		fx_init(&f, 16ull << 20, d, g, types[ti]);
+		for (uint32_t step = 0; step <= chunks; step++) {
+			uint32_t cnt = step ? chunk : prefill, c0 = nc;
+			uint64_t at = nelssa_kv_bytes(dt, d, first), bytes = nelssa_kv_bytes(dt, d, cnt);
+			uint8_t *sp = f.mem.base + src;
+			struct npnm_cmd c;
+
+			/* Clusters of 1..23 tokens over the new tokens. */
+			for (uint32_t t = first; t < first + cnt;) {
+				uint32_t len = 1 + tu_below(&rng, 23);
+
+				len = len < first + cnt - t ? len : first + cnt - t;
+				tab[nc++] = (struct npnm_cluster){ t, len };
+				t += len;
+			}
+			tu_fill_f32(&rng, x, (size_t)cnt * d, 2.0);
+			assert_int_equal(nelssa_kv_quantize(dt, d, x, cnt, hk + at), 0);
+			tu_fill_f32(&rng, x, (size_t)cnt * d, 1.0);
+			assert_int_equal(nelssa_kv_quantize(dt, d, x, cnt, hv + at), 0);
+			memcpy(sp, hk + at, bytes);
+			memcpy(sp + bytes, hv + at, bytes);
+			memcpy(sp + 2 * bytes, tab + c0, (nc - c0) * sizeof(tab[0]));
+			memset(&c, 0, sizeof(c));
+			c.opcode = NPNM_OP_KV_WRITE;
+			c.op[NPNM_KV_SRC] = (struct npnm_operand){ 1, 0, src, 1ull << 20 };
+			c.op[NPNM_KV_DST] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
+			c.p.kv_write = (struct npnm_kv_write_params){
+				.k_off = 0, .v_off = cap, .table_off = 2 * cap, .first_token = first,
+				.nr_tokens = cnt, .first_cluster = c0, .nr_clusters = nc - c0,
+				.max_tokens = max_tokens, .max_clusters = max_clusters,
+				.head_dim = (uint16_t)d, .kv_dtype = types[ti],
+			};
+			assert_int_equal(nfw_run(&f.mem, &c, NFW_ISA_SCALAR, &f.scratch, &detail),
+					 NPNM_ST_OK);
+			assert_memory_equal(f.mem.base + store + at, hk + at, bytes);
+			assert_memory_equal(f.mem.base + store + cap + at, hv + at, bytes);
+			first = (first + cnt + NELSSA_KV_QTILE - 1) / NELSSA_KV_QTILE * NELSSA_KV_QTILE;
+		}
+		{
+			uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
+			struct npnm_attn_item *it = (struct npnm_attn_item *)f.mem.base;
+			struct nelssa_attn_geom geom = { d, g, TU_KV_F32, f.scale };
+			uint32_t sel[12], ns = 0;
+
+			for (uint32_t i = 0; i < nc && ns < 12; i += 1 + nc / 12)
+				sel[ns++] = nc - 1 - i;	/* newest first, prefill too */
+			tu_fill_f32(&rng, (float *)in, (size_t)g * d, 2.0);
+			memcpy(in + 4096, sel, sizeof(sel));
+			*it = (struct npnm_attn_item){
+				.k_off = 0, .v_off = cap, .table_off = 2 * cap, .q_off = 0,
+				.sel_off = 4096, .o_off = 0, .lse_off = (uint64_t)g * d * 4,
+				.nr_tokens = first, .nr_clusters = nc, .nr_sel = ns,
+			};
+			memset(&f.cmd, 0, sizeof(f.cmd));
+			f.cmd.opcode = NPNM_OP_SPARSE_ATTN;
+			f.cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, sizeof(*it) };
+			f.cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
+			f.cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 8ull << 20, 8192 };
+			f.cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 9ull << 20, 8192 };
+			f.cmd.p.attn = (struct npnm_sparse_attn_params){
+				.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g,
+				.kv_dtype = types[ti],
+			};
+			run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+			kf = tu_alloc(sizeof(*kf) * d * max_tokens);
+			vf = tu_alloc(sizeof(*vf) * d * max_tokens);
+			tu_decode_tiled(hk, first, d, dt, kf);
+			tu_decode_tiled(hv, first, d, dt, vf);
+			for (uint32_t s = 0; s < ns; s++)
+				for (uint32_t j = 0; j < tab[sel[s]].count; j++)
+					tok[n++] = tab[sel[s]].first + j;
+			assert_int_equal(tu_check_attn(&geom, (const float *)in,
+						       (const uint16_t *)(void *)kf,
+						       (const uint16_t *)(void *)vf, tok, n,
+						       (const float *)out,
+						       (const float *)(out + g * d * 4), "tiled"), 0);
+			free(kf);
+			free(vf);
+		}
+		free(hk);
+		free(hv);
+		free(x);
+		free(tok);
+		fx_free(&f);
+	}
 }
 
 static void fill_and_copy(void **state)
@@ -546,7 +741,7 @@ int main(void)
 	static char names[3 * 10][32];
 	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
 	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 3, 4, 6, 8 };
-	struct CMUnitTest tests[3 * 10 + 11];
+	struct CMUnitTest tests[3 * 10 + 14];
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++)
@@ -565,8 +760,11 @@ int main(void)
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(vector_matches_scalar);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_odd_head_dim);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_fp16);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled_all_codes);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_writes_only_outputs);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_then_attn);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_tiled_then_attn);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(fill_and_copy);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(exp_accuracy);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(selftest_passes);

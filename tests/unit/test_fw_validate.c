@@ -156,7 +156,17 @@ BREAK(copy_len_mismatch, CMD(f)->op[1].len = 4000)
 BREAK(copy_missing_src, CMD(f)->op[1] = (struct npnm_operand){ 0 })
 BREAK(copy_params, CMD(f)->p.raw[0] = 1)
 BREAK(kv_dtype0, CMD(f)->p.kv_write.kv_dtype = 0)
-BREAK(kv_dtype_fp8, CMD(f)->p.kv_write.kv_dtype = 3)
+BREAK(kv_dtype_unknown, CMD(f)->p.kv_write.kv_dtype = 5)
+/* The 8-bit types: 10 tokens of d 64 are one 1088-byte tile per K and V. */
+BREAK(kv_tiled_scatter, CMD(f)->p.kv_write.kv_dtype = NPNM_DTYPE_INT8)
+BREAK(kv_tiled_mid_tile, { CMD(f)->p.kv_write.kv_dtype = NPNM_DTYPE_FP8_E4M3;
+	  CMD(f)->p.kv_write.flags = 0; CMD(f)->p.kv_write.first_token = 8; })
+BREAK(kv_tiled_src_short, { CMD(f)->p.kv_write.kv_dtype = NPNM_DTYPE_INT8;
+	  CMD(f)->p.kv_write.flags = 0; CMD(f)->op[NPNM_KV_SRC].len = 2 * 1088 + 2 * 8 - 1; })
+BREAK(kv_tiled_dst_capacity, { CMD(f)->p.kv_write.kv_dtype = NPNM_DTYPE_INT8;
+	  CMD(f)->p.kv_write.flags = 0; CMD(f)->p.kv_write.max_tokens = 16384; })
+BREAK(kv_tiled_misaligned, { CMD(f)->p.kv_write.kv_dtype = NPNM_DTYPE_FP8_E4M3;
+	  CMD(f)->p.kv_write.flags = 0; CMD(f)->p.kv_write.v_off = 65538; })
 BREAK(kv_head_dim0, CMD(f)->p.kv_write.head_dim = 0)
 BREAK(kv_head_dim_big, CMD(f)->p.kv_write.head_dim = NFW_MAX_HEAD_DIM + 16)
 BREAK(kv_flags, CMD(f)->p.kv_write.flags |= 1u << 7)
@@ -172,6 +182,11 @@ BREAK(kv_misaligned, CMD(f)->p.kv_write.v_off = 65537)
 BREAK(attn_flags, CMD(f)->p.attn.flags = 1)
 BREAK(attn_reserved, CMD(f)->p.attn.reserved = 1)
 BREAK(attn_dtype, CMD(f)->p.attn.kv_dtype = 0)
+BREAK(attn_dtype_unknown, CMD(f)->p.attn.kv_dtype = 5)
+BREAK(attn_tiled_tokens_past_operand, { CMD(f)->p.attn.kv_dtype = NPNM_DTYPE_INT8;
+	  item0(f)->nr_tokens = 1u << 24; })
+BREAK(attn_tiled_misaligned, { CMD(f)->p.attn.kv_dtype = NPNM_DTYPE_FP8_E4M3;
+	  item0(f)->k_off += 2; })
 BREAK(attn_head_dim0, CMD(f)->p.attn.head_dim = 0)
 BREAK(attn_head_dim_big, CMD(f)->p.attn.head_dim = 512)
 BREAK(attn_group0, CMD(f)->p.attn.group = 0)
@@ -227,7 +242,12 @@ static const struct vcase cases[] = {
 	C(copy_missing_src, B_COPY, NPNM_ST_BAD_OPERAND),
 	C(copy_params, B_COPY, NPNM_ST_BAD_RESERVED),
 	C(kv_dtype0, B_KV, NPNM_ST_BAD_PARAM),
-	C(kv_dtype_fp8, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_dtype_unknown, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_tiled_scatter, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_tiled_mid_tile, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_tiled_src_short, B_KV, NPNM_ST_BAD_OPERAND),
+	C(kv_tiled_dst_capacity, B_KV, NPNM_ST_BAD_OPERAND),
+	C(kv_tiled_misaligned, B_KV, NPNM_ST_BAD_PARAM),
 	C(kv_head_dim0, B_KV, NPNM_ST_BAD_PARAM),
 	C(kv_head_dim_big, B_KV, NPNM_ST_BAD_PARAM),
 	C(kv_flags, B_KV, NPNM_ST_BAD_RESERVED),
@@ -243,6 +263,9 @@ static const struct vcase cases[] = {
 	C(attn_flags, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(attn_reserved, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(attn_dtype, B_ATTN, NPNM_ST_BAD_PARAM),
+	C(attn_dtype_unknown, B_ATTN, NPNM_ST_BAD_PARAM),
+	C(attn_tiled_tokens_past_operand, B_ATTN, NPNM_ST_BAD_OPERAND),
+	C(attn_tiled_misaligned, B_ATTN, NPNM_ST_BAD_PARAM),
 	C(attn_head_dim0, B_ATTN, NPNM_ST_BAD_PARAM),
 	C(attn_head_dim_big, B_ATTN, NPNM_ST_BAD_PARAM),
 	C(attn_group0, B_ATTN, NPNM_ST_BAD_PARAM),

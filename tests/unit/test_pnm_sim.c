@@ -170,7 +170,8 @@ static void shared_device_and_options(void **state)
 	assert_int_equal(ia.mem_align, 4096);
 	assert_int_equal(ia.opcodes, 0x3f);
 	assert_true(ia.caps & NPNM_CAP_COMPUTE);
-	assert_int_equal(ia.kv_dtypes, (1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16));
+	assert_int_equal(ia.kv_dtypes, (1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16) |
+					 (1u << NPNM_DTYPE_FP8_E4M3) | (1u << NPNM_DTYPE_INT8));
 	assert_string_equal(nelssa_pnm_backend(a), "sim");
 	nelssa_pnm_close(a);
 	nelssa_pnm_close(b);

@@ -39,6 +39,9 @@ static inline void nfw_cpu_relax(void)
 
 /* Limits of this firmware, reported through struct npnm_info. */
 #define NFW_MAX_HEAD_DIM 256u
+/* KV element types the kernels read (&npnm_info.kv_dtypes). */
+#define NFW_KV_DTYPES ((1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16) | \
+		       (1u << NPNM_DTYPE_FP8_E4M3) | (1u << NPNM_DTYPE_INT8))
 #define NFW_MAX_GROUP 16u
 #define NFW_FW_VERSION ((1u << 16) | 0u)	/* interface 1.0 */
 
