@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The SPARSE_ATTN benchmarks' synthetic KV stores (attn_store.h). */
+#include <string.h>
+
 #include <linux/nelssa_pnm.h>
 
 #include "npnm_rules.h"
@@ -7,17 +9,44 @@
 #include "attn_store.h"
 #include "tool_util.h"
 
-void tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
-			uint32_t context, uint32_t cluster)
+static const char *const dtype_names[] = {
+	[NPNM_DTYPE_BF16] = "bf16", [NPNM_DTYPE_FP16] = "fp16",
+	[NPNM_DTYPE_FP8_E4M3] = "fp8", [NPNM_DTYPE_INT8] = "int8",
+};
+
+uint8_t tl_kv_dtype_parse(const char *name)
 {
+	for (unsigned int i = 1; i < sizeof(dtype_names) / sizeof(dtype_names[0]); i++)
+		if (!strcmp(name, dtype_names[i]))
+			return (uint8_t)i;
+	return 0;
+}
+
+const char *tl_kv_dtype_name(uint8_t kv_dtype)
+{
+	return kv_dtype && kv_dtype < sizeof(dtype_names) / sizeof(dtype_names[0]) ?
+	       dtype_names[kv_dtype] : "?";
+}
+
+int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
+		       uint32_t context, uint32_t cluster)
+{
+	const uint64_t kv = npnm_kv_bytes(kv_dtype, head_dim, context);
+
+	if (!kv)
+		return -1;
 	s->context = context;
 	s->cluster = cluster;
+	s->head_dim = head_dim;
+	s->kv_dtype = kv_dtype;
 	s->nclusters = (context + cluster - 1) / cluster;
-	s->row = (uint64_t)head_dim * npnm_kv_elem_bytes(kv_dtype);
-	s->v_off = s->row * context;
-	s->table_off = 2 * s->row * context;
+	s->token_bytes = 2.0 * (double)npnm_kv_bytes(kv_dtype, head_dim, NPNM_KV_QTILE) /
+			 NPNM_KV_QTILE;
+	s->v_off = kv;
+	s->table_off = 2 * kv;
 	s->bytes = (s->table_off + (uint64_t)s->nclusters * sizeof(struct npnm_cluster) + 4095) &
 		   ~4095ull;
+	return 0;
 }
 
 void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t *rng)
@@ -25,8 +54,25 @@ void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t 
 	uint64_t *w = (uint64_t *)store;
 	struct npnm_cluster *t = (struct npnm_cluster *)(store + s->table_off);
 
-	for (uint64_t i = 0; i < s->table_off / 8; i++)
-		w[i] = (tl_next(rng) & 0x807f807f807f807full) | 0x3f003f003f003f00ull;
+	if (npnm_kv_is_tiled(s->kv_dtype)) {
+		const uint64_t tile = npnm_kv_tile_bytes(s->head_dim);
+		const uint64_t codes = (uint64_t)NPNM_KV_QTILE * s->head_dim;
+		const float scale = s->kv_dtype == NPNM_DTYPE_INT8 ? 2.0f / 127 : 2.0f / 448;
+
+		/* Codes of magnitude at most 0x5f (E4M3: at most 30, never NaN). */
+		for (uint64_t i = 0; i < s->table_off / 8; i++)
+			w[i] = tl_next(rng) & 0xdfdfdfdfdfdfdfdfull;
+		for (uint64_t at = 0; at < s->table_off; at += tile) {
+			for (uint32_t g = 0; g < (s->head_dim + NPNM_KV_QGROUP - 1) / NPNM_KV_QGROUP; g++)
+				memcpy(store + at + codes + 4 * g, &scale, 4);
+			memset(store + at + codes + 4 * ((s->head_dim + NPNM_KV_QGROUP - 1) /
+							 NPNM_KV_QGROUP), 0,
+			       tile - codes - 4 * ((s->head_dim + NPNM_KV_QGROUP - 1) / NPNM_KV_QGROUP));
+		}
+	} else {
+		for (uint64_t i = 0; i < s->table_off / 8; i++)
+			w[i] = (tl_next(rng) & 0x807f807f807f807full) | 0x3f003f003f003f00ull;
+	}
 	for (uint32_t c = 0; c < s->nclusters; c++) {
 		uint32_t first = c * s->cluster;
 

@@ -2,8 +2,9 @@
 /*
  * The synthetic KV stores the SPARSE_ATTN benchmarks read ('nelssactl bench
  * attn' through a device, nelssa-fw-bench straight into the firmware): per
- * work item K rows, then V rows, then a table of equal clusters, the
- * whole 4 KiB aligned; and random selections of distinct clusters.
+ * work item the K array, then the V array (rows, or tiles of an 8-bit
+ * type), then a table of equal clusters, the whole 4 KiB aligned; and
+ * random selections of distinct clusters.
  */
 #ifndef NELSSA_ATTN_STORE_H
 #define NELSSA_ATTN_STORE_H
@@ -11,17 +12,21 @@
 #include <stdint.h>
 
 struct tl_attn_store {
-	uint32_t context, cluster, nclusters;
-	uint64_t row;		/* bytes of one bf16 K or V row */
-	uint64_t v_off;		/* V rows, from the start of a store */
+	uint32_t context, cluster, nclusters, head_dim;
+	uint8_t kv_dtype;	/* enum npnm_kv_dtype */
+	double token_bytes;	/* K and V bytes of one token, scales included */
+	uint64_t v_off;		/* the V array, from the start of a store */
 	uint64_t table_off;	/* the cluster table */
 	uint64_t bytes;		/* one store, rounded up to 4 KiB */
 };
 
-/* The layout of one store of @context tokens of @kv_dtype (enum npnm_kv_dtype) rows. */
-void tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
+/* The layout of one store of @context tokens of @kv_dtype (enum npnm_kv_dtype); 0 if known. */
+int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
 			uint32_t context, uint32_t cluster);
-/* K and V as random bf16 in +-[0.5, 2), and the table, into @store. */
+/*
+ * K and V as random values in +-[0.5, 2) (16-bit types), or random codes
+ * of that range with scales (8-bit types), and the table, into @store.
+ */
 void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t *rng);
 /*
  * @n distinct cluster ids of @s in random order into @sel (a partial
@@ -29,5 +34,10 @@ void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t 
  */
 void tl_attn_select(const struct tl_attn_store *s, uint32_t *sel, uint32_t n, uint32_t *perm,
 		    uint64_t *rng);
+
+/* @name ("bf16", "fp16", "fp8", "int8") as an npnm_kv_dtype; 0 if unknown. */
+uint8_t tl_kv_dtype_parse(const char *name);
+/* The short name of @kv_dtype, "?" if unknown. */
+const char *tl_kv_dtype_name(uint8_t kv_dtype);
 
 #endif /* NELSSA_ATTN_STORE_H */

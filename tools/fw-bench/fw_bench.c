@@ -39,13 +39,14 @@ struct opts {
 	uint32_t context, items, resident_tokens, head_dim, group, cluster, iters;
 	double select;
 	int json;
+	uint8_t kv_dtype;
 };
 
 /* One benchmark setting laid out in device memory: items | IN | OUT | stores. */
 struct setup {
 	struct nfw_mem mem;
 	struct npnm_cmd cmd[2];		/* commands alternate between two selections */
-	uint64_t kv_bytes_per_cmd;
+	uint64_t kv_bytes_per_cmd, tokens_per_cmd;
 	uint32_t clusters_per_cmd;
 	float *ref;			/* the scalar kernel's output of cmd[0] */
 };
@@ -125,17 +126,18 @@ static int build(struct setup *s, const struct opts *o, uint32_t items,
 		c->op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, out_off, items * per_out };
 		c->p.attn = (struct npnm_sparse_attn_params){
 			.nr_items = items, .head_dim = (uint16_t)o->head_dim,
-			.group = (uint8_t)o->group, .kv_dtype = NPNM_DTYPE_BF16,
+			.group = (uint8_t)o->group, .kv_dtype = o->kv_dtype,
 		};
 	}
 	s->clusters_per_cmd = items * nsel;
-	s->kv_bytes_per_cmd = (uint64_t)items * nsel * o->cluster * 2 * st->row;
+	s->tokens_per_cmd = (uint64_t)items * nsel * o->cluster;
+	s->kv_bytes_per_cmd = (uint64_t)((double)s->tokens_per_cmd * st->token_bytes);
 	free(perm);
 	return reference(s);
 }
 
 struct result {
-	double gbps, ns_per_cluster, max_err;
+	double gbps, mtok_s, ns_per_cluster, max_err;
 };
 
 /*
@@ -191,6 +193,7 @@ static int run(struct setup *s, enum nfw_isa isa, uint32_t iters, struct result 
 			goto fail;
 	dt = tl_now() - t0;
 	r->gbps = (double)s->kv_bytes_per_cmd * iters / dt / 1e9;
+	r->mtok_s = (double)s->tokens_per_cmd * iters / dt / 1e6;
 	r->ns_per_cluster = dt * 1e9 / ((double)s->clusters_per_cmd * iters);
 	nfw_scratch_free(&scratch);
 	return 0;
@@ -209,6 +212,8 @@ static const char help[] =
 	"  --head-dim N    (default 128)   --group N (default 4)   --cluster N (default 16)\n"
 	"  --iters N       timed commands of the random case (default 10; the resident\n"
 	"                  case runs as many clusters as the random case reads)\n"
+	"  --kv-dtype T    bf16 (default), fp16, fp8 or int8; GB/s count the bytes\n"
+	"                  the type stores (scales included), Mtok/s the tokens\n"
 	"  --json          one JSON object\n";
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -218,11 +223,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "select", required_argument, NULL, 's' }, { "resident", required_argument, NULL, 'r' },
 		{ "head-dim", required_argument, NULL, 'd' }, { "group", required_argument, NULL, 'g' },
 		{ "cluster", required_argument, NULL, 'k' }, { "iters", required_argument, NULL, 'i' },
+		{ "kv-dtype", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	int c;
 
-	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0 };
+	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0, NPNM_DTYPE_BF16 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		char *end;
 		int bad = 0;
@@ -240,6 +246,14 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->select = strtod(optarg, &end);
 			if (*end || !(o->select > 0.0 && o->select <= 1.0)) {
 				fprintf(stderr, "%s: --select %s: need a fraction in (0, 1]\n", prog, optarg);
+				bad = -1;
+			}
+			break;
+		case 't':
+			o->kv_dtype = tl_kv_dtype_parse(optarg);
+			if (!o->kv_dtype) {
+				fprintf(stderr, "%s: --kv-dtype %s: need bf16, fp16, fp8 or int8\n",
+					prog, optarg);
 				bad = -1;
 			}
 			break;
@@ -275,8 +289,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (!o.json)
 		fprintf(stderr, "preparing %u items of %u tokens...\n", o.items, o.context);
-	tl_attn_store_plan(&rst, NPNM_DTYPE_BF16, o.head_dim, o.context, o.cluster);
-	tl_attn_store_plan(&sst, NPNM_DTYPE_BF16, o.head_dim, o.resident_tokens, o.cluster);
+	tl_attn_store_plan(&rst, o.kv_dtype, o.head_dim, o.context, o.cluster);
+	tl_attn_store_plan(&sst, o.kv_dtype, o.head_dim, o.resident_tokens, o.cluster);
 	if (build(&rnd, &o, o.items, &rst, o.select) || build(&res, &o, 1, &sst, 1.0))
 		return 1;
 	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;
@@ -285,16 +299,19 @@ int main(int argc, char **argv)
 			     rnd.cmd[0].op[NPNM_ATTN_KV].len);
 	tl_cpu_model(cpu, sizeof(cpu));
 	if (o.json)
-		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,"
-		       "\"read_baseline_gbps\":%.6g,"
+		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,\"kv_dtype\":\"%s\","
+		       "\"token_bytes\":%.6g,\"read_baseline_gbps\":%.6g,"
 		       "\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
-		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group, stream,
-		       o.items, o.context, o.select, o.resident_tokens);
+		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group,
+		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, stream, o.items, o.context,
+		       o.select, o.resident_tokens);
 	else
-		printf("CPU %s; head dim %u, group %u; streaming read %.2f GB/s (1 thread)\n"
-		       "ISA      random GB/s  ns/cluster   resident GB/s  ns/cluster   "
+		printf("CPU %s; head dim %u, group %u, KV %s (%.1f bytes a token); "
+		       "streaming read %.2f GB/s (1 thread)\n"
+		       "ISA      random GB/s  Mtok/s  ns/cluster   resident GB/s  Mtok/s  ns/cluster   "
 		       "peak GFLOP/s  compute GB/s  roofline GB/s  random/roofline  "
-		       "resident/compute  max |err| vs scalar\n", cpu, o.head_dim, o.group, stream);
+		       "resident/compute  max |err| vs scalar\n", cpu, o.head_dim, o.group,
+		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, stream);
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		struct result a, b;
 		double peak, compute, roof;
@@ -302,24 +319,33 @@ int main(int argc, char **argv)
 		if (!nfw_isa_supported(isas[i]))
 			continue;
 		peak = peak_gflops(isas[i], o.head_dim, o.group);
-		/* 2 * group flops per 2-byte KV element: group flops per byte. */
-		compute = peak / o.group;
+		/*
+		 * 4 * group * head_dim flops a token (logits and P.V), so the
+		 * ceiling in tokens/s times the bytes a token takes.  The peak is
+		 * the 16-bit instruction mix: for the 8-bit types it leaves out
+		 * their decoding, and their ratios to it are upper estimates.
+		 */
+		compute = peak / (4.0 * o.group * o.head_dim) * rst.token_bytes;
 		roof = compute < stream ? compute : stream;
 		if (run(&rnd, isas[i], o.iters, &a) || run(&res, isas[i], (uint32_t)resident_iters, &b))
 			return 1;
 		if (o.json)
-			printf("%s{\"isa\":\"%s\",\"random_gbps\":%.6g,\"random_ns_per_cluster\":%.2f,"
-			       "\"resident_gbps\":%.6g,\"resident_ns_per_cluster\":%.2f,"
+			printf("%s{\"isa\":\"%s\",\"random_gbps\":%.6g,\"random_mtok_s\":%.6g,"
+			       "\"random_ns_per_cluster\":%.2f,"
+			       "\"resident_gbps\":%.6g,\"resident_mtok_s\":%.6g,"
+			       "\"resident_ns_per_cluster\":%.2f,"
 			       "\"peak_gflops\":%.6g,\"compute_gbps\":%.6g,\"roofline_gbps\":%.6g,"
 			       "\"roofline_ratio\":%.6g,\"resident_compute_ratio\":%.6g,"
 			       "\"max_abs_err\":%.3g}", first ? "" : ",", nfw_isa_name(isas[i]),
-			       a.gbps, a.ns_per_cluster, b.gbps, b.ns_per_cluster, peak, compute, roof,
+			       a.gbps, a.mtok_s, a.ns_per_cluster, b.gbps, b.mtok_s, b.ns_per_cluster,
+			       peak, compute, roof,
 			       roof > 0.0 ? a.gbps / roof : 0.0, compute > 0.0 ? b.gbps / compute : 0.0,
 			       a.max_err > b.max_err ? a.max_err : b.max_err);
 		else
-			printf("%-8s %11.2f  %10.1f   %13.2f  %10.1f   %12.2f  %12.2f  %13.2f  %15.3f  "
-			       "%16.3f  %.3g\n", nfw_isa_name(isas[i]), a.gbps, a.ns_per_cluster, b.gbps,
-			       b.ns_per_cluster, peak, compute, roof, roof > 0.0 ? a.gbps / roof : 0.0,
+			printf("%-8s %11.2f  %6.2f  %10.1f   %13.2f  %6.2f  %10.1f   %12.2f  %12.2f  "
+			       "%13.2f  %15.3f  %16.3f  %.3g\n", nfw_isa_name(isas[i]), a.gbps, a.mtok_s,
+			       a.ns_per_cluster, b.gbps, b.mtok_s, b.ns_per_cluster, peak, compute, roof,
+			       roof > 0.0 ? a.gbps / roof : 0.0,
 			       compute > 0.0 ? b.gbps / compute : 0.0,
 			       a.max_err > b.max_err ? a.max_err : b.max_err);
 		first = 0;

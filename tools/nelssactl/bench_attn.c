@@ -35,6 +35,8 @@ static const char help[] =
 	"                  FIRST+N-1 (default: the first N CPUs this process may use)\n"
 	"  --no-pin        leave thread placement to the scheduler\n"
 	"  --isa NAME      kernel of the sim device: auto, scalar, avx2, avx512, neon\n"
+	"  --kv-dtype T    KV element type: bf16 (default), fp16, fp8, int8; bytes count\n"
+	"                  what the type stores, scales included (token_bytes in JSON)\n"
 	"                  (default auto: the best this CPU runs; for DEV sim:N only)\n"
 	"Reports kv_bytes, seconds, effective_gbps (KV bytes read per second, mean over\n"
 	"the timed commands), read_baseline_gbps (best of 3 single-pass streaming reads\n"
@@ -55,7 +57,8 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		{ "group", required_argument, NULL, 'g' }, { "cluster", required_argument, NULL, 'k' },
 		{ "select", required_argument, NULL, 's' }, { "iters", required_argument, NULL, 'i' },
 		{ "cpus", required_argument, NULL, 'p' }, { "no-pin", no_argument, NULL, 'P' },
-		{ "isa", required_argument, NULL, 'I' }, { "help", no_argument, NULL, 'h' }, { 0 },
+		{ "isa", required_argument, NULL, 'I' }, { "kv-dtype", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	uint64_t first = UINT64_MAX;
 	int c, bad = 0;
@@ -78,6 +81,10 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		case 'I':
 			bad |= nfw_isa_parse(optarg) < 0;
 			o->isa = optarg;
+			break;
+		case 'T':
+			o->kv_dtype = tl_kv_dtype_parse(optarg);
+			bad |= !o->kv_dtype;
 			break;
 		case 'h': fputs(help, stdout); return 1;
 		default: bad = 1; break;
@@ -111,7 +118,7 @@ struct layout {
 
 static void plan(const struct attn_opts *o, struct layout *l)
 {
-	tl_attn_store_plan(&l->st, NPNM_DTYPE_BF16, (uint32_t)o->head_dim, (uint32_t)o->context,
+	tl_attn_store_plan(&l->st, o->kv_dtype, (uint32_t)o->head_dim, (uint32_t)o->context,
 			   (uint32_t)o->cluster);
 	l->nsel = (uint64_t)llround(o->select * (double)l->st.nclusters);
 	l->kv_bytes = l->st.bytes * o->items;
@@ -123,7 +130,6 @@ static void plan(const struct attn_opts *o, struct layout *l)
 	l->out_bytes = o->items * (o->group * o->head_dim * 4 + o->group * 4);
 }
 
-/* Fill the stores: random bf16 in +-[0.5, 2), tables of equal clusters. */
 /* A region's mapping as bytes; *@at stays NULL on failure. */
 static int map_region(struct nelssa_pnm *p, uint32_t h, uint8_t **at)
 {
@@ -173,8 +179,8 @@ static void fill_in(uint8_t *in, uint8_t *items, uint64_t k, const struct attn_o
 static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *out,
 			  const struct attn_opts *o, const struct layout *l)
 {
-	struct nelssa_attn_geom g = { (uint32_t)o->head_dim, (uint32_t)o->group, NELSSA_KV_BF16,
-				      1.0f / sqrtf((float)o->head_dim) };
+	struct nelssa_attn_geom g = { (uint32_t)o->head_dim, (uint32_t)o->group,
+				      (enum nelssa_kv_dtype)o->kv_dtype, 1.0f / sqrtf((float)o->head_dim) };
 	float *ro = calloc(o->group * o->head_dim, sizeof(float)), rl[16];
 	const float *got = (const float *)out;
 	double err = -1.0;
@@ -194,7 +200,8 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 
 void attn_defaults(struct attn_opts *o)
 {
-	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04, true, 0, false, NULL };
+	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04, true, 0, false, NULL,
+				 NPNM_DTYPE_BF16 };
 }
 
 int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct attn_result *res)
@@ -263,7 +270,8 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 		((float *)in)[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
 	for (uint64_t k = 0; k <= o.iters; k++)
 		fill_in(in, items, k, &o, &l, perm);
-	bytes_per_cmd = o.items * l.nsel * o.cluster * 2 * l.st.row;	/* K and V of every token */
+	/* K and V of every token, scales included. */
+	bytes_per_cmd = (uint64_t)((double)(o.items * l.nsel * o.cluster) * l.st.token_bytes);
 
 	for (uint64_t k = 0; k <= o.iters; k++) {
 		struct npnm_completion comp;
@@ -279,7 +287,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 		c.op[NPNM_ATTN_OUT] = (struct npnm_operand){ h_out, 0, 0, l.out_bytes };
 		c.p.attn = (struct npnm_sparse_attn_params){
 			.nr_items = (uint32_t)o.items, .head_dim = (uint16_t)o.head_dim,
-			.group = (uint8_t)o.group, .kv_dtype = NPNM_DTYPE_BF16,
+			.group = (uint8_t)o.group, .kv_dtype = o.kv_dtype,
 		};
 		t0 = tl_now();
 		ret = nelssa_pnm_exec(p, &c, &comp);
@@ -298,6 +306,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 			best = (double)bytes_per_cmd / dt / 1e9;
 	}
 	res->gbps = (double)bytes_per_cmd * (double)o.iters / total / 1e9;
+	res->token_bytes = l.st.token_bytes;
 	res->best_gbps = best;
 	res->seconds = total;
 	res->err = err;
@@ -412,7 +421,7 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
 				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel,
-				       o.cluster * o.head_dim * nelssa_kv_elem_bytes(NELSSA_KV_BF16) };
+				       (uint64_t)(o.cluster * r.token_bytes / 2) };
 	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	isa = device_isa(r.name, (uint32_t)o.head_dim);
 	if (isa >= 0)
@@ -420,7 +429,8 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 				   r.cpu_first, r.pinned ? r.threads : 0);
 	if (peak > 0.0) {
 		/* 2 * group flops per 2-byte KV element: group flops per byte. */
-		compute = peak / (double)o.group;
+		/* 4 g d flops a token; the 16-bit mix (8-bit decoding left out). */
+		compute = peak / (4.0 * (double)o.group * (double)o.head_dim) * r.token_bytes;
 		roof = compute < baseline ? compute : baseline;
 	}
 	tl_cpu_model(cpu, sizeof(cpu));
@@ -460,6 +470,10 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		json_object_object_add(j, "items", json_object_new_uint64(o.items));
 		json_object_object_add(j, "head_dim", json_object_new_uint64(o.head_dim));
 		json_object_object_add(j, "group", json_object_new_uint64(o.group));
+		json_object_object_add(j, "kv_dtype", json_object_new_string(tl_kv_dtype_name(o.kv_dtype)));
+		json_object_object_add(j, "token_bytes", json_object_new_double(r.token_bytes));
+		json_object_object_add(j, "mtok_per_s",
+				       json_object_new_double(r.gbps * 1e3 / r.token_bytes));
 		json_object_object_add(j, "cluster_tokens", json_object_new_uint64(o.cluster));
 		json_object_object_add(j, "selected_clusters", json_object_new_uint64(r.nsel));
 		json_object_object_add(j, "iters", json_object_new_uint64(o.iters));

@@ -41,11 +41,13 @@ struct attn_opts {
 	unsigned int cpu_first;		/* with cpus_given: the first of them */
 	bool cpus_given;		/* else the first CPUs this process may use */
 	const char *isa;		/* SPARSE_ATTN ISA of a sim device it creates; NULL: best */
+	uint8_t kv_dtype;		/* enum npnm_kv_dtype of the stores */
 };
 
 struct attn_result {
 	char name[256];			/* the device as opened */
 	double gbps, best_gbps, seconds, err;
+	double token_bytes;		/* K and V bytes of one token, scales included */
 	uint64_t bytes_per_cmd, nsel, nclusters, kv_bytes;
 	uint64_t mem_size;		/* the device's memory */
 	unsigned int threads;
