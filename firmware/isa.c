@@ -37,7 +37,9 @@ int nfw_isa_supported(enum nfw_isa isa)
 		return 1;
 #ifdef NFW_HAVE_AVX2
 	case NFW_ISA_AVX2:
-		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+		/* F16C: the E4M3 load path; every AVX2 CPU has it. */
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
 #endif
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:

@@ -26,6 +26,12 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
+
 #include "../fw_internal.h"
 
 #ifndef VW
@@ -111,28 +117,50 @@ static inline void widen2_fp16(const uint16_t *p, vf *even, vf *odd)
 }
 
 /*
- * The 8-bit types load 2 * VW bytes as VW zero-extended 16-bit lanes: the
- * even element is each lane's low byte, the odd one its high byte -- the
- * same de-interleaved layout as the 16-bit types.  Both then take the
+ * The 8-bit types need no de-interleaving: one sign- or zero-extending
+ * load turns VW bytes into VW 32-bit lanes in order (vpmovsxbd and
+ * vpmovzxbd on x86), so their rows keep the natural element order and
+ * the query is not permuted for them (perm()).  Both then take the
  * chunk's scale: a chunk of 2 * VW channels lies in one NPNM_KV_QGROUP
  * (2 * VW divides it), so one broadcast serves it, and code * scale is
  * the one rounding the format defines.
  */
-typedef uint16_t vh_u __attribute__((vector_size(VW * 2), aligned(1), may_alias));
-
 _Static_assert(NPNM_KV_QGROUP % (2 * VW) == 0, "a chunk must lie in one scale group");
 
-static inline vu load_bytes2(const uint8_t *p)
+/*
+ * VW bytes from @p, sign-extended (@sign) or zero-extended to VW 32-bit
+ * lanes.  GCC 12 turns a generic __builtin_convertvector() of a byte
+ * vector into one scalar insert per lane, so each ISA gets its extending
+ * load spelled out.
+ */
+static inline vi ext8(const uint8_t *p, int sign)
 {
-	return __builtin_convertvector(*(const vh_u *)p, vu);
+#if VW == 8 && defined(__AVX2__)
+	__m128i b = _mm_loadl_epi64((const __m128i *)p);
+
+	return (vi)(sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#elif VW == 16 && defined(__AVX512F__)
+	__m128i b = _mm_loadu_si128((const __m128i *)p);
+
+	return (vi)(sign ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+#elif VW == 4 && defined(__ARM_NEON)
+	int8x8_t b = vreinterpret_s8_u32(vld1_dup_u32((const uint32_t *)(const void *)p));
+
+	return (vi)(sign ? vmovl_s16(vget_low_s16(vmovl_s8(b))) :
+		    vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_s8(b))))));
+#else
+	typedef int8_t vs8_u __attribute__((vector_size(VW), aligned(1), may_alias));
+	typedef uint8_t vu8_u __attribute__((vector_size(VW), aligned(1), may_alias));
+
+	return sign ? __builtin_convertvector(*(const vs8_u *)p, vi) :
+		      (vi)__builtin_convertvector(*(const vu8_u *)p, vu);
+#endif
 }
 
-static inline void widen2_int8(const uint8_t *p, float scale, vf *even, vf *odd)
+static inline void widen2_int8(const uint8_t *p, float scale, vf *first, vf *second)
 {
-	vu u = load_bytes2(p);
-
-	*even = __builtin_convertvector((vi)(u << 24) >> 24, vf) * scale;
-	*odd = __builtin_convertvector((vi)(u << 16) >> 24, vf) * scale;
+	*first = __builtin_convertvector(ext8(p, 1), vf) * scale;
+	*second = __builtin_convertvector(ext8(p + VW, 1), vf) * scale;
 }
 
 /*
@@ -151,20 +179,79 @@ static inline vf fp8_lanes(vu mag, vu sign)
 	return (vf)((vu)x | sign);
 }
 
-static inline void widen2_fp8(const uint8_t *p, float scale, vf *even, vf *odd)
+/*
+ * Where the ISA converts binary16 (F16C, AVX-512F, AArch64), E4M3 goes
+ * through it: a code sign-extended to 16 bits and shifted left by 7 has
+ * its exponent and fraction where binary16 keeps them and its sign in
+ * bits 14 and 15, so masking bit 14 leaves the binary16 of value * 2^-8
+ * for every finite code, subnormals included (binary16 has 5 exponent
+ * bits to E4M3's 4).  The 2^8 goes into the scale, an exact product for
+ * every scale below 2^120 (the quantiser's are below FLT_MAX / 448); 0x7f
+ * would read 1.875, so it is turned into a NaN.  Four integer ops per 16
+ * codes and a convert per vector, where fp8_lanes() takes a dozen ops per
+ * vector.
+ */
+#if (VW == 8 && defined(__AVX2__) && defined(__F16C__)) || (VW == 16 && defined(__AVX512F__))
+#define FP8_VIA_HALF 1
+static inline __m256i fp8_halves(const uint8_t *p)
 {
-	vu u = load_bytes2(p);
+	__m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+	__m256i nan;
 
-	*even = fp8_lanes(u & 0x7fu, (u & 0x80u) << 24) * scale;
-	*odd = fp8_lanes((u >> 8) & 0x7fu, (u & 0x8000u) << 16) * scale;
+	h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16((short)0xbf80));
+	nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)),
+				 _mm256_set1_epi16(0x3f80));
+	return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
+}
+#elif VW == 4 && defined(__ARM_NEON) && defined(__aarch64__)
+#define FP8_VIA_HALF 1
+static inline int16x8_t fp8_halves(const uint8_t *p)
+{
+	int16x8_t h = vandq_s16(vshlq_n_s16(vmovl_s8(vld1_s8((const int8_t *)p)), 7),
+				vdupq_n_s16((int16_t)0xbf80));
+	uint16x8_t nan = vceqq_s16(vandq_s16(h, vdupq_n_s16(0x7fff)), vdupq_n_s16(0x3f80));
+
+	return vorrq_s16(h, vandq_s16(vreinterpretq_s16_u16(nan), vdupq_n_s16(0x7e00)));
+}
+#else
+#define FP8_VIA_HALF 0
+#endif
+
+static inline void widen2_fp8(const uint8_t *p, float scale, vf *first, vf *second)
+{
+#if FP8_VIA_HALF && VW == 8
+	__m256i h = fp8_halves(p);
+
+	*first = (vf)_mm256_cvtph_ps(_mm256_castsi256_si128(h)) * (scale * 256.0f);
+	*second = (vf)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)) * (scale * 256.0f);
+#elif FP8_VIA_HALF && VW == 16
+	*first = (vf)_mm512_cvtph_ps(fp8_halves(p)) * (scale * 256.0f);
+	*second = (vf)_mm512_cvtph_ps(fp8_halves(p + 16)) * (scale * 256.0f);
+#elif FP8_VIA_HALF && VW == 4
+	int16x8_t h = fp8_halves(p);
+
+	*first = (vf)vcvt_f32_f16(vreinterpret_f16_s16(vget_low_s16(h))) * (scale * 256.0f);
+	*second = (vf)vcvt_f32_f16(vreinterpret_f16_s16(vget_high_s16(h))) * (scale * 256.0f);
+#else
+	vu a = (vu)ext8(p, 0), b = (vu)ext8(p + VW, 0);
+
+	*first = fp8_lanes(a & 0x7fu, (a & 0x80u) << 24) * scale;
+	*second = fp8_lanes(b & 0x7fu, (b & 0x80u) << 24) * scale;
+#endif
 }
 
-/* The de-interleaved position of element @i of a row. */
+/* The de-interleaved position of element @i of a 16-bit row. */
 static inline uint32_t deint(uint32_t i)
 {
 	uint32_t base = i & ~(2u * VW - 1), k = i & (2u * VW - 1);
 
 	return base + (k & 1u) * VW + k / 2;
+}
+
+/* Where element @i of a row sits once widened: 8-bit rows keep their order. */
+static inline uint32_t perm(uint8_t kv_dtype, uint32_t i)
+{
+	return kv_dtype == NPNM_DTYPE_FP8_E4M3 || kv_dtype == NPNM_DTYPE_INT8 ? i : deint(i);
 }
 
 /*
@@ -765,7 +852,7 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 	memset(zero, 0, d * sizeof(uint16_t));
 	for (uint32_t r = 0; r < g; r++) {
 		for (uint32_t i = 0; i < d; i++) {
-			qp[(size_t)r * d + deint(i)] = a->q[(size_t)r * d + i];
+			qp[(size_t)r * d + perm(a->kv_dtype, i)] = a->q[(size_t)r * d + i];
 			op[(size_t)r * d + i] = 0.0f;
 		}
 		s.m[r] = -INFINITY;
@@ -790,7 +877,7 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 
 		a->lse[r] = l > 0.0f ? s.m[r] + logf(l) : -INFINITY;
 		for (uint32_t i = 0; i < d; i++)
-			a->o[(size_t)r * d + i] = op[(size_t)r * d + deint(i)] / inv;
+			a->o[(size_t)r * d + i] = op[(size_t)r * d + perm(a->kv_dtype, i)] / inv;
 	}
 }
 

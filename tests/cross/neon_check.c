@@ -21,6 +21,12 @@ static void report(int ok, const char *what)
 	printf("%sok %d - %s\n", ok ? "" : "not ", ++n, what);
 }
 
+static const char *dtype_name(uint8_t dtype)
+{
+	return dtype == NPNM_DTYPE_FP16 ? "fp16" : dtype == NPNM_DTYPE_FP8_E4M3 ? "fp8" :
+	       dtype == NPNM_DTYPE_INT8 ? "int8" : "bf16";
+}
+
 static int shape(uint32_t d, uint32_t g, uint8_t dtype)
 {
 	struct tu_rng rng;
@@ -44,7 +50,7 @@ static int shape(uint32_t d, uint32_t g, uint8_t dtype)
 	bad |= nfw_run(&f.mem, &f.cmd, NFW_ISA_NEON, &f.scratch, &detail) != NPNM_ST_OK;
 	for (uint32_t i = 0; i < f.nr_items; i++) {
 		snprintf(what, sizeof(what), "neon d%u g%u %s item %u", d, g,
-			 dtype == NPNM_DTYPE_FP16 ? "fp16" : "bf16", i);
+			 dtype_name(dtype), i);
 		bad |= fx_check(&f, i, what);
 	}
 	for (uint64_t i = 0; i < f.out_used / 4; i++) {
@@ -56,7 +62,7 @@ static int shape(uint32_t d, uint32_t g, uint8_t dtype)
 	free(ref);
 	fx_free(&f);
 	snprintf(what, sizeof(what), "neon d%u g%u %s vs float64 and scalar", d, g,
-		 dtype == NPNM_DTYPE_FP16 ? "fp16" : "bf16");
+		 dtype_name(dtype));
 	report(!bad, what);
 	return bad;
 }
@@ -67,7 +73,7 @@ int main(void)
 	struct nfw_scratch sc = { 0 };
 
 	tu_init("neon");
-	printf("1..%d\n", 3 + 3 * 3 + 2 + 1);
+	printf("1..%d\n", 3 + 3 * 3 + 2 + 4 + 1);
 	report(nfw_isa_supported(NFW_ISA_NEON), "NEON path built and supported");
 	report(nfw_isa_resolve(NFW_ISA_AUTO) == NFW_ISA_NEON, "auto selects NEON");
 	for (int i = 0; i < 3; i++)
@@ -75,6 +81,11 @@ int main(void)
 			shape(dims[i], groups[j], NPNM_DTYPE_BF16);
 	shape(128, 4, NPNM_DTYPE_FP16);
 	shape(72, 4, NPNM_DTYPE_BF16);	/* not a multiple of 8: scalar fallback */
+	/* The 8-bit types: the extending loads and the binary16 path of E4M3. */
+	shape(128, 4, NPNM_DTYPE_FP8_E4M3);
+	shape(128, 4, NPNM_DTYPE_INT8);
+	shape(64, 8, NPNM_DTYPE_FP8_E4M3);
+	shape(256, 1, NPNM_DTYPE_INT8);
 	report(nfw_selftest(0, &sc) == 0, "firmware SELFTEST on aarch64");
 	/* The NEON kernel's compute ceiling runs and counts its flops (2 per element, row, token). */
 	report(nfw_attn_isa(NFW_ISA_AUTO, 128) == NFW_ISA_NEON &&
