@@ -18,15 +18,15 @@
 
 float nelssa_fp8_e4m3_to_f32(uint8_t c)
 {
-	uint32_t mag = c & 0x7fu, e = mag >> 3, m = mag & 7u;
+	uint32_t mag = c & 0x7fu;
 	float x;
 
 	if (mag == 0x7fu)
 		x = NAN;
-	else if (e == 0)
-		x = ldexpf((float)m, -9);		/* subnormal: m * 2^-9 */
-	else
-		x = ldexpf((float)(8u + m), (int)e - 10);	/* (1 + m/8) 2^(e-7) */
+	else if (mag < 8u)
+		x = (float)mag * 0x1p-9f;	/* subnormal: m * 2^-9, exact */
+	else	/* exponent and fraction moved into place, bias 7 -> 127 */
+		x = nelssa_f32_from_bits((mag << 20) + ((127u - 7u) << 23));
 	return c & 0x80u ? -x : x;
 }
 
