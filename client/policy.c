@@ -12,11 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/attention.h>
 #include <nelssa/policy.h>
 
 double nelssa_kv_bytes_per_token(const struct nelssa_model_profile *m)
 {
 	return 2.0 * m->layers * m->kv_heads * m->head_dim * m->elem_bytes;
+}
+
+double nelssa_pnm_kv_bytes_per_token(const struct nelssa_model_profile *m)
+{
+	const enum nelssa_kv_dtype t = (enum nelssa_kv_dtype)m->pnm_kv_dtype;
+
+	if (!m->pnm_kv_dtype)
+		return nelssa_kv_bytes_per_token(m);
+	return 2.0 * m->layers * m->kv_heads *
+	       (double)nelssa_kv_bytes(t, m->head_dim, NELSSA_KV_QTILE) / NELSSA_KV_QTILE;
 }
 
 double nelssa_t_comm(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
@@ -37,14 +48,16 @@ double nelssa_t_pnm(const struct nelssa_hw_profile *hw, const struct nelssa_mode
 	const double mkv = nelssa_kv_bytes_per_token(m);
 
 	return len * mkv / (m->compression * hw->gpu_bw) +
-	       m->select * len * mkv / (n_dev * hw->pnm_bw) + nelssa_t_comm(hw, m, n_dev);
+	       m->select * len * nelssa_pnm_kv_bytes_per_token(m) / (n_dev * hw->pnm_bw) +
+	       nelssa_t_comm(hw, m, n_dev);
 }
 
 double nelssa_crossover(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,
 			uint32_t n_dev)
 {
 	const double c = m->compression;
-	const double bracket = (c - 1.0) / (c * hw->gpu_bw) - m->select / (n_dev * hw->pnm_bw);
+	const double pnm = nelssa_pnm_kv_bytes_per_token(m) / nelssa_kv_bytes_per_token(m);
+	const double bracket = (c - 1.0) / (c * hw->gpu_bw) - m->select * pnm / (n_dev * hw->pnm_bw);
 
 	if (!n_dev || !(bracket > 0.0))
 		return INFINITY;
@@ -152,7 +165,7 @@ int nelssa_router_init(struct nelssa_router *r, const struct nelssa_hw_profile *
 		       const struct nelssa_model_profile *m, uint32_t n_dev)
 {
 	if (!n_dev || !(hw->gpu_bw > 0) || !(hw->pnm_bw > 0) || !(m->compression >= 1) ||
-	    !(m->select > 0 && m->select <= 1) || !m->layers)
+	    !(m->select > 0 && m->select <= 1) || !m->layers || !(nelssa_pnm_kv_bytes_per_token(m) > 0))
 		return -EINVAL;
 	memset(r, 0, sizeof(*r));
 	r->hw = *hw;
@@ -176,8 +189,8 @@ double nelssa_pnm_step_time(const struct nelssa_router *r, double tokens, uint32
 {
 	if (!reqs)
 		return 0.0;
-	return r->m.select * tokens * nelssa_kv_bytes_per_token(&r->m) / (r->n_dev * r->hw.pnm_bw) +
-	       nelssa_t_comm(&r->hw, &r->m, r->n_dev);
+	return r->m.select * tokens * nelssa_pnm_kv_bytes_per_token(&r->m) /
+	       (r->n_dev * r->hw.pnm_bw) + nelssa_t_comm(&r->hw, &r->m, r->n_dev);
 }
 
 /* GPU bytes @reqs PNM requests of @tokens in all keep: centroids and windows. */
@@ -191,7 +204,8 @@ static double gpu_meta(const struct nelssa_router *r, double tokens, uint32_t re
 /* Seconds of the tier's devices @tokens of sparse attention take (T_comm apart). */
 static double sparse_time(const struct nelssa_router *r, double tokens)
 {
-	return r->m.select * tokens * nelssa_kv_bytes_per_token(&r->m) / (r->n_dev * r->hw.pnm_bw);
+	return r->m.select * tokens * nelssa_pnm_kv_bytes_per_token(&r->m) /
+	       (r->n_dev * r->hw.pnm_bw);
 }
 
 /*
@@ -237,8 +251,8 @@ enum { ADM_OK, ADM_MEM, ADM_STEP, ADM_META };
 static int admissible(const struct nelssa_router *r, const struct load *l, double len,
 		      double final, int extra, char *why, size_t why_len)
 {
-	const double mkv = nelssa_kv_bytes_per_token(&r->m);
-	const double mem = (l->final + final) * mkv, mem_cap = r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem;
+	const double mem = (l->final + final) * nelssa_pnm_kv_bytes_per_token(&r->m);
+	const double mem_cap = r->cap_pnm_mem * r->n_dev * r->hw.pnm_mem;
 	const double meta = gpu_meta(r, l->final + final, l->requests + 1);
 	struct load with = *l;
 	double step;
@@ -430,7 +444,8 @@ int nelssa_pick_migration_final(const struct nelssa_router *r, const double *ctx
 	for (size_t i = 0; i < n; i++) {
 		const double fin = final_ctx && final_ctx[i] > ctx[i] ? final_ctx[i] : ctx[i];
 
-		const double pause = ctx[i] * nelssa_kv_bytes_per_token(&r->m) / r->net_bw;
+		/* What crosses the network is what the cards store (quantised first). */
+		const double pause = ctx[i] * nelssa_pnm_kv_bytes_per_token(&r->m) / r->net_bw;
 
 		if (final_ctx && !(pause <= (fin - ctx[i]) * r->cap_migrate_pause * r->cap_step))
 			continue;	/* too close to its end to be worth the pause */

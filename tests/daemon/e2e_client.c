@@ -932,7 +932,7 @@ static int scenario_migrate(struct tu_rng *rng)
 	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
 	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
 	struct nelssa_hw_profile hw;
-	struct nelssa_model_profile m = { LAYERS, KV_HEADS, DIM, 2, 0.0, 16.0, 0.04 };
+	struct nelssa_model_profile m = { LAYERS, KV_HEADS, DIM, 2, 0.0, 16.0, 0.04, 0 };
 	struct nelssa_router router;
 	struct nelssa_cluster_index ix[KV_HEADS];
 	uint16_t *k = tu_alloc(2ull * KV_HEADS * MAXT * DIM), *v = tu_alloc(2ull * KV_HEADS * MAXT * DIM);

@@ -20,13 +20,14 @@
 #include <cmocka.h>
 #include <unistd.h>
 
+#include <nelssa/attention.h>
 #include <nelssa/policy.h>
 
 #include "testutil.h"
 
 /* Round numbers: M_kv = 2 * 1 * 1 * 64 * 2 = 256 B. */
 static const struct nelssa_hw_profile hw = { "test", 1e12, 80e9, 1e11, 1e9, 10e-6, 1e-6, 2e-6 };
-static const struct nelssa_model_profile m = { 1, 1, 64, 2, 0.0, 16.0, 0.04 };
+static const struct nelssa_model_profile m = { 1, 1, 64, 2, 0.0, 16.0, 0.04, 0 };
 
 static void close_to(double got, double want, double rel)
 {
@@ -36,7 +37,7 @@ static void close_to(double got, double want, double rel)
 
 static void model_matches_hand_values(void **state)
 {
-	const struct nelssa_model_profile llama = { 32, 8, 128, 2, 16e9, 16.0, 0.04 };
+	const struct nelssa_model_profile llama = { 32, 8, 128, 2, 16e9, 16.0, 0.04, 0 };
 
 	(void)state;
 	assert_true(nelssa_kv_bytes_per_token(&llama) == 131072.0);
@@ -70,6 +71,46 @@ static void crossover_matches_hand_values(void **state)
 	slow.pnm_bw = 1e9;
 	assert_true(isinf(nelssa_crossover(&slow, &m, 4)));
 	assert_true(isinf(nelssa_crossover(&hw, &m, 0)));
+}
+
+/*
+ * 8-bit KV on the PNM tier: d 64 tokens take 2 x 1088 / 16 = 136 bytes
+ * there (codes, scales, padding) against 256 on the GPU, and every PNM
+ * term -- device reads, device memory -- shrinks by that ratio.
+ */
+static void pnm_kv_dtype_scales_pnm_terms(void **state)
+{
+	struct nelssa_model_profile q = m;
+	struct nelssa_router r;
+	const double ratio = 136.0 / 256.0;
+
+	(void)state;
+	q.pnm_kv_dtype = NELSSA_KV_INT8;
+	assert_true(nelssa_pnm_kv_bytes_per_token(&q) == 136.0);
+	assert_true(nelssa_kv_bytes_per_token(&q) == 256.0);	/* the GPU's own */
+	assert_true(nelssa_pnm_kv_bytes_per_token(&m) == 256.0);
+	q.pnm_kv_dtype = NELSSA_KV_FP8_E4M3;
+	assert_true(nelssa_pnm_kv_bytes_per_token(&q) == 136.0);
+	q.pnm_kv_dtype = NELSSA_KV_BF16;
+	assert_true(nelssa_pnm_kv_bytes_per_token(&q) == 256.0);
+	q.pnm_kv_dtype = NELSSA_KV_INT8;
+	/* T_pnm(1e6, 4) = 16 + 25.6 x ratio + 16 us. */
+	close_to(nelssa_t_pnm(&hw, &q, 1e6, 4), (16 + 25.6 * ratio + 16) * 1e-6, 1e-12);
+	/* The crossover: 16e-6 / (256 x ((15/16)/1e12 - ratio x 0.04/4e11)). */
+	close_to(nelssa_crossover(&hw, &q, 4), 16e-6 / (256 * (0.9375e-12 - ratio * 1e-13)), 1e-9);
+	close_to(nelssa_t_gpu(&hw, &q, nelssa_crossover(&hw, &q, 4)),
+		 nelssa_t_pnm(&hw, &q, nelssa_crossover(&hw, &q, 4), 4), 1e-9);
+	/* Memory: 90 % of 4 GB holds 0.9 x 4e9 / 136 tokens now. */
+	assert_int_equal(0, nelssa_router_init(&r, &hw, &q, 4));
+	r.cap_step = 1e9;
+	r.cap_gpu_meta = 1e18;
+	r.gpu_kv = 1e9;	/* 3.9M GPU tokens; centroids of 26M fit */
+	assert_int_equal(NELSSA_FITS_PNM, nelssa_router_fits(&r, 0.9 * 4e9 / 136 - 1));
+	assert_int_equal(0, nelssa_router_fits(&r, 0.9 * 4e9 / 136 + 1));
+	close_to(nelssa_pnm_step_time(&r, 1e6, 1), 25.6e-6 * ratio + 16e-6, 1e-12);
+	/* An unknown type is refused. */
+	q.pnm_kv_dtype = 9;
+	assert_int_equal(-EINVAL, nelssa_router_init(&r, &hw, &q, 4));
 }
 
 static void router_caps_one_at_a_time(void **state)
@@ -181,7 +222,7 @@ static void route_where_the_kv_fits(void **state)
  */
 static void deadline_from_the_tier_not_from_history(void **state)
 {
-	const struct nelssa_model_profile llama = { 32, 8, 128, 2, 16.06e9, 16.0, 0.04 };
+	const struct nelssa_model_profile llama = { 32, 8, 128, 2, 16.06e9, 16.0, 0.04, 0 };
 	struct nelssa_hw_profile h200;
 	struct nelssa_router r;
 	double d, c, comm, len = 131072;
@@ -513,6 +554,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(model_matches_hand_values),
 		cmocka_unit_test(crossover_matches_hand_values),
+		cmocka_unit_test(pnm_kv_dtype_scales_pnm_terms),
 		cmocka_unit_test(router_caps_one_at_a_time),
 		cmocka_unit_test(route_where_the_kv_fits),
 		cmocka_unit_test(deadline_from_the_tier_not_from_history),

@@ -260,7 +260,7 @@ int cmd_calibrate(struct ctl *ctl, int argc, char **argv)
 	}
 	snprintf(hw.name, sizeof(hw.name), "calibrated");
 	m = (struct nelssa_model_profile){ (uint32_t)o.layers, (uint32_t)o.kv_heads, 128, 2, 0.0,
-					   (double)o.attn.cluster, o.attn.select };
+					   (double)o.attn.cluster, o.attn.select, o.attn.kv_dtype };
 	for (int d = 0; d < 8; d++)
 		tin[d] = nelssa_crossover(&hw, &m, (uint32_t)d + 1);
 	if (o.output) {

@@ -41,7 +41,7 @@ void sim_config_default(struct sim_config *c)
 	memset(c, 0, sizeof(*c));
 	nelssa_hw_profile_builtin("h200", &c->hw);
 	/* Llama-3-8B, bf16; 16-token clusters, 4 % selected. */
-	c->model = (struct nelssa_model_profile){ 32, 8, 128, 2, 16.06e9, 16.0, 0.04 };
+	c->model = (struct nelssa_model_profile){ 32, 8, 128, 2, 16.06e9, 16.0, 0.04, 0 };
 	c->n_dev = 4;
 	c->max_batch = 256;
 	c->block = 16;

@@ -45,11 +45,15 @@ struct nelssa_hw_profile {
  * @weights: model weight bytes on the GPU.
  * @compression: C, tokens per cluster (the GPU reads one centroid per C tokens).
  * @select: S, fraction of the KV the PNM devices read per step.
+ * @pnm_kv_dtype: enum nelssa_kv_dtype of the KV on the PNM devices (the
+ *	offload quantises to it), or 0 for @elem_bytes there too.  An 8-bit
+ *	type about halves what a token takes on a card and in its reads.
  */
 struct nelssa_model_profile {
 	uint32_t layers, kv_heads, head_dim, elem_bytes;
 	double weights;
 	double compression, select;
+	uint32_t pnm_kv_dtype;
 };
 
 /**
@@ -60,6 +64,18 @@ struct nelssa_model_profile {
  * 2 * layers * kv_heads * head_dim * elem_bytes.
  */
 double nelssa_kv_bytes_per_token(const struct nelssa_model_profile *m);
+
+/**
+ * nelssa_pnm_kv_bytes_per_token() - the KV bytes of one token on the PNM tier.
+ * @m: model.
+ *
+ * Return: nelssa_kv_bytes_per_token() with @m->pnm_kv_dtype 0; else
+ * 2 * layers * kv_heads * the bytes a token of that type takes in a KV
+ * store (nelssa_kv_bytes() of a tile over its tokens: scales and padding
+ * included).  The PNM terms of the model -- device reads, device memory,
+ * migration transfers -- use it; the GPU's use nelssa_kv_bytes_per_token().
+ */
+double nelssa_pnm_kv_bytes_per_token(const struct nelssa_model_profile *m);
 
 /**
  * nelssa_t_comm() - T_comm(N), the communication cost of a decode step.
