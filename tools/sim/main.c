@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attn_store.h"
 #include "sim.h"
 #include "tool_util.h"
 
@@ -50,6 +51,8 @@ static void usage(FILE *f)
 		"  --profile P       h200 (default), h100-nvl or a profile file (nelssactl calibrate)\n"
 		"  --pnm-bw B        override the profile's PNM bandwidth, bytes/s\n"
 		"  --comm-scale X    multiply the profile's communication costs by X\n"
+		"  --pnm-kv-dtype T  KV type on the PNM devices: bf16 (default), fp16, fp8,\n"
+		"                    int8 (8-bit: about half the bytes a token takes there)\n"
 		"  --devices N       PNM devices (default 4)\n"
 		"  --max-batch N     running requests at most (default 256)\n"
 		"  --mode M          gpu, nelssa or both (default both)\n"
@@ -75,7 +78,7 @@ enum {
 	G_MAX = 1 << 0, G_SCALE = 1 << 1, G_LONG_FRAC = 1 << 2, G_LONG_LEN = 1 << 3,
 	G_OUT_LEN = 1 << 4, G_BURST = 1 << 5, G_GROW = 1 << 6, G_PNM_BW = 1 << 7,
 	G_COMM = 1 << 8, G_DEVICES = 1 << 9, G_NO_MIGRATE = 1 << 10, G_NO_ADAPTIVE = 1 << 11,
-	G_SKIP_BAD = 1 << 12, G_OTHER = 1 << 13,
+	G_SKIP_BAD = 1 << 12, G_OTHER = 1 << 13, G_PNM_KV = 1 << 14,
 };
 
 struct opts {
@@ -84,6 +87,7 @@ struct opts {
 	struct sim_rate_step steps[SIM_MAX_RATE_STEPS];
 	uint32_t n_steps;
 	double scale, long_frac, rps, pnm_bw, grow, comm;
+	uint8_t pnm_kv_dtype;	/* enum npnm_kv_dtype; 0: the GPU's type */
 	double burst[3];
 	int swap, migrate, adaptive, json, quiet, skip_bad;
 	unsigned given;
@@ -167,6 +171,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "grow", required_argument, NULL, 'G' }, { "comm-scale", required_argument, NULL, 'C' },
 		{ "skip-bad", no_argument, NULL, 'k' }, { "property", required_argument, NULL, 'P' },
 		{ "first-case", required_argument, NULL, 'K' },
+		{ "pnm-kv-dtype", required_argument, NULL, 'D' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -270,6 +275,15 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->given |= G_COMM;
 			bad |= parse_real(optarg, 0, 1e3, 1, &o->comm, "--comm-scale");
 			break;
+		case 'D':
+			o->given |= G_PNM_KV;
+			o->pnm_kv_dtype = tl_kv_dtype_parse(optarg);
+			if (!o->pnm_kv_dtype) {
+				fprintf(stderr, PROG ": --pnm-kv-dtype %s: need bf16, fp16, fp8 or "
+					"int8\n", optarg);
+				bad = 1;
+			}
+			break;
 		default: fprintf(stderr, "Try '" PROG " --help'.\n"); return 2;
 		}
 	}
@@ -325,6 +339,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		bad |= refuse(o, G_DEVICES, "--devices", nopnm);
 		bad |= refuse(o, G_PNM_BW, "--pnm-bw", nopnm);
 		bad |= refuse(o, G_COMM, "--comm-scale", nopnm);
+		bad |= refuse(o, G_PNM_KV, "--pnm-kv-dtype", nopnm);
 		bad |= refuse(o, G_NO_MIGRATE, "--no-migrate", nopnm);
 		bad |= refuse(o, G_NO_ADAPTIVE, "--no-adaptive", nopnm);
 	}
@@ -349,6 +364,7 @@ static int build(const struct opts *o, struct sim_config *cfg, struct sim_trace 
 	}
 	if (o->pnm_bw > 0)
 		cfg->hw.pnm_bw = o->pnm_bw;
+	cfg->model.pnm_kv_dtype = o->pnm_kv_dtype;
 	cfg->hw.t_base *= o->comm;
 	cfg->hw.t_dev *= o->comm;
 	cfg->hw.t_host *= o->comm;
@@ -630,6 +646,10 @@ static void make_case(uint64_t seed, uint32_t k, const char *trace, struct case_
 	arg(a, "%.4g", 76.8e9 * log_unif(&s, 0.4, 2.5));
 	arg(a, "--comm-scale");
 	arg(a, "%.3g", log_unif(&s, 0.25, 4));
+	if (chance(&s, 0.25)) {
+		arg(a, "--pnm-kv-dtype");
+		arg(a, chance(&s, 0.5) ? "int8" : "fp8");
+	}
 	if (chance(&s, 0.15)) {
 		arg(a, "--max-batch");
 		arg(a, "%u", (uint32_t)log_unif(&s, 16, 256));
@@ -853,6 +873,9 @@ int main(int argc, char **argv)
 		       o.scale, o.n_dev);
 		jstr("profile", cfg.hw.name, 1);
 		jnum("pnm_bw", -4, cfg.hw.pnm_bw, 1);
+		jstr("pnm_kv_dtype", cfg.model.pnm_kv_dtype ?
+		     tl_kv_dtype_name(cfg.model.pnm_kv_dtype) : "bf16", 1);
+		jnum("pnm_kv_bytes_per_token", 0, nelssa_pnm_kv_bytes_per_token(&cfg.model), 1);
 		jnum("t_input", 1, tin, 1);	/* null: the PNM tier never wins */
 		jnum("pnm_step_deadline_ms", 3, 1e3 * deadline, 1);
 		printf(",\"skipped_lines\":%llu,\"runs\":{", (unsigned long long)tr.skipped);
