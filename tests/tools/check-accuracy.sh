@@ -34,7 +34,7 @@ JSON_PRELUDE="r = j['rows']; \
 by = {(x['family'], x['method']): x for x in r}; \
 fams = sorted({x['family'] for x in r})"
 
-echo "1..18"
+echo "1..24"
 t "--help exits 0" 0 "$acc" --help
 t "a ratio of 0 is a usage error" 2 "$acc" --ratios 0
 t "a context below 1024 is a usage error" 2 "$acc" --contexts 512
@@ -44,6 +44,7 @@ t "a negative outlier count is a usage error" 2 "$acc" --outliers -1
 t "an unknown family is a usage error" 2 "$acc" --families copy,nonesuch
 t "a bound share above 1 is a usage error" 2 "$acc" --bound-share 2
 t "a far share above 1 is a usage error" 2 "$acc" --far-share 2
+t "a 16-bit PNM KV type other than bf16 is a usage error" 2 "$acc" --pnm-kv-dtype fp16
 
 t "8K run, every family, JSON" 0 "$acc" --contexts 8192 --seeds 1 --json \
 	--families copy,needle,entropy,drift,hidden,massive,spread,synth
@@ -68,3 +69,21 @@ json_check "probe+spread finds every target on every family" "all(
 	by[(f, 'probe+spread')]['hits'] == by[(f, 'probe+spread')]['targets'] for f in fams)"
 json_check "probe+spread is no worse than page Top-K at the same budget" "all(
 	by[(f, 'probe+spread')]['median_err'] <= by[(f, 'page-topk')]['median_err'] for f in fams)"
+
+# The same run with the middle stored as int8 on the PNM side: the
+# selection (made on the GPU's bf16) reads the same tokens, the bf16
+# baselines are untouched, and every LSE is the float64 LSE of the keys
+# as decoded from the store.
+cp "$out/stdout" "$out/bf16.json"
+t "8K run, every family, int8 PNM KV, JSON" 0 "$acc" --contexts 8192 --seeds 1 --json \
+	--families copy,needle,entropy,drift,hidden,massive,spread,synth --pnm-kv-dtype int8
+JSON_PRELUDE="$JSON_PRELUDE; b = json.load(open('$out/bf16.json')); \
+bb = {(x['family'], x['method']): x for x in b['rows']}"
+json_check "the run says its PNM KV type" "j['pnm_kv_dtype'] == 'int8' and b['pnm_kv_dtype'] == 'bf16'"
+json_check "every LSE returned is the float64 LSE of the decoded keys read" "all(
+	x['lse_bad'] == 0 for x in r)"
+json_check "page Top-K and the oracle read bf16: their rows are the bf16 run's" "all(
+	x == bb[(x['family'], x['method'])] for x in r if x['method'] in ('page-topk', 'oracle'))"
+json_check "quantising changes no selection: tokens, recall and targets as with bf16" "all(
+	(x['tokens'], x['recall'], x['hits'], x['targets']) == tuple(bb[(x['family'], x['method'])][k]
+	for k in ('tokens', 'recall', 'hits', 'targets')) for x in r)"

@@ -7,7 +7,10 @@
  * middle tokens up to the budget; the reference is float64 attention over
  * the whole context, computed here from the stored bf16 keys, and every
  * LSE a method returns is checked against the float64 LSE of what it
- * selected.  See Documentation/client.rst.
+ * selected.  With --pnm-kv-dtype fp8|int8 the cluster methods read the
+ * middle from a quantised store, as the PNM devices would (selection,
+ * window, page Top-K and oracle keep bf16), and their LSE is checked
+ * against float64 over the decoded keys.  See Documentation/client.rst.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -22,6 +25,7 @@
 #include <nelssa/lse.h>
 #include <nelssa/sparse.h>
 
+#include "attn_store.h"
 #include "hard.h"
 #include "synth.h"
 #include "tool_util.h"
@@ -66,6 +70,7 @@ struct opts {
 	int fam[N_FAM], n_fam;
 	double bound_share, far_share;
 	struct nelssa_kmeans_cfg kcfg;
+	enum nelssa_kv_dtype pnm_kv;	/* the middle's type on the PNM devices */
 	int json;
 };
 
@@ -75,6 +80,7 @@ struct step {
 	const uint16_t *k, *v;
 	const float *q;
 	double *logit;		/* float64 [G][n] */
+	double *logit_q;	/* the same over the decoded keys, or NULL (bf16) */
 	double lse[G];		/* float64 dense LSE per row */
 	double o[G * D];	/* float64 dense output */
 	double *mass;		/* [n] summed over rows */
@@ -145,9 +151,10 @@ static void reference(struct step *s)
  * term is in the state (then its LSE is not that of the read tokens).
  */
 static void score(struct cell *c, const struct step *s, const float *o, const float *lse,
-		  const uint32_t *tok, uint32_t n_tok, int est)
+		  const uint32_t *tok, uint32_t n_tok, int est, int quant)
 {
-	double rec[G] = { 0 };
+	const double *lq = quant && s->logit_q ? s->logit_q : s->logit;
+	double rec[G] = { 0 }, read[G] = { 0 };
 
 	memset(s->in, 0, s->n);
 	for (uint32_t t = 0; t < s->n; t++)
@@ -157,8 +164,10 @@ static void score(struct cell *c, const struct step *s, const float *o, const fl
 		s->in[tok[i] + s->off] = 1;
 	for (uint32_t r = 0; r < G; r++)
 		for (uint32_t t = 0; t < s->n; t++)
-			if (s->in[t])
+			if (s->in[t]) {
 				rec[r] += exp(s->logit[(size_t)r * s->n + t] - s->lse[r]);
+				read[r] += exp(lq[(size_t)r * s->n + t] - s->lse[r]);
+			}
 	for (uint32_t r = 0; r < G; r++) {
 		double e = 0.0, nn = 0.0;
 
@@ -171,8 +180,8 @@ static void score(struct cell *c, const struct step *s, const float *o, const fl
 		c->err[c->n_err] = sqrt(e / nn);
 		c->dlse[c->n_err++] = (double)lse[r] - s->lse[r];
 		c->recall += rec[r] / G;
-		/* The LSE of the read tokens, from float64 logits of the raw keys. */
-		if (!est && !(fabs((double)lse[r] - (s->lse[r] + log(rec[r]))) <= 2e-3))
+		/* The LSE of the read tokens, from float64 logits of the keys read. */
+		if (!est && !(fabs((double)lse[r] - (s->lse[r] + log(read[r]))) <= 2e-3))
 			c->lse_bad++;
 	}
 	c->tokens += n_tok + (s->n - s->mid);
@@ -186,11 +195,11 @@ static void score(struct cell *c, const struct step *s, const float *o, const fl
 }
 
 /* Window merged with attention over @sel of @table (and the estimate, if any). */
-static void finish(const struct step *s, const void *k, const void *v,
+static void finish(const struct step *s, enum nelssa_kv_dtype dt, const void *k, const void *v,
 		   const struct nelssa_cluster *table, uint32_t n_tab, const uint32_t *sel,
 		   uint32_t n_sel, const float *est_o, const float *est_l, float *o, float *lse)
 {
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
+	const struct nelssa_attn_geom g = { D, G, dt, 1.0f / sqrtf((float)D) };
 	float po[G * D], pl[G];
 	const float *so[2] = { po, est_o }, *sl[2] = { pl, est_l };
 
@@ -214,6 +223,7 @@ static uint32_t cluster_tokens(const struct nelssa_cluster_index *ix, const uint
 struct clusters {
 	const struct nelssa_cluster_index *ix;
 	const void *k, *v;		/* the middle's K and V in cluster order */
+	enum nelssa_kv_dtype dt;	/* of @k and @v: bf16, or what the PNM holds */
 	const float *vsum, *m2;
 	const uint32_t *sizes;
 	uint32_t *tok, *rest;
@@ -237,8 +247,9 @@ static void score_sel(const struct step *s, const struct clusters *cs, const uin
 	if (ns < 0)
 		die("selection");
 	nt = cluster_tokens(ix, sel, (uint32_t)ns, cs->tok);
-	finish(s, cs->k, cs->v, ix->table, ix->n_clusters, sel, (uint32_t)ns, NULL, NULL, o, lse);
-	score(plain, s, o, lse, cs->tok, nt, 0);
+	finish(s, cs->dt, cs->k, cs->v, ix->table, ix->n_clusters, sel, (uint32_t)ns, NULL, NULL, o,
+	       lse);
+	score(plain, s, o, lse, cs->tok, nt, 0, 1);
 	n_rest = nelssa_unselected(sel, (uint32_t)ns, cs->sizes, ix->n_clusters, cs->rest);
 	if (n_rest < 0)
 		die("unselected");
@@ -248,10 +259,46 @@ static void score_sel(const struct step *s, const struct clusters *cs, const uin
 		if (nelssa_estimate_attn_spread(&g, s->q, ix->centroids, w ? cs->m2 : NULL,
 						cs->vsum, cs->sizes, cs->rest, (uint32_t)n_rest, eo, el))
 			die("estimate");
-		finish(s, cs->k, cs->v, ix->table, ix->n_clusters, sel, (uint32_t)ns, eo, el, o,
-		       lse);
-		score(with[w], s, o, lse, cs->tok, nt, 1);
+		finish(s, cs->dt, cs->k, cs->v, ix->table, ix->n_clusters, sel, (uint32_t)ns, eo, el,
+		       o, lse);
+		score(with[w], s, o, lse, cs->tok, nt, 1, 1);
 	}
+}
+
+/*
+ * The middle's K and V, in cluster order (@ck, @cv), quantised into tiled
+ * stores as the client does at offload; and the float64 logits of the
+ * decoded keys (s->logit_q, token order: the window's are the raw ones).
+ */
+static void quantise(struct step *s, const struct nelssa_cluster_index *ix,
+		     enum nelssa_kv_dtype dt, const uint16_t *ck, const uint16_t *cv, uint8_t **qk,
+		     uint8_t **qv)
+{
+	float *x = xcalloc((size_t)s->mid * D, sizeof(float));
+
+	*qk = xcalloc(nelssa_kv_bytes(dt, D, s->mid), 1);
+	*qv = xcalloc(nelssa_kv_bytes(dt, D, s->mid), 1);
+	nelssa_bf16_to_f32_n(x, ck, (size_t)s->mid * D);
+	if (nelssa_kv_quantize(dt, D, x, s->mid, *qk))
+		die("quantising K");
+	nelssa_bf16_to_f32_n(x, cv, (size_t)s->mid * D);
+	if (nelssa_kv_quantize(dt, D, x, s->mid, *qv))
+		die("quantising V");
+	nelssa_kv_widen_at(x, *qk, 0, s->mid, D, dt);
+	s->logit_q = xcalloc((size_t)G * s->n, sizeof(double));
+	memcpy(s->logit_q, s->logit, sizeof(double) * G * s->n);
+	for (uint32_t p = 0; p < s->mid; p++) {
+		const uint32_t t = s->off + ix->perm[p];
+
+		for (uint32_t r = 0; r < G; r++) {
+			double acc = 0.0;
+
+			for (uint32_t i = 0; i < D; i++)
+				acc += (double)s->q[r * D + i] * x[(size_t)p * D + i];
+			s->logit_q[(size_t)r * s->n + t] = acc / sqrt((double)D);
+		}
+	}
+	free(x);
 }
 
 static void run_step(const struct opts *op, struct step *s, struct cell *cells)
@@ -266,6 +313,7 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	float *cscore, *bscore, *vsum, *m2, *lo, *hi, *far, o[G * D], lse[G];
 	struct clusters cs;
 	uint16_t *ck, *cv;
+	uint8_t *qk = NULL, *qv = NULL;
 
 	s->logit = xcalloc((size_t)G * s->n, sizeof(double));
 	s->mass = xcalloc(s->n, sizeof(double));
@@ -307,7 +355,13 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	sel = xcalloc(s->mid + ix.n_clusters, sizeof(uint32_t));
 	tok = xcalloc(s->mid, sizeof(uint32_t));
 	rest = xcalloc(ix.n_clusters, sizeof(uint32_t));
-	cs = (struct clusters){ &ix, ck, cv, vsum, m2, sizes, tok, rest };
+	cs = (struct clusters){ &ix, ck, cv, NELSSA_KV_BF16, vsum, m2, sizes, tok, rest };
+	if (nelssa_kv_is_tiled(op->pnm_kv)) {
+		quantise(s, &ix, op->pnm_kv, ck, cv, &qk, &qv);
+		cs.k = qk;
+		cs.v = qv;
+		cs.dt = op->pnm_kv;
+	}
 	for (uint32_t ri = 0; ri < op->n_ratio; ri++) {
 		struct cell *cl = &cells[ri * N_METHODS];
 
@@ -343,22 +397,28 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 		ns = nelssa_quest_pages(&g, s->q, mk, s->mid, PAGE, (uint32_t)(budget / PAGE), sel);
 		if (ns < 0)
 			die("page Top-K");
-		finish(s, mk, mv, pages, n_pages, sel, (uint32_t)ns, NULL, NULL, o, lse);
+		finish(s, NELSSA_KV_BF16, mk, mv, pages, n_pages, sel, (uint32_t)ns, NULL, NULL, o,
+		       lse);
 		nt = 0;
 		for (int i = 0; i < ns; i++)
 			for (uint32_t j = 0; j < pages[sel[i]].count; j++)
 				tok[nt++] = pages[sel[i]].first + j;
-		score(&cl[QUEST], s, o, lse, tok, nt, 0);
+		score(&cl[QUEST], s, o, lse, tok, nt, 0, 0);
 
 		ns = nelssa_oracle_tokens(&g, s->q, mk, s->mid, (uint32_t)budget, sel);
 		if (ns < 0)
 			die("oracle");
-		finish(s, mk, mv, single, s->mid, sel, (uint32_t)ns, NULL, NULL, o, lse);
-		score(&cl[ORACLE], s, o, lse, sel, (uint32_t)ns, 0);
+		finish(s, NELSSA_KV_BF16, mk, mv, single, s->mid, sel, (uint32_t)ns, NULL, NULL, o,
+		       lse);
+		score(&cl[ORACLE], s, o, lse, sel, (uint32_t)ns, 0, 0);
 	}
 	nelssa_kmeans_free(&ix);
 	free(ck);
 	free(cv);
+	free(qk);
+	free(qv);
+	free(s->logit_q);
+	s->logit_q = NULL;
 	free(sizes);
 	free(cscore);
 	free(bscore);
@@ -420,13 +480,15 @@ static void usage(FILE *f)
 		"                       [--seeds S,S..] [--trials N] [--bound-share X]\n"
 		"                       [--far-share X]\n"
 		"                       [--outlier-cos C] [--outliers N] [--outlier-ratio X]\n"
-		"                       [--json]\n"
+		"                       [--pnm-kv-dtype T] [--json]\n"
 		"  --families   copy,needle,entropy,drift,hidden,massive,spread (the harder\n"
 		"               generator) and synth (the first one); default all seven hard\n"
 		"  --contexts   context lengths in tokens (default 32768,131072)\n"
 		"  --ratios     token budget in percent of the middle tokens (default 4)\n"
 		"  --seeds      generator seeds (default 1,2,3; 4-6 are held out)\n"
 		"  --trials     decode steps per seed (default 1)\n"
+		"  --pnm-kv-dtype  bf16 (default), fp8 or int8: the type the cluster methods\n"
+		"               read the middle in, quantised as the client does at offload\n"
 		"  --bound-share  share of the budget the hybrid fills by cluster bounds\n"
 		"               first, the rest by centroids (default %.2f)\n"
 		"  --far-share  share of the budget the probe methods (probe, probe+est,\n"
@@ -492,8 +554,12 @@ static void report(const struct opts *op, struct cell *cells)
 	int all_met = 1, first = 1;
 
 	if (op->json)
-		printf("{\"rows\":[\n");
+		printf("{\"pnm_kv_dtype\":\"%s\",\"rows\":[\n", tl_kv_dtype_name(op->pnm_kv));
 	else
+		printf("PNM KV type %s%s\n", tl_kv_dtype_name(op->pnm_kv),
+		       op->pnm_kv == NELSSA_KV_BF16 ? "" :
+		       " (cluster methods read it; page-topk and oracle read bf16)");
+	if (!op->json)
 		printf("%-8s %7s %5s %-12s %7s %8s %9s %8s %8s %8s %8s %6s\n", "family", "context",
 		       "ratio", "method", "tokens", "recall", "med.err", "/oracle", "targets",
 		       "|dLSE|", "max", "lse-ok");
@@ -577,12 +643,13 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' }, { "outlier-cos", required_argument, NULL, 'o' },
 		{ "outliers", required_argument, NULL, 'O' },
 		{ "outlier-ratio", required_argument, NULL, 'R' }, { "help", no_argument, NULL, 'h' },
+		{ "pnm-kv-dtype", required_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts op = { .ctx = { 32768, 131072 }, .n_ctx = 2, .ratio = { 0.04 }, .n_ratio = 1,
 			   .trials = 1, .seed = { 1, 2, 3 }, .n_seeds = 3,
 			   .bound_share = HYBRID_SHARE, .far_share = NELSSA_SELECT_DEFAULT.far_share,
-			   .kcfg = NELSSA_KMEANS_DEFAULT };
+			   .kcfg = NELSSA_KMEANS_DEFAULT, .pnm_kv = NELSSA_KV_BF16 };
 	double tmp[MAX_SEEDS], v;
 	size_t n_cells;
 	struct cell *cells;
@@ -666,6 +733,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			op.kcfg.outlier_ratio = (float)v;
+			break;
+		case 'K':
+			op.pnm_kv = (enum nelssa_kv_dtype)tl_kv_dtype_parse(optarg);
+			if (op.pnm_kv != NELSSA_KV_BF16 && !nelssa_kv_is_tiled(op.pnm_kv)) {
+				fprintf(stderr, "nelssa-accuracy: --pnm-kv-dtype %s: need bf16, fp8 or "
+					"int8\n", optarg);
+				return 2;
+			}
 			break;
 		case 'j': op.json = 1; break;
 		case 'h': usage(stdout); return 0;
