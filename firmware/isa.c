@@ -29,6 +29,18 @@ int nfw_isa_parse(const char *name)
 	return -1;
 }
 
+#ifdef NFW_HAVE_AVX2
+#include <cpuid.h>
+
+/* CPUID.1:ECX bit 29; Clang's __builtin_cpu_supports() does not know "f16c". */
+static int has_f16c(void)
+{
+	unsigned int a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int nfw_isa_supported(enum nfw_isa isa)
 {
 	switch (isa) {
@@ -38,8 +50,7 @@ int nfw_isa_supported(enum nfw_isa isa)
 #ifdef NFW_HAVE_AVX2
 	case NFW_ISA_AVX2:
 		/* F16C: the E4M3 load path; every AVX2 CPU has it. */
-		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		       __builtin_cpu_supports("f16c");
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #endif
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:

@@ -74,7 +74,7 @@ fw_args= kernels=
 case $(uname -m) in
 x86_64)
 	fw_args="-DNFW_HAVE_AVX2 -DNFW_HAVE_AVX512"
-	kernels="attn_avx2.c:-mavx2:-mfma attn_avx512.c:-mavx512f:-mfma" ;;
+	kernels="attn_avx2.c:-mavx2:-mfma:-mf16c attn_avx512.c:-mavx512f:-mfma" ;;
 aarch64)
 	fw_args="-DNFW_HAVE_NEON"
 	kernels="attn_neon.c" ;;
@@ -97,7 +97,7 @@ mk="$dir/Makefile"
 	rule obj/proto.o "$src/runtime/proto/proto.c" "$san $cov"
 	rule obj/link.o "$src/runtime/ucx/link.c" "$san $cov"
 	rule obj/fuzz_daemon.o "$src/tests/fuzz/fuzz_daemon.c" "$san $cov"
-	for f in bf16 fp16 attn_dense attn_clusters lse_merge; do
+	for f in bf16 fp16 attn_dense attn_clusters kv_quant lse_merge; do
 		rule "obj/n_$f.o" "$src/runtime/numeric/$f.c" "$san"
 	done
 	# The static build's sim backend: linked in (sim_linked.c), not loaded.
