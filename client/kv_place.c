@@ -159,7 +159,9 @@ struct kv_writes {
 	ucp_rkey_h rkey;
 	uint64_t k_at, v_at, t_at;
 	struct nelssa_kv_hdr h;
-	size_t row;
+	struct nelssa_kv_fmt fmt;
+	size_t row;			/* bytes of one row of a row type, else 0 */
+	enum nelssa_kv_dtype src;	/* the caller's rows of a tiled session */
 	uint64_t deadline;
 	struct send_op *op[PUT_WINDOW];
 	uint32_t n;
@@ -249,7 +251,7 @@ static void writes_abandon(struct nelssa_client *c, struct kv_writes *w)
  * daemon once its data is in place (nc_wait_acks()).
  */
 static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, uint32_t first,
-		      const void *src, void *owned, int cached, size_t len)
+		      uint32_t count, const void *src, void *owned, int cached, size_t len)
 {
 	ucp_request_param_t prm = { 0 };
 	struct send_op *op;
@@ -282,10 +284,10 @@ static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, ui
 		h.first_token = h.nr_tokens = h.first_cluster = h.nr_clusters = 0;
 		if (part == NELSSA_KV_PART_TABLE) {
 			h.first_cluster = first;
-			h.nr_clusters = (uint32_t)(len / NELSSA_KV_ENTRY_BYTES);
+			h.nr_clusters = count;
 		} else {
 			h.first_token = first;
-			h.nr_tokens = (uint32_t)(len / w->row);
+			h.nr_tokens = count;
 		}
 		/*
 		 * The daemon takes so many rendezvous receives of a session at
@@ -314,12 +316,12 @@ static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, ui
 		sp = ucp_am_send_nbx(c->ep, NELSSA_AM_KV_ROWS, op->hdr, NELSSA_KV_HDR_BYTES,
 				     owned ? owned : src, len, &prm);
 	} else {
-		const uint64_t at = part == NELSSA_KV_PART_TABLE ? w->t_at :
-				    part == NELSSA_KV_PART_K ? w->k_at : w->v_at;
-		const uint64_t unit = part == NELSSA_KV_PART_TABLE ? NELSSA_KV_ENTRY_BYTES : w->row;
+		const uint64_t at = part == NELSSA_KV_PART_TABLE ?
+				    w->t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * first :
+				    (part == NELSSA_KV_PART_K ? w->k_at : w->v_at) +
+				    nelssa_kv_fmt_bytes(&w->fmt, first);
 
-		sp = ucp_put_nbx(c->ep, owned ? owned : src, len, at + first * unit, w->rkey,
-				 &prm);
+		sp = ucp_put_nbx(c->ep, owned ? owned : src, len, at, w->rkey, &prm);
 	}
 	if (!UCS_PTR_IS_PTR(sp)) {
 		nc_op_free(op);
@@ -348,12 +350,14 @@ static int consecutive(const uint32_t *perm, uint32_t n)
  * there, or copied whole into a buffer for KV_ROWS; any other is gathered
  * into a buffer first, the one copy.
  */
+static int write_table(struct nelssa_client *c, struct kv_writes *w,
+		       const struct nelssa_cluster_index *ix, uint32_t from);
+
 static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		      const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
 		      const void *v)
 {
 	const size_t row = w->row;
-	uint8_t *table;
 	int ret = 0;
 
 	for (uint32_t cl = from; cl < ix->n_clusters && !ret;) {
@@ -376,10 +380,10 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		if (run && !w->rows) {
 			const size_t at = (size_t)ix->perm[first] * row;
 
-			ret = write_part(c, w, NELSSA_KV_PART_K, first, (const uint8_t *)k + at,
-					 NULL, 0, tokens * row);
+			ret = write_part(c, w, NELSSA_KV_PART_K, first, tokens,
+					 (const uint8_t *)k + at, NULL, 0, tokens * row);
 			if (!ret)
-				ret = write_part(c, w, NELSSA_KV_PART_V, first,
+				ret = write_part(c, w, NELSSA_KV_PART_V, first, tokens,
 						 (const uint8_t *)v + at, NULL, 0, tokens * row);
 			continue;
 		}
@@ -411,27 +415,75 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 				       row);
 			}
 		}
-		ret = write_part(c, w, NELSSA_KV_PART_K, first, NULL, kb, cached, tokens * row);
+		ret = write_part(c, w, NELSSA_KV_PART_K, first, tokens, NULL, kb, cached,
+				 tokens * row);
 		if (!ret)
-			ret = write_part(c, w, NELSSA_KV_PART_V, first, NULL, vb, cached,
+			ret = write_part(c, w, NELSSA_KV_PART_V, first, tokens, NULL, vb, cached,
 					 tokens * row);
 		else if (cached)
 			nc_buf_put(c, vb);
 		else
 			free(vb);
 	}
-	if (ret)
-		return ret;
-	/* Table entries: struct npnm_cluster, little-endian, as a KV message carries them. */
-	table = malloc((size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from));
+	return ret ? ret : write_table(c, w, ix, from);
+}
+
+/* Table entries: struct npnm_cluster, little-endian, as a KV message carries them. */
+static int write_table(struct nelssa_client *c, struct kv_writes *w,
+		       const struct nelssa_cluster_index *ix, uint32_t from)
+{
+	uint8_t *table = malloc((size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from));
+
 	if (!table)
 		return nc_fail(c, -ENOMEM, "out of memory");
 	for (uint32_t j = from; j < ix->n_clusters; j++) {
 		nelssa_put_le32(table + 8 * (j - from), ix->table[j].first);
 		nelssa_put_le32(table + 8 * (j - from) + 4, ix->table[j].count);
 	}
-	return write_part(c, w, NELSSA_KV_PART_TABLE, from, NULL, table, 0,
+	return write_part(c, w, NELSSA_KV_PART_TABLE, from, ix->n_clusters - from, NULL, table, 0,
 			  (size_t)NELSSA_KV_ENTRY_BYTES * (ix->n_clusters - from));
+}
+
+/*
+ * The writes of clusters [@from, n) of @ix into a tiled (8-bit) store:
+ * tokens from the tile holding cluster @from's first onwards, quantised
+ * in cluster order a chunk of whole tiles at a time (nc_quantise_tiles()),
+ * then the table.  The tile an append starts in is quantised again with
+ * its earlier tokens, so the store is what one offload of everything
+ * would have made.
+ */
+static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
+		       const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
+		       const void *v)
+{
+	const uint32_t end = nc_index_tokens(ix), step = nc_tile_chunk(&w->fmt);
+	int ret = 0;
+
+	for (uint32_t a = nc_tile_start(ix, from); a < end && !ret; a += step) {
+		const uint32_t n = end - a < step ? end - a : step;
+		const size_t bytes = nelssa_kv_fmt_bytes(&w->fmt, n);
+		uint8_t *kb = malloc(bytes), *vb = malloc(bytes);
+
+		if (!kb || !vb) {
+			free(kb);
+			free(vb);
+			return nc_fail(c, -ENOMEM, "out of memory");
+		}
+		ret = nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, k, kb);
+		if (!ret)
+			ret = nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, v, vb);
+		if (ret) {
+			free(kb);
+			free(vb);
+			return ret;
+		}
+		ret = write_part(c, w, NELSSA_KV_PART_K, a, n, NULL, kb, 0, bytes);
+		if (!ret)
+			ret = write_part(c, w, NELSSA_KV_PART_V, a, n, NULL, vb, 0, bytes);
+		else
+			free(vb);
+	}
+	return ret ? ret : write_table(c, w, ix, from);
 }
 
 /*
@@ -447,7 +499,7 @@ static int put_targets(struct nelssa_client *c, const struct csession *s,
 	const struct crkey *rk = &s->rk[d];
 	uint64_t end;
 
-	nelssa_kv_store_offsets(w->row, q->store_tokens, q->store_clusters,
+	nelssa_kv_store_offsets(&w->fmt, q->store_tokens, q->store_clusters,
 				(sh->kv_heads + s->n_dev - 1) / s->n_dev, layer, head / s->n_dev,
 				&w->k_at, &w->v_at, &w->t_at);
 	end = q->off[d] + w->t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * q->store_clusters;
@@ -470,8 +522,11 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 				   .layer = layer, .head = head, .first_cluster = from };
 	struct kv_writes w = {
 		.rows = !s->rma, .h = h, .deadline = nelssa_now_ms() + c->timeout_ms,
+		.fmt = { (enum nelssa_kv_dtype)sh->kv_dtype, ix->head_dim },
 		.row = (size_t)ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype),
+		.src = nc_offload_dtype(sh),
 	};
+	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype);
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
 	ucs_status_t st;
 	void *none = NULL;
@@ -479,10 +534,14 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 
 	if (from == ix->n_clusters)
 		return 0;
-	h.first_token = ix->table[from].first;
+	/* A tiled store is written from the tile the first new token is in. */
+	h.first_token = tiled ? nc_tile_start(ix, from) : ix->table[from].first;
 	h.nr_clusters = ix->n_clusters - from;
-	for (uint32_t j = from; j < ix->n_clusters; j++)
-		h.nr_tokens += ix->table[j].count;
+	if (tiled)
+		h.nr_tokens = nc_index_tokens(ix) - h.first_token;
+	else
+		for (uint32_t j = from; j < ix->n_clusters; j++)
+			h.nr_tokens += ix->table[j].count;
 	if (s->rma) {
 		const struct crequest *q = request_find(s, request);
 
@@ -500,7 +559,7 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 			return ret;
 	}
 	nc_acks_begin(c);
-	ret = write_rows(c, &w, ix, from, k, v);
+	ret = tiled ? write_tiles(c, &w, ix, from, k, v) : write_rows(c, &w, ix, from, k, v);
 	while (!ret && w.n)
 		ret = write_retire(c, &w);
 	if (ret) {

@@ -881,6 +881,10 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 		return -ECONNRESET;
 	if (s->rma || s->rows)
 		return nc_place_offload(c, s, request, layer, head, ix, from, k, v);
+	if (nelssa_kv_is_tiled((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype))
+		return nc_fail(c, -EOPNOTSUPP, "8-bit KV goes as KV_ROWS parts or by RMA, and the "
+			       "daemon offered neither for session %llu",
+			       (unsigned long long)session);
 	row = ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
 	buf = nc_buf_get(c);	/* NC_BUF_BYTES >= CHUNK_BYTES + 2 * row + 8 */
 	if (!buf)

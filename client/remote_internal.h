@@ -180,6 +180,23 @@ void nc_rma_request_del(struct csession *s, uint64_t id);
  * entries written into place -- puts and a flush, or KV_ROWS messages and
  * their acks -- then a commit.
  */
+/* kv_tiles.c: offloading into an 8-bit (tiled) session. */
+uint32_t nc_index_tokens(const struct nelssa_cluster_index *ix);
+/* The first token of the tile cluster @from's first token lies in. */
+uint32_t nc_tile_start(const struct nelssa_cluster_index *ix, uint32_t from);
+/* Tokens a chunk of whole tiles of about CHUNK_BYTES (K and V) holds. */
+uint32_t nc_tile_chunk(const struct nelssa_kv_fmt *f);
+/* The type of the caller's rows of a tiled session. */
+enum nelssa_kv_dtype nc_offload_dtype(const struct nelssa_shape *sh);
+/*
+ * Tokens [@first, @first + @n) in @ix's cluster order, from the caller's
+ * @rows (token order, type @src), quantised into @out
+ * (nelssa_kv_fmt_bytes(@n) bytes); -EINVAL for a value not finite.
+ */
+int nc_quantise_tiles(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
+		      enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix,
+		      uint32_t first, uint32_t n, const void *rows, uint8_t *out);
+
 int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
 		     uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
 		     uint32_t from, const void *k, const void *v);

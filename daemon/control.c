@@ -104,6 +104,16 @@ static void create_reserve(struct nelssad *nd, struct nd_job *j)
 	if (held_sessions(nd, j->peer) >= nd->cfg.max_sessions_per_conn)
 		return fail(j, -EDQUOT, "this connection holds its limit of %u sessions "
 			    "(max-sessions-per-conn)", nd->cfg.max_sessions_per_conn);
+	if (nelssa_kv_is_tiled((enum nelssa_kv_dtype)m->u.create.shape.kv_dtype) &&
+	    m->u.create.placement != NELSSA_PLACE_HEADS)
+		return fail(j, -EOPNOTSUPP, "8-bit KV (type %u) needs head-wise placement: its "
+			    "16-token tiles cannot be split between devices",
+			    m->u.create.shape.kv_dtype);
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		if (!(nd->dev[d].info.kv_dtypes & (1u << m->u.create.shape.kv_dtype)))
+			return fail(j, -EOPNOTSUPP, "device %u does not read KV type %u (it "
+				    "reads the types of mask 0x%x)", d, m->u.create.shape.kv_dtype,
+				    nd->dev[d].info.kv_dtypes);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return fail(j, -ENOMEM, "out of memory");

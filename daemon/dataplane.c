@@ -131,9 +131,10 @@ static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8
 		   size_t hdr_len, size_t len, int status)
 {
 	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT || id == NELSSA_AM_KV_ROWS) {
+		static const struct nelssa_kv_fmt any = { NELSSA_KV_BF16, 1 };
 		struct nelssa_kv_hdr h = { 0 };
 
-		nelssa_kv_hdr_get(hdr, hdr_len, len, 2, &h);	/* only for the cookie */
+		nelssa_kv_hdr_get(hdr, hdr_len, len, &any, &h);	/* only for the cookie */
 		kv_ack(nd, ep, h.cookie, status);
 	} else {
 		uint64_t step = 0;
@@ -219,6 +220,7 @@ static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, con
 	const char *what = commit ? "KV commit" : rows ? "KV rows" : "KV message";
 	struct nelssa_kv_hdr h = { 0 };
 	enum kv_how how = KV_COPIED;
+	struct nelssa_kv_fmt fmt;
 	struct nd_session *s;
 	uint64_t bytes = len;
 	int ret;
@@ -230,17 +232,18 @@ static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, con
 		refuse(nd, id, e->ep, hdr, hdr_len, len, -ENOENT);
 		return;
 	}
+	fmt = nd_kv_fmt(s);
 	if (commit)
 		ret = nelssa_kv_commit_get(hdr, hdr_len, len, &h);
 	else if (rows)
-		ret = nelssa_kv_rows_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
+		ret = nelssa_kv_rows_get(hdr, hdr_len, len, &fmt, &h);
 	else
-		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
+		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, &fmt, &h);
 	if (!ret)
 		ret = check_rdma(nd, s, e->ep);
 	if (!ret && commit) {
 		ret = nd_kv_commit(nd, s, &h);
-		bytes = 2ull * h.nr_tokens * nd_row_bytes(s) + 8ull * h.nr_clusters;
+		bytes = 2 * nelssa_kv_fmt_bytes(&fmt, h.nr_tokens) + 8ull * h.nr_clusters;
 		how = h.part == NELSSA_KV_COMMIT_SENT ? KV_COUNTED : KV_PUT;
 	} else if (!ret && rows && !data && len) {
 		how = KV_RECEIVED;
@@ -316,11 +319,13 @@ static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e
 		      void **direct, ucp_mem_h *memh)
 {
 	struct nd_session *s = find_session(nd, e, hdr, hdr_len);
+	struct nelssa_kv_fmt fmt;
 	int ret;
 
 	*direct = NULL;
 	if (!s)
 		return -ENOENT;
+	fmt = nd_kv_fmt(s);
 	ret = check_rdma(nd, s, e->ep);
 	if (!ret && id == NELSSA_AM_KV_COMMIT) {
 		ret = -EBADMSG;		/* a commit carries no data */
@@ -329,7 +334,7 @@ static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e
 		uint64_t off, bytes;
 		uint32_t d;
 
-		ret = nelssa_kv_rows_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
+		ret = nelssa_kv_rows_get(hdr, hdr_len, len, &fmt, &h);
 		if (!ret)
 			ret = nd_kv_rows_place(nd, s, &h, &d, &off, &bytes);
 		if (!ret && kv_staging_refused(nd))
@@ -339,7 +344,7 @@ static int rndv_admit(struct nelssad *nd, unsigned int id, const struct nd_ep *e
 	} else if (!ret && id == NELSSA_AM_KV) {
 		struct nelssa_kv_hdr h;
 
-		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, nd_row_bytes(s), &h);
+		ret = nelssa_kv_hdr_get(hdr, hdr_len, len, &fmt, &h);
 		if (!ret)
 			ret = nd_kv_check(s, &h);
 		if (!ret && kv_staging_refused(nd))

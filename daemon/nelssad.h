@@ -395,7 +395,7 @@ uint64_t nd_now_ns(void);
 
 /* partition.c */
 /* Bytes of one K or V row of @s: head_dim elements of its KV type. */
-uint64_t nd_row_bytes(const struct nd_session *s);
+struct nelssa_kv_fmt nd_kv_fmt(const struct nd_session *s);
 /*
  * Reserves @s's device memory, after checking -- before any allocation --
  * that it fits every device (-ENOSPC) and, with the @held bytes its

@@ -48,17 +48,18 @@ uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uin
 	return s->placement == NELSSA_PLACE_HEADS ? head / nd->n_dev : head;
 }
 
-/* One K or V row of the session's KV type (the codec refused any other). */
-uint64_t nd_row_bytes(const struct nd_session *s)
+/* The session's KV format (the codec refused a type it does not know). */
+struct nelssa_kv_fmt nd_kv_fmt(const struct nd_session *s)
 {
-	return (uint64_t)s->shape.head_dim *
-	       nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->shape.kv_dtype);
+	return (struct nelssa_kv_fmt){ (enum nelssa_kv_dtype)s->shape.kv_dtype, s->shape.head_dim };
 }
 
-/* K rows, V rows, then the cluster table (<nelssa/kv_store.h>). */
+/* K array, V array, then the cluster table (<nelssa/kv_store.h>). */
 static uint64_t store_bytes(const struct nd_session *s, uint32_t t, uint32_t c)
 {
-	return nelssa_kv_store_bytes(nd_row_bytes(s), t, c);
+	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
+
+	return nelssa_kv_store_bytes(&f, t, c);
 }
 
 /*
@@ -85,8 +86,10 @@ static void store_dims(const struct nelssad *nd, const struct nd_session *s, uin
 void nd_store_offsets(const struct nd_session *s, const struct nd_request *r, uint32_t layer,
 		      uint32_t local_head, uint64_t *k, uint64_t *v, uint64_t *table)
 {
-	nelssa_kv_store_offsets(nd_row_bytes(s), r->store_tokens, r->store_clusters,
-				s->local_heads, layer, local_head, k, v, table);
+	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
+
+	nelssa_kv_store_offsets(&f, r->store_tokens, r->store_clusters, s->local_heads, layer,
+				local_head, k, v, table);
 }
 
 /*
@@ -525,7 +528,8 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
 static int ingest_clusters(struct nelssad *nd, struct nd_session *s, struct nd_request *r,
 			   const struct nelssa_kv_hdr *h, const uint8_t *data, uint32_t cell)
 {
-	const uint64_t row = nd_row_bytes(s);
+	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
+	const uint64_t row = (uint64_t)f.head_dim * nelssa_kv_elem_bytes(f.dtype);
 	const uint8_t *table = data + 2 * h->nr_tokens * row;
 	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
 
@@ -602,7 +606,8 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 		 const uint8_t *data)
 {
 	struct nd_request *r = nd_request_find(s, h->request);
-	const uint64_t rows = h->nr_tokens * nd_row_bytes(s);
+	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
+	const uint64_t rows = nelssa_kv_fmt_bytes(&f, h->nr_tokens);
 	uint32_t cell;
 	int ret = nd_kv_check(s, h);
 
@@ -632,7 +637,7 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nelssa_kv_hdr *h,
 		     uint32_t *dev, uint64_t *off, uint64_t *len)
 {
-	const uint64_t row = nd_row_bytes(s);
+	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
 	const struct nd_request *r;
 	uint64_t k, v, t;
 	uint32_t d;
@@ -649,8 +654,9 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 		*off = r->off[d] + t + 8ull * h->first_cluster;
 		*len = 8ull * h->nr_clusters;
 	} else {
-		*off = r->off[d] + (h->part == NELSSA_KV_PART_K ? k : v) + h->first_token * row;
-		*len = h->nr_tokens * row;
+		*off = r->off[d] + (h->part == NELSSA_KV_PART_K ? k : v) +
+		       nelssa_kv_fmt_bytes(&f, h->first_token);
+		*len = nelssa_kv_fmt_bytes(&f, h->nr_tokens);
 	}
 	*dev = d;
 	return 0;

@@ -97,7 +97,7 @@ int nelssa_shape_check(const struct nelssa_shape *s)
 	    s->kv_heads > NELSSA_PROTO_MAX_HEADS || !s->q_heads || s->q_heads % s->kv_heads ||
 	    s->q_heads / s->kv_heads > NELSSA_PROTO_MAX_GROUP || !s->head_dim ||
 	    s->head_dim > NELSSA_PROTO_MAX_HEAD_DIM ||
-	    !nelssa_kv_elem_bytes((enum nelssa_kv_dtype)s->kv_dtype))
+	    !nelssa_kv_bytes((enum nelssa_kv_dtype)s->kv_dtype, s->head_dim, 1))
 		return -EINVAL;
 	return 0;
 }
@@ -475,8 +475,8 @@ static int kv_fields(const uint8_t *p, size_t len, struct nelssa_kv_hdr *h)
 	return 0;
 }
 
-int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
-		      struct nelssa_kv_hdr *h)
+int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len,
+		      const struct nelssa_kv_fmt *f, struct nelssa_kv_hdr *h)
 {
 	int ret = kv_fields(p, len, h);
 
@@ -484,7 +484,9 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t ro
 		return ret;
 	if (h->part)
 		return -EBADMSG;
-	return 2ull * h->nr_tokens * row_bytes + 8ull * h->nr_clusters == data_len ? 0 : -EBADMSG;
+	if (2 * nelssa_kv_fmt_bytes(f, h->nr_tokens) + 8ull * h->nr_clusters != data_len)
+		return -EBADMSG;
+	return h->nr_tokens && !nelssa_kv_fmt_first_ok(f, h->first_token) ? -EINVAL : 0;
 }
 
 int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct nelssa_kv_hdr *h)
@@ -494,8 +496,8 @@ int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct n
 	return ret ? ret : data_len || h->part > NELSSA_KV_COMMIT_SENT ? -EBADMSG : 0;
 }
 
-int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
-		       struct nelssa_kv_hdr *h)
+int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
+		       const struct nelssa_kv_fmt *f, struct nelssa_kv_hdr *h)
 {
 	int ret = kv_fields(p, len, h);
 
@@ -504,9 +506,10 @@ int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len, uint64_t r
 	switch (h->part) {
 	case NELSSA_KV_PART_K:
 	case NELSSA_KV_PART_V:
-		if (h->first_cluster || h->nr_clusters)
+		if (h->first_cluster || h->nr_clusters ||
+		    nelssa_kv_fmt_bytes(f, h->nr_tokens) != data_len)
 			return -EBADMSG;
-		return (uint64_t)h->nr_tokens * row_bytes == data_len ? 0 : -EBADMSG;
+		return nelssa_kv_fmt_first_ok(f, h->first_token) ? 0 : -EINVAL;
 	case NELSSA_KV_PART_TABLE:
 		if (h->first_token || h->nr_tokens)
 			return -EBADMSG;

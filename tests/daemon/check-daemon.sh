@@ -29,7 +29,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..75"
+echo "1..77"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -108,6 +108,8 @@ for tls in tcp shm,tcp; do
 		"$cli" 127.0.0.1 "$port" split
 	t "$tls: a request migrates from the GPU to PNM mid-decode, exact before and after" 0 \
 		"$cli" 127.0.0.1 "$port" migrate
+	t "$tls: 8-bit KV (int8, fp8) quantised at offload, appends mid-tile, outputs exact" 0 \
+		"$cli" 127.0.0.1 "$port" kv8
 	t "$tls: capacity exhaustion refused with a clear error, then served" 0 \
 		"$cli" 127.0.0.1 "$port" capacity
 	t "$tls: a request beyond the room left refused, the session closed and reclaimed" 0 \

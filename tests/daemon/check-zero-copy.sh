@@ -45,7 +45,7 @@ stop() {
 	pid=
 }
 
-echo "1..33"
+echo "1..35"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
@@ -73,6 +73,8 @@ for tls in tcp shm,tcp; do
 		0 "$cli" 127.0.0.1 "$port" check rma ordered
 	t "$tls: ... half in order and half shuffled, in one offload, steps equal float64" \
 		0 "$cli" 127.0.0.1 "$port" check rma mixed
+	t "$tls: 8-bit KV (int8, fp8): tiles quantised by the client and put by RMA, appends mid-tile, exact" \
+		0 "$cli" 127.0.0.1 "$port" kv8 rma
 	t "$tls: by default, where UCX only emulates RMA (no native lane), KV goes in messages received in place, none copied" \
 		0 "$cli" 127.0.0.1 "$port" check received
 	t "$tls: a client that opts out of puts: the same, steps equal float64" \

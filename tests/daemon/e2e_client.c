@@ -88,6 +88,7 @@
 #include <sys/mman.h>
 
 #include <nelssa/client.h>
+#include <nelssa/half.h>
 #include <nelssa/policy.h>
 #include <nelssa/sparse.h>
 
@@ -926,6 +927,121 @@ static int scenario_split(struct tu_rng *rng)
 	return failures ? 1 : 0;
 }
 
+/*
+ * Sessions whose devices hold 8-bit KV (int8, then fp8): the client
+ * quantises the bf16 rows at offload.  A prefill by real k-means, then two
+ * appends whose first new token falls inside a tile (so the client
+ * rewrites that tile with its earlier tokens), then steps over prefill and
+ * appended clusters: each checked against float64 attention over the
+ * store quantised in one go on this side (tu_decode_tiled(), the uapi's
+ * layout decoded by the test) -- so the appends must leave the store as
+ * one offload of everything would.  A cluster-wise 8-bit session is
+ * refused.
+ */
+static int scenario_kv8(struct tu_rng *rng)
+{
+	enum { SINK = 4, PREFILL = 1501, CHUNK = 203, MAXT = PREFILL + 2 * CHUNK };
+	static const enum nelssa_kv_dtype types[] = { NELSSA_KV_INT8, NELSSA_KV_FP8_E4M3 };
+	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
+	const struct nelssa_attn_geom ref = { DIM, GROUP, TU_KV_F32, 1.0f / sqrtf(DIM) };
+	uint16_t *k = tu_alloc(2ull * KV_HEADS * MAXT * DIM), *v = tu_alloc(2ull * KV_HEADS * MAXT * DIM);
+	float *x = tu_alloc(sizeof(float) * MAXT * DIM), *kf = tu_alloc(sizeof(float) * MAXT * DIM);
+	float *vf = tu_alloc(sizeof(float) * MAXT * DIM);
+	uint8_t *qk = tu_alloc(nelssa_kv_bytes(NELSSA_KV_INT8, DIM, MAXT));
+	uint8_t *qv = tu_alloc(nelssa_kv_bytes(NELSSA_KV_INT8, DIM, MAXT));
+	uint32_t *sel = tu_alloc(sizeof(uint32_t) * MAXT), *tok = tu_alloc(sizeof(uint32_t) * MAXT);
+
+	for (unsigned int ti = 0; ti < 2; ti++) {
+		struct nelssa_session_cfg cfg = session_cfg(4 * MAXT);
+		struct nelssa_cluster_index ix[KV_HEADS];
+		uint64_t session;
+		uint32_t n = PREFILL;
+
+		cfg.shape.kv_dtype = types[ti];
+		cfg.placement = NELSSA_PLACE_CLUSTERS;
+		CHECK(nelssa_client_session(cli, &cfg, &session) == -EOPNOTSUPP &&
+		      strstr(nelssa_client_error(cli), "head-wise"),
+		      "a cluster-wise 8-bit session was not refused as such");
+		cfg.placement = NELSSA_PLACE_HEADS;
+		if (nelssa_client_session(cli, &cfg, &session) ||
+		    nelssa_client_request(cli, session, 5, MAXT, MAXT)) {
+			printf("# 8-bit session: %s\n", nelssa_client_error(cli));
+			return 1;
+		}
+		if (scenario_arg && !strcmp(scenario_arg, "rma"))
+			CHECK(nelssa_client_zero_copy(cli, session) == 1,
+			      "the 8-bit session does not put its tiles by RMA");
+		tu_fill_kv(rng, k, (size_t)KV_HEADS * MAXT * DIM, 1.0, NELSSA_KV_BF16);
+		tu_fill_kv(rng, v, (size_t)KV_HEADS * MAXT * DIM, 1.0, NELSSA_KV_BF16);
+		memset(ix, 0, sizeof(ix));
+		for (int round = 0; round < 3; round++) {
+			for (uint32_t h = 0; h < KV_HEADS; h++) {
+				const uint16_t *kh = k + (size_t)h * MAXT * DIM, *vh = v + (size_t)h * MAXT * DIM;
+				uint32_t old = ix[h].n_clusters;
+				int ret = round ? nelssa_kmeans_append(&ix[h], &kcfg, NELSSA_KV_BF16,
+								       kh + (size_t)(n - CHUNK) * DIM, CHUNK) :
+						  nelssa_kmeans_build(&ix[h], &kcfg, NELSSA_KV_BF16, kh, n, DIM);
+
+				if (!ret)
+					ret = nelssa_client_offload(cli, session, 5, 0, (uint16_t)h, &ix[h],
+								    old, kh, vh);
+				CHECK(ret == 0, "%s offload round %d head %u: %d",
+				      types[ti] == NELSSA_KV_INT8 ? "int8" : "fp8", round, h, ret);
+				if (ret)
+					return 1;
+			}
+			for (uint32_t h = 0; h < KV_HEADS; h++) {
+				const uint16_t *kh = k + (size_t)h * MAXT * DIM, *vh = v + (size_t)h * MAXT * DIM;
+				float q[GROUP * DIM], o[GROUP * DIM], lse[GROUP];
+				struct nelssa_step_in in = { 5, (uint16_t)h, q, sel, 0 };
+				uint32_t nt = 0;
+				char what[64];
+
+				/* The store as one offload of all n tokens makes it. */
+				for (uint32_t p = 0; p < n; p++)
+					nelssa_bf16_to_f32_n(x + (size_t)p * DIM,
+							     kh + (size_t)ix[h].perm[p] * DIM, DIM);
+				nelssa_kv_quantize(types[ti], DIM, x, n, qk);
+				for (uint32_t p = 0; p < n; p++)
+					nelssa_bf16_to_f32_n(x + (size_t)p * DIM,
+							     vh + (size_t)ix[h].perm[p] * DIM, DIM);
+				nelssa_kv_quantize(types[ti], DIM, x, n, qv);
+				tu_decode_tiled(qk, n, DIM, types[ti], kf);
+				tu_decode_tiled(qv, n, DIM, types[ti], vf);
+				for (uint32_t c = 0; c < ix[h].n_clusters; c++)
+					if (tu_below(rng, 3) == 0 || c == ix[h].n_clusters - 1)
+						sel[in.nr_sel++] = c;
+				for (uint32_t c = 0; c < in.nr_sel; c++)
+					for (uint32_t j = 0; j < ix[h].table[sel[c]].count; j++)
+						tok[nt++] = ix[h].table[sel[c]].first + j;
+				tu_fill_f32(rng, q, GROUP * DIM, 1.0);
+				if (nelssa_client_step(cli, session, 0, &in, 1, o, lse, NULL)) {
+					printf("# 8-bit step: %s\n", nelssa_client_error(cli));
+					return 1;
+				}
+				snprintf(what, sizeof(what), "%s round %d head %u",
+					 types[ti] == NELSSA_KV_INT8 ? "int8" : "fp8", round, h);
+				failures += tu_check_attn(&ref, q, (const uint16_t *)(void *)kf,
+							  (const uint16_t *)(void *)vf, tok, nt, o, lse, what);
+			}
+			n += CHUNK;
+		}
+		for (uint32_t h = 0; h < KV_HEADS; h++)
+			nelssa_kmeans_free(&ix[h]);
+		CHECK(nelssa_client_session_close(cli, session) == 0, "8-bit session close");
+	}
+	free(k);
+	free(v);
+	free(x);
+	free(kf);
+	free(vf);
+	free(qk);
+	free(qv);
+	free(sel);
+	free(tok);
+	return failures ? 1 : 0;
+}
+
 static int scenario_migrate(struct tu_rng *rng)
 {
 	enum { MAXT = 4200, SINK = 4, CHUNK = 512 };
@@ -1244,7 +1360,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|rdma|staged "
 			"[ordered|mixed|shuffled]]|stall-put|"
 			"capacity|refused|"
-			"bad-step|zero-items|stall|die|held|outlive|migrate|split|probe|busy|"
+			"bad-step|zero-items|stall|die|held|outlive|migrate|kv8 [rma]|split|probe|busy|"
 			"load offload|step\n");
 		return 2;
 	}
@@ -1307,6 +1423,8 @@ int main(int argc, char **argv)
 		ret = scenario_outlive(&rng);
 	else if (!strcmp(sc, "migrate"))
 		ret = scenario_migrate(&rng);
+	else if (!strcmp(sc, "kv8"))
+		ret = scenario_kv8(&rng);
 	else if (!strcmp(sc, "split"))
 		ret = scenario_split(&rng);
 	else if (!strcmp(sc, "probe"))

@@ -42,8 +42,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		nelssa_step_parse(data, NELSSA_STEP_HDR_BYTES, data + NELSSA_STEP_HDR_BYTES,
 				  size - NELSSA_STEP_HDR_BYTES, group, dim, 64, 1024, &h, items, q, s);
+		/* Both kinds of KV format: rows, and 8-bit tiles. */
+		const struct nelssa_kv_fmt kf = {
+			data[2] & 1 ? NELSSA_KV_INT8 : NELSSA_KV_BF16, dim,
+		};
+
 		nelssa_kv_hdr_get(data, size < NELSSA_KV_HDR_BYTES ? size : NELSSA_KV_HDR_BYTES,
-				  size, 2ull * dim, &kv);
+				  size, &kf, &kv);
+		nelssa_kv_rows_get(data, size < NELSSA_KV_HDR_BYTES ? size : NELSSA_KV_HDR_BYTES,
+				   size, &kf, &kv);
 		nelssa_reply_hdr_get(data, size < NELSSA_REPLY_HDR_BYTES ? size : NELSSA_REPLY_HDR_BYTES,
 				     &r);
 		nelssa_ack_hdr_get(data, NELSSA_ACK_HDR_BYTES, &a);

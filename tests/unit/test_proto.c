@@ -262,7 +262,7 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_SESSION_CREATE, 4, 0, -EINVAL);		/* 0 layers */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 6, 31, -EINVAL);	/* q % kv */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 11, 8, -EINVAL);	/* head_dim 2176 */
-	refused_with(NELSSA_MSG_SESSION_CREATE, 12, 3, -EINVAL);	/* dtype */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 12, 5, -EINVAL);	/* dtype */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 13, 2, -EINVAL);	/* placement */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 1, -EINVAL);	/* reserved */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
@@ -317,6 +317,9 @@ static void fields_checked(void **state)
 	assert_int_equal(-EINVAL, nelssa_msg_encode(&m, buf, sizeof(buf), &len));
 }
 
+/* Row formats: d 64 bf16 (128-byte rows), and d 1. */
+static const struct nelssa_kv_fmt F64 = { NELSSA_KV_BF16, 64 }, F1 = { NELSSA_KV_BF16, 1 };
+
 static void kv_header_lengths(void **state)
 {
 	struct nelssa_kv_hdr h = { 5, 0xa5a5a5a55a5a5a5aull, 6, 7, 1, 2, 100, 30, 4, 3, 0 }, d;
@@ -326,22 +329,22 @@ static void kv_header_lengths(void **state)
 
 	(void)state;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
+	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), data, &F64, &d));
 	assert_true(d.session == 5 && d.token == 0xa5a5a5a55a5a5a5aull && d.request == 6 &&
 		    d.cookie == 7 && d.layer == 1 &&
 		    d.head == 2 && d.first_token == 100 && d.nr_tokens == 30 &&
 		    d.first_cluster == 4 && d.nr_clusters == 3);
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data - 1, 128, &d));
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p) - 1, data, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data - 1, &F64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p) - 1, data, &F64, &d));
 	/* Session and token lead, for a receiver to check before anything else. */
 	assert_int_equal(0, nelssa_am_session_get(p, sizeof(p), &session, &token));
 	assert_true(session == 5 && token == 0xa5a5a5a55a5a5a5aull);
 	assert_int_equal(-EBADMSG, nelssa_am_session_get(p, 15, &session, &token));
 	p[56] = 1;
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), data, &F64, &d));
 	h.first_token = UINT32_MAX;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), data, 128, &d));
+	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), data, &F64, &d));
 	assert_int_equal(-EINVAL, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
 }
 
@@ -374,14 +377,14 @@ static void kv_rows_lengths(void **state)
 
 	(void)state;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, 128, &d));
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, &F64, &d));
 	assert_true(d.part == NELSSA_KV_PART_K && d.first_token == 100 && d.nr_tokens == 30 &&
 		    d.cookie == 7 && d.request == 6);
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 30 * 128 + 1, 128, &d));
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 30 * 128, 128, &d));
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p) - 1, 30 * 128, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 30 * 128 + 1, &F64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 30 * 128, &F64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p) - 1, 30 * 128, &F64, &d));
 	/* A part is for KV_ROWS only. */
-	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), 2 * 30 * 128, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), 2 * 30 * 128, &F64, &d));
 	/* A commit's part says how its rows came: puts (0) or KV_ROWS. */
 	assert_int_equal(0, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
 	assert_int_equal(NELSSA_KV_COMMIT_SENT, d.part);
@@ -389,42 +392,42 @@ static void kv_rows_lengths(void **state)
 	assert_int_equal(-EBADMSG, nelssa_kv_commit_get(p, sizeof(p), 0, &d));
 	h.part = NELSSA_KV_PART_V;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, 128, &d));
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, &F64, &d));
 	assert_int_equal(NELSSA_KV_PART_V, d.part);
 	/* Rows with cluster fields set, entries with token fields set. */
 	h.nr_clusters = 1;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 30 * 128, &F64, &d));
 	h.part = NELSSA_KV_PART_TABLE;
 	h.nr_clusters = 3;
 	h.first_cluster = 4;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, &F64, &d));
 	h.first_token = h.nr_tokens = 0;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 24, &F64, &d));
 	assert_true(d.part == NELSSA_KV_PART_TABLE && d.first_cluster == 4 && d.nr_clusters == 3);
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 25, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 25, &F64, &d));
 	/* No part, an unknown part, a reserved byte set. */
 	for (unsigned int part = 0; part < 256; part += part == 2 ? 2 : 1) {
 		p[52] = (uint8_t)part;
-		assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+		assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, &F64, &d));
 	}
 	p[52] = NELSSA_KV_PART_TABLE;
 	p[63] = 1;
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, 128, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 24, &F64, &d));
 	/* Ranges that wrap, and row bytes that would overflow 32 bits. */
 	h.part = NELSSA_KV_PART_K;
 	h.first_cluster = h.nr_clusters = 0;
 	h.first_token = UINT32_MAX;
 	h.nr_tokens = 2;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 2 * 128, 128, &d));
+	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 2 * 128, &F64, &d));
 	h.first_token = 0;
 	h.nr_tokens = 1u << 31;
 	nelssa_kv_hdr_put(p, &h);
-	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 0, 2, &d));
-	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 1ull << 32, 2, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 0, &F1, &d));
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 1ull << 32, &F1, &d));
 }
 
 static void step_lengths(void **state)

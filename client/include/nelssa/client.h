@@ -172,7 +172,7 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * @from: first cluster to send: 0 for the prefill, the old cluster count
  *	after nelssa_kmeans_append() (decode-time chunks).
  * @k: K rows of the index's tokens in token order ([ix->n_tokens][head_dim],
- *	the shape's KV dtype).
+ *	the shape's KV dtype; bf16 for a session of an 8-bit type).
  * @v: V rows, likewise.
  *
  * Rows are gathered into cluster-contiguous order and sent in chunks of
@@ -181,6 +181,15 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * may have been stored and others not: free the request, or send the
  * clusters again (head-wise placement overwrites; cluster-wise needs a
  * fresh request).
+ *
+ * A session of an 8-bit KV type (NELSSA_KV_FP8_E4M3, NELSSA_KV_INT8) is
+ * quantised here, in cluster order, per 16-token tile and 32 channels
+ * (nelssa_kv_quantize()); tiles are written whole, so an append starts at
+ * the tile its first new token falls in and quantises that tile again
+ * with its earlier tokens (from @k and @v, which hold them all): the
+ * store ends exactly as one offload of everything would leave it.  A step
+ * running meanwhile may read such a tile half rewritten.  A non-finite
+ * value fails the call (-EINVAL) with nothing of that chunk written.
  *
  * In a zero-copy session, a chunk whose rows already lie in cluster order
  * in @k and @v (consecutive tokens in @ix->perm: an engine that ordered

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <nelssa/kv_store.h>
 #include <nelssa/shape.h>
 
 #ifdef __cplusplus
@@ -425,14 +426,16 @@ void nelssa_reply_hdr_put(uint8_t *p, const struct nelssa_reply_hdr *h);
  * @p: the header bytes.
  * @len: header length (must be NELSSA_KV_HDR_BYTES).
  * @data_len: length of the data that came with it.
- * @row_bytes: bytes of one K or V row of the session (head_dim elements
- *	of its KV type).
+ * @f: the session's KV format: the data is the K array of the header's
+ *	tokens, then the V array (nelssa_kv_fmt_bytes() each), then the
+ *	table entries.
  * @h: receives the header.
  *
- * Return: 0, -EBADMSG (lengths), -EINVAL (overflowing ranges).
+ * Return: 0, -EBADMSG (lengths), -EINVAL (overflowing ranges, or rows of
+ * an 8-bit type that do not start on a tile boundary).
  */
-int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
-		      struct nelssa_kv_hdr *h);
+int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len,
+		      const struct nelssa_kv_fmt *f, struct nelssa_kv_hdr *h);
 
 /**
  * nelssa_kv_commit_get() - decode a NELSSA_AM_KV_COMMIT header.
@@ -451,14 +454,16 @@ int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct n
  * @p: the header bytes.
  * @len: header length (must be NELSSA_KV_HDR_BYTES).
  * @data_len: length of the data that came with it.
- * @row_bytes: bytes of one K or V row of the session.
+ * @f: the session's KV format (a K or V part is nelssa_kv_fmt_bytes() of
+ *	its tokens).
  * @h: receives the header.
  *
  * Return: 0, -EBADMSG (lengths, an unknown part, fields the part does not
- * use not 0), -EINVAL (overflowing ranges).
+ * use not 0), -EINVAL (overflowing ranges, or rows of an 8-bit type that
+ * do not start on a tile boundary).
  */
-int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len, uint64_t row_bytes,
-		       struct nelssa_kv_hdr *h);
+int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
+		       const struct nelssa_kv_fmt *f, struct nelssa_kv_hdr *h);
 
 /**
  * nelssa_am_session_get() - the session and token a KV or STEP header names.

@@ -25,7 +25,9 @@ enum nelssa_placement {
  * @q_heads: query heads (a multiple of @kv_heads).
  * @kv_heads: KV heads per layer.
  * @head_dim: elements per head.
- * @kv_dtype: enum nelssa_kv_dtype (1 bf16, 2 fp16).
+ * @kv_dtype: enum nelssa_kv_dtype of the KV on the devices: 1 bf16, 2 fp16,
+ *	or 3 fp8 E4M3 / 4 int8, which the client quantises into from bf16
+ *	rows at offload (head-wise placement only).
  */
 struct nelssa_shape {
 	uint16_t layers;
