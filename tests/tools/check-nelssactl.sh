@@ -17,7 +17,7 @@ n=0
 # shellcheck source=tap-lib.sh
 . "$(dirname "$0")/tap-lib.sh"
 
-echo "1..38"
+echo "1..41"
 t "--help exits 0" 0 "$ctl" --help
 t "no command is a usage error" 2 "$ctl"
 t "unknown command is a usage error" 2 "$ctl" frobnicate
@@ -28,6 +28,15 @@ t "list" 0 "$ctl" list
 t "info sim:0 --json" 0 "$ctl" info sim:0,mem=64M,cores=2 --json
 json_check "info JSON fields" \
 	"j['backend'] == 'sim' and j['nr_cores'] == 2 and j['abi_version'] == 1 and j['opcodes'] == 63 and 0 < j['mem_size'] < 64 << 20"
+# KV capacity per type: the tiles' size rule worked out here on its own
+# (16 rows of d codes, a 4-byte scale per 32 channels, 64-byte padding).
+t "info --head-dim 80 --json" 0 "$ctl" info sim:0,mem=64M --head-dim 80 --json
+json_check "info reports every KV type and the tokens of one head each holds" \
+	"j['kv_types'] == ['bf16', 'fp16', 'fp8', 'int8'] and j['kv_head_dim'] == 80 and \
+	j['kv_head_tokens']['bf16'] == j['mem_size'] // 16 // (2 * 16 * 160) * 16 and \
+	j['kv_head_tokens']['int8'] == j['kv_head_tokens']['fp8'] == \
+	j['mem_size'] // 16 // (2 * ((16 * 80 + 4 * 3 + 63) // 64 * 64)) * 16"
+t "info --head-dim 0 is a usage error" 2 "$ctl" info sim:0 --head-dim 0
 t "selftest passes" 0 "$ctl" --json selftest sim:0
 json_check "selftest JSON" \
 	"j['passed'] is True and j['failed_mask'] == 0 and len(j['tests']) == 5 and all(v == 'pass' for v in j['tests'].values())"

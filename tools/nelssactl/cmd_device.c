@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_store.h"
 #include "nelssactl.h"
+#include "npnm_rules.h"
 
 /*
  * Common option handling: --json and --help anywhere after the command;
@@ -41,9 +43,25 @@ static int parse_common(struct ctl *ctl, int argc, char **argv, const char *help
 	return optind;
 }
 
-static json_object *info_json(struct nelssa_pnm *p, const struct npnm_info *in)
+/*
+ * Tokens of one KV head (its K and V) of @dtype the device's memory holds
+ * at @head_dim: what 8-bit KV buys, in the size rule the firmware bounds
+ * every access with (scales and padding included).
+ */
+static uint64_t kv_capacity(const struct npnm_info *in, uint8_t dtype, uint32_t head_dim)
 {
-	json_object *o = json_object_new_object();
+	return in->mem_size / NPNM_KV_QTILE / (2 * npnm_kv_bytes(dtype, head_dim, NPNM_KV_QTILE)) *
+	       NPNM_KV_QTILE;
+}
+
+static const uint8_t info_dtypes[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_FP16, NPNM_DTYPE_FP8_E4M3,
+				       NPNM_DTYPE_INT8 };
+
+static json_object *info_json(struct nelssa_pnm *p, const struct npnm_info *in,
+			      uint32_t head_dim)
+{
+	json_object *o = json_object_new_object(), *types = json_object_new_array();
+	json_object *cap = json_object_new_object();
 
 	json_object_object_add(o, "name", json_object_new_string(nelssa_pnm_name(p)));
 	json_object_object_add(o, "backend", json_object_new_string(nelssa_pnm_backend(p)));
@@ -57,12 +75,22 @@ static json_object *info_json(struct nelssa_pnm *p, const struct npnm_info *in)
 	json_object_object_add(o, "max_batch", json_object_new_int64(in->max_batch));
 	json_object_object_add(o, "max_inflight", json_object_new_int64(in->max_inflight));
 	json_object_object_add(o, "kv_dtypes", json_object_new_int64(in->kv_dtypes));
+	for (unsigned int i = 0; i < sizeof(info_dtypes); i++) {
+		if (!(in->kv_dtypes & (1u << info_dtypes[i])))
+			continue;
+		json_object_array_add(types, json_object_new_string(tl_kv_dtype_name(info_dtypes[i])));
+		json_object_object_add(cap, tl_kv_dtype_name(info_dtypes[i]),
+				       json_object_new_uint64(kv_capacity(in, info_dtypes[i], head_dim)));
+	}
+	json_object_object_add(o, "kv_types", types);
+	json_object_object_add(o, "kv_head_dim", json_object_new_int64(head_dim));
+	json_object_object_add(o, "kv_head_tokens", cap);
 	json_object_object_add(o, "max_head_dim", json_object_new_int(in->max_head_dim));
 	json_object_object_add(o, "max_group", json_object_new_int(in->max_group));
 	return o;
 }
 
-static void info_text(struct nelssa_pnm *p, const struct npnm_info *in)
+static void info_text(struct nelssa_pnm *p, const struct npnm_info *in, uint32_t head_dim)
 {
 	static const char *const ops[] = { "nop", "fill", "copy", "kv_write", "sparse_attn",
 					   "selftest" };
@@ -84,8 +112,16 @@ static void info_text(struct nelssa_pnm *p, const struct npnm_info *in)
 	for (unsigned int i = 0; i < sizeof(caps) / sizeof(caps[0]); i++)
 		if (in->caps & (1ull << i))
 			printf(" %s", caps[i]);
-	printf("\n  kv types     %s%s\n", in->kv_dtypes & (1u << NPNM_DTYPE_BF16) ? " bf16" : "",
-	       in->kv_dtypes & (1u << NPNM_DTYPE_FP16) ? " fp16" : "");
+	printf("\n  kv types     ");
+	for (unsigned int i = 0; i < sizeof(info_dtypes); i++)
+		if (in->kv_dtypes & (1u << info_dtypes[i]))
+			printf(" %s", tl_kv_dtype_name(info_dtypes[i]));
+	printf("\n  kv capacity   tokens of one KV head at head dim %u:", head_dim);
+	for (unsigned int i = 0; i < sizeof(info_dtypes); i++)
+		if (in->kv_dtypes & (1u << info_dtypes[i]))
+			printf(" %s %llu", tl_kv_dtype_name(info_dtypes[i]),
+			       (unsigned long long)kv_capacity(in, info_dtypes[i], head_dim));
+	printf("\n");
 	printf("  limits        batch %u, in flight %u, head dim %u, group %u\n", in->max_batch,
 	       in->max_inflight, in->max_head_dim, in->max_group);
 }
@@ -120,7 +156,7 @@ int cmd_list(struct ctl *ctl, int argc, char **argv)
 			json_object_object_add(d, "name", json_object_new_string(g.gl_pathv[i]));
 			json_object_object_add(d, "error", json_object_new_string(nelssa_pnm_strerror()));
 		} else {
-			d = info_json(p, &in);
+			d = info_json(p, &in, 128);
 		}
 		nelssa_pnm_close(p);
 		json_object_array_add(devs, d);
@@ -155,15 +191,31 @@ int cmd_list(struct ctl *ctl, int argc, char **argv)
 	return EXIT_OK;
 }
 
+static int head_dim_opt(int c, const char *arg, void *priv)
+{
+	uint64_t v;
+
+	if (c != 'd' || ctl_parse_uint(arg, 1, 1024, &v))
+		return -1;
+	*(uint32_t *)priv = (uint32_t)v;
+	return 0;
+}
+
 int cmd_info(struct ctl *ctl, int argc, char **argv)
 {
 	static const char help[] =
-		"usage: nelssactl info DEV [--json]\n"
+		"usage: nelssactl info DEV [--head-dim N] [--json]\n"
 		"Show the ABI version, firmware version, memory, cores, opcodes, capabilities\n"
-		"and limits of DEV (/dev/nelssa_pnmN or sim:N[,options]).\n";
+		"and limits of DEV (/dev/nelssa_pnmN or sim:N[,options]), the KV types it\n"
+		"reads and how many tokens of one KV head (K and V, at --head-dim, default\n"
+		"128) its memory holds in each: an 8-bit type about twice bf16's.\n";
+	static const struct option extra[] = {
+		{ "head-dim", required_argument, NULL, 'd' }, { 0 },
+	};
+	uint32_t head_dim = 128;
 	struct nelssa_pnm *p;
 	struct npnm_info in;
-	int idx = parse_common(ctl, argc, argv, help, NULL, NULL, NULL);
+	int idx = parse_common(ctl, argc, argv, help, extra, head_dim_opt, &head_dim);
 
 	if (idx < 0)
 		return idx == -1 ? EXIT_OK : EXIT_USAGE;
@@ -180,9 +232,9 @@ int cmd_info(struct ctl *ctl, int argc, char **argv)
 		return EXIT_DEVICE;
 	}
 	if (ctl->json)
-		ctl_print_json(info_json(p, &in));
+		ctl_print_json(info_json(p, &in, head_dim));
 	else
-		info_text(p, &in);
+		info_text(p, &in, head_dim);
 	nelssa_pnm_close(p);
 	return EXIT_OK;
 }
