@@ -18,6 +18,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <nelssa/half.h>
+
 #include <cuda_runtime_api.h>
 
 #include <nelssa/sparse.h>
@@ -830,6 +832,77 @@ GPU_TEST(reorder_matches)
 	free(b);
 }
 
+/*
+ * The 8-bit quantiser: the GPU's bytes are the CPU's, for both types,
+ * head dims that are and are not multiples of 32, a partial last tile,
+ * rows gathered through a permutation from a @first onwards; and a NaN
+ * reported in @status as the CPU's -EINVAL.
+ */
+GPU_TEST(kv_quantize_matches)
+{
+	static const enum nelssa_kv_dtype types[] = { NELSSA_KV_INT8, NELSSA_KV_FP8_E4M3 };
+	static const uint32_t dims[] = { 128, 80 };
+	const uint32_t n = 1000, first = 37, total = first + n;
+
+	for (unsigned int ti = 0; ti < 2; ti++)
+		for (unsigned int di = 0; di < 2; di++) {
+			const uint32_t d = dims[di];
+			const size_t bytes = nelssa_kv_bytes(types[ti], d, n);
+			uint16_t *k = tu_alloc(2 * (size_t)total * d);
+			uint32_t *perm = tu_alloc(sizeof(uint32_t) * total);
+			float *x = tu_alloc(sizeof(float) * (size_t)n * d);
+			uint8_t *want = tu_alloc(bytes), *got = tu_alloc(bytes), *dout;
+			int32_t st = 1, *dst;
+			struct tu_rng rng;
+			uint16_t *dk;
+			uint32_t *dp;
+
+			tu_rng_for(&rng, __func__, ti * 2 + di);
+			tu_fill_kv(&rng, k, (size_t)total * d, 1.0, NELSSA_KV_BF16);
+			for (uint32_t t = 0; t < total; t++) {
+				uint32_t j = tu_below(&rng, t + 1);
+
+				k[(size_t)t * d] = nelssa_f32_to_bf16(40.0f * nelssa_bf16_to_f32(
+					k[(size_t)t * d]));	/* an outlier channel */
+				perm[t] = perm[j];
+				perm[j] = t;
+			}
+			for (uint32_t i = 0; i < n; i++)
+				nelssa_bf16_to_f32_n(x + (size_t)i * d, k + (size_t)perm[first + i] * d, d);
+			assert_int_equal(0, nelssa_kv_quantize(types[ti], d, x, n, want));
+			dk = dev_put(k, 2 * (size_t)total * d);
+			dp = dev_put(perm, sizeof(uint32_t) * total);
+			dout = dev_new(bytes);
+			dst = dev_new(sizeof(int32_t));
+			assert_int_equal(0, nelssa_cuda_kv_quantize(types[ti], d, NELSSA_KV_BF16, dk, dp,
+								    first, n, dout, dst, NULL));
+			dev_get(got, dout, bytes);
+			dev_get(&st, dst, sizeof(st));
+			assert_int_equal(st, 0);
+			assert_memory_equal(got, want, bytes);
+			/* A NaN anywhere: the CPU's -EINVAL, in @status. */
+			k[(size_t)perm[first + 500] * d + 3] = 0x7fc0;
+			assert_int_equal(cudaSuccess, cudaMemcpy(dk, k, 2 * (size_t)total * d,
+								 cudaMemcpyHostToDevice));
+			assert_int_equal(0, nelssa_cuda_kv_quantize(types[ti], d, NELSSA_KV_BF16, dk, dp,
+								    first, n, dout, dst, NULL));
+			dev_get(&st, dst, sizeof(st));
+			assert_int_equal(st, -EINVAL);
+			assert_int_equal(-EINVAL, nelssa_cuda_kv_quantize(NELSSA_KV_BF16, d,
+									   NELSSA_KV_BF16, dk, dp, first,
+									   n, dout, dst, NULL));
+			cudaFree(dk);
+			cudaFree(dp);
+			cudaFree(dout);
+			cudaFree(dst);
+			free(k);
+			free(perm);
+			free(x);
+			free(want);
+			free(got);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -846,6 +919,7 @@ int main(void)
 		cmocka_unit_test(unselected_matches),
 		cmocka_unit_test(kmeans_matches),
 		cmocka_unit_test(reorder_matches),
+		cmocka_unit_test(kv_quantize_matches),
 	};
 
 	const size_t n = sizeof(tests) / sizeof(tests[0]);

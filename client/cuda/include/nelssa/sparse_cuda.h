@@ -327,6 +327,31 @@ int nelssa_cuda_kmeans_append(struct nelssa_cluster_index *ix,
 			      const void *k, uint32_t n_new, void *stream);
 
 /**
+ * nelssa_cuda_kv_quantize() - nelssa_kv_quantize() on the GPU, from 16-bit rows.
+ * @dtype: NELSSA_KV_FP8_E4M3 or NELSSA_KV_INT8.
+ * @head_dim: 1..NELSSA_ATTN_MAX_HEAD_DIM.
+ * @src_dtype: NELSSA_KV_BF16 or NELSSA_KV_FP16, the type of @src.
+ * @src: device rows [*][@head_dim] in token order.
+ * @perm: device, or NULL: row i of the store is @src row @perm[@first + i]
+ *	(an index's cluster order, as the client's offload gathers it); NULL
+ *	takes row @first + i.
+ * @first: see @perm.
+ * @n_tokens: rows to quantise: tokens [0, @n_tokens) of @dst.
+ * @dst: device, nelssa_kv_bytes(@dtype, @head_dim, @n_tokens) bytes.
+ * @status: device int32: 0, or -EINVAL when a value is not finite (then
+ *	@dst is unspecified), the CPU version's return value.
+ * @stream: cudaStream_t.
+ *
+ * The same bytes as widening the rows and calling nelssa_kv_quantize().
+ *
+ * Return: 0 or a negative errno.
+ */
+int nelssa_cuda_kv_quantize(enum nelssa_kv_dtype dtype, uint32_t head_dim,
+			    enum nelssa_kv_dtype src_dtype, const void *src, const uint32_t *perm,
+			    uint32_t first, uint32_t n_tokens, void *dst, int32_t *status,
+			    void *stream);
+
+/**
  * nelssa_cuda_kv_reorder() - nelssa_kv_reorder() on the GPU.
  * @perm: device [@n_tokens]: the index's permutation.
  * @n_tokens: rows.
