@@ -29,7 +29,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..77"
+echo "1..79"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -160,6 +160,18 @@ for tls in tcp shm,tcp; do
 			"j['needle_hit_rate'] >= 0.5 and 0.03 <= j['selected_token_fraction'] <= 0.05 \
 			 and j['median_rel_err'] < 0.1 and j['layer_step_us']['device'] > 0 \
 			 and j['estimate'] == 'spread'"
+		cp "$out/stdout" "$out/demo-bf16.json"
+		t "nelssa-demo with int8 KV on the devices, JSON" 0 "$demo" --port "$port" \
+			--contexts 4096 --layers 1 --kv-heads 4 --steps 1 --json --kv-dtype int8
+		# The same workload and selection (made on bf16 centroids); only the
+		# bytes the devices read are quantised.
+		JSON_PRELUDE="b = json.load(open('$out/demo-bf16.json'))"
+		json_check "demo int8: the same tokens read and needles found, error below 10 %" \
+			"j['kv_dtype'] == 'int8' and b['kv_dtype'] == 'bf16' and \
+			 j['median_rel_err'] < 0.1 and \
+			 j['selected_token_fraction'] == b['selected_token_fraction'] and \
+			 j['needle_hit_rate'] == b['needle_hit_rate']"
+		JSON_PRELUDE=
 		t "nelssactl stats shows the daemon's counters" 0 "$ctl" stats "127.0.0.1:$port" --json
 		json_check "stats: steps and items served, KV ingested, device time" \
 			"j['devices'] == 4 and j['steps'] >= 40 and j['items'] >= j['steps'] \

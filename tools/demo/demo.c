@@ -33,6 +33,7 @@
 #include <nelssa/sparse.h>
 
 #include "../accuracy/synth.h"
+#include "attn_store.h"
 #include "tool_util.h"
 
 #define D SYNTH_D
@@ -54,6 +55,7 @@ struct opts {
 	uint32_t ctx[MAX_REQ], n_req, layers, kv_heads, steps;
 	double budget;
 	int json;
+	uint8_t kv_dtype;	/* on the devices: enum nelssa_kv_dtype */
 };
 
 static void *xcalloc(size_t n, size_t sz)
@@ -132,7 +134,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: nelssa-demo [--host H] [--port P] [--contexts N,N..] [--layers N]\n"
-		"                   [--kv-heads N] [--steps N] [--budget F] [--json]\n"
+		"                   [--kv-heads N] [--steps N] [--budget F] [--kv-dtype T]\n"
+		"                   [--json]\n"
 		"  --host, --port  nelssad's control address (default 127.0.0.1:18515)\n"
 		"  --contexts      one request per context length (default 32768,49152)\n"
 		"  --layers        decoder layers (default 2)\n"
@@ -142,6 +145,8 @@ static void usage(FILE *f)
 		"                  context's clustered tokens (default 0.04); the window\n"
 		"                  is read besides.  --ratio is a deprecated alias: it\n"
 		"                  is the same token budget, no longer a ratio of clusters\n"
+		"  --kv-dtype      KV on the devices: bf16 (default), fp8 or int8, which the\n"
+		"                  client quantises into at offload (half the bytes)\n"
 		"  --json          one JSON object instead of the report\n");
 }
 
@@ -152,14 +157,14 @@ static int parse(struct opts *o, int argc, char **argv)
 		{ "contexts", required_argument, NULL, 'c' }, { "layers", required_argument, NULL, 'l' },
 		{ "kv-heads", required_argument, NULL, 'k' }, { "steps", required_argument, NULL, 's' },
 		{ "budget", required_argument, NULL, 'b' }, { "ratio", required_argument, NULL, 'r' },
-		{ "json", no_argument, NULL, 'j' },
+		{ "json", no_argument, NULL, 'j' }, { "kv-dtype", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	char *end, *tok, *save = NULL;
 	unsigned long v;
 	int c;
 
-	*o = (struct opts){ "127.0.0.1", 18515, { 32768, 49152 }, 2, 2, 4, 4, 0.04, 0 };
+	*o = (struct opts){ "127.0.0.1", 18515, { 32768, 49152 }, 2, 2, 4, 4, 0.04, 0, NELSSA_KV_BF16 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'H':
@@ -192,6 +197,14 @@ static int parse(struct opts *o, int argc, char **argv)
 			break;
 		case 'j':
 			o->json = 1;
+			break;
+		case 'T':
+			o->kv_dtype = tl_kv_dtype_parse(optarg);
+			if (o->kv_dtype != NELSSA_KV_BF16 &&
+			    !nelssa_kv_is_tiled((enum nelssa_kv_dtype)o->kv_dtype)) {
+				fprintf(stderr, "nelssa-demo: --kv-dtype: need bf16, fp8 or int8\n");
+				return -1;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -247,7 +260,7 @@ int main(int argc, char **argv)
 	for (uint32_t r = 0; r < o.n_req; r++)
 		cap += o.ctx[r];
 	sc.shape = (struct nelssa_shape){ (uint16_t)o.layers, (uint16_t)(o.kv_heads * G),
-					  (uint16_t)o.kv_heads, D, NELSSA_KV_BF16 };
+					  (uint16_t)o.kv_heads, D, o.kv_dtype };
 	sc.max_batch = o.n_req;
 	sc.max_sel = 1u << 16;
 	sc.capacity_tokens = cap + cap / 8;
@@ -458,13 +471,15 @@ int main(int argc, char **argv)
 			       "\"aggregate\":%.1f,\"window_merge\":%.1f},\"tokens_per_s\":%.2f,"
 			       "\"median_rel_err\":%.6g,\"max_rel_err\":%.6g,\"needle_hit_rate\":%.4f,"
 			       "\"budget\":%g,\"estimate\":\"%s\",\"tokens_read\":%.1f,"
-			       "\"window_tokens\":%u,\"selected_token_fraction\":%.4f}\n",
+			       "\"window_tokens\":%u,\"selected_token_fraction\":%.4f,"
+			       "\"kv_dtype\":\"%s\"}\n",
 			       o.n_req, o.layers, o.kv_heads, o.steps, nelssa_client_devices(cli),
 			       t_prefill, t_select * per, t_rtt * per, t_recv * per, t_disp * per,
 			       t_dev * per, t_agg * per, t_window * per, tps, errs[n_err / 2],
 			       errs[n_err - 1], (double)hits / needles, o.budget,
 			       estimate_name[scfg.estimate], sel_tokens / n_sel_items,
-			       win.sink + win.recent, sel_tokens / all_tokens);
+			       win.sink + win.recent, sel_tokens / all_tokens,
+			       tl_kv_dtype_name(o.kv_dtype));
 		} else {
 			printf("prefill (synthesis, k-means, offload): %.1f s\n", t_prefill);
 			printf("decode: %u steps x %u layers, %u (request, KV head) items per layer-step\n",
@@ -491,9 +506,9 @@ int main(int argc, char **argv)
 			       "clustered ones) read per selection, besides the %u of the window\n",
 			       hits, needles, 100.0 * hits / needles, sel_tokens / n_sel_items,
 			       100 * sel_tokens / all_tokens, win.sink + win.recent);
-			printf("daemon: %llu steps served, %.1f MiB of KV ingested\n",
-			       (unsigned long long)st.steps,
-			       (double)st.kv_bytes / (1 << 20));
+			printf("daemon: %llu steps served, %.1f MiB of KV ingested (%s on the "
+			       "devices)\n", (unsigned long long)st.steps,
+			       (double)st.kv_bytes / (1 << 20), tl_kv_dtype_name(o.kv_dtype));
 		}
 	}
 	for (size_t i = 0; i < (size_t)o.n_req * o.layers * o.kv_heads; i++) {
