@@ -938,6 +938,19 @@ static int scenario_split(struct tu_rng *rng)
  * one offload of everything would.  A cluster-wise 8-bit session is
  * refused.
  */
+/* Whether the daemon gives a session of @capacity tokens of @dtype (then closed). */
+static int session_fits(uint64_t capacity, enum nelssa_kv_dtype dtype)
+{
+	struct nelssa_session_cfg cfg = session_cfg(capacity);
+	uint64_t session;
+
+	cfg.shape.kv_dtype = dtype;
+	if (nelssa_client_session(cli, &cfg, &session))
+		return 0;
+	nelssa_client_session_close(cli, session);
+	return 1;
+}
+
 static int scenario_kv8(struct tu_rng *rng)
 {
 	enum { SINK = 4, PREFILL = 1501, CHUNK = 203, MAXT = PREFILL + 2 * CHUNK };
@@ -950,6 +963,27 @@ static int scenario_kv8(struct tu_rng *rng)
 	uint8_t *qk = tu_alloc(nelssa_kv_bytes(NELSSA_KV_INT8, DIM, MAXT));
 	uint8_t *qv = tu_alloc(nelssa_kv_bytes(NELSSA_KV_INT8, DIM, MAXT));
 	uint32_t *sel = tu_alloc(sizeof(uint32_t) * MAXT), *tok = tu_alloc(sizeof(uint32_t) * MAXT);
+	uint64_t lo = 1024, hi = 1ull << 30;
+
+	/*
+	 * The daemon's capacity: the most bf16 tokens a session may reserve
+	 * (to 2 %), then 1.8 times as many of int8 fit -- 136 bytes a token
+	 * and head at head dim 64 against 256, tables aside.
+	 */
+	CHECK(session_fits(lo, NELSSA_KV_BF16) && !session_fits(hi, NELSSA_KV_BF16),
+	      "no bf16 capacity bracket");
+	while (hi - lo > lo / 64) {
+		const uint64_t mid = lo + (hi - lo) / 2;
+
+		*(session_fits(mid, NELSSA_KV_BF16) ? &lo : &hi) = mid;
+	}
+	printf("# bf16 sessions up to %llu tokens\n", (unsigned long long)lo);
+	CHECK(session_fits(lo * 18 / 10, NELSSA_KV_INT8) && session_fits(lo * 18 / 10,
+									 NELSSA_KV_FP8_E4M3),
+	      "8-bit sessions of 1.8x the bf16 capacity (%llu tokens) refused",
+	      (unsigned long long)(lo * 18 / 10));
+	CHECK(!session_fits(lo * 21 / 10, NELSSA_KV_INT8),
+	      "an int8 session of 2.1x the bf16 capacity was given: the sizes are not int8's");
 
 	for (unsigned int ti = 0; ti < 2; ti++) {
 		struct nelssa_session_cfg cfg = session_cfg(4 * MAXT);
