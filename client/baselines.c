@@ -31,6 +31,8 @@ int nelssa_token_mass(const struct nelssa_attn_geom *geom, const float *q, const
 
 	if (ret)
 		return ret;
+	if (!nelssa_kv_elem_bytes(geom->kv_dtype))
+		return -EINVAL;		/* rows of a 16-bit type only, not 8-bit tiles */
 	logit = malloc(sizeof(*logit) * geom->group * (n_tokens ? n_tokens : 1));
 	if (!logit)
 		return -ENOMEM;
@@ -99,8 +101,8 @@ int nelssa_quest_pages(const struct nelssa_attn_geom *geom, const float *q, cons
 
 	if (ret)
 		return ret;
-	if (!page)
-		return -EINVAL;
+	if (!page || !nelssa_kv_elem_bytes(geom->kv_dtype))
+		return -EINVAL;		/* rows of a 16-bit type only, not 8-bit tiles */
 	ix.n_clusters = n_tokens / page + (n_tokens % page != 0);
 	ix.perm = malloc(sizeof(*ix.perm) * (n_tokens ? n_tokens : 1));
 	ix.table = malloc(sizeof(*ix.table) * (ix.n_clusters ? ix.n_clusters : 1));

@@ -15,18 +15,16 @@ int nelssa_window_attn(const struct nelssa_attn_geom *geom, const float *q, cons
 {
 	struct nelssa_attn_run run;
 	uint32_t sink, from;
-	size_t row;
 	int ret = nelssa_attn_begin(&run, geom, q, o);
 
 	if (ret)
 		return ret;
-	row = nelssa_attn_row_bytes(geom);
 	sink = win->sink < n_tokens ? win->sink : n_tokens;
 	/* Recent tokens start after the sinks, so none is counted twice. */
 	from = n_tokens - sink > win->recent ? n_tokens - win->recent : sink;
-	nelssa_attn_feed(&run, k, v, sink);
-	nelssa_attn_feed(&run, (const char *)k + from * row, (const char *)v + from * row,
-			 n_tokens - from);
+	/* By token range: a KV store of any type, 8-bit tiles included. */
+	nelssa_attn_feed_at(&run, k, v, 0, sink);
+	nelssa_attn_feed_at(&run, k, v, from, n_tokens - from);
 	nelssa_attn_end(&run, lse);
 	return 0;
 }

@@ -329,6 +329,59 @@ static void window_matches_float64(void **state)
 }
 
 /*
+ * The window over a KV store of an 8-bit type (token ranges, not row
+ * offsets): float64 over the test's own decoding of the tiles; and the
+ * baselines, which read 16-bit rows, refuse such a type.
+ */
+static void window_over_tiles(void **state)
+{
+	const uint32_t n = 500;
+	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
+	const enum nelssa_kv_dtype types[] = { NELSSA_KV_INT8, NELSSA_KV_FP8_E4M3 };
+	float *x = tu_alloc(sizeof(float) * n * D), *kf = tu_alloc(sizeof(float) * n * D);
+	float *vf = tu_alloc(sizeof(float) * n * D), o[G * D], lse[G];
+	uint8_t *k = tu_alloc(nelssa_kv_bytes(NELSSA_KV_INT8, D, n));
+	uint8_t *v = tu_alloc(nelssa_kv_bytes(NELSSA_KV_INT8, D, n));
+	uint32_t tok[80], nt = 0, pick[4];
+	double mass[500];
+	struct tu_rng rng;
+	struct kv kv;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	kv_init(&kv, &rng, n);
+	for (uint32_t t = 0; t < n; t++)
+		if (t < win.sink || t + win.recent >= n)
+			tok[nt++] = t;
+	for (int i = 0; i < 2; i++) {
+		struct nelssa_attn_geom g = kv.g, ref = kv.g;
+
+		g.kv_dtype = types[i];
+		ref.kv_dtype = TU_KV_F32;
+		tu_fill_f32(&rng, x, (size_t)n * D, 1.0);
+		assert_int_equal(0, nelssa_kv_quantize(types[i], D, x, n, k));
+		tu_fill_f32(&rng, x, (size_t)n * D, 1.0);
+		assert_int_equal(0, nelssa_kv_quantize(types[i], D, x, n, v));
+		tu_decode_tiled(k, n, D, types[i], kf);
+		tu_decode_tiled(v, n, D, types[i], vf);
+		assert_int_equal(0, nelssa_window_attn(&g, kv.q, k, v, n, &win, o, lse));
+		assert_int_equal(0, tu_check_attn(&ref, kv.q, (const uint16_t *)(void *)kf,
+						  (const uint16_t *)(void *)vf, tok, nt, o, lse,
+						  "window over tiles"));
+		assert_int_equal(-EINVAL, nelssa_token_mass(&g, kv.q, k, n, mass));
+		assert_int_equal(-EINVAL, nelssa_oracle_tokens(&g, kv.q, k, n, 4, pick));
+		assert_int_equal(-EINVAL, nelssa_quest_pages(&g, kv.q, k, n, 16, 4, pick));
+	}
+	free(kv.k);
+	free(kv.v);
+	free(x);
+	free(kf);
+	free(vf);
+	free(k);
+	free(v);
+}
+
+/*
  * A 600-token context: the window keeps 4 + 64 tokens; the middle 532 are
  * shuffled into clusters of 1..31 tokens stored cluster-contiguously, as
  * the PNM devices hold them.  The selected clusters are split over three
@@ -651,6 +704,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(scores_match_float64),
+		cmocka_unit_test(window_over_tiles),
 		cmocka_unit_test(scores_reject_bad_input),
 		cmocka_unit_test(topk_equals_full_sort),
 		cmocka_unit_test(topk_rejects_nan),

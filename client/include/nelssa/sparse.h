@@ -204,7 +204,8 @@ struct nelssa_window {
  * nelssa_window_attn() - attention over the local window with its LSE.
  * @geom: shape of the work item.
  * @q: fp32 [group][head_dim].
- * @k: K rows of the whole context in token order, [@n_tokens][head_dim].
+ * @k: K rows of the whole context in token order, [@n_tokens][head_dim]
+ *	(or a KV store of an 8-bit type: nelssa_attn_feed_at()).
  * @v: V rows, likewise.
  * @n_tokens: context length so far.
  * @win: the window.
@@ -476,6 +477,8 @@ int nelssa_estimate_attn_spread(const struct nelssa_attn_geom *geom, const float
  * @n_tokens: number of tokens.
  * @mass: receives [@n_tokens]: sum over rows r of softmax_t(scale q_r.k_t),
  *	computed in float64; the masses sum to the group size.
+ *
+ * The baselines read rows of a 16-bit type; an 8-bit kv_dtype is -EINVAL.
  *
  * Return: 0, -EINVAL or -ENOMEM.
  */
