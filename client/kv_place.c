@@ -457,9 +457,17 @@ static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
 		       const void *v)
 {
 	const uint32_t end = nc_index_tokens(ix), step = nc_tile_chunk(&w->fmt);
-	int ret = 0;
+	const uint32_t start = nc_tile_start(ix, from);
+	int ret;
 
-	for (uint32_t a = nc_tile_start(ix, from); a < end && !ret; a += step) {
+	/*
+	 * A bad value found halfway would leave the first tile rewritten with
+	 * scales the rest never joins: look at every row before any write.
+	 */
+	ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, k);
+	if (!ret)
+		ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, v);
+	for (uint32_t a = start; a < end && !ret; a += step) {
 		const uint32_t n = end - a < step ? end - a : step;
 		const size_t bytes = nelssa_kv_fmt_bytes(&w->fmt, n);
 		uint8_t *kb = malloc(bytes), *vb = malloc(bytes);

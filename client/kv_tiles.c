@@ -10,6 +10,7 @@
  * as one offload of everything would.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include <nelssa/attention.h>
@@ -39,6 +40,24 @@ enum nelssa_kv_dtype nc_offload_dtype(const struct nelssa_shape *sh)
 {
 	(void)sh;
 	return NELSSA_KV_BF16;	/* what GPU engines keep; <nelssa/client.h> says so */
+}
+
+int nc_rows_finite(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
+		   enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix, uint32_t first,
+		   uint32_t n, const void *rows)
+{
+	const size_t d = f->head_dim, row = d * nelssa_kv_elem_bytes(src);
+	float x[NELSSA_ATTN_MAX_HEAD_DIM];
+
+	for (uint32_t i = 0; i < n; i++) {
+		nelssa_kv_widen(x, (const uint8_t *)rows + (size_t)ix->perm[first + i] * row, d, src);
+		for (size_t j = 0; j < d; j++)
+			if (!isfinite(x[j]))
+				return nc_fail(c, -EINVAL, "KV row %u (position %u) holds a value "
+					       "that is not finite: nothing written",
+					       ix->perm[first + i], first + i);
+	}
+	return 0;
 }
 
 int nc_quantise_tiles(struct nelssa_client *c, const struct nelssa_kv_fmt *f,

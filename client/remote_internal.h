@@ -188,6 +188,10 @@ uint32_t nc_tile_start(const struct nelssa_cluster_index *ix, uint32_t from);
 uint32_t nc_tile_chunk(const struct nelssa_kv_fmt *f);
 /* The type of the caller's rows of a tiled session. */
 enum nelssa_kv_dtype nc_offload_dtype(const struct nelssa_shape *sh);
+/* -EINVAL, before anything is written, if a value of the rows is not finite. */
+int nc_rows_finite(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
+		   enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix, uint32_t first,
+		   uint32_t n, const void *rows);
 /*
  * Tokens [@first, @first + @n) in @ix's cluster order, from the caller's
  * @rows (token order, type @src), quantised into @out

@@ -187,9 +187,12 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * (nelssa_kv_quantize()); tiles are written whole, so an append starts at
  * the tile its first new token falls in and quantises that tile again
  * with its earlier tokens (from @k and @v, which hold them all): the
- * store ends exactly as one offload of everything would leave it.  A step
- * running meanwhile may read such a tile half rewritten.  A non-finite
- * value fails the call (-EINVAL) with nothing of that chunk written.
+ * store ends exactly as one offload of everything would leave it -- and
+ * that tile's earlier tokens change value as it does.  So, unlike with the
+ * 16-bit types, do not append to a request while a step that reads it is
+ * in flight (nelssa_client_step_send() not yet polled): it may read the
+ * tile half rewritten.  A value that is not finite fails the call
+ * (-EINVAL) before anything is written.
  *
  * In a zero-copy session, a chunk whose rows already lie in cluster order
  * in @k and @v (consecutive tokens in @ix->perm: an engine that ordered
