@@ -185,11 +185,12 @@ static inline vf fp8_lanes(vu mag, vu sign)
  * its exponent and fraction where binary16 keeps them and its sign in
  * bits 14 and 15, so masking bit 14 leaves the binary16 of value * 2^-8
  * for every finite code, subnormals included (binary16 has 5 exponent
- * bits to E4M3's 4).  The 2^8 goes into the scale, an exact product for
- * every scale below 2^120 (the quantiser's are below FLT_MAX / 448); 0x7f
- * would read 1.875, so it is turned into a NaN.  Four integer ops per 16
- * codes and a convert per vector, where fp8_lanes() takes a dozen ops per
- * vector.
+ * bits to E4M3's 4).  Times 2^8 (exact) it is the code's value, then
+ * times the scale the one rounding the format defines -- not times
+ * (scale * 2^8), which overflows for a scale of 2^120 or more that a host
+ * may well write; 0x7f would read 1.875, so it is turned into a NaN.
+ * Four integer ops per 16 codes and a convert and two multiplies per
+ * vector, where fp8_lanes() takes a dozen ops per vector.
  */
 #if (VW == 8 && defined(__AVX2__) && defined(__F16C__)) || (VW == 16 && defined(__AVX512F__))
 #define FP8_VIA_HALF 1
@@ -222,16 +223,16 @@ static inline void widen2_fp8(const uint8_t *p, float scale, vf *first, vf *seco
 #if FP8_VIA_HALF && VW == 8
 	__m256i h = fp8_halves(p);
 
-	*first = (vf)_mm256_cvtph_ps(_mm256_castsi256_si128(h)) * (scale * 256.0f);
-	*second = (vf)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)) * (scale * 256.0f);
+	*first = (vf)_mm256_cvtph_ps(_mm256_castsi256_si128(h)) * 256.0f * scale;
+	*second = (vf)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)) * 256.0f * scale;
 #elif FP8_VIA_HALF && VW == 16
-	*first = (vf)_mm512_cvtph_ps(fp8_halves(p)) * (scale * 256.0f);
-	*second = (vf)_mm512_cvtph_ps(fp8_halves(p + 16)) * (scale * 256.0f);
+	*first = (vf)_mm512_cvtph_ps(fp8_halves(p)) * 256.0f * scale;
+	*second = (vf)_mm512_cvtph_ps(fp8_halves(p + 16)) * 256.0f * scale;
 #elif FP8_VIA_HALF && VW == 4
 	int16x8_t h = fp8_halves(p);
 
-	*first = (vf)vcvt_f32_f16(vreinterpret_f16_s16(vget_low_s16(h))) * (scale * 256.0f);
-	*second = (vf)vcvt_f32_f16(vreinterpret_f16_s16(vget_high_s16(h))) * (scale * 256.0f);
+	*first = (vf)vcvt_f32_f16(vreinterpret_f16_s16(vget_low_s16(h))) * 256.0f * scale;
+	*second = (vf)vcvt_f32_f16(vreinterpret_f16_s16(vget_high_s16(h))) * 256.0f * scale;
 #else
 	vu a = (vu)ext8(p, 0), b = (vu)ext8(p + VW, 0);
 

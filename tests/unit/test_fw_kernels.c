@@ -305,6 +305,21 @@ static void attn_tiled_all_codes(void **state)
 				}
 			run_ok(&f, (enum nfw_isa)isa);
 			assert_int_equal(fx_check(&f, 0, nfw_isa_name(isa)), 0);
+			/*
+			 * A scale as large as a host may write (2^121) over zero
+			 * codes is zero: scale * code, never (scale * 2^8) * (code
+			 * / 2^8), whose first product is infinite.
+			 */
+			for (uint32_t tl = 0; tl < n / 16; tl++) {
+				const float big = 0x1p121f;
+				uint8_t *vt = fx_kv(&f) + f.it[0].v + tl * tile;
+
+				memset(vt, 0, 16 * d);
+				for (uint32_t g = 0; g < d / 32; g++)
+					memcpy(vt + 16 * d + 4 * g, &big, 4);
+			}
+			run_ok(&f, (enum nfw_isa)isa);
+			assert_int_equal(fx_check(&f, 0, nfw_isa_name(isa)), 0);
 			if (types[t] == NPNM_DTYPE_FP8_E4M3) {
 				/*
 				 * A NaN code (0xff) in K: every path gives what the
@@ -336,37 +351,41 @@ static void attn_tiled_all_codes(void **state)
 /* The kernel writes its outputs and nothing else in device memory. */
 static void attn_writes_only_outputs(void **state)
 {
-	struct tu_rng rng;
-	struct fx f;
-	uint8_t *before;
-	uint64_t out_off, out_len;
+	static const uint8_t types[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_FP8_E4M3, NPNM_DTYPE_INT8 };
 
 	(void)state;
-	tu_rng_for(&rng, __func__, 0);
-	fx_init(&f, 16ull << 20, 128, 4, NPNM_DTYPE_BF16);
-	fx_add_item(&f, &rng, 1000, 16, 500);
-	fx_add_item(&f, &rng, 1000, 16, 500);
-	fx_finish(&f);
-	memset(f.mem.base + f.cmd.op[NPNM_ATTN_OUT].offset, 0x5a, f.out_used);
-	before = tu_alloc(f.mem.size);
-	memcpy(before, f.mem.base, f.mem.size);
-	run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
-	out_off = f.cmd.op[NPNM_ATTN_OUT].offset;
-	out_len = f.cmd.op[NPNM_ATTN_OUT].len;
-	assert_memory_equal(f.mem.base, before, out_off);
-	assert_memory_equal(f.mem.base + out_off + out_len, before + out_off + out_len,
-			    f.mem.size - out_off - out_len);
-	/* Inside OUT, only the o and lse ranges of the two items change. */
-	for (uint64_t b = 0; b < out_len; b++) {
-		int inside = 0;
+	for (unsigned int ti = 0; ti < 3; ti++) {
+		struct tu_rng rng;
+		struct fx f;
+		uint8_t *before;
+		uint64_t out_off, out_len;
 
-		for (uint32_t i = 0; i < 2; i++)
-			inside |= (b >= f.it[i].o && b < f.it[i].lse + 4ull * f.g);
-		if (!inside)
-			assert_int_equal(f.mem.base[out_off + b], 0x5a);
+		tu_rng_for(&rng, __func__, ti);
+		fx_init(&f, 16ull << 20, 128, 4, types[ti]);
+		fx_add_item(&f, &rng, 1000, 16, 500);
+		fx_add_item(&f, &rng, 1001, 16, 500);	/* a partial last tile */
+		fx_finish(&f);
+		memset(f.mem.base + f.cmd.op[NPNM_ATTN_OUT].offset, 0x5a, f.out_used);
+		before = tu_alloc(f.mem.size);
+		memcpy(before, f.mem.base, f.mem.size);
+		run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+		out_off = f.cmd.op[NPNM_ATTN_OUT].offset;
+		out_len = f.cmd.op[NPNM_ATTN_OUT].len;
+		assert_memory_equal(f.mem.base, before, out_off);
+		assert_memory_equal(f.mem.base + out_off + out_len, before + out_off + out_len,
+				    f.mem.size - out_off - out_len);
+		/* Inside OUT, only the o and lse ranges of the two items change. */
+		for (uint64_t b = 0; b < out_len; b++) {
+			int inside = 0;
+
+			for (uint32_t i = 0; i < 2; i++)
+				inside |= (b >= f.it[i].o && b < f.it[i].lse + 4ull * f.g);
+			if (!inside)
+				assert_int_equal(f.mem.base[out_off + b], 0x5a);
+		}
+		free(before);
+		fx_free(&f);
 	}
-	free(before);
-	fx_free(&f);
 }
 
 /*
@@ -485,12 +504,13 @@ static void kv_write_then_attn(void **state)
 }
 
 /*
- * The 8-bit types through KV_WRITE: a prefill of 500 tokens, then appends
- * of 37 tokens, each starting on the next tile boundary (the tail of a
- * partial tile is left unused), written whole tiles at a time.  The store
- * must hold the host's tiles byte for byte where the layout says, and
- * attention over prefill and appended clusters -- clusters that start and
- * end inside tiles -- must match float64 over the host's decoded codes.
+ * The 8-bit types through KV_WRITE as the client writes them: a prefill
+ * of 500 tokens, then appends of 37, each written from the tile its first
+ * new token falls in, that tile quantised again with its earlier tokens.
+ * After every write the whole store must be, byte for byte, the host's
+ * quantisation of all tokens so far in one go; and attention over prefill
+ * and appended clusters -- clusters that start and end inside tiles --
+ * must match float64 over the host's decoded codes.
  */
 static void kv_write_tiled_then_attn(void **state)
 {
@@ -504,7 +524,8 @@ static void kv_write_tiled_then_attn(void **state)
 		enum nelssa_kv_dtype dt = (enum nelssa_kv_dtype)types[ti];
 		const uint64_t cap = nelssa_kv_bytes(dt, d, max_tokens);
 		uint8_t *hk = tu_alloc(cap), *hv = tu_alloc(cap);	/* the host's copy */
-		float *x = tu_alloc(sizeof(*x) * d * prefill), *kf, *vf;
+		float *xk = tu_alloc(sizeof(float) * d * max_tokens), *kf, *vf;
+		float *xv = tu_alloc(sizeof(float) * d * max_tokens);
 		uint32_t *tok = tu_alloc(4 * max_tokens), nc = 0, first = 0, detail, n = 0;
 		struct npnm_cluster tab[128];
 		struct tu_rng rng;
@@ -512,9 +533,14 @@ static void kv_write_tiled_then_attn(void **state)
 
 		tu_rng_for(&rng, __func__, ti);
 		fx_init(&f, 16ull << 20, d, g, types[ti]);
+		tu_fill_f32(&rng, xk, (size_t)max_tokens * d, 2.0);
+		tu_fill_f32(&rng, xv, (size_t)max_tokens * d, 1.0);
 		for (uint32_t step = 0; step <= chunks; step++) {
 			uint32_t cnt = step ? chunk : prefill, c0 = nc;
-			uint64_t at = nelssa_kv_bytes(dt, d, first), bytes = nelssa_kv_bytes(dt, d, cnt);
+			const uint32_t a = first / NELSSA_KV_QTILE * NELSSA_KV_QTILE;
+			const uint32_t w = first + cnt - a;	/* tokens written */
+			uint64_t at = nelssa_kv_bytes(dt, d, a), bytes = nelssa_kv_bytes(dt, d, w);
+			uint64_t all = nelssa_kv_bytes(dt, d, first + cnt);
 			uint8_t *sp = f.mem.base + src;
 			struct npnm_cmd c;
 
@@ -526,28 +552,30 @@ static void kv_write_tiled_then_attn(void **state)
 				tab[nc++] = (struct npnm_cluster){ t, len };
 				t += len;
 			}
-			tu_fill_f32(&rng, x, (size_t)cnt * d, 2.0);
-			assert_int_equal(nelssa_kv_quantize(dt, d, x, cnt, hk + at), 0);
-			tu_fill_f32(&rng, x, (size_t)cnt * d, 1.0);
-			assert_int_equal(nelssa_kv_quantize(dt, d, x, cnt, hv + at), 0);
-			memcpy(sp, hk + at, bytes);
-			memcpy(sp + bytes, hv + at, bytes);
+			/* The write: tokens [a, first + cnt), quantised on their own... */
+			assert_int_equal(nelssa_kv_quantize(dt, d, xk + (size_t)a * d, w, sp), 0);
+			assert_int_equal(nelssa_kv_quantize(dt, d, xv + (size_t)a * d, w, sp + bytes),
+					 0);
 			memcpy(sp + 2 * bytes, tab + c0, (nc - c0) * sizeof(tab[0]));
+			/* ...and the reference: every token so far at once. */
+			assert_int_equal(nelssa_kv_quantize(dt, d, xk, first + cnt, hk), 0);
+			assert_int_equal(nelssa_kv_quantize(dt, d, xv, first + cnt, hv), 0);
 			memset(&c, 0, sizeof(c));
 			c.opcode = NPNM_OP_KV_WRITE;
 			c.op[NPNM_KV_SRC] = (struct npnm_operand){ 1, 0, src, 1ull << 20 };
 			c.op[NPNM_KV_DST] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
 			c.p.kv_write = (struct npnm_kv_write_params){
-				.k_off = 0, .v_off = cap, .table_off = 2 * cap, .first_token = first,
-				.nr_tokens = cnt, .first_cluster = c0, .nr_clusters = nc - c0,
+				.k_off = 0, .v_off = cap, .table_off = 2 * cap, .first_token = a,
+				.nr_tokens = w, .first_cluster = c0, .nr_clusters = nc - c0,
 				.max_tokens = max_tokens, .max_clusters = max_clusters,
 				.head_dim = (uint16_t)d, .kv_dtype = types[ti],
 			};
 			assert_int_equal(nfw_run(&f.mem, &c, NFW_ISA_SCALAR, &f.scratch, &detail),
 					 NPNM_ST_OK);
-			assert_memory_equal(f.mem.base + store + at, hk + at, bytes);
-			assert_memory_equal(f.mem.base + store + cap + at, hv + at, bytes);
-			first = (first + cnt + NELSSA_KV_QTILE - 1) / NELSSA_KV_QTILE * NELSSA_KV_QTILE;
+			assert_true(at + bytes == all);
+			assert_memory_equal(f.mem.base + store, hk, all);
+			assert_memory_equal(f.mem.base + store + cap, hv, all);
+			first += cnt;
 		}
 		{
 			uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
@@ -592,10 +620,70 @@ static void kv_write_tiled_then_attn(void **state)
 		}
 		free(hk);
 		free(hv);
-		free(x);
+		free(xk);
+		free(xv);
 		free(tok);
 		fx_free(&f);
 	}
+}
+
+/*
+ * The tiled size rule at its edges: stores that end exactly at their
+ * operand's end are taken, one byte less is NPNM_ST_BAD_OPERAND -- for a
+ * SPARSE_ATTN item of 17 tokens (two tiles, the second partial) and for a
+ * KV_WRITE of the last token of a 257-token capacity (17 tiles).
+ */
+static void tiled_bounds_exact(void **state)
+{
+	const uint32_t d = 64;
+	const uint64_t t17 = nelssa_kv_bytes(NELSSA_KV_INT8, d, 17);	/* 2 x 1088 */
+	const uint64_t cap = nelssa_kv_bytes(NELSSA_KV_INT8, d, 257);	/* 17 x 1088 */
+	uint32_t detail, sel = 0;
+	struct fx f;
+
+	(void)state;
+	assert_int_equal(t17, 2 * 1088);
+	assert_int_equal(cap, 17 * 1088);
+	fx_init(&f, 16ull << 20, d, 1, NPNM_DTYPE_INT8);
+	for (int shorter = 0; shorter < 2; shorter++) {
+		struct npnm_attn_item *it = (struct npnm_attn_item *)f.mem.base;
+		struct npnm_cluster *tab = (struct npnm_cluster *)(f.mem.base + (1 << 20));
+
+		*tab = (struct npnm_cluster){ 0, 17 };
+		memcpy(f.mem.base + (2 << 20) + 256, &sel, 4);
+		*it = (struct npnm_attn_item){
+			.k_off = 64, .v_off = 64 + t17, .table_off = 0, .q_off = 0, .sel_off = 256,
+			.o_off = 0, .lse_off = 256, .nr_tokens = 17, .nr_clusters = 1, .nr_sel = 1,
+		};
+		memset(&f.cmd, 0, sizeof(f.cmd));
+		f.cmd.opcode = NPNM_OP_SPARSE_ATTN;
+		f.cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, sizeof(*it) };
+		f.cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, 1 << 20,
+								64 + 2 * t17 - shorter };
+		f.cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 2 << 20, 512 };
+		f.cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 3 << 20, 512 };
+		f.cmd.p.attn = (struct npnm_sparse_attn_params){
+			.nr_items = 1, .head_dim = (uint16_t)d, .group = 1, .kv_dtype = NPNM_DTYPE_INT8,
+		};
+		assert_int_equal(nfw_run(&f.mem, &f.cmd, NFW_ISA_SCALAR, &f.scratch, &detail),
+				 shorter ? NPNM_ST_BAD_OPERAND : NPNM_ST_OK);
+	}
+	for (int shorter = 0; shorter < 2; shorter++) {
+		struct npnm_cmd c;
+
+		memset(&c, 0, sizeof(c));
+		c.opcode = NPNM_OP_KV_WRITE;
+		c.op[NPNM_KV_SRC] = (struct npnm_operand){ 1, 0, 4 << 20, 2 * 1088 };
+		c.op[NPNM_KV_DST] = (struct npnm_operand){ 1, 0, 5 << 20, 64 + 2 * cap - shorter };
+		c.p.kv_write = (struct npnm_kv_write_params){
+			.k_off = 64, .v_off = 64 + cap, .table_off = 0, .first_token = 256,
+			.nr_tokens = 1, .max_tokens = 257, .max_clusters = 8, .head_dim = (uint16_t)d,
+			.kv_dtype = NPNM_DTYPE_INT8,
+		};
+		assert_int_equal(nfw_run(&f.mem, &c, NFW_ISA_SCALAR, &f.scratch, &detail),
+				 shorter ? NPNM_ST_BAD_OPERAND : NPNM_ST_OK);
+	}
+	fx_free(&f);
 }
 
 static void fill_and_copy(void **state)
@@ -764,7 +852,7 @@ int main(void)
 	static char names[3 * 10][32];
 	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
 	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 3, 4, 6, 8 };
-	struct CMUnitTest tests[3 * 10 + 14];
+	struct CMUnitTest tests[3 * 10 + 15];
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++)
@@ -788,6 +876,7 @@ int main(void)
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_writes_only_outputs);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_then_attn);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_tiled_then_attn);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(tiled_bounds_exact);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(fill_and_copy);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(exp_accuracy);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(selftest_passes);
