@@ -533,6 +533,8 @@ static int ingest_clusters(struct nelssad *nd, struct nd_session *s, struct nd_r
 	const uint8_t *table = data + 2 * h->nr_tokens * row;
 	const size_t cells = (size_t)s->shape.layers * s->shape.kv_heads;
 
+	if (!row)
+		return -EOPNOTSUPP;	/* 8-bit tiles are not split: control.c refuses them */
 	if (h->first_cluster != r->g_clusters[cell])
 		return -EINVAL;
 	for (uint32_t j = 0; j < h->nr_clusters; j++) {
@@ -647,6 +649,9 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 		return ret;
 	if (s->placement != NELSSA_PLACE_HEADS)
 		return -EOPNOTSUPP;
+	/* The codec checked it; a tile's offset rounds up, so check where it is used too. */
+	if (h->part != NELSSA_KV_PART_TABLE && !nelssa_kv_fmt_first_ok(&f, h->first_token))
+		return -EINVAL;
 	r = nd_request_find(s, h->request);
 	d = nd_head_device(nd, h->head);
 	nd_store_offsets(s, r, h->layer, nd_local_head(nd, s, h->head), &k, &v, &t);

@@ -486,7 +486,7 @@ int nelssa_kv_hdr_get(const uint8_t *p, size_t len, size_t data_len,
 		return -EBADMSG;
 	if (2 * nelssa_kv_fmt_bytes(f, h->nr_tokens) + 8ull * h->nr_clusters != data_len)
 		return -EBADMSG;
-	return h->nr_tokens && !nelssa_kv_fmt_first_ok(f, h->first_token) ? -EINVAL : 0;
+	return nelssa_kv_fmt_first_ok(f, h->first_token) ? 0 : -EINVAL;
 }
 
 int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct nelssa_kv_hdr *h)

@@ -430,6 +430,48 @@ static void kv_rows_lengths(void **state)
 	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 1ull << 32, &F1, &d));
 }
 
+/*
+ * 8-bit sessions: a K or V range is whole tiles from a tile boundary --
+ * at head dim 64, 1088 bytes a 16-token tile, a partial last tile whole
+ * -- in KV_ROWS parts and KV messages alike, an empty range too.
+ */
+static void kv_tiled_lengths(void **state)
+{
+	static const struct nelssa_kv_fmt T64 = { NELSSA_KV_INT8, 64 };
+	struct nelssa_kv_hdr h = { 5, 1, 6, 7, 1, 2, 32, 17, 0, 0, NELSSA_KV_PART_K }, d;
+	uint8_t p[NELSSA_KV_HDR_BYTES];
+
+	(void)state;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 2 * 1088, &T64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 1088 - 1, &T64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 17 * 64, &T64, &d));
+	h.first_token = 40;		/* mid-tile */
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 2 * 1088, &T64, &d));
+	h.nr_tokens = 0;		/* an empty range: the same rule */
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 0, &T64, &d));
+	/* A KV message: K tiles, V tiles, entries. */
+	h.part = 0;
+	h.first_token = 48;
+	h.nr_tokens = 17;
+	h.first_cluster = 3;
+	h.nr_clusters = 2;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), 4 * 1088 + 16, &T64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_hdr_get(p, sizeof(p), 2 * 17 * 64 + 16, &T64, &d));
+	h.first_token = 49;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), 4 * 1088 + 16, &T64, &d));
+	h.first_token = 1;		/* entries alone, from a token that is no boundary */
+	h.nr_tokens = 0;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_hdr_get(p, sizeof(p), 16, &T64, &d));
+	/* The same header is fine for a row type. */
+	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), 16, &F64, &d));
+}
+
 static void step_lengths(void **state)
 {
 	const uint32_t g = 4, dim = 8, nsel[3] = { 2, 0, 5 };
@@ -504,6 +546,7 @@ int main(void)
 		cmocka_unit_test(kv_header_lengths),
 		cmocka_unit_test(kv_commit_lengths),
 		cmocka_unit_test(kv_rows_lengths),
+		cmocka_unit_test(kv_tiled_lengths),
 		cmocka_unit_test(step_lengths),
 		cmocka_unit_test(reply_and_ack_headers),
 	};
