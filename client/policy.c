@@ -24,10 +24,13 @@ double nelssa_pnm_kv_bytes_per_token(const struct nelssa_model_profile *m)
 {
 	const enum nelssa_kv_dtype t = (enum nelssa_kv_dtype)m->pnm_kv_dtype;
 
+	uint64_t tile;
+
 	if (!m->pnm_kv_dtype)
 		return nelssa_kv_bytes_per_token(m);
-	return 2.0 * m->layers * m->kv_heads *
-	       (double)nelssa_kv_bytes(t, m->head_dim, NELSSA_KV_QTILE) / NELSSA_KV_QTILE;
+	tile = nelssa_kv_bytes(t, m->head_dim, NELSSA_KV_QTILE);
+	/* An unknown type: NaN, so every term it enters says so (not 0 bytes). */
+	return tile ? 2.0 * m->layers * m->kv_heads * (double)tile / NELSSA_KV_QTILE : NAN;
 }
 
 double nelssa_t_comm(const struct nelssa_hw_profile *hw, const struct nelssa_model_profile *m,

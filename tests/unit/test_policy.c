@@ -108,8 +108,10 @@ static void pnm_kv_dtype_scales_pnm_terms(void **state)
 	assert_int_equal(NELSSA_FITS_PNM, nelssa_router_fits(&r, 0.9 * 4e9 / 136 - 1));
 	assert_int_equal(0, nelssa_router_fits(&r, 0.9 * 4e9 / 136 + 1));
 	close_to(nelssa_pnm_step_time(&r, 1e6, 1), 25.6e-6 * ratio + 16e-6, 1e-12);
-	/* An unknown type is refused. */
+	/* An unknown type: NaN in every PNM term, and refused by the router. */
 	q.pnm_kv_dtype = 9;
+	assert_true(isnan(nelssa_pnm_kv_bytes_per_token(&q)));
+	assert_true(isnan(nelssa_t_pnm(&hw, &q, 1e6, 4)));
 	assert_int_equal(-EINVAL, nelssa_router_init(&r, &hw, &q, 4));
 }
 

@@ -72,8 +72,10 @@ double nelssa_kv_bytes_per_token(const struct nelssa_model_profile *m);
  * Return: nelssa_kv_bytes_per_token() with @m->pnm_kv_dtype 0; else
  * 2 * layers * kv_heads * the bytes a token of that type takes in a KV
  * store (nelssa_kv_bytes() of a tile over its tokens: scales and padding
- * included).  The PNM terms of the model -- device reads, device memory,
- * migration transfers -- use it; the GPU's use nelssa_kv_bytes_per_token().
+ * included); NaN for a type this build does not know, which
+ * nelssa_router_init() refuses.  The PNM terms of the model -- device
+ * reads, device memory, migration transfers -- use it; the GPU's use
+ * nelssa_kv_bytes_per_token().
  */
 double nelssa_pnm_kv_bytes_per_token(const struct nelssa_model_profile *m);
 
