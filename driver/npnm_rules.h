@@ -225,9 +225,10 @@ static inline __u64 npnm_kv_tile_bytes(unsigned int head_dim)
  * @head_dim: Elements per row.
  * @tokens: Tokens, counted from token 0 of the array.
  *
- * The one place sizes of KV arrays come from: the firmware, the mock and
- * the host library bound every access with it.  A tiled type rounds up to
- * whole tiles.
+ * The one place sizes of KV arrays come from: the firmware and the host
+ * tools bound every access with it (the mock, which reads only the 16-bit
+ * types, uses npnm_kv_elem_bytes(), the same rule for them).  A tiled type
+ * rounds up to whole tiles.
  *
  * Return: the size in bytes, or 0 for an unknown type.
  */

@@ -319,8 +319,10 @@ int nelssa_shape_check(const struct nelssa_shape *s);
  *	by the client's puts, NELSSA_KV_COMMIT_SENT in KV_ROWS messages
  *	(counted as they came).
  *
- * Data length must be exactly 2 * nr_tokens * row + 8 * nr_clusters, a row
- * being head_dim elements of the session's KV type (nelssa_kv_elem_bytes()).
+ * Data length must be exactly 2 * nelssa_kv_fmt_bytes(nr_tokens) + 8 *
+ * nr_clusters: the K and V arrays of the tokens in the session's KV format
+ * (rows of head_dim elements, or for an 8-bit type whole tiles with their
+ * scales, then starting on a tile boundary).
  * NELSSA_AM_KV_COMMIT carries the same header and no data: the rows and
  * entries it names are already in the session's memory, written there by
  * the client's RMA puts (completed -- flushed -- before it is sent) or
