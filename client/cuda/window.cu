@@ -77,10 +77,11 @@ __global__ void window_kernel(struct nelssa_attn_geom g, uint32_t n_items, const
 		uint32_t i = lane + j * NC_WARP;
 
 		if (i < d)
-			o[row * d + i] = st.z > 0.0f ? st.acc[j] / st.z : 0.0f;
+			o[row * d + i] = st.z > 0.0f ? st.acc[j] / st.z : isnan(st.z) ? NAN : 0.0f;
 	}
+	/* A NaN logit: a NaN state, as on the CPU -- never the empty one. */
 	if (!lane)
-		lse[row] = st.z > 0.0f ? st.m + logf(st.z) : -INFINITY;
+		lse[row] = st.z > 0.0f ? st.m + logf(st.z) : isnan(st.z) ? NAN : -INFINITY;
 }
 
 int nelssa_cuda_window_attn(const struct nelssa_attn_geom *geom, uint32_t n_items,

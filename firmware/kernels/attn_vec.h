@@ -874,9 +874,10 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 		break;
 	}
 	for (uint32_t r = 0; r < g; r++) {
-		float l = hsum(s.l[r]), inv = l > 0.0f ? l : 1.0f;
+		float l = hsum(s.l[r]), inv = l > 0.0f ? l : isnan(l) ? l : 1.0f;
 
-		a->lse[r] = l > 0.0f ? s.m[r] + logf(l) : -INFINITY;
+		/* A NaN logit makes a NaN state (o and LSE), never the empty one. */
+		a->lse[r] = l > 0.0f ? s.m[r] + logf(l) : isnan(l) ? l : -INFINITY;
 		for (uint32_t i = 0; i < d; i++)
 			a->o[(size_t)r * d + i] = op[(size_t)r * d + perm(a->kv_dtype, i)] / inv;
 	}

@@ -125,6 +125,13 @@ void nelssa_attn_end(struct nelssa_attn_run *run, float *lse)
 	for (uint32_t r = 0; r < run->geom.group; r++) {
 		float *o = run->o + (size_t)r * d;
 
+		if (isnan(run->sum[r])) {
+			/* A NaN logit: a NaN state, never the empty one a merge would drop. */
+			lse[r] = NAN;
+			for (uint32_t i = 0; i < d; i++)
+				o[i] = NAN;
+			continue;
+		}
 		if (!(run->sum[r] > 0.0f)) {
 			/* No tokens: the empty state, o is still all zero. */
 			lse[r] = -INFINITY;

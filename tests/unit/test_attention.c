@@ -218,6 +218,37 @@ static void dense_empty(void **state)
 	case_free(&c);
 }
 
+/*
+ * A NaN key element makes its rows' state NaN -- output and LSE -- never
+ * the empty state (-inf), which an LSE merge would drop; a NaN value
+ * element reaches the output element it is in, not the LSE.
+ */
+static void dense_nan_propagates(void **state)
+{
+	struct attn_case c;
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	case_alloc(&c, 64, 4, 100, NELSSA_KV_BF16);
+	case_random(&c, &rng, 1.0);
+	c.k[37 * 64 + 5] = 0x7fc0;	/* bf16 NaN */
+	assert_int_equal(nelssa_attn_dense(&c.g, c.q, c.k, c.v, c.n, c.o, c.lse), 0);
+	for (uint32_t r = 0; r < 4; r++)
+		assert_true(isnan(c.lse[r]));
+	for (uint32_t i = 0; i < 64 * 4; i++)
+		assert_true(isnan(c.o[i]));
+	c.k[37 * 64 + 5] = 0;
+	c.v[11 * 64 + 9] = 0x7fc0;
+	assert_int_equal(nelssa_attn_dense(&c.g, c.q, c.k, c.v, c.n, c.o, c.lse), 0);
+	for (uint32_t r = 0; r < 4; r++) {
+		assert_true(isfinite(c.lse[r]));
+		for (uint32_t i = 0; i < 64; i++)
+			assert_true(!isnan(c.o[r * 64 + i]) == (i != 9));
+	}
+	case_free(&c);
+}
+
 /* Feeding the same tokens in random-sized pieces gives the same answer. */
 static void streaming_any_split(void **state)
 {
@@ -316,6 +347,7 @@ int main(void)
 		cmocka_unit_test(dense_extreme_logits),
 		cmocka_unit_test(dense_one_hot),
 		cmocka_unit_test(dense_empty),
+		cmocka_unit_test(dense_nan_propagates),
 		cmocka_unit_test(streaming_any_split),
 		cmocka_unit_test(dense_sinks),
 		cmocka_unit_test(geom_rejects_bad),

@@ -341,6 +341,8 @@ static void attn_tiled_all_codes(void **state)
 					assert_true(isnan(x) ? isnan(y) : x == y);
 				}
 				assert_true(isnan(((const float *)out)[0]));
+				/* ...and a NaN LSE: never the empty state, which merges drop. */
+				assert_true(isnan(((const float *)(out + f.it[0].lse))[0]));
 				free(want);
 			}
 			fx_free(&f);

@@ -218,7 +218,9 @@ void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void 
  * @lse: receives the LSE of each query row, fp32 [group].
  *
  * Divides each output row by its sum and writes lse = max + log(sum).  A
- * row that saw no tokens gives the empty state: o = 0, lse = -inf.
+ * row that saw no tokens gives the empty state: o = 0, lse = -inf; a row
+ * whose sum is NaN (a NaN logit: NaN in q or K, or an infinite logit)
+ * gives o = NaN, lse = NaN, never the empty state, which a merge drops.
  */
 void nelssa_attn_end(struct nelssa_attn_run *run, float *lse);
 
