@@ -132,9 +132,12 @@ void nfw_attn_item_avx512(const struct nfw_attn_args *a, float *scratch);
 void nfw_attn_item_neon(const struct nfw_attn_args *a, float *scratch);
 
 /* nfw_attn_peak() of each vector kernel (attn_vec.h). */
-uint64_t nfw_attn_item_avx2_peak(uint32_t head_dim, uint32_t group, uint64_t passes);
-uint64_t nfw_attn_item_avx512_peak(uint32_t head_dim, uint32_t group, uint64_t passes);
-uint64_t nfw_attn_item_neon_peak(uint32_t head_dim, uint32_t group, uint64_t passes);
+uint64_t nfw_attn_item_avx2_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+				 uint64_t passes);
+uint64_t nfw_attn_item_avx512_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+				   uint64_t passes);
+uint64_t nfw_attn_item_neon_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+				 uint64_t passes);
 
 /* The kernel for @isa at @head_dim (scalar when the ISA cannot tile it). */
 nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim);

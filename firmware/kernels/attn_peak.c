@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../fw_internal.h"
+#include "npnm_rules.h"
 
 #define PEAK_TOKENS 48u
 
@@ -100,25 +101,31 @@ enum nfw_isa nfw_attn_isa(enum nfw_isa isa, uint32_t head_dim)
 	return fn == nfw_attn_item_scalar ? NFW_ISA_SCALAR : isa;
 }
 
-uint64_t nfw_attn_peak(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint64_t passes)
+uint64_t nfw_attn_peak_kv(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+			  uint64_t passes)
 {
 	nfw_attn_item_fn fn;
 
 	isa = nfw_isa_resolve(isa);
-	if (!nfw_isa_supported(isa))
+	if (!nfw_isa_supported(isa) || !npnm_kv_known(kv_dtype))
 		return 0;
 	fn = nfw_attn_kernel(isa, head_dim);
 #ifdef NFW_HAVE_AVX512
 	if (fn == nfw_attn_item_avx512)
-		return nfw_attn_item_avx512_peak(head_dim, group, passes);
+		return nfw_attn_item_avx512_peak(head_dim, group, kv_dtype, passes);
 #endif
 #ifdef NFW_HAVE_AVX2
 	if (fn == nfw_attn_item_avx2)
-		return nfw_attn_item_avx2_peak(head_dim, group, passes);
+		return nfw_attn_item_avx2_peak(head_dim, group, kv_dtype, passes);
 #endif
 #ifdef NFW_HAVE_NEON
 	if (fn == nfw_attn_item_neon)
-		return nfw_attn_item_neon_peak(head_dim, group, passes);
+		return nfw_attn_item_neon_peak(head_dim, group, kv_dtype, passes);
 #endif
-	return peak_scalar(head_dim, group, passes);
+	return peak_scalar(head_dim, group, passes);	/* the 16-bit mix for every type */
+}
+
+uint64_t nfw_attn_peak(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint64_t passes)
+{
+	return nfw_attn_peak_kv(isa, head_dim, group, NPNM_DTYPE_BF16, passes);
 }

@@ -33,6 +33,7 @@
 #endif
 
 #include "../fw_internal.h"
+#include "npnm_rules.h"
 
 #ifndef VW
 #error "define VW before including attn_vec.h"
@@ -902,8 +903,8 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 #endif
 #define PEAK_TOKENS 48u	/* a multiple of PEAK_ACC / qb for qb = 4, 2, 1 */
 
-static ALWAYS_INLINE void peak_block(const float *q, const uint16_t *kv, uint32_t d, uint32_t qb,
-				     vf *sink)
+static ALWAYS_INLINE void peak_block(const float *q, const uint8_t *kv, const float *sc,
+				     uint32_t d, uint32_t qb, int kind, vf *sink)
 {
 	const uint32_t tb = PEAK_ACC / qb;
 
@@ -918,7 +919,8 @@ static ALWAYS_INLINE void peak_block(const float *q, const uint16_t *kv, uint32_
 
 #pragma GCC unroll 16
 			for (uint32_t u = 0; u < tb; u++)
-				widen2_bf16(kv + (size_t)(t0 + u) * d + j, &e[u], &o[u]);
+				widen2(kind, kv + (size_t)(t0 + u) * d * kind_bytes(kind), sc, j, &e[u],
+				       &o[u]);
 #pragma GCC unroll 16
 			for (uint32_t r = 0; r < qb; r++) {
 				vf qe = load(q + (size_t)r * d + j), qo;
@@ -941,57 +943,91 @@ static ALWAYS_INLINE void peak_block(const float *q, const uint16_t *kv, uint32_
 }
 
 /*
- * One function per block shape, and per common head dim a copy with the
- * dim a constant: every query vector is then a fixed displacement from
- * one base register, as in a hand-scheduled loop, instead of a
- * recomputed address (a generic copy covers the other dims).
+ * One function per block shape and KV kind, and per common head dim a
+ * copy with the dim a constant: every query vector is then a fixed
+ * displacement from one base register, as in a hand-scheduled loop,
+ * instead of a recomputed address (a generic copy covers the other dims;
+ * the kinds other than bf16 get the copy for 128 only).
  */
-#define PEAK_FN(qb, dim)							\
-	static NOINLINE void peak_##qb##_##dim(const float *q, const uint16_t *kv, uint32_t d, \
-					       vf *sink)				\
+#define PEAK_FN(qb, dim, kind)							\
+	static NOINLINE void peak_##qb##_##dim##_##kind(const float *q, const uint8_t *kv, \
+							const float *sc, uint32_t d, vf *sink) \
 	{									\
-		peak_block(q, kv, dim ? dim : d, qb, sink);			\
+		peak_block(q, kv, sc, dim ? dim : d, qb, kind, sink);		\
 	}
-#define PEAK_FNS(dim) PEAK_FN(4, dim) PEAK_FN(2, dim) PEAK_FN(1, dim)
-PEAK_FNS(0)
-PEAK_FNS(64)
-PEAK_FNS(128)
-PEAK_FNS(256)
+#define PEAK_FNS(dim, kind) PEAK_FN(4, dim, kind) PEAK_FN(2, dim, kind) PEAK_FN(1, dim, kind)
+PEAK_FNS(0, KIND_BF16)
+PEAK_FNS(64, KIND_BF16)
+PEAK_FNS(128, KIND_BF16)
+PEAK_FNS(256, KIND_BF16)
+PEAK_FNS(0, KIND_FP16)
+PEAK_FNS(128, KIND_FP16)
+PEAK_FNS(0, KIND_FP8)
+PEAK_FNS(128, KIND_FP8)
+PEAK_FNS(0, KIND_INT8)
+PEAK_FNS(128, KIND_INT8)
 
-typedef void (*peak_fn)(const float *q, const uint16_t *kv, uint32_t d, vf *sink);
+typedef void (*peak_fn)(const float *q, const uint8_t *kv, const float *sc, uint32_t d,
+			vf *sink);
+
+#define PEAK_ROWS(dim, kind) { peak_4_##dim##_##kind, peak_2_##dim##_##kind, peak_1_##dim##_##kind }
+
+/* [kind][dim: any, 64, 128, 256][4, 2, 1 rows]: compile-time dims where there are copies. */
+static const peak_fn peak_table[KINDS][4][3] = {
+	[KIND_BF16] = { PEAK_ROWS(0, KIND_BF16), PEAK_ROWS(64, KIND_BF16),
+			PEAK_ROWS(128, KIND_BF16), PEAK_ROWS(256, KIND_BF16) },
+	[KIND_FP16] = { PEAK_ROWS(0, KIND_FP16), PEAK_ROWS(0, KIND_FP16),
+			PEAK_ROWS(128, KIND_FP16), PEAK_ROWS(0, KIND_FP16) },
+	[KIND_FP8] = { PEAK_ROWS(0, KIND_FP8), PEAK_ROWS(0, KIND_FP8),
+		       PEAK_ROWS(128, KIND_FP8), PEAK_ROWS(0, KIND_FP8) },
+	[KIND_INT8] = { PEAK_ROWS(0, KIND_INT8), PEAK_ROWS(0, KIND_INT8),
+			PEAK_ROWS(128, KIND_INT8), PEAK_ROWS(0, KIND_INT8) },
+};
 
 #define PEAK_NAME_(fn) fn##_peak
 #define PEAK_NAME(fn) PEAK_NAME_(fn)
 
-uint64_t PEAK_NAME(NFW_VEC_FN)(uint32_t d, uint32_t g, uint64_t passes)
+uint64_t PEAK_NAME(NFW_VEC_FN)(uint32_t d, uint32_t g, uint8_t kv_dtype, uint64_t passes)
 {
-	uint16_t kv[PEAK_TOKENS * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 24 KiB */
+	uint8_t kv[2 * PEAK_TOKENS * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 24 KiB */
 	float q[NFW_MAX_GROUP * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 16 KiB */
+	float sc[NFW_MAX_HEAD_DIM / NPNM_KV_QGROUP];
+	const int kind = kv_dtype == NPNM_DTYPE_BF16 ? KIND_BF16 :
+			 kv_dtype == NPNM_DTYPE_FP16 ? KIND_FP16 :
+			 kv_dtype == NPNM_DTYPE_FP8_E4M3 ? KIND_FP8 : KIND_INT8;
+	const peak_fn *fns;
 	volatile float out;
 	vf sink = splat(0.0f);
 
-	if (!d || d > NFW_MAX_HEAD_DIM || d % (2 * VW) || !g || g > NFW_MAX_GROUP)
+	if (!d || d > NFW_MAX_HEAD_DIM || d % (2 * VW) || !g || g > NFW_MAX_GROUP ||
+	    !npnm_kv_known(kv_dtype))
 		return 0;
-	for (uint32_t i = 0; i < PEAK_TOKENS * d; i++)
-		kv[i] = (uint16_t)(0x3f80u + i % 64u);	/* bf16 in [1, 1.5) */
+	/* Values in [1, 1.5) or so in every kind, scales 1/64: no denormals, no NaN. */
+	for (uint32_t i = 0; i < PEAK_TOKENS * d; i++) {
+		if (kind == KIND_BF16 || kind == KIND_FP16) {
+			uint16_t h = (uint16_t)((kind == KIND_BF16 ? 0x3f80u : 0x3c00u) + i % 64u);
+
+			memcpy(kv + 2 * i, &h, 2);
+		} else {
+			kv[i] = (uint8_t)(kind == KIND_FP8 ? 0x38u + i % 4u : 64u + i % 32u);
+		}
+	}
+	for (uint32_t i = 0; i < sizeof(sc) / sizeof(sc[0]); i++)
+		sc[i] = 1.0f / 64.0f;
 	for (uint32_t i = 0; i < g * d; i++)
 		q[i] = 1.0f / 1024.0f;
-	/* Compile-time dims where that is possible: peak_fns[dim][4, 2, 1 rows]. */
-	const peak_fn *fns = d == 64 ? (const peak_fn[]){ peak_4_64, peak_2_64, peak_1_64 } :
-			     d == 128 ? (const peak_fn[]){ peak_4_128, peak_2_128, peak_1_128 } :
-			     d == 256 ? (const peak_fn[]){ peak_4_256, peak_2_256, peak_1_256 } :
-			     (const peak_fn[]){ peak_4_0, peak_2_0, peak_1_0 };
+	fns = peak_table[kind][d == 64 ? 1 : d == 128 ? 2 : d == 256 ? 3 : 0];
 	for (uint64_t n = 0; n < passes; n++) {
 		uint32_t r = 0;
 
 		for (; r + 4 <= g; r += 4)
-			fns[0](q + (size_t)r * d, kv, d, &sink);
+			fns[0](q + (size_t)r * d, kv, sc, d, &sink);
 		if (r + 2 <= g) {
-			fns[1](q + (size_t)r * d, kv, d, &sink);
+			fns[1](q + (size_t)r * d, kv, sc, d, &sink);
 			r += 2;
 		}
 		if (r < g)
-			fns[2](q + (size_t)r * d, kv, d, &sink);
+			fns[2](q + (size_t)r * d, kv, sc, d, &sink);
 		sink *= 0.5f;	/* stays finite, however many passes */
 	}
 	out = hsum(sink);

@@ -838,6 +838,14 @@ static void attn_peak_counts(void **state)
 		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, 128, 0, 1), 0);
 		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, NFW_MAX_HEAD_DIM + 32, 4, 1), 0);
 		assert_int_equal(nfw_attn_peak((enum nfw_isa)isa, 128, NFW_MAX_GROUP + 1, 1), 0);
+		/* Each KV type's own mix: the same flops counted; an unknown type refused. */
+		for (uint8_t t = NPNM_DTYPE_BF16; t <= NPNM_DTYPE_INT8; t++)
+			for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+				assert_int_equal(nfw_attn_peak_kv((enum nfw_isa)isa, shapes[i][0],
+								  shapes[i][1], t, 2),
+						 2ull * 2 * shapes[i][1] * shapes[i][0] * 48);
+		assert_int_equal(nfw_attn_peak_kv((enum nfw_isa)isa, 128, 4, 0, 1), 0);
+		assert_int_equal(nfw_attn_peak_kv((enum nfw_isa)isa, 128, 4, 5, 1), 0);
 	}
 	/* 40 is no multiple of 16: AVX2 and AVX-512 run (and measure) the scalar kernel. */
 	assert_int_equal(nfw_attn_isa(NFW_ISA_SCALAR, 128), NFW_ISA_SCALAR);

@@ -144,14 +144,14 @@ struct result {
  * The compute ceiling of @isa's kernel, GFLOP/s: passes calibrated to run
  * at least 20 ms, best of three.
  */
-static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g)
+static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, uint8_t kv_dtype)
 {
 	uint64_t passes = 16;
 	double best = 0.0;
 
 	for (;;) {
 		double t0 = tl_now(), dt;
-		uint64_t flops = nfw_attn_peak(isa, d, g, passes);
+		uint64_t flops = nfw_attn_peak_kv(isa, d, g, kv_dtype, passes);
 
 		dt = tl_now() - t0;
 		if (!flops)
@@ -162,7 +162,7 @@ static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g)
 	}
 	for (int k = 0; k < 3; k++) {
 		double t0 = tl_now(), dt;
-		uint64_t flops = nfw_attn_peak(isa, d, g, passes);
+		uint64_t flops = nfw_attn_peak_kv(isa, d, g, kv_dtype, passes);
 
 		dt = tl_now() - t0;
 		if (dt > 0.0 && (double)flops / dt / 1e9 > best)
@@ -318,12 +318,12 @@ int main(int argc, char **argv)
 
 		if (!nfw_isa_supported(isas[i]))
 			continue;
-		peak = peak_gflops(isas[i], o.head_dim, o.group);
+		peak = peak_gflops(isas[i], o.head_dim, o.group, o.kv_dtype);
 		/*
 		 * 4 * group * head_dim flops a token (logits and P.V), so the
-		 * ceiling in tokens/s times the bytes a token takes.  The peak is
-		 * the 16-bit instruction mix: for the 8-bit types it leaves out
-		 * their decoding, and their ratios to it are upper estimates.
+		 * ceiling in tokens/s times the bytes a token takes; the peak is
+		 * measured in the instruction mix of the type's own kernel (the
+		 * 8-bit ones' decoding included).
 		 */
 		compute = peak / (4.0 * o.group * o.head_dim) * rst.token_bytes;
 		roof = compute < stream ? compute : stream;

@@ -351,6 +351,7 @@ struct peaker {
 	struct ctl_timed tm;
 	enum nfw_isa isa;
 	uint32_t head_dim, group;
+	uint8_t kv_dtype;
 	uint64_t passes, flops;
 };
 
@@ -359,7 +360,7 @@ static void *peak_slice(void *arg)
 	struct peaker *pk = arg;
 
 	ctl_timed_begin(&pk->tm);
-	pk->flops = nfw_attn_peak(pk->isa, pk->head_dim, pk->group, pk->passes);
+	pk->flops = nfw_attn_peak_kv(pk->isa, pk->head_dim, pk->group, pk->kv_dtype, pk->passes);
 	pk->tm.t_end = tl_now();
 	return NULL;
 }
@@ -369,8 +370,8 @@ static void *peak_slice(void *arg)
  * baselines are: GFLOP/s, passes calibrated on one thread to about 25 ms,
  * best of 3 runs of all threads together; 0 if it cannot run.
  */
-static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, unsigned int threads,
-			  unsigned int cpu_first, unsigned int cpu_count)
+static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, uint8_t kv_dtype,
+			  unsigned int threads, unsigned int cpu_first, unsigned int cpu_count)
 {
 	struct peaker pk[256];
 	uint64_t passes = 16;
@@ -381,7 +382,7 @@ static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, unsigned int
 	for (;;) {
 		double t0 = tl_now(), dt;
 
-		if (!nfw_attn_peak(isa, d, g, passes))
+		if (!nfw_attn_peak_kv(isa, d, g, kv_dtype, passes))
 			return 0.0;
 		dt = tl_now() - t0;
 		if (dt >= 0.02 || passes >= (1ull << 40))
@@ -393,7 +394,8 @@ static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, unsigned int
 		double dt;
 
 		for (unsigned int i = 0; i < threads; i++)
-			pk[i] = (struct peaker){ .isa = isa, .head_dim = d, .group = g, .passes = passes };
+			pk[i] = (struct peaker){ .isa = isa, .head_dim = d, .group = g,
+						 .kv_dtype = kv_dtype, .passes = passes };
 		dt = ctl_time_threads(threads, peak_slice, pk, sizeof(pk[0]), cpu_first, cpu_count);
 		for (unsigned int i = 0; i < threads; i++)
 			flops += pk[i].flops;
@@ -425,11 +427,12 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	isa = device_isa(r.name, (uint32_t)o.head_dim);
 	if (isa >= 0)
-		peak = peak_gflops((enum nfw_isa)isa, (uint32_t)o.head_dim, (uint32_t)o.group, r.threads,
+		peak = peak_gflops((enum nfw_isa)isa, (uint32_t)o.head_dim, (uint32_t)o.group,
+				   o.kv_dtype, r.threads,
 				   r.cpu_first, r.pinned ? r.threads : 0);
 	if (peak > 0.0) {
 		/* 2 * group flops per 2-byte KV element: group flops per byte. */
-		/* 4 g d flops a token; the 16-bit mix (8-bit decoding left out). */
+		/* 4 g d flops a token, in the instruction mix of the KV type's kernel. */
 		compute = peak / (4.0 * (double)o.group * (double)o.head_dim) * r.token_bytes;
 		roof = compute < baseline ? compute : baseline;
 	}

@@ -83,6 +83,16 @@ enum nfw_isa nfw_isa_resolve(enum nfw_isa isa);
  * done (an FMA counts 2), 0 for an unsupported ISA or bad shape.
  */
 uint64_t nfw_attn_peak(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint64_t passes);
+
+/*
+ * nfw_attn_peak() for the instruction mix of KV type @kv_dtype (enum
+ * npnm_kv_dtype): the vector kernels' widening of that type -- for the
+ * 8-bit ones the extending loads, decoding and scale multiply -- with the
+ * same FMAs; the scalar kernel's ceiling stays its 16-bit mix.  0 for an
+ * unknown type too.  The flops are counted as nfw_attn_peak() counts them.
+ */
+uint64_t nfw_attn_peak_kv(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+			  uint64_t passes);
 /* The ISA whose SPARSE_ATTN kernel @isa really runs at @head_dim (scalar where it cannot tile). */
 enum nfw_isa nfw_attn_isa(enum nfw_isa isa, uint32_t head_dim);
 
