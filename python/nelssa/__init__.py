@@ -42,7 +42,9 @@ from nelssa._nelssa import (  # noqa: F401
     ATTN_MAX_GROUP,
     ATTN_MAX_HEAD_DIM,
     KV_BF16,
+    KV_FP8_E4M3,
     KV_FP16,
+    KV_INT8,
     LOG_DEBUG,
     LOG_ERR,
     LOG_INFO,
@@ -67,7 +69,8 @@ from nelssa._nelssa import (  # noqa: F401
 )
 
 __all__ = [
-    "ATTN_MAX_GROUP", "ATTN_MAX_HEAD_DIM", "KV_BF16", "KV_FP16", "LOG_DEBUG",
+    "ATTN_MAX_GROUP", "ATTN_MAX_HEAD_DIM", "KV_BF16", "KV_FP16", "KV_FP8_E4M3",
+    "KV_INT8", "LOG_DEBUG",
     "LOG_ERR", "LOG_INFO", "LOG_WARNING", "PLACE_CLUSTERS", "PLACE_HEADS",
     "Client", "ClusterIndex", "Error", "Pending", "attn_dense",
     "centroid_scores", "estimate_attn", "final_merge", "kmeans_build",

@@ -286,6 +286,12 @@ static unsigned shape_at(PyObject *shape, int i)
 	return (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(shape, i));
 }
 
+/* The type of the rows offload() takes: the session's, or bf16 for 8-bit KV. */
+static unsigned offload_kv(unsigned session_kv)
+{
+	return nelssa_kv_is_tiled((enum nelssa_kv_dtype)session_kv) ? NELSSA_KV_BF16 : session_kv;
+}
+
 PyDoc_STRVAR(close_session_doc,
 "close_session(session)\n--\n\n"
 "End a session, freeing its device memory.");
@@ -410,10 +416,12 @@ static PyObject *do_offload(struct npy_client *self, PyObject *args, PyObject *k
 	} else if (ix->head_dim != dims[1]) {
 		PyErr_Format(PyExc_ValueError, "the index's head_dim %u is not the session's %u",
 			     ix->head_dim, (unsigned)dims[1]);
-	} else if (k.kv != shape_at(shape, 4) || v.kv != k.kv) {
-		PyErr_Format(PyExc_TypeError, "k and v must both be %s, the session's KV type",
-			     shape_at(shape, 4) == NELSSA_KV_FP16 ? "float16" :
-			     "bf16 bits (uint16, int16 or a torch.bfloat16 tensor)");
+	} else if (k.kv != offload_kv(shape_at(shape, 4)) || v.kv != k.kv) {
+		PyErr_Format(PyExc_TypeError, "k and v must both be %s, %s",
+			     offload_kv(shape_at(shape, 4)) == NELSSA_KV_FP16 ? "float16" :
+			     "bf16 bits (uint16, int16 or a torch.bfloat16 tensor)",
+			     offload_kv(shape_at(shape, 4)) == shape_at(shape, 4) ?
+			     "the session's KV type" : "which the library quantises to 8 bits");
 	} else if (from > ix->n_clusters) {
 		PyErr_Format(PyExc_ValueError, "from_cluster %u beyond the index's %u clusters",
 			     from, ix->n_clusters);

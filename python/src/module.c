@@ -48,6 +48,8 @@ static int add_constants(PyObject *m)
 	} k[] = {
 		{ "KV_BF16", NELSSA_KV_BF16 },
 		{ "KV_FP16", NELSSA_KV_FP16 },
+		{ "KV_FP8_E4M3", NELSSA_KV_FP8_E4M3 },
+		{ "KV_INT8", NELSSA_KV_INT8 },
 		{ "PLACE_HEADS", NELSSA_PLACE_HEADS },
 		{ "PLACE_CLUSTERS", NELSSA_PLACE_CLUSTERS },
 		{ "ATTN_MAX_HEAD_DIM", NELSSA_ATTN_MAX_HEAD_DIM },

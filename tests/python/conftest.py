@@ -248,8 +248,8 @@ class Req:
 
 
 def open_session(client, fp16=False, **kw):
-    return client.open_session(LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM,
-                               kv_dtype=nelssa.KV_FP16 if fp16 else nelssa.KV_BF16,
+    kv = kw.pop("kv_dtype", nelssa.KV_FP16 if fp16 else nelssa.KV_BF16)
+    return client.open_session(LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, kv_dtype=kv,
                                capacity_tokens=kw.pop("capacity_tokens", 1 << 14), **kw)
 
 

@@ -64,6 +64,29 @@ def test_append_then_step(daemon, rng):
             check_step([r], l, items, q, o, lse)
 
 
+def test_int8_session(daemon, rng):
+    """8-bit KV on the devices: bf16 rows in, quantised by the library.
+
+    The exact check (against the store quantised on its own) is the C e2e
+    scenario kv8; here the Python path: int8's error bound per element is
+    amax / 254 of its 16-token, 32-channel group, so outputs of unit
+    normal rows stay within a few percent of bf16 attention."""
+    with daemon.client() as c:
+        s = open_session(c, kv_dtype=nelssa.KV_INT8)
+        r = Req(rng, c, s, 1, 300)
+        items, q = random_items(rng, [r], 1)
+        o, lse = c.step(s, 1, items, q)
+        for i, (rid, h, sel) in enumerate(items):
+            ro, rl = r.ref(1, h, list(sel), q[i])
+            err = np.linalg.norm(o[i] - ro) / np.linalg.norm(ro)
+            assert err < 0.05 and np.all(np.abs(lse[i] - rl) < 0.05)
+        # fp16 rows for an 8-bit session are refused before anything is sent.
+        with pytest.raises(TypeError, match="quantises"):
+            c.offload(s, 1, 0, 0, r.ix[0][0], r.k[0, 0, :300].view(np.float16),
+                      r.v[0, 0, :300].view(np.float16))
+        c.close_session(s)
+
+
 def test_fp16_session(daemon, rng):
     with daemon.client() as c:
         s = open_session(c, fp16=True)
