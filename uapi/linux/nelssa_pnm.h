@@ -233,8 +233,11 @@ struct npnm_fill_params {
  * Source (operand NPNM_KV_SRC) layout, packed in this order: K rows
  * [@nr_tokens][@head_dim], V rows [@nr_tokens][@head_dim], @nr_clusters
  * &npnm_cluster entries, then with NPNM_KV_F_SCATTER a __u32 destination
- * token index per row.  Appending decode-time clusters is a KV_WRITE at the
- * end of the arrays: the host owns the layout and knows where the end is.
+ * token index per row.  For an 8-bit @kv_dtype the K and V rows are whole
+ * tiles (enum npnm_kv_dtype), @first_token is a multiple of NPNM_KV_QTILE
+ * and NPNM_KV_F_SCATTER is refused.  Appending decode-time clusters is a
+ * KV_WRITE at the end of the arrays: the host owns the layout and knows
+ * where the end is.
  */
 struct npnm_kv_write_params {
 	__u64 k_off;		/*  0 */
@@ -278,7 +281,8 @@ struct npnm_sparse_attn_params {
 
 /**
  * struct npnm_attn_item - one SPARSE_ATTN work item (in device memory).
- * @k_off: K rows of this (sequence, layer, KV head), in NPNM_ATTN_KV.
+ * @k_off: K rows of this (sequence, layer, KV head), in NPNM_ATTN_KV (tiles
+ *	for an 8-bit type: enum npnm_kv_dtype).
  * @v_off: V rows, in NPNM_ATTN_KV.
  * @table_off: Cluster table (&npnm_cluster[@nr_clusters]), in NPNM_ATTN_KV.
  * @q_off: Queries, fp32 [group][head_dim], in NPNM_ATTN_IN.
