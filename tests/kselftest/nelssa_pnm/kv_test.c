@@ -105,6 +105,41 @@ TEST_F(kv, bad_dtype)
 	expect_status(_metadata, self->fd, &self->c, self->d, NPNM_ST_BAD_PARAM);
 }
 
+/*
+ * The 8-bit types (16-token tiles of 1088 bytes at this head dim): a
+ * device that reads them (the emulated card) writes whole tiles from a
+ * tile boundary and refuses a write from inside a tile; one that does not
+ * (the mock) refuses both -- as npnm_info.kv_dtypes says, and with
+ * nothing written.
+ */
+TEST_F(kv, tiled_types_as_advertised)
+{
+	const __u64 tile = 1088, cap = 4 * tile;	/* MAXT = 64 tokens */
+	struct npnm_info info;
+	struct npnm_cluster t[2] = { { 0, 6 }, { 6, 4 } };
+
+	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_GET_INFO, &info));
+	memcpy(self->s + 2 * tile, t, sizeof(t));
+	self->c.p.kv_write.k_off = 0;
+	self->c.p.kv_write.v_off = cap;
+	self->c.p.kv_write.table_off = 2 * cap;
+	for (__u8 dt = NPNM_DTYPE_FP8_E4M3; dt <= NPNM_DTYPE_INT8; dt++) {
+		self->c.p.kv_write.kv_dtype = dt;
+		self->c.p.kv_write.first_token = 8;	/* inside the first tile */
+		expect_status(_metadata, self->fd, &self->c, self->d, NPNM_ST_BAD_PARAM);
+		self->c.p.kv_write.first_token = 0;
+		if (!(info.kv_dtypes & (1u << dt))) {
+			expect_status(_metadata, self->fd, &self->c, self->d, NPNM_ST_BAD_PARAM);
+			continue;
+		}
+		ASSERT_EQ(0, npnm_exec(self->fd, &self->c, NULL));
+		EXPECT_EQ(0, memcmp(self->d, self->s, tile));			/* K tile */
+		EXPECT_EQ(0, memcmp(self->d + cap, self->s + tile, tile));	/* V tile */
+		EXPECT_EQ(0, memcmp(self->d + 2 * cap, self->s + 2 * tile, sizeof(t)));
+		return;		/* the store is written now: the next type would find it so */
+	}
+}
+
 /* Reserved bits are the shared rules' business: refused at submission. */
 TEST_F(kv, bad_reserved)
 {
