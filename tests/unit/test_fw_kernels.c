@@ -391,6 +391,36 @@ static void attn_writes_only_outputs(void **state)
 }
 
 /*
+ * One SPARSE_ATTN item over the store at @store of @f's memory (K at 0, V
+ * at @v_off, the table at @table_off), its queries already at 8 MiB, the
+ * @ns ids @sel put beside them, outputs at 9 MiB (o, then the LSEs), run
+ * on the best ISA here.
+ */
+static void run_one_item(struct fx *f, uint8_t dtype, uint64_t store, uint64_t v_off,
+			 uint64_t table_off, uint32_t nr_tokens, uint32_t nr_clusters,
+			 const uint32_t *sel, uint32_t ns)
+{
+	struct npnm_attn_item *it = (struct npnm_attn_item *)f->mem.base;
+
+	memcpy(f->mem.base + (8ull << 20) + 4096, sel, sizeof(*sel) * ns);
+	*it = (struct npnm_attn_item){
+		.k_off = 0, .v_off = v_off, .table_off = table_off, .q_off = 0, .sel_off = 4096,
+		.o_off = 0, .lse_off = (uint64_t)f->g * f->d * 4, .nr_tokens = nr_tokens,
+		.nr_clusters = nr_clusters, .nr_sel = ns,
+	};
+	memset(&f->cmd, 0, sizeof(f->cmd));
+	f->cmd.opcode = NPNM_OP_SPARSE_ATTN;
+	f->cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, sizeof(*it) };
+	f->cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
+	f->cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 8ull << 20, 8192 };
+	f->cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 9ull << 20, 8192 };
+	f->cmd.p.attn = (struct npnm_sparse_attn_params){
+		.nr_items = 1, .head_dim = (uint16_t)f->d, .group = (uint8_t)f->g, .kv_dtype = dtype,
+	};
+	run_ok(f, nfw_isa_resolve(NFW_ISA_AUTO));
+}
+
+/*
  * Prefill through KV_WRITE with scatter (rows arrive in sequence order and
  * land in cluster order), then decode-time appends of new clusters at the
  * end, then SPARSE_ATTN over old and new clusters: checked against float64
@@ -459,29 +489,13 @@ static void kv_write_then_attn(void **state)
 	/* Now attention over a selection mixing prefill and appended clusters. */
 	{
 		uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
-		struct npnm_attn_item *it = (struct npnm_attn_item *)f.mem.base;
 		uint32_t sel[] = { 3, 61, 17, 60 + 8 * 3 - 1, 45, 64 }, ns = 6, n = 0;
 		uint16_t *kg = tu_alloc(row * max_tokens), *vg = tu_alloc(row * max_tokens);
 		struct nelssa_attn_geom geom = { d, g, NELSSA_KV_BF16, f.scale };
 
 		tu_fill_f32(&rng, (float *)in, (size_t)g * d, 2.0);
-		memcpy(in + 4096, sel, sizeof(sel));
-		*it = (struct npnm_attn_item){
-			.k_off = 0, .v_off = row * max_tokens, .table_off = 2 * row * max_tokens,
-			.q_off = 0, .sel_off = 4096, .o_off = 0, .lse_off = (uint64_t)g * d * 4,
-			.nr_tokens = max_tokens, .nr_clusters = nc, .nr_sel = ns,
-		};
-		memset(&f.cmd, 0, sizeof(f.cmd));
-		f.cmd.opcode = NPNM_OP_SPARSE_ATTN;
-		f.cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, sizeof(*it) };
-		f.cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
-		f.cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 8ull << 20, 8192 };
-		f.cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 9ull << 20, 8192 };
-		f.cmd.p.attn = (struct npnm_sparse_attn_params){
-			.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g,
-			.kv_dtype = NPNM_DTYPE_BF16,
-		};
-		run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+		run_one_item(&f, NPNM_DTYPE_BF16, store, row * max_tokens, 2 * row * max_tokens,
+			     max_tokens, nc, sel, ns);
 		/* Reference from the source rows: invert the scatter permutation. */
 		for (uint32_t t = 0; t < max_tokens; t++) {
 			uint32_t to = t < prefill ? perm[t] : t;
@@ -581,30 +595,13 @@ static void kv_write_tiled_then_attn(void **state)
 		}
 		{
 			uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
-			struct npnm_attn_item *it = (struct npnm_attn_item *)f.mem.base;
 			struct nelssa_attn_geom geom = { d, g, TU_KV_F32, f.scale };
 			uint32_t sel[12], ns = 0;
 
 			for (uint32_t i = 0; i < nc && ns < 12; i += 1 + nc / 12)
 				sel[ns++] = nc - 1 - i;	/* newest first, prefill too */
 			tu_fill_f32(&rng, (float *)in, (size_t)g * d, 2.0);
-			memcpy(in + 4096, sel, sizeof(sel));
-			*it = (struct npnm_attn_item){
-				.k_off = 0, .v_off = cap, .table_off = 2 * cap, .q_off = 0,
-				.sel_off = 4096, .o_off = 0, .lse_off = (uint64_t)g * d * 4,
-				.nr_tokens = first, .nr_clusters = nc, .nr_sel = ns,
-			};
-			memset(&f.cmd, 0, sizeof(f.cmd));
-			f.cmd.opcode = NPNM_OP_SPARSE_ATTN;
-			f.cmd.op[NPNM_ATTN_ITEMS] = (struct npnm_operand){ 1, 0, 0, sizeof(*it) };
-			f.cmd.op[NPNM_ATTN_KV] = (struct npnm_operand){ 1, 0, store, 1ull << 20 };
-			f.cmd.op[NPNM_ATTN_IN] = (struct npnm_operand){ 1, 0, 8ull << 20, 8192 };
-			f.cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, 9ull << 20, 8192 };
-			f.cmd.p.attn = (struct npnm_sparse_attn_params){
-				.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g,
-				.kv_dtype = types[ti],
-			};
-			run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+			run_one_item(&f, types[ti], store, cap, 2 * cap, first, nc, sel, ns);
 			kf = tu_alloc(sizeof(*kf) * d * max_tokens);
 			vf = tu_alloc(sizeof(*vf) * d * max_tokens);
 			tu_decode_tiled(hk, first, d, dt, kf);
