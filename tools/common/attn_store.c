@@ -57,17 +57,16 @@ void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t 
 	if (npnm_kv_is_tiled(s->kv_dtype)) {
 		const uint64_t tile = npnm_kv_tile_bytes(s->head_dim);
 		const uint64_t codes = (uint64_t)NPNM_KV_QTILE * s->head_dim;
+		const uint32_t groups = (s->head_dim + NPNM_KV_QGROUP - 1) / NPNM_KV_QGROUP;
 		const float scale = s->kv_dtype == NPNM_DTYPE_INT8 ? 2.0f / 127 : 2.0f / 448;
 
 		/* Codes of magnitude at most 0x5f (E4M3: at most 30, never NaN). */
 		for (uint64_t i = 0; i < s->table_off / 8; i++)
 			w[i] = tl_next(rng) & 0xdfdfdfdfdfdfdfdfull;
 		for (uint64_t at = 0; at < s->table_off; at += tile) {
-			for (uint32_t g = 0; g < (s->head_dim + NPNM_KV_QGROUP - 1) / NPNM_KV_QGROUP; g++)
+			for (uint32_t g = 0; g < groups; g++)
 				memcpy(store + at + codes + 4 * g, &scale, 4);
-			memset(store + at + codes + 4 * ((s->head_dim + NPNM_KV_QGROUP - 1) /
-							 NPNM_KV_QGROUP), 0,
-			       tile - codes - 4 * ((s->head_dim + NPNM_KV_QGROUP - 1) / NPNM_KV_QGROUP));
+			memset(store + at + codes + 4 * groups, 0, tile - codes - 4 * groups);
 		}
 	} else {
 		for (uint64_t i = 0; i < s->table_off / 8; i++)
