@@ -116,7 +116,7 @@ static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t d
 	uint8_t *kv = m->base + 4096, *in = m->base + 4096 + 2 * n * d * 2 + 4096;
 	uint8_t *out = in + 65536;
 	struct nelssa_attn_geom geom = {
-		d, g, dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16, 0.0883883476f,
+		d, g, dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16, 0.0883883476f, 0,
 	};
 	int bad = 0;
 

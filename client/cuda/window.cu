@@ -93,6 +93,9 @@ int nelssa_cuda_window_attn(const struct nelssa_attn_geom *geom, uint32_t n_item
 
 	if (ret)
 		return ret;
+	/* Its products are binary32: it cannot give what NELSSA_ATTN_BF16_DOTS asks. */
+	if (geom->flags)
+		return -EOPNOTSUPP;
 	if (n_items > 65535)
 		return -EINVAL;
 	if (!n_items)

@@ -27,6 +27,8 @@ int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom)
 		return -EINVAL;
 	if (!(geom->scale > 0.0f) || !isfinite(geom->scale))
 		return -EINVAL;
+	if (geom->flags & ~NELSSA_ATTN_BF16_DOTS)
+		return -EINVAL;
 	return 0;
 }
 
@@ -61,16 +63,31 @@ void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype
 		nelssa_fp16_to_f32_n(dst, src, n);
 }
 
-/* Fold one tile of @n (<= TILE) widened rows into query row @r. */
+/* @x rounded to bfloat16 and back: the operand a bf16 dot product sees. */
+static float bf16_round(float x)
+{
+	return nelssa_bf16_to_f32(nelssa_f32_to_bf16(x));
+}
+
+/*
+ * Fold one tile of @n (<= TILE) widened rows into query row @r; @qr has
+ * room for a row of queries rounded to bf16 (NELSSA_ATTN_BF16_DOTS).
+ */
 static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, const float *vf,
-		     uint32_t n)
+		     uint32_t n, float *qr)
 {
 	const uint32_t d = run->geom.head_dim;
+	const int bf16 = run->geom.flags & NELSSA_ATTN_BF16_DOTS;
 	const float *q = run->q + (size_t)r * d;
 	float *o = run->o + (size_t)r * d;
 	float logit[TILE];
 	float tile_max = -INFINITY;
 
+	if (bf16) {
+		for (uint32_t i = 0; i < d; i++)
+			qr[i] = bf16_round(q[i]);
+		q = qr;
+	}
 	for (uint32_t t = 0; t < n; t++) {
 		logit[t] = run->geom.scale * nelssa_dot_f32(q, kf + (size_t)t * d, d);
 		tile_max = fmaxf(tile_max, logit[t]);
@@ -90,7 +107,10 @@ static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, c
 		float p = expf(logit[t] - run->max[r]);
 		const float *v = vf + (size_t)t * d;
 
+		/* The sum takes the weight as computed, P.V its bf16 (FlashAttention). */
 		run->sum[r] += p;
+		if (bf16)
+			p = bf16_round(p);
 		for (uint32_t i = 0; i < d; i++)
 			o[i] += p * v[i];
 	}
@@ -102,6 +122,7 @@ void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void 
 	const uint32_t d = run->geom.head_dim;
 	float kf[TILE * NELSSA_ATTN_MAX_HEAD_DIM];
 	float vf[TILE * NELSSA_ATTN_MAX_HEAD_DIM];
+	float qr[NELSSA_ATTN_MAX_HEAD_DIM];
 
 	for (size_t base = 0; base < n_tokens; base += TILE) {
 		uint32_t n = (uint32_t)(n_tokens - base < TILE ? n_tokens - base : TILE);
@@ -109,7 +130,7 @@ void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void 
 		nelssa_kv_widen_at(kf, k, first + base, n, d, run->geom.kv_dtype);
 		nelssa_kv_widen_at(vf, v, first + base, n, d, run->geom.kv_dtype);
 		for (uint32_t r = 0; r < run->geom.group; r++)
-			feed_row(run, r, kf, vf, n);
+			feed_row(run, r, kf, vf, n, qr);
 	}
 }
 

@@ -244,7 +244,7 @@ static void run_steps(struct tu_rng *rng, uint64_t session, struct req *reqs, ui
 		      uint32_t steps)
 {
 	const uint32_t n = nr * KV_HEADS;
-	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM), 0 };
 	struct nelssa_step_in *in = tu_alloc(sizeof(*in) * n);
 	float *q = tu_alloc(sizeof(float) * n * GROUP * DIM), *o = tu_alloc(sizeof(float) * n * GROUP * DIM);
 	float *lse = tu_alloc(sizeof(float) * n * GROUP);
@@ -864,7 +864,7 @@ static void make_items(struct tu_rng *rng, struct req *r, uint32_t layer, float 
 static void check_items(struct req *r, uint32_t layer, const struct nelssa_step_in *in,
 			const float *o, const float *lse, const char *tag)
 {
-	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM), 0 };
 
 	for (uint32_t h = 0; h < KV_HEADS; h++) {
 		const struct nelssa_cluster_index *ix = &r->ix[layer][h];
@@ -956,7 +956,7 @@ static int scenario_kv8(struct tu_rng *rng)
 	enum { SINK = 4, PREFILL = 1501, CHUNK = 203, MAXT = PREFILL + 2 * CHUNK };
 	static const enum nelssa_kv_dtype types[] = { NELSSA_KV_INT8, NELSSA_KV_FP8_E4M3 };
 	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
-	const struct nelssa_attn_geom ref = { DIM, GROUP, TU_KV_F32, 1.0f / sqrtf(DIM) };
+	const struct nelssa_attn_geom ref = { DIM, GROUP, TU_KV_F32, 1.0f / sqrtf(DIM), 0 };
 	uint16_t *k = tu_alloc(2ull * KV_HEADS * MAXT * DIM), *v = tu_alloc(2ull * KV_HEADS * MAXT * DIM);
 	float *x = tu_alloc(sizeof(float) * MAXT * DIM), *kf = tu_alloc(sizeof(float) * MAXT * DIM);
 	float *vf = tu_alloc(sizeof(float) * MAXT * DIM);
@@ -1079,7 +1079,7 @@ static int scenario_kv8(struct tu_rng *rng)
 static int scenario_migrate(struct tu_rng *rng)
 {
 	enum { MAXT = 4200, SINK = 4, CHUNK = 512 };
-	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM), 0 };
 	const struct nelssa_kmeans_cfg kcfg = NELSSA_KMEANS_DEFAULT;
 	struct nelssa_hw_profile hw;
 	struct nelssa_model_profile m = { LAYERS, KV_HEADS, DIM, 2, 0.0, 16.0, 0.04, 0 };

@@ -627,7 +627,7 @@ static int victim_step(uint8_t *out)
 /* Checks @out against float64 attention over clusters 0 and 2. */
 static int victim_reference(const uint8_t *out)
 {
-	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM) };
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM), 0 };
 	uint32_t tok[2 * CLUSTER], bad = 0;
 
 	for (uint32_t c = 0; c < 2; c++)

@@ -147,7 +147,7 @@ int fx_check(const struct fx *f, uint32_t i, const char *what)
 	const uint8_t *out = f->mem.base + out_off(f);
 	const struct npnm_cluster *table = (const struct npnm_cluster *)(kv + it->table);
 	const uint32_t *sel = (const uint32_t *)(in + it->sel);
-	struct nelssa_attn_geom g = { f->d, f->g, (enum nelssa_kv_dtype)f->dtype, f->scale };
+	struct nelssa_attn_geom g = { f->d, f->g, (enum nelssa_kv_dtype)f->dtype, f->scale, 0 };
 	const uint16_t *k = (const uint16_t *)(kv + it->k), *v = (const uint16_t *)(kv + it->v);
 	uint32_t *tok = tu_alloc(sizeof(uint32_t) * (it->n_tokens + 1));
 	float *kf = NULL, *vf = NULL;

@@ -32,7 +32,7 @@ struct attn_case {
 static void case_alloc(struct attn_case *c, uint32_t d, uint32_t group, size_t n,
 		       enum nelssa_kv_dtype dtype)
 {
-	c->g = (struct nelssa_attn_geom){ d, group, dtype, (float)(1.0 / sqrt((double)d)) };
+	c->g = (struct nelssa_attn_geom){ d, group, dtype, (float)(1.0 / sqrt((double)d)), 0 };
 	c->n = n;
 	c->q = tu_alloc(sizeof(float) * d * group);
 	c->o = tu_alloc(sizeof(float) * d * group);
@@ -291,9 +291,37 @@ static void dense_sinks(void **state)
 	case_free(&c);
 }
 
+/*
+ * NELSSA_ATTN_BF16_DOTS: bf16 and fp16 KV, soft and peaked logits, against
+ * float64 over the rounded queries (the weights' rounding is in the
+ * bound); the binary32 reference must reject the same outputs.
+ */
+static void dense_bf16_dots(void **state)
+{
+	static const enum nelssa_kv_dtype types[] = { NELSSA_KV_BF16, NELSSA_KV_FP16 };
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	for (int t = 0; t < 2; t++)
+		for (int rep = 0; rep < 3; rep++) {
+			struct attn_case c;
+
+			case_alloc(&c, 128, 4, 200 + tu_below(&rng, 3000), types[t]);
+			c.g.flags = NELSSA_ATTN_BF16_DOTS;
+			case_random(&c, &rng, 1.0 + 1.5 * rep);
+			run_and_check(&c, "bf16 dots");
+			c.g.flags = 0;
+			assert_int_not_equal(tu_check_attn(&c.g, c.q, c.k, c.v, NULL, c.n, c.o,
+							   c.lse, "binary32 reference (must fail)"),
+					     0);
+			case_free(&c);
+		}
+}
+
 static void geom_rejects_bad(void **state)
 {
-	const struct nelssa_attn_geom good = { 128, 4, NELSSA_KV_BF16, 0.088f };
+	const struct nelssa_attn_geom good = { 128, 4, NELSSA_KV_BF16, 0.088f, 0 };
 	struct nelssa_attn_geom g;
 	float q[4] = { 0 }, o[4] = { 0 }, lse[4] = { 0 };
 	uint16_t kv[4] = { 0 };
@@ -319,6 +347,8 @@ static void geom_rejects_bad(void **state)
 	BAD(scale, -1.0f);
 	BAD(scale, NAN);
 	BAD(scale, INFINITY);
+	BAD(flags, 2u);
+	BAD(flags, NELSSA_ATTN_BF16_DOTS | 1u << 31);
 #undef BAD
 	/* Rejected calls leave the outputs alone. */
 	for (int i = 0; i < 4; i++)
@@ -350,6 +380,7 @@ int main(void)
 		cmocka_unit_test(dense_nan_propagates),
 		cmocka_unit_test(streaming_any_split),
 		cmocka_unit_test(dense_sinks),
+		cmocka_unit_test(dense_bf16_dots),
 		cmocka_unit_test(geom_rejects_bad),
 	};
 

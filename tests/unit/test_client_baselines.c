@@ -49,7 +49,7 @@ static struct fx *fx_new(const char *name)
 	struct tu_rng rng;
 
 	tu_rng_for(&rng, name, 0);
-	f->g = (struct nelssa_attn_geom){ D, G, NELSSA_KV_BF16, 0.5f };
+	f->g = (struct nelssa_attn_geom){ D, G, NELSSA_KV_BF16, 0.5f, 0 };
 	tu_fill_f32(&rng, f->q, G * D, 1.0);
 	tu_fill_kv(&rng, f->k, (size_t)N * D, 1.0, NELSSA_KV_BF16);
 	tu_fill_kv(&rng, f->v, (size_t)N * D, 1.0, NELSSA_KV_BF16);

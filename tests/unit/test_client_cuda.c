@@ -537,7 +537,7 @@ GPU_TEST(window_matches)
 	struct tu_rng rng;
 
 	for (int dt = NELSSA_KV_BF16; dt <= NELSSA_KV_FP16; dt++) {
-		struct nelssa_attn_geom g = { D, G, (enum nelssa_kv_dtype)dt, 0.088f };
+		struct nelssa_attn_geom g = { D, G, (enum nelssa_kv_dtype)dt, 0.088f, 0 };
 		float *dq, *dout, *dlse;
 		uint16_t *dk, *dv;
 		uint32_t *dn;
@@ -639,7 +639,7 @@ static void estimate_case(uint32_t d)
 {
 	/* Lists of none, one partial chunk and several chunks (128 ids each). */
 	const uint32_t n = 3000, stride = 1500, n_ids[H] = { 0, 7, 1500 };
-	const struct nelssa_attn_geom g = { d, G, NELSSA_KV_BF16, 0.088f };
+	const struct nelssa_attn_geom g = { d, G, NELSSA_KV_BF16, 0.088f, 0 };
 	float *q = tu_alloc(sizeof(float) * H * G * d), *cen = tu_alloc(sizeof(float) * H * n * d);
 	float *vs = tu_alloc(sizeof(float) * H * n * d), *o = tu_alloc(sizeof(float) * H * G * d);
 	float *m2 = tu_alloc(sizeof(float) * H * n * d);

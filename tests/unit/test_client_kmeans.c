@@ -305,7 +305,7 @@ static void strong_member_splits_by_residual(void **state)
 static void drift_and_massive_channels(void **state)
 {
 	const uint32_t n = 3000, topics = 30, G = 4;
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 0.25f };
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 0.25f, 0 };
 	struct nelssa_kmeans_cfg cfg = NELSSA_KMEANS_DEFAULT;
 	uint16_t *k = tu_alloc(sizeof(uint16_t) * n * D), *v = tu_alloc(sizeof(uint16_t) * n * D);
 	uint16_t *ck = tu_alloc(sizeof(uint16_t) * n * D), *cv = tu_alloc(sizeof(uint16_t) * n * D);

@@ -288,7 +288,7 @@ struct kv {
 
 static void kv_init(struct kv *kv, struct tu_rng *rng, uint32_t n)
 {
-	kv->g = (struct nelssa_attn_geom){ D, G, NELSSA_KV_BF16, 0.125f };
+	kv->g = (struct nelssa_attn_geom){ D, G, NELSSA_KV_BF16, 0.125f, 0 };
 	kv->k = tu_alloc(sizeof(uint16_t) * D * (n ? n : 1));
 	kv->v = tu_alloc(sizeof(uint16_t) * D * (n ? n : 1));
 	tu_fill_f32(rng, kv->q, G * D, 1.0);

@@ -34,7 +34,7 @@ static void store_make(struct store *s, struct tu_rng *rng, uint32_t d, uint32_t
 {
 	uint32_t t = 0;
 
-	s->g = (struct nelssa_attn_geom){ d, group, dtype, (float)(1.0 / sqrt((double)d)) };
+	s->g = (struct nelssa_attn_geom){ d, group, dtype, (float)(1.0 / sqrt((double)d)), 0 };
 	s->n_tokens = n_tokens;
 	s->k = tu_alloc(sizeof(uint16_t) * d * n_tokens);
 	s->v = tu_alloc(sizeof(uint16_t) * d * n_tokens);

@@ -491,7 +491,7 @@ static void kv_write_then_attn(void **state)
 		uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
 		uint32_t sel[] = { 3, 61, 17, 60 + 8 * 3 - 1, 45, 64 }, ns = 6, n = 0;
 		uint16_t *kg = tu_alloc(row * max_tokens), *vg = tu_alloc(row * max_tokens);
-		struct nelssa_attn_geom geom = { d, g, NELSSA_KV_BF16, f.scale };
+		struct nelssa_attn_geom geom = { d, g, NELSSA_KV_BF16, f.scale, 0 };
 
 		tu_fill_f32(&rng, (float *)in, (size_t)g * d, 2.0);
 		run_one_item(&f, NPNM_DTYPE_BF16, store, row * max_tokens, 2 * row * max_tokens,
@@ -595,7 +595,7 @@ static void kv_write_tiled_then_attn(void **state)
 		}
 		{
 			uint8_t *in = f.mem.base + (8ull << 20), *out = f.mem.base + (9ull << 20);
-			struct nelssa_attn_geom geom = { d, g, TU_KV_F32, f.scale };
+			struct nelssa_attn_geom geom = { d, g, TU_KV_F32, f.scale, 0 };
 			uint32_t sel[12], ns = 0;
 
 			for (uint32_t i = 0; i < nc && ns < 12; i += 1 + nc / 12)

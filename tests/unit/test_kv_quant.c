@@ -227,8 +227,8 @@ static void attention_over_tiles(void **state)
 
 	(void)state;
 	for (unsigned int ti = 0; ti < 2; ti++) {
-		struct nelssa_attn_geom geom = { d, g, types[ti], 0.0883883f };
-		struct nelssa_attn_geom ref = { d, g, TU_KV_F32, 0.0883883f };
+		struct nelssa_attn_geom geom = { d, g, types[ti], 0.0883883f, 0 };
+		struct nelssa_attn_geom ref = { d, g, TU_KV_F32, 0.0883883f, 0 };
 		uint64_t bytes = nelssa_kv_bytes(types[ti], d, n);
 		float *x = tu_alloc(sizeof(*x) * d * n), *kf = tu_alloc(sizeof(*kf) * d * n);
 		float *vf = tu_alloc(sizeof(*vf) * d * n), q[4 * 128], o[4 * 128], lse[4];

@@ -259,7 +259,7 @@ static void order_independent(void **state)
 static void partition_tree_equals_union(void **state)
 {
 	const uint32_t d = 64, g = 4, n = 3000;
-	const struct nelssa_attn_geom geom = { d, g, NELSSA_KV_BF16, 0.125f };
+	const struct nelssa_attn_geom geom = { d, g, NELSSA_KV_BF16, 0.125f, 0 };
 	uint16_t *k = tu_alloc(sizeof(uint16_t) * d * n), *v = tu_alloc(sizeof(uint16_t) * d * n);
 	float q[64 * 4];
 	struct tu_rng rng;

@@ -162,14 +162,31 @@ static double ref_logit(const struct nelssa_attn_geom *g, const float *qr, const
 	return (double)g->scale * s;
 }
 
+/*
+ * Query row @row as the dot products see it: with NELSSA_ATTN_BF16_DOTS
+ * each element rounded to bf16 (RNE), into @buf; else the row itself.
+ */
+static const float *q_row(const struct nelssa_attn_geom *g, const float *q, uint32_t row,
+			  float *buf)
+{
+	const float *qr = q + (size_t)row * g->head_dim;
+
+	if (!(g->flags & NELSSA_ATTN_BF16_DOTS))
+		return qr;
+	for (uint32_t i = 0; i < g->head_dim; i++)
+		buf[i] = nelssa_bf16_to_f32(nelssa_f32_to_bf16(qr[i]));
+	return buf;
+}
+
 void tu_ref_attn(const struct nelssa_attn_geom *g, const float *q, const uint16_t *k,
 		 const uint16_t *v, const uint32_t *tok, size_t n_tok, double *o, double *lse)
 {
 	const uint32_t d = g->head_dim;
 	double *s = tu_alloc(sizeof(*s) * (n_tok ? n_tok : 1));
+	float *qbuf = tu_alloc(sizeof(*qbuf) * d);
 
 	for (uint32_t r = 0; r < g->group; r++) {
-		const float *qr = q + (size_t)r * d;
+		const float *qr = q_row(g, q, r, qbuf);
 		double *orow = o + (size_t)r * d;
 		double m = -INFINITY, sum = 0.0;
 
@@ -196,6 +213,7 @@ void tu_ref_attn(const struct nelssa_attn_geom *g, const float *q, const uint16_
 		lse[r] = m + log(sum);
 	}
 	free(s);
+	free(qbuf);
 }
 
 #define TOL_C 8.0
@@ -204,7 +222,8 @@ struct tu_tol tu_attn_tol(const struct nelssa_attn_geom *g, const float *q, cons
 			  const uint16_t *v, const uint32_t *tok, size_t n_tok, uint32_t row)
 {
 	const uint32_t d = g->head_dim;
-	const float *qr = q + (size_t)row * d;
+	float *qbuf = tu_alloc(sizeof(*qbuf) * d);
+	const float *qr = q_row(g, q, row, qbuf);
 	double delta = 0.0, vmax = 0.0, smax = 0.0, acc;
 	struct tu_tol tol;
 
@@ -223,6 +242,14 @@ struct tu_tol tu_attn_tol(const struct nelssa_attn_geom *g, const float *q, cons
 	tol.lse = delta + acc + 2.0 * TU_U32 * (smax + 1.0);
 	/* Weights off by exp(+-delta) each, sums by acc, plus the final divide. */
 	tol.o = (expm1(2.0 * delta) + 3.0 * acc + 2.0 * TU_U32) * vmax + 1e-30;
+	/*
+	 * The reference keeps the weights exact; P.V's bf16 weights are each
+	 * off by at most half a bf16 ulp, 2^-9 relative, which moves o by at
+	 * most 2^-9 max|v| (twice that for margin).
+	 */
+	if (g->flags & NELSSA_ATTN_BF16_DOTS)
+		tol.o += 2.0 * 0x1p-9 * vmax;
+	free(qbuf);
 	return tol;
 }
 

@@ -199,7 +199,7 @@ static void finish(const struct step *s, enum nelssa_kv_dtype dt, const void *k,
 		   const struct nelssa_cluster *table, uint32_t n_tab, const uint32_t *sel,
 		   uint32_t n_sel, const float *est_o, const float *est_l, float *o, float *lse)
 {
-	const struct nelssa_attn_geom g = { D, G, dt, 1.0f / sqrtf((float)D) };
+	const struct nelssa_attn_geom g = { D, G, dt, 1.0f / sqrtf((float)D), 0 };
 	float po[G * D], pl[G];
 	const float *so[2] = { po, est_o }, *sl[2] = { pl, est_l };
 
@@ -237,7 +237,7 @@ struct clusters {
 static void score_sel(const struct step *s, const struct clusters *cs, const uint32_t *sel,
 		      int ns, struct cell *plain, struct cell *est, struct cell *spread)
 {
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D), 0 };
 	const struct nelssa_cluster_index *ix = cs->ix;
 	float o[G * D], lse[G], eo[G * D], el[G];
 	struct cell *with[2] = { est, spread };
@@ -304,7 +304,7 @@ static void quantise(struct step *s, const struct nelssa_cluster_index *ix,
 static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 {
 	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D), 0 };
 	const size_t row = D * sizeof(uint16_t);
 	const char *mk = (const char *)s->k + s->off * row, *mv = (const char *)s->v + s->off * row;
 	struct nelssa_cluster_index ix;

@@ -186,7 +186,7 @@ static void select_run(void *p)
 static void estimate_run(void *p)
 {
 	struct topk_ctx *c = p;
-	const struct nelssa_attn_geom g = { c->o->head_dim, c->o->group, NELSSA_KV_BF16, 0.088f };
+	const struct nelssa_attn_geom g = { c->o->head_dim, c->o->group, NELSSA_KV_BF16, 0.088f, 0 };
 
 	check(nelssa_cuda_unselected(c->ids, c->clusters, c->count, c->sizes, c->heads, c->clusters,
 				     c->est_ids, c->n_est, NULL), "unselected clusters");
@@ -351,7 +351,7 @@ int main(int argc, char **argv)
 		uint32_t *sizes = xmalloc(sizeof(*sizes) * tc.heads * tc.clusters);
 		uint32_t *left = xmalloc(sizeof(*left) * tc.clusters), n_left = 0;
 		const struct nelssa_select_cfg scfg = NELSSA_SELECT_DEFAULT;
-		const struct nelssa_attn_geom g = { o.head_dim, o.group, NELSSA_KV_BF16, 0.088f };
+		const struct nelssa_attn_geom g = { o.head_dim, o.group, NELSSA_KV_BF16, 0.088f, 0 };
 
 		/* Spreads are mean squares: non-negative, smaller than the centroids. */
 		for (size_t i = 0; i < rows; i++)
@@ -429,7 +429,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Local window for the same items; rows for 4 sinks + 4096 recent. */
-	wc.g = (struct nelssa_attn_geom){ o.head_dim, o.group, NELSSA_KV_BF16, 0.088f };
+	wc.g = (struct nelssa_attn_geom){ o.head_dim, o.group, NELSSA_KV_BF16, 0.088f, 0 };
 	wc.items = tc.heads;
 	{
 		const size_t rows = (size_t)wc.items * (68 + 4096) * o.head_dim;

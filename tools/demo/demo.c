@@ -231,7 +231,7 @@ static int parse(struct opts *o, int argc, char **argv)
 int main(int argc, char **argv)
 {
 	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D) };
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D), 0 };
 	const size_t row = D * sizeof(uint16_t);
 	struct nelssa_client_opts co = { 0 };
 	struct nelssa_session_cfg sc = { 0 };

@@ -180,7 +180,7 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 			  const struct attn_opts *o, const struct layout *l)
 {
 	struct nelssa_attn_geom g = { (uint32_t)o->head_dim, (uint32_t)o->group,
-				      (enum nelssa_kv_dtype)o->kv_dtype, 1.0f / sqrtf((float)o->head_dim) };
+				      (enum nelssa_kv_dtype)o->kv_dtype, 1.0f / sqrtf((float)o->head_dim), 0 };
 	float *ro = calloc(o->group * o->head_dim, sizeof(float)), rl[16];
 	const float *got = (const float *)out;
 	double err = -1.0;

@@ -61,13 +61,23 @@ enum nelssa_kv_dtype {
  * @group: query rows sharing the KV head (GQA group size, 1..64).
  * @kv_dtype: element type of the K and V rows.
  * @scale: softmax scale, positive and finite (usually 1/sqrt(head_dim)).
+ * @flags: NELSSA_ATTN_* bits; 0 for binary32 dot products.
  */
 struct nelssa_attn_geom {
 	uint32_t head_dim;
 	uint32_t group;
 	enum nelssa_kv_dtype kv_dtype;
 	float scale;
+	uint32_t flags;
 };
+
+/*
+ * The GPU kernels' numerics: the query and the softmax weights are rounded
+ * to bfloat16 (RNE) before they multiply K and V; products, sums and the
+ * weights' sum stay binary32 (NPNM_ATTN_F_BF16_DOTS, same value;
+ * Documentation/numeric-conventions.rst).
+ */
+#define NELSSA_ATTN_BF16_DOTS 1u
 
 /**
  * struct nelssa_cluster - one cluster of a cluster-contiguous KV layout:

@@ -178,7 +178,8 @@ int nelssa_cuda_select_hybrid2(const float *first, const float *second, double s
  * @lse: device fp32 [@n_items][group].
  * @stream: cudaStream_t.
  *
- * Return: 0 or a negative errno.
+ * Return: 0 or a negative errno (-EOPNOTSUPP for @geom->flags: its products
+ *	are binary32).
  */
 int nelssa_cuda_window_attn(const struct nelssa_attn_geom *geom, uint32_t n_items,
 			    const float *q, const void *k, const void *v, uint64_t kv_stride,
