@@ -43,6 +43,7 @@ static int ioc_get_info(struct npnm_context *ctx, void __user *arg)
 		.kv_dtypes = ndev->kv_dtypes,
 		.max_head_dim = ndev->max_head_dim,
 		.max_group = ndev->max_group,
+		.attn_flags = ndev->attn_flags,
 	};
 
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;

@@ -76,7 +76,7 @@
  * @driver_state: NPNM_DRV_*; driver-written.
  * @heartbeat: incremented by the firmware every NPNM_DEVIF_HEARTBEAT_MS.
  * @reset_epoch: incremented by the firmware when a reset is complete.
- * @pad0: zero.
+ * @attn_flags: NPNM_ATTN_F_* bits SPARSE_ATTN accepts (0 before firmware 1.1).
  * @reserved0: zero.
  * @sq_tail: driver-written: next SQ slot it fills.
  * @cq_head: driver-written: next CQ entry it consumes.
@@ -106,7 +106,7 @@ struct npnm_devif_hdr {
 	__le32 driver_state;	/*  84 */
 	__le64 heartbeat;	/*  88 */
 	__le32 reset_epoch;	/*  96 */
-	__le32 pad0;		/* 100 */
+	__le32 attn_flags;	/* 100 */
 	__u8 reserved0[24];	/* 104 */
 	__le32 sq_tail;		/* 128 */
 	__le32 cq_head;		/* 132 */

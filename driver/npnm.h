@@ -173,6 +173,7 @@ struct npnm_usage {
  * @kv_dtypes: KV element types the backend handles (bit per type).
  * @max_head_dim: largest head dimension of KV_WRITE/SPARSE_ATTN.
  * @max_group: largest GQA group of SPARSE_ATTN (0: the backend runs no attention).
+ * @attn_flags: NPNM_ATTN_F_* bits SPARSE_ATTN accepts.
  * @lock: protects @inflight, @state, @epoch, @progress, @hold, @held and the
  *	watchdog's arming.
  * @inflight: commands from submission until the backend lets go, oldest
@@ -220,6 +221,7 @@ struct npnm_device {
 	u32 kv_dtypes;
 	u16 max_head_dim;
 	u16 max_group;
+	u32 attn_flags;
 	spinlock_t lock;		/* inflight, state, epoch, watchdog arming */
 	struct list_head inflight;
 	enum npnm_state state;

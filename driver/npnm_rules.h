@@ -316,7 +316,8 @@ static inline const struct npnm_rule *npnm_rule(unsigned int opcode)
 			},
 			.fields = {
 				{ .name = "p.attn.flags", .offset = NPNM_RULES_POFF(attn.flags),
-				  .size = NPNM_RULES_PSIZE(attn.flags) },
+				  .size = NPNM_RULES_PSIZE(attn.flags),
+				  .allowed = NPNM_ATTN_F_BF16_DOTS },
 				{ .name = "p.attn.reserved",
 				  .offset = NPNM_RULES_POFF(attn.reserved),
 				  .size = NPNM_RULES_PSIZE(attn.reserved) },

@@ -478,6 +478,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->kv_dtypes = le32_to_cpu(pp->hdr->kv_dtypes);
 	ndev->max_head_dim = le16_to_cpu(pp->hdr->max_head_dim);
 	ndev->max_group = le16_to_cpu(pp->hdr->max_group);
+	ndev->attn_flags = le32_to_cpu(pp->hdr->attn_flags);
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
 		     NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
 	/* The top of the heap may go to device-dax instead (dax.c). */

@@ -105,6 +105,7 @@ struct nfw_attn_args {
 	uint32_t nr_sel, nr_clusters, nr_tokens;
 	uint32_t head_dim, group;
 	uint8_t kv_dtype;
+	uint32_t flags;			/* NPNM_ATTN_F_* */
 	float scale;
 };
 
@@ -130,16 +131,23 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch);
 void nfw_attn_item_avx2(const struct nfw_attn_args *a, float *scratch);
 void nfw_attn_item_avx512(const struct nfw_attn_args *a, float *scratch);
 void nfw_attn_item_neon(const struct nfw_attn_args *a, float *scratch);
+/* NEON built with BFDOT (Armv8.6 BF16), for NPNM_ATTN_F_BF16_DOTS. */
+void nfw_attn_item_neon_bf16(const struct nfw_attn_args *a, float *scratch);
 
-/* nfw_attn_peak() of each vector kernel (attn_vec.h). */
+/* nfw_attn_peak_flags() of each vector kernel (attn_vec.h). */
 uint64_t nfw_attn_item_avx2_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
-				 uint64_t passes);
+				 uint32_t flags, uint64_t passes);
 uint64_t nfw_attn_item_avx512_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
-				   uint64_t passes);
+				   uint32_t flags, uint64_t passes);
 uint64_t nfw_attn_item_neon_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
-				 uint64_t passes);
+				 uint32_t flags, uint64_t passes);
+uint64_t nfw_attn_item_neon_bf16_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+				      uint32_t flags, uint64_t passes);
 
-/* The kernel for @isa at @head_dim (scalar when the ISA cannot tile it). */
-nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim);
+/*
+ * The kernel for @isa at @head_dim and SPARSE_ATTN @flags (scalar when the
+ * ISA cannot tile the dim).
+ */
+nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim, uint32_t flags);
 
 #endif /* NFW_INTERNAL_H */

@@ -29,6 +29,20 @@ int nfw_isa_parse(const char *name)
 	return -1;
 }
 
+#ifdef NFW_HAVE_NEON_BF16
+#include <sys/auxv.h>
+
+/* Armv8.6 BF16 (BFDOT): optional before Armv8.6; Neoverse V1/V2 have it. */
+static int has_bf16_dot(void)
+{
+#ifdef HWCAP2_BF16
+	return !!(getauxval(AT_HWCAP2) & HWCAP2_BF16);
+#else
+	return !!(getauxval(AT_HWCAP2) & (1ul << 14));	/* the arm64 uapi's bit */
+#endif
+}
+#endif
+
 #ifdef NFW_HAVE_AVX2
 #include <cpuid.h>
 
@@ -77,8 +91,15 @@ enum nfw_isa nfw_isa_resolve(enum nfw_isa isa)
 	return NFW_ISA_SCALAR;
 }
 
-nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim)
+nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim, uint32_t flags)
 {
+#ifdef NFW_HAVE_NEON_BF16
+	if (isa == NFW_ISA_NEON && !(head_dim % 8) && (flags & NPNM_ATTN_F_BF16_DOTS) &&
+	    has_bf16_dot())
+		return nfw_attn_item_neon_bf16;
+#else
+	(void)flags;
+#endif
 	switch (isa) {
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:

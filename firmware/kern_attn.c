@@ -23,6 +23,7 @@ _Static_assert((int)NELSSA_KV_BF16 == NPNM_DTYPE_BF16 && (int)NELSSA_KV_FP16 == 
 	       (int)NELSSA_KV_INT8 == NPNM_DTYPE_INT8, "KV type values");
 _Static_assert(NELSSA_KV_QTILE == NPNM_KV_QTILE && NELSSA_KV_QGROUP == NPNM_KV_QGROUP &&
 	       NELSSA_KV_QALIGN == NPNM_KV_QALIGN, "KV tile geometry");
+_Static_assert(NELSSA_ATTN_BF16_DOTS == NPNM_ATTN_F_BF16_DOTS, "attention flags");
 
 static float attn_scale(const struct npnm_sparse_attn_params *p)
 {
@@ -80,6 +81,7 @@ static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *d
 	a->head_dim = p->head_dim;
 	a->group = p->group;
 	a->kv_dtype = p->kv_dtype;
+	a->flags = p->flags;
 	a->scale = attn_scale(p);
 	return NPNM_ST_OK;
 }
@@ -140,6 +142,7 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 		.group = a->group,
 		.kv_dtype = (enum nelssa_kv_dtype)a->kv_dtype,	/* same values */
 		.scale = a->scale,
+		.flags = a->flags,	/* same bits */
 	};
 	struct nelssa_attn_run run;
 
@@ -159,7 +162,7 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 uint32_t nfw_exec_attn(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nfw_isa isa,
 		       uint32_t item_begin, uint32_t item_end, struct nfw_scratch *scratch)
 {
-	nfw_attn_item_fn fn = nfw_attn_kernel(isa, desc->p.attn.head_dim);
+	nfw_attn_item_fn fn = nfw_attn_kernel(isa, desc->p.attn.head_dim, desc->p.attn.flags);
 	float *buf = nfw_scratch_get(scratch, NFW_ATTN_SCRATCH_BYTES);
 
 	if (!buf)

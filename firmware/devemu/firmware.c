@@ -190,6 +190,7 @@ static void write_header(struct fw *f)
 	h->kv_dtypes = htole32(NFW_KV_DTYPES);
 	h->max_head_dim = htole16(NFW_MAX_HEAD_DIM);
 	h->max_group = htole16(NFW_MAX_GROUP);
+	h->attn_flags = htole32(NFW_ATTN_FLAGS);
 	h->fw_state = htole32(NPNM_FW_READY);
 	f->sq = (struct npnm_devif_sqe *)(f->mem + sq_off);
 	f->cq = (struct npnm_devif_cqe *)(f->mem + cq_off);

@@ -97,32 +97,42 @@ enum nfw_isa nfw_attn_isa(enum nfw_isa isa, uint32_t head_dim)
 	isa = nfw_isa_resolve(isa);
 	if (!nfw_isa_supported(isa))
 		return NFW_ISA_SCALAR;
-	fn = nfw_attn_kernel(isa, head_dim);
+	fn = nfw_attn_kernel(isa, head_dim, 0);
 	return fn == nfw_attn_item_scalar ? NFW_ISA_SCALAR : isa;
+}
+
+uint64_t nfw_attn_peak_flags(enum nfw_isa isa, uint32_t head_dim, uint32_t group,
+			     uint8_t kv_dtype, uint32_t flags, uint64_t passes)
+{
+	nfw_attn_item_fn fn;
+
+	isa = nfw_isa_resolve(isa);
+	if (!nfw_isa_supported(isa) || !npnm_kv_known(kv_dtype) || (flags & ~NFW_ATTN_FLAGS))
+		return 0;
+	fn = nfw_attn_kernel(isa, head_dim, flags);
+#ifdef NFW_HAVE_AVX512
+	if (fn == nfw_attn_item_avx512)
+		return nfw_attn_item_avx512_peak(head_dim, group, kv_dtype, flags, passes);
+#endif
+#ifdef NFW_HAVE_AVX2
+	if (fn == nfw_attn_item_avx2)
+		return nfw_attn_item_avx2_peak(head_dim, group, kv_dtype, flags, passes);
+#endif
+#ifdef NFW_HAVE_NEON
+	if (fn == nfw_attn_item_neon)
+		return nfw_attn_item_neon_peak(head_dim, group, kv_dtype, flags, passes);
+#endif
+#ifdef NFW_HAVE_NEON_BF16
+	if (fn == nfw_attn_item_neon_bf16)
+		return nfw_attn_item_neon_bf16_peak(head_dim, group, kv_dtype, flags, passes);
+#endif
+	return peak_scalar(head_dim, group, passes);	/* the 16-bit mix for every type */
 }
 
 uint64_t nfw_attn_peak_kv(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
 			  uint64_t passes)
 {
-	nfw_attn_item_fn fn;
-
-	isa = nfw_isa_resolve(isa);
-	if (!nfw_isa_supported(isa) || !npnm_kv_known(kv_dtype))
-		return 0;
-	fn = nfw_attn_kernel(isa, head_dim);
-#ifdef NFW_HAVE_AVX512
-	if (fn == nfw_attn_item_avx512)
-		return nfw_attn_item_avx512_peak(head_dim, group, kv_dtype, passes);
-#endif
-#ifdef NFW_HAVE_AVX2
-	if (fn == nfw_attn_item_avx2)
-		return nfw_attn_item_avx2_peak(head_dim, group, kv_dtype, passes);
-#endif
-#ifdef NFW_HAVE_NEON
-	if (fn == nfw_attn_item_neon)
-		return nfw_attn_item_neon_peak(head_dim, group, kv_dtype, passes);
-#endif
-	return peak_scalar(head_dim, group, passes);	/* the 16-bit mix for every type */
+	return nfw_attn_peak_flags(isa, head_dim, group, kv_dtype, 0, passes);
 }
 
 uint64_t nfw_attn_peak(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint64_t passes)

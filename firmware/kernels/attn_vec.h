@@ -32,6 +32,8 @@
 #include <arm_neon.h>
 #endif
 
+#include <nelssa/half.h>
+
 #include "../fw_internal.h"
 #include "npnm_rules.h"
 
@@ -40,6 +42,15 @@
 #endif
 #ifndef NFW_FAR_PREFETCH
 #define NFW_FAR_PREFETCH 0
+#endif
+/*
+ * NFW_BF16_NATIVE: the including file is built with the ISA's bf16 dot
+ * product (Arm BFDOT), which NPNM_ATTN_F_BF16_DOTS over bf16 KV uses
+ * (KIND_BF16_DOT below); elsewhere that flag rounds the operands and
+ * keeps the binary32 FMAs.
+ */
+#ifndef NFW_BF16_NATIVE
+#define NFW_BF16_NATIVE 0
 #endif
 
 typedef float vf __attribute__((vector_size(VW * 4)));
@@ -250,10 +261,13 @@ static inline uint32_t deint(uint32_t i)
 	return base + (k & 1u) * VW + k / 2;
 }
 
-/* Where element @i of a row sits once widened: 8-bit rows keep their order. */
-static inline uint32_t perm(uint8_t kv_dtype, uint32_t i)
+/*
+ * Where element @i of a query or output row sits in the kernel: 8-bit rows
+ * and native bf16 dot products keep the natural order (@natural).
+ */
+static inline uint32_t perm(int natural, uint32_t i)
 {
-	return kv_dtype == NPNM_DTYPE_FP8_E4M3 || kv_dtype == NPNM_DTYPE_INT8 ? i : deint(i);
+	return natural ? i : deint(i);
 }
 
 /*
@@ -437,13 +451,15 @@ static inline uint32_t pf_slot(uint32_t row)
 /*
  * Kinds of KV element, one specialisation of every loop each: KIND_BF16,
  * KIND_FP16, then the tiled KIND_FP8 and KIND_INT8 (one byte each, with a
- * scale per NPNM_KV_QGROUP channels).
+ * scale per NPNM_KV_QGROUP channels), and with NFW_BF16_NATIVE the bf16
+ * rows of NPNM_ATTN_F_BF16_DOTS, which go to the ISA's bf16 dot product
+ * unwidened (KIND_BF16_DOT).
  */
-enum { KIND_BF16, KIND_FP16, KIND_FP8, KIND_INT8, KINDS };
+enum { KIND_BF16, KIND_FP16, KIND_FP8, KIND_INT8, KIND_BF16_DOT, KINDS };
 
 static inline uint32_t kind_bytes(int kind)
 {
-	return kind >= KIND_FP8 ? 1 : 2;
+	return kind == KIND_FP8 || kind == KIND_INT8 ? 1 : 2;
 }
 
 /* Elements @j .. @j + 2 * VW - 1 of row @p (scales @sc for a tiled kind). */
@@ -544,12 +560,76 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 		memcpy(&logit[(r0 + r) * NFW_TILE + t0], &lg[r * tb], tb * sizeof(float));
 }
 
+#if NFW_BF16_NATIVE
+/*
+ * logits_tokens() with BFDOT: the queries are bf16 in natural order (at
+ * @qp), each K row goes in unwidened, and one instruction takes 8
+ * products into 4 lanes -- lane i holds elements 2i and 2i + 1 of each 8
+ * -- so the lanes still sum to the dot product and fold_all() applies.
+ */
+_Static_assert(VW == 4, "BFDOT: 8 bf16 products into 4 fp32 lanes");
+static ALWAYS_INLINE void logits_bfdot(const float *qp, uint32_t d, const struct tile *t,
+				       uint32_t qb, uint32_t tb, uint32_t r0, uint32_t t0,
+				       float *logit)
+{
+	const uint16_t *qh = (const uint16_t *)(const void *)qp;
+	float32x4_t acc[VW];
+	float lg[VW] __attribute__((aligned(VW * 4)));
+	const uint16_t *kr[VW];
+	const uint8_t *pn[VW];
+
+#pragma GCC unroll 16
+	for (uint32_t i = 0; i < qb * tb; i++)
+		acc[i] = vdupq_n_f32(0.0f);
+#pragma GCC unroll 16
+	for (uint32_t u = 0; u < tb; u++) {
+		kr[u] = (const uint16_t *)(const void *)t->cur->k[t0 + u];
+		pn[u] = t->next->pf[t0 + u];
+	}
+	for (uint32_t j = 0; j < d; j += 8) {
+		bfloat16x8_t k[VW];
+
+#pragma GCC unroll 16
+		for (uint32_t u = 0; u < tb; u++) {
+			__builtin_prefetch(pn[u] + j * 2, 0, 3);
+			k[u] = vreinterpretq_bf16_u16(vld1q_u16(kr[u] + j));
+		}
+#pragma GCC unroll 16
+		for (uint32_t r = 0; r < qb; r++) {
+			bfloat16x8_t q = vreinterpretq_bf16_u16(vld1q_u16(qh + (size_t)(r0 + r) * d + j));
+
+#pragma GCC unroll 16
+			for (uint32_t u = 0; u < tb; u++)
+				acc[r * tb + u] = vbfdotq_f32(acc[r * tb + u], q, k[u]);
+		}
+	}
+	{
+		vf a[VW];
+
+#pragma GCC unroll 16
+		for (uint32_t i = 0; i < VW; i++)
+			a[i] = (vf)acc[i];
+		store(lg, fold_all(a));
+	}
+#pragma GCC unroll 16
+	for (uint32_t r = 0; r < qb; r++)
+		memcpy(&logit[(r0 + r) * NFW_TILE + t0], &lg[r * tb], tb * sizeof(float));
+}
+#endif
+
 /* Logits of the @qb query rows from @r0 against the whole tile. */
 static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct tile *t, int kind,
 				       uint32_t qb, uint32_t r0, float *logit)
 {
-	for (uint32_t t0 = 0; t0 < NFW_TILE; t0 += VW / qb)
+	for (uint32_t t0 = 0; t0 < NFW_TILE; t0 += VW / qb) {
+#if NFW_BF16_NATIVE
+		if (kind == KIND_BF16_DOT) {
+			logits_bfdot(qp, d, t, qb, VW / qb, r0, t0, logit);
+			continue;
+		}
+#endif
 		logits_tokens(qp, d, t, kind, qb, VW / qb, r0, t0, logit);
+	}
 }
 
 /*
@@ -561,13 +641,30 @@ static ALWAYS_INLINE void logits_block(const float *qp, uint32_t d, const struct
 #define RESCALE_SLACK 8.0f
 
 /*
+ * Each lane rounded to bfloat16 (to nearest, ties to even) and widened
+ * back; a NaN stays as it is (the carry could make a NaN of all-ones
+ * payload a zero).
+ */
+static inline vf bf16_round(vf x)
+{
+	vu u = (vu)x;
+	vu r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+
+	return blend((vi)(x == x), (vf)r, x);
+}
+
+/*
  * Online softmax of one row over the tile: logits past the tile's tokens
  * are -inf, the weights exp(logit - m) come from one vector exp per VW
  * tokens, and their sum is kept as a vector (*lv) so no tile pays a
- * horizontal sum.
+ * horizontal sum.  With @bf16 (NPNM_ATTN_F_BF16_DOTS) the sum takes the
+ * weights as computed and P.V their bf16 roundings, as FlashAttention
+ * casts P for its P.V product.  With @pairs (KIND_BF16_DOT) the bf16
+ * weights also go there as pairs of tokens 2i and 2i + 1 in one 32-bit
+ * word, the operand BFDOT takes in P.V.
  */
 static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *m, vf *lv,
-			float *o, uint32_t d)
+			float *o, uint32_t d, int bf16, uint32_t *pairs)
 {
 	vf x[NFW_TILE / VW];
 	vf mx = splat(-INFINITY);
@@ -594,9 +691,17 @@ static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *
 	for (uint32_t b = 0; b < NFW_TILE / VW; b++) {
 		vf w = vexp(x[b] - *m);
 
-		store(p + b * VW, w);
+		store(p + b * VW, bf16 ? bf16_round(w) : w);
 		*lv += w;
 	}
+	if (pairs)
+		for (uint32_t i = 0; i < NFW_TILE / 2; i++) {
+			uint32_t lo, hi;
+
+			memcpy(&lo, &p[2 * i], sizeof(lo));
+			memcpy(&hi, &p[2 * i + 1], sizeof(hi));
+			pairs[i] = lo >> 16 | (hi & 0xffff0000u);	/* exact: already bf16 */
+		}
 }
 
 /* P.V register blocks: rows x chunks of 2 * VW elements of the value row. */
@@ -646,11 +751,72 @@ static ALWAYS_INLINE void pv_block(float *op, const float *p, uint32_t d, const 
 			store(op + (size_t)(r0 + r) * d + j0 + c * VW, acc[r][c]);
 }
 
+#if NFW_BF16_NATIVE
+/*
+ * pv_block() with BFDOT: tokens go in pairs, the two V rows' chunks
+ * interleaved (zip) so that each 32-bit lane holds one channel of both,
+ * against the pair's bf16 weights (@p: the words softmax_row() put in
+ * @pairs, NFW_TILE of them per row); an odd last token pairs with the
+ * zero row past the tile and a zero weight.  The output stays in natural
+ * order, 2 * VW channels per chunk in two accumulators.
+ */
+static ALWAYS_INLINE void pv_bfdot(float *op, const float *p, uint32_t d, const struct tile *t,
+				   uint32_t r0, uint32_t rb, uint32_t j0, uint32_t jb)
+{
+	const uint32_t *pairs = (const uint32_t *)(const void *)p;
+	float32x4_t acc[PV_ROWS][2 * PV_CHUNKS];
+
+#pragma GCC unroll 8
+	for (uint32_t r = 0; r < rb; r++)
+#pragma GCC unroll 8
+		for (uint32_t c = 0; c < 2 * jb; c++)
+			acc[r][c] = vld1q_f32(op + (size_t)(r0 + r) * d + j0 + c * VW);
+	for (uint32_t u = 0; u < t->cur->n; u += 2) {
+		const uint16_t *va = (const uint16_t *)(const void *)t->cur->v[u];
+		const uint16_t *vb = (const uint16_t *)(const void *)t->cur->v[u + 1];
+
+#pragma GCC unroll 8
+		for (uint32_t c = 0; c < jb; c++) {
+			const uint32_t j = j0 + c * 2 * VW;
+			uint16x8_t a = vld1q_u16(va + j), b = vld1q_u16(vb + j);
+			bfloat16x8_t lo = vreinterpretq_bf16_u16(vzip1q_u16(a, b));
+			bfloat16x8_t hi = vreinterpretq_bf16_u16(vzip2q_u16(a, b));
+
+			pf_line(t, NFW_TILE + u, j * 2);
+			pf_line(t, NFW_TILE + u + 1, j * 2);
+#pragma GCC unroll 8
+			for (uint32_t r = 0; r < rb; r++) {
+				bfloat16x8_t w = vreinterpretq_bf16_u32(
+					vdupq_n_u32(pairs[(r0 + r) * NFW_TILE + u / 2]));
+
+				acc[r][2 * c] = vbfdotq_f32(acc[r][2 * c], lo, w);
+				acc[r][2 * c + 1] = vbfdotq_f32(acc[r][2 * c + 1], hi, w);
+			}
+		}
+	}
+#pragma GCC unroll 8
+	for (uint32_t r = 0; r < rb; r++)
+#pragma GCC unroll 8
+		for (uint32_t c = 0; c < 2 * jb; c++)
+			vst1q_f32(op + (size_t)(r0 + r) * d + j0 + c * VW, acc[r][c]);
+}
+#endif
+
 /* The rows of one P.V row block, full chunk blocks then single chunks. */
 static ALWAYS_INLINE void pv_rows(float *op, const float *p, uint32_t d, const struct tile *t,
 				  int kind, uint32_t r0, uint32_t rb)
 {
 	uint32_t j = 0;
+
+#if NFW_BF16_NATIVE
+	if (kind == KIND_BF16_DOT) {
+		for (; j + PV_CHUNKS * 2 * VW <= d; j += PV_CHUNKS * 2 * VW)
+			pv_bfdot(op, p, d, t, r0, rb, j, PV_CHUNKS);
+		for (; j < d; j += 2 * VW)
+			pv_bfdot(op, p, d, t, r0, rb, j, 1);
+		return;
+	}
+#endif
 
 	for (; j + PV_CHUNKS * 2 * VW <= d; j += PV_CHUNKS * 2 * VW)
 		pv_block(op, p, d, t, kind, r0, rb, j, PV_CHUNKS);
@@ -695,18 +861,27 @@ KIND_FNS(KIND_BF16)
 KIND_FNS(KIND_FP16)
 KIND_FNS(KIND_FP8)
 KIND_FNS(KIND_INT8)
+#if NFW_BF16_NATIVE
+KIND_FNS(KIND_BF16_DOT)
+#endif
 
 static const logits_fn logits_fns[KINDS][3] = {
 	{ logits_4_KIND_BF16, logits_2_KIND_BF16, logits_1_KIND_BF16 },
 	{ logits_4_KIND_FP16, logits_2_KIND_FP16, logits_1_KIND_FP16 },
 	{ logits_4_KIND_FP8, logits_2_KIND_FP8, logits_1_KIND_FP8 },
 	{ logits_4_KIND_INT8, logits_2_KIND_INT8, logits_1_KIND_INT8 },
+#if NFW_BF16_NATIVE
+	{ logits_4_KIND_BF16_DOT, logits_2_KIND_BF16_DOT, logits_1_KIND_BF16_DOT },
+#endif
 };
 static const pv_fn pv_fns[KINDS][2] = {
 	{ pv_4_KIND_BF16, pv_1_KIND_BF16 },
 	{ pv_4_KIND_FP16, pv_1_KIND_FP16 },
 	{ pv_4_KIND_FP8, pv_1_KIND_FP8 },
 	{ pv_4_KIND_INT8, pv_1_KIND_INT8 },
+#if NFW_BF16_NATIVE
+	{ pv_4_KIND_BF16_DOT, pv_1_KIND_BF16_DOT },
+#endif
 };
 
 /* One tile of up to NFW_TILE tokens folded into every query row's state. */
@@ -714,6 +889,9 @@ static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *
 				  const struct tile *t, int kind)
 {
 	const uint32_t d = a->head_dim, g = a->group;
+	/* KIND_BF16_DOT's weight pairs go where the row's logits were. */
+	uint32_t *pairs = kind == KIND_BF16_DOT ? (uint32_t *)(void *)s->logit : NULL;
+	const float *pv_in = pairs ? s->logit : s->p;
 	uint32_t r = 0;
 
 	for (; r + 4 <= g; r += 4)
@@ -726,11 +904,12 @@ static ALWAYS_INLINE void do_tile(struct kstate *s, const struct nfw_attn_args *
 		logits_fns[kind][2](s->qp, d, t, r, s->logit);
 	for (r = 0; r < g; r++)
 		softmax_row(s->logit + r * NFW_TILE, s->p + r * NFW_TILE, t->cur->n, a->scale, &s->m[r],
-			    &s->l[r], s->op + (size_t)r * d, d);
+			    &s->l[r], s->op + (size_t)r * d, d, a->flags & NPNM_ATTN_F_BF16_DOTS,
+			    pairs ? pairs + r * NFW_TILE : NULL);
 	for (r = 0; r + PV_ROWS <= g; r += PV_ROWS)
-		pv_fns[kind][0](s->op, s->p, d, t, r);
+		pv_fns[kind][0](s->op, pv_in, d, t, r);
 	for (; r < g; r++)
-		pv_fns[kind][1](s->op, s->p, d, t, r);
+		pv_fns[kind][1](s->op, pv_in, d, t, r);
 }
 
 /* Tiles prefetched ahead of the one computed. */
@@ -840,6 +1019,16 @@ static ALWAYS_INLINE void run_item(const struct nfw_attn_args *a, struct kstate 
 	}
 }
 
+/* Items of NPNM_ATTN_F_BF16_DOTS over bf16 KV where the ISA has the products. */
+static void run_native(const struct nfw_attn_args *a, struct kstate *s, const uint8_t *zero)
+{
+#if NFW_BF16_NATIVE
+	run_item(a, s, zero, KIND_BF16_DOT);
+#else
+	(void)a, (void)s, (void)zero;	/* never called: native is 0 */
+#endif
+}
+
 void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 {
 	const uint32_t d = a->head_dim, g = a->group;
@@ -850,17 +1039,32 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 	/* A zero row of any kind, [d] halves; read as scales it is zeros too. */
 	uint8_t *zero = (uint8_t *)(p + (size_t)g * NFW_TILE);
 	struct kstate s = { .qp = qp, .op = op, .logit = logit, .p = p };
+	const int bf16_dots = !!(a->flags & NPNM_ATTN_F_BF16_DOTS);
+	/* BFDOT takes bf16 KV as it is; other types are widened as always. */
+	const int native = NFW_BF16_NATIVE && bf16_dots && a->kv_dtype == NPNM_DTYPE_BF16;
+	const int natural = native || a->kv_dtype == NPNM_DTYPE_FP8_E4M3 ||
+			    a->kv_dtype == NPNM_DTYPE_INT8;
+	uint16_t *qh = (uint16_t *)(void *)qp;	/* native: bf16 queries */
 
 	memset(zero, 0, d * sizeof(uint16_t));
 	for (uint32_t r = 0; r < g; r++) {
 		for (uint32_t i = 0; i < d; i++) {
-			qp[(size_t)r * d + perm(a->kv_dtype, i)] = a->q[(size_t)r * d + i];
+			float x = a->q[(size_t)r * d + i];
+
+			if (native)
+				qh[(size_t)r * d + i] = nelssa_f32_to_bf16(x);
+			else
+				qp[(size_t)r * d + perm(natural, i)] =
+					bf16_dots ? nelssa_bf16_to_f32(nelssa_f32_to_bf16(x)) : x;
 			op[(size_t)r * d + i] = 0.0f;
 		}
 		s.m[r] = -INFINITY;
 		s.l[r] = splat(0.0f);
 	}
-	switch (a->kv_dtype) {
+	switch (native ? 0 : a->kv_dtype) {
+	case 0:	/* not a type: the native bf16 products */
+		run_native(a, &s, zero);
+		break;
 	case NPNM_DTYPE_FP16:
 		run_item(a, &s, zero, KIND_FP16);
 		break;
@@ -880,7 +1084,7 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 		/* A NaN logit makes a NaN state (o and LSE), never the empty one. */
 		a->lse[r] = l > 0.0f ? s.m[r] + logf(l) : isnan(l) ? l : -INFINITY;
 		for (uint32_t i = 0; i < d; i++)
-			a->o[(size_t)r * d + i] = op[(size_t)r * d + perm(a->kv_dtype, i)] / inv;
+			a->o[(size_t)r * d + i] = op[(size_t)r * d + perm(natural, i)] / inv;
 	}
 }
 
@@ -903,10 +1107,57 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 #endif
 #define PEAK_TOKENS 48u	/* a multiple of PEAK_ACC / qb for qb = 4, 2, 1 */
 
+#if NFW_BF16_NATIVE
+/*
+ * The BFDOT logit loop's mix (logits_bfdot()): per 8 KV elements one
+ * load, and per query row a load and one BFDOT; @q is read as bf16.
+ */
+static ALWAYS_INLINE void peak_bfdot(const float *q, const uint8_t *kv, uint32_t d, uint32_t qb,
+				     vf *sink)
+{
+	const uint32_t tb = PEAK_ACC / qb;
+	const uint16_t *qh = (const uint16_t *)(const void *)q;
+	const uint16_t *kh = (const uint16_t *)(const void *)kv;
+
+	for (uint32_t t0 = 0; t0 < PEAK_TOKENS; t0 += tb) {
+		float32x4_t acc[PEAK_ACC];
+
+#pragma GCC unroll 16
+		for (int i = 0; i < PEAK_ACC; i++)
+			acc[i] = vdupq_n_f32(0.0f);
+		for (uint32_t j = 0; j < d; j += 8) {
+			bfloat16x8_t k[PEAK_ACC];
+
+#pragma GCC unroll 16
+			for (uint32_t u = 0; u < tb; u++)
+				k[u] = vreinterpretq_bf16_u16(vld1q_u16(kh + (size_t)(t0 + u) * d + j));
+#pragma GCC unroll 16
+			for (uint32_t r = 0; r < qb; r++) {
+				bfloat16x8_t qv = vreinterpretq_bf16_u16(vld1q_u16(qh + (size_t)r * d + j));
+
+#pragma GCC unroll 16
+				for (uint32_t u = 0; u < tb; u++)
+					acc[r * tb + u] = vbfdotq_f32(acc[r * tb + u], qv, k[u]);
+			}
+		}
+#pragma GCC unroll 16
+		for (int i = 0; i < PEAK_ACC; i++)
+			*sink += (vf)acc[i];
+	}
+}
+#endif
+
 static ALWAYS_INLINE void peak_block(const float *q, const uint8_t *kv, const float *sc,
 				     uint32_t d, uint32_t qb, int kind, vf *sink)
 {
 	const uint32_t tb = PEAK_ACC / qb;
+
+#if NFW_BF16_NATIVE
+	if (kind == KIND_BF16_DOT) {
+		peak_bfdot(q, kv, d, qb, sink);
+		return;
+	}
+#endif
 
 	for (uint32_t t0 = 0; t0 < PEAK_TOKENS; t0 += tb) {
 		vf acc[PEAK_ACC];
@@ -966,6 +1217,10 @@ PEAK_FNS(0, KIND_FP8)
 PEAK_FNS(128, KIND_FP8)
 PEAK_FNS(0, KIND_INT8)
 PEAK_FNS(128, KIND_INT8)
+#if NFW_BF16_NATIVE
+PEAK_FNS(0, KIND_BF16_DOT)
+PEAK_FNS(128, KIND_BF16_DOT)
+#endif
 
 typedef void (*peak_fn)(const float *q, const uint8_t *kv, const float *sc, uint32_t d,
 			vf *sink);
@@ -982,17 +1237,24 @@ static const peak_fn peak_table[KINDS][4][3] = {
 		       PEAK_ROWS(128, KIND_FP8), PEAK_ROWS(0, KIND_FP8) },
 	[KIND_INT8] = { PEAK_ROWS(0, KIND_INT8), PEAK_ROWS(0, KIND_INT8),
 			PEAK_ROWS(128, KIND_INT8), PEAK_ROWS(0, KIND_INT8) },
+#if NFW_BF16_NATIVE
+	[KIND_BF16_DOT] = { PEAK_ROWS(0, KIND_BF16_DOT), PEAK_ROWS(0, KIND_BF16_DOT),
+			    PEAK_ROWS(128, KIND_BF16_DOT), PEAK_ROWS(0, KIND_BF16_DOT) },
+#endif
 };
 
 #define PEAK_NAME_(fn) fn##_peak
 #define PEAK_NAME(fn) PEAK_NAME_(fn)
 
-uint64_t PEAK_NAME(NFW_VEC_FN)(uint32_t d, uint32_t g, uint8_t kv_dtype, uint64_t passes)
+uint64_t PEAK_NAME(NFW_VEC_FN)(uint32_t d, uint32_t g, uint8_t kv_dtype, uint32_t flags,
+			       uint64_t passes)
 {
 	uint8_t kv[2 * PEAK_TOKENS * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 24 KiB */
 	float q[NFW_MAX_GROUP * NFW_MAX_HEAD_DIM] __attribute__((aligned(64)));	/* 16 KiB */
 	float sc[NFW_MAX_HEAD_DIM / NPNM_KV_QGROUP];
-	const int kind = kv_dtype == NPNM_DTYPE_BF16 ? KIND_BF16 :
+	const int native = NFW_BF16_NATIVE && (flags & NPNM_ATTN_F_BF16_DOTS) &&
+			   kv_dtype == NPNM_DTYPE_BF16;
+	const int kind = native ? KIND_BF16_DOT : kv_dtype == NPNM_DTYPE_BF16 ? KIND_BF16 :
 			 kv_dtype == NPNM_DTYPE_FP16 ? KIND_FP16 :
 			 kv_dtype == NPNM_DTYPE_FP8_E4M3 ? KIND_FP8 : KIND_INT8;
 	const peak_fn *fns;
@@ -1004,8 +1266,8 @@ uint64_t PEAK_NAME(NFW_VEC_FN)(uint32_t d, uint32_t g, uint8_t kv_dtype, uint64_
 		return 0;
 	/* Values in [1, 1.5) or so in every kind, scales 1/64: no denormals, no NaN. */
 	for (uint32_t i = 0; i < PEAK_TOKENS * d; i++) {
-		if (kind == KIND_BF16 || kind == KIND_FP16) {
-			uint16_t h = (uint16_t)((kind == KIND_BF16 ? 0x3f80u : 0x3c00u) + i % 64u);
+		if (kind == KIND_BF16 || kind == KIND_BF16_DOT || kind == KIND_FP16) {
+			uint16_t h = (uint16_t)((kind == KIND_FP16 ? 0x3c00u : 0x3f80u) + i % 64u);
 
 			memcpy(kv + 2 * i, &h, 2);
 		} else {

@@ -261,6 +261,7 @@ static int sim_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 	info->kv_dtypes = NFW_KV_DTYPES;
 	info->max_head_dim = NFW_MAX_HEAD_DIM;
 	info->max_group = NFW_MAX_GROUP;
+	info->attn_flags = NFW_ATTN_FLAGS;
 	return 0;
 }
 

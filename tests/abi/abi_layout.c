@@ -33,7 +33,7 @@ OFF(npnm_info, max_inflight, 48);
 OFF(npnm_info, kv_dtypes, 52);
 OFF(npnm_info, max_head_dim, 56);
 OFF(npnm_info, max_group, 58);
-OFF(npnm_info, pad, 60);
+OFF(npnm_info, attn_flags, 60);
 OFF(npnm_info, reserved, 64);
 
 SIZE(npnm_mem_alloc, 48);
@@ -158,6 +158,7 @@ OFF(npnm_devif_hdr, opcodes, 64);
 OFF(npnm_devif_hdr, fw_state, 80);
 OFF(npnm_devif_hdr, heartbeat, 88);
 OFF(npnm_devif_hdr, reset_epoch, 96);
+OFF(npnm_devif_hdr, attn_flags, 100);
 OFF(npnm_devif_hdr, sq_tail, 128);
 OFF(npnm_devif_hdr, cq_head, 132);
 OFF(npnm_devif_hdr, sq_head, 192);

@@ -26,7 +26,7 @@ if ! command -v clang >/dev/null 2>&1 || ! command -v ld.lld >/dev/null 2>&1 ||
 fi
 mkdir -p "$out"
 # driver/ for npnm_rules.h, the command rules the firmware shares with the driver.
-flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -I$src/uapi -I$src/driver \
+flags="-std=c11 -O2 -Wall -Wextra -Werror -DNFW_HAVE_NEON -DNFW_HAVE_NEON_BF16 -I$src/uapi -I$src/driver \
 -I$src/firmware/include -I$src/runtime/include"
 objs=""
 for f in "$src"/firmware/*.c "$src"/firmware/kernels/attn_peak.c "$src"/runtime/numeric/*.c \
@@ -37,8 +37,25 @@ for f in "$src"/firmware/*.c "$src"/firmware/kernels/attn_peak.c "$src"/runtime/
 	$cc $flags -DNELSSA_VERSION_STRING='"cross"' -c "$f" -o "$o" 2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
 	objs="$objs $o"
 done
-$cc $flags -ffp-contract=fast -c "$src/firmware/kernels/attn_neon.c" -o "$out/attn_neon.o" \
-	2>>"$out/build.log" || { cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
-$cc -fuse-ld=lld -static -o "$out/neon_check" $objs "$out/attn_neon.o" -lm -lpthread 2>>"$out/build.log" ||
+for k in attn_neon attn_neon_bf16; do
+	march=""
+	[ "$k" = attn_neon_bf16 ] && march="-march=armv8.2-a+bf16"
+	$cc $flags $march -ffp-contract=fast -c "$src/firmware/kernels/$k.c" -o "$out/$k.o" \
+		2>>"$out/build.log" ||
+		{ cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross build"; exit 1; }
+done
+$cc -fuse-ld=lld -static -o "$out/neon_check" $objs "$out/attn_neon.o" "$out/attn_neon_bf16.o" \
+	-lm -lpthread 2>>"$out/build.log" ||
 	{ cat "$out/build.log"; echo "1..1"; echo "not ok 1 - cross link"; exit 1; }
-exec "$qemu" "$out/neon_check"
+# Twice: on qemu's "max" CPU, which has BF16 (BFDOT), and on a Neoverse N1,
+# which has not, where NPNM_ATTN_F_BF16_DOTS must take the plain NEON kernel.
+# One TAP stream: the second run numbers on from the first, the plan last.
+"$qemu" "$out/neon_check" --no-plan >"$out/with-bf16.tap" 2>&1
+rc=$?
+n=$(grep -cE '^(not )?ok ' "$out/with-bf16.tap")
+"$qemu" -cpu neoverse-n1 "$out/neon_check" --no-plan --without-bf16 --first $((n + 1)) \
+	>"$out/without-bf16.tap" 2>&1 || rc=1
+m=$(grep -cE '^(not )?ok ' "$out/without-bf16.tap")
+cat "$out/with-bf16.tap" "$out/without-bf16.tap"
+echo "1..$((n + m))"
+exit $rc

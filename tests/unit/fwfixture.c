@@ -136,7 +136,7 @@ void fx_finish(struct fx *f)
 	f->cmd.op[NPNM_ATTN_OUT] = (struct npnm_operand){ 1, 0, out_off(f), f->out_used };
 	f->cmd.p.attn = (struct npnm_sparse_attn_params){
 		.nr_items = f->nr_items, .head_dim = (uint16_t)f->d, .group = (uint8_t)f->g,
-		.kv_dtype = f->dtype, .scale_f32 = nelssa_f32_bits(f->scale),
+		.kv_dtype = f->dtype, .scale_f32 = nelssa_f32_bits(f->scale), .flags = f->flags,
 	};
 }
 
@@ -147,7 +147,8 @@ int fx_check(const struct fx *f, uint32_t i, const char *what)
 	const uint8_t *out = f->mem.base + out_off(f);
 	const struct npnm_cluster *table = (const struct npnm_cluster *)(kv + it->table);
 	const uint32_t *sel = (const uint32_t *)(in + it->sel);
-	struct nelssa_attn_geom g = { f->d, f->g, (enum nelssa_kv_dtype)f->dtype, f->scale, 0 };
+	struct nelssa_attn_geom g = { f->d, f->g, (enum nelssa_kv_dtype)f->dtype, f->scale,
+				      f->flags };
 	const uint16_t *k = (const uint16_t *)(kv + it->k), *v = (const uint16_t *)(kv + it->v);
 	uint32_t *tok = tu_alloc(sizeof(uint32_t) * (it->n_tokens + 1));
 	float *kf = NULL, *vf = NULL;

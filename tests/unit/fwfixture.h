@@ -24,6 +24,7 @@ struct fx {
 	struct npnm_cmd cmd;
 	uint32_t d, g, nr_items;
 	uint8_t dtype;
+	uint32_t flags;		/* NPNM_ATTN_F_*, 0 from fx_init() */
 	float scale;
 	struct fx_item it[FX_MAX_ITEMS];
 	uint64_t kv_used, in_used, out_used;

@@ -264,6 +264,49 @@ static void attn_tiled(void **state)
 }
 
 /*
+ * NPNM_ATTN_F_BF16_DOTS on every ISA and KV type, against float64 over the
+ * bf16-rounded queries with the weights' rounding in the bound
+ * (tu_attn_tol()).  The same outputs must fail the binary32 reference:
+ * a kernel that ignored the flag would pass the first check alone.
+ */
+static void attn_bf16_dots(void **state)
+{
+	static const uint8_t types[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_FP16, NPNM_DTYPE_FP8_E4M3,
+					 NPNM_DTYPE_INT8 };
+
+	(void)state;
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		for (unsigned int t = 0; t < sizeof(types); t++) {
+			struct tu_rng rng;
+			struct fx f;
+			int unrounded_fails = 0;
+			char what[64];
+
+			tu_rng_for(&rng, __func__, (uint64_t)isa * 10 + t);
+			fx_init(&f, 16ull << 20, t ? 128 : 64, 4 + t, types[t]);
+			f.flags = NPNM_ATTN_F_BF16_DOTS;
+			fx_add_item(&f, &rng, 2500, 24, 300);
+			fx_add_item(&f, &rng, 333, 5, 1000);
+			fx_add_item(&f, &rng, 17, 3, 1000);
+			fx_finish(&f);
+			run_ok(&f, (enum nfw_isa)isa);
+			for (uint32_t i = 0; i < 3; i++) {
+				snprintf(what, sizeof(what), "%s type %u item %u bf16 dots",
+					 nfw_isa_name(isa), types[t], i);
+				assert_int_equal(fx_check(&f, i, what), 0);
+			}
+			f.flags = 0;
+			for (uint32_t i = 0; i < 3; i++)
+				unrounded_fails += fx_check(&f, i, "binary32 reference (must fail)") != 0;
+			assert_int_equal(unrounded_fails, 3);
+			fx_free(&f);
+		}
+	}
+}
+
+/*
  * Every E4M3 and int8 code through every ISA's load path: the codes of a
  * quantised store are overwritten with all 254 finite E4M3 codes (all 256
  * int8 ones) in turn, subnormals and both zeros included, scales kept.
@@ -396,7 +439,7 @@ static void attn_writes_only_outputs(void **state)
  * @ns ids @sel put beside them, outputs at 9 MiB (o, then the LSEs), run
  * on the best ISA here.
  */
-static void run_one_item(struct fx *f, uint8_t dtype, uint64_t store, uint64_t v_off,
+static void one_item_cmd(struct fx *f, uint8_t dtype, uint64_t store, uint64_t v_off,
 			 uint64_t table_off, uint32_t nr_tokens, uint32_t nr_clusters,
 			 const uint32_t *sel, uint32_t ns)
 {
@@ -417,7 +460,69 @@ static void run_one_item(struct fx *f, uint8_t dtype, uint64_t store, uint64_t v
 	f->cmd.p.attn = (struct npnm_sparse_attn_params){
 		.nr_items = 1, .head_dim = (uint16_t)f->d, .group = (uint8_t)f->g, .kv_dtype = dtype,
 	};
+}
+
+static void run_one_item(struct fx *f, uint8_t dtype, uint64_t store, uint64_t v_off,
+			 uint64_t table_off, uint32_t nr_tokens, uint32_t nr_clusters,
+			 const uint32_t *sel, uint32_t ns)
+{
+	one_item_cmd(f, dtype, store, v_off, table_off, nr_tokens, nr_clusters, sel, ns);
 	run_ok(f, nfw_isa_resolve(NFW_ISA_AUTO));
+}
+
+/*
+ * The weights P.V sees are bf16, their sum is not: two tokens, a zero V
+ * row under logit 0 and a V row of ones under logit c = bf16(-0.3571),
+ * so every output is exactly w' / (1 + w) with w = e^c in binary32 and w'
+ * its bf16 rounding, which differs from w / (1 + w) by 3.5e-4 relative.
+ */
+static void attn_bf16_weights_rounded(void **state)
+{
+	(void)state;
+	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+		const uint32_t d = 64, g = 2;
+		struct fx f;
+		uint16_t *k, *v;
+		struct npnm_cluster *tab;
+		uint32_t sel = 0;
+		float *q, *o, *lse, c, w, w16, want;
+
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		fx_init(&f, 16ull << 20, d, g, NPNM_DTYPE_BF16);
+		k = (uint16_t *)(f.mem.base + (1ull << 20));
+		v = k + 2 * d;
+		tab = (struct npnm_cluster *)(v + 2 * d);
+		q = (float *)(f.mem.base + (8ull << 20));
+		c = nelssa_bf16_to_f32(nelssa_f32_to_bf16(-0.3571f));
+		for (uint32_t i = 0; i < d; i++) {
+			k[i] = k[d + i] = v[i] = 0;
+			v[d + i] = nelssa_f32_to_bf16(1.0f);
+		}
+		k[d] = nelssa_f32_to_bf16(1.0f);
+		*tab = (struct npnm_cluster){ 0, 2 };
+		for (uint32_t r = 0; r < g; r++)
+			for (uint32_t i = 0; i < d; i++)
+				q[r * d + i] = i ? 0.25f : -0.3571f;	/* rounds to c */
+		one_item_cmd(&f, NPNM_DTYPE_BF16, 1ull << 20, 2 * d * 2, 4 * d * 2, 2, 1, &sel, 1);
+		f.cmd.p.attn.flags = NPNM_ATTN_F_BF16_DOTS;
+		f.cmd.p.attn.scale_f32 = nelssa_f32_bits(1.0f);
+		run_ok(&f, (enum nfw_isa)isa);
+		o = (float *)(f.mem.base + (9ull << 20));
+		lse = o + g * d;
+		w = expf(c);
+		w16 = nelssa_bf16_to_f32(nelssa_f32_to_bf16(w));
+		want = w16 / (1.0f + w);
+		assert_true(fabsf(w / (1.0f + w) - want) > 2e-4f * want);
+		for (uint32_t r = 0; r < g; r++) {
+			assert_true(fabsf(lse[r] - log1pf(w)) <= 4e-7f);
+			for (uint32_t i = 0; i < d; i++)
+				if (!(fabsf(o[r * d + i] - want) <= 4e-7f))
+					fail_msg("%s o[%u][%u] %.9g, want %.9g", nfw_isa_name(isa), r, i,
+						 o[r * d + i], want);
+		}
+		fx_free(&f);
+	}
 }
 
 /*
@@ -859,7 +964,7 @@ int main(void)
 	static char names[3 * 10][32];
 	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
 	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 3, 4, 6, 8 };
-	struct CMUnitTest tests[3 * 10 + 15];
+	struct CMUnitTest tests[3 * 10 + 17];
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++)
@@ -880,6 +985,8 @@ int main(void)
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_fp16);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled_all_codes);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_dots);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_weights_rounded);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_writes_only_outputs);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_then_attn);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_tiled_then_attn);

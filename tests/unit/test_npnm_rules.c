@@ -60,7 +60,7 @@ static const struct want WANT[NPNM_OP_MAX] = {
 			(1u << NPNM_ATTN_OUT),
 		{ [NPNM_ATTN_ITEMS] = NPNM_ACCESS_READ, [NPNM_ATTN_KV] = NPNM_ACCESS_READ,
 		  [NPNM_ATTN_IN] = NPNM_ACCESS_READ, [NPNM_ATTN_OUT] = NPNM_ACCESS_WRITE },
-		{ FIELD(struct npnm_sparse_attn_params, flags, 0, "p.attn.flags"),
+		{ FIELD(struct npnm_sparse_attn_params, flags, NPNM_ATTN_F_BF16_DOTS, "p.attn.flags"),
 		  FIELD(struct npnm_sparse_attn_params, reserved, 0, "p.attn.reserved") },
 		2,
 	},
@@ -173,6 +173,9 @@ static int param_bit_allowed(unsigned int op, size_t k, unsigned int bit,
 		*field = f;
 		if (op == NPNM_OP_KV_WRITE && f->off == offsetof(struct npnm_kv_write_params, flags))
 			((struct npnm_kv_write_params *)(void *)image)->flags = NPNM_KV_F_SCATTER;
+		if (op == NPNM_OP_SPARSE_ATTN &&
+		    f->off == offsetof(struct npnm_sparse_attn_params, flags))
+			((struct npnm_sparse_attn_params *)(void *)image)->flags = NPNM_ATTN_F_BF16_DOTS;
 		return (image[k] >> bit) & 1;
 	}
 	return 1;

@@ -98,7 +98,8 @@ enum npnm_kv_dtype {
  * @max_head_dim: Out. Largest head dimension SPARSE_ATTN/KV_WRITE accept.
  * @max_group: Out. Largest GQA group (query rows per work item); 0 on a
  *	device that runs no attention.
- * @pad: Out. Zero.
+ * @attn_flags: Out. The NPNM_ATTN_F_* bits SPARSE_ATTN accepts; a device
+ *	(or a driver) older than a bit reports it clear.
  * @reserved: Out. Zero.
  */
 struct npnm_info {
@@ -114,7 +115,7 @@ struct npnm_info {
 	__u32 kv_dtypes;	/* 52 */
 	__u16 max_head_dim;	/* 56 */
 	__u16 max_group;	/* 58 */
-	__u32 pad;		/* 60 */
+	__u32 attn_flags;	/* 60 */
 	__u64 reserved[4];	/* 64 */
 };				/* 96 */
 
@@ -266,7 +267,8 @@ struct npnm_kv_write_params {
  * @kv_dtype: enum npnm_kv_dtype of the K and V rows.
  * @scale_f32: IEEE binary32 bit pattern of the softmax scale, positive and
  *	finite; 0 selects 1/sqrt(@head_dim).
- * @flags: Must be zero.
+ * @flags: NPNM_ATTN_F_* bits the device reports in &npnm_info.attn_flags;
+ *	any other bit is refused (NPNM_ST_BAD_RESERVED).
  * @reserved: Must be zero.
  */
 struct npnm_sparse_attn_params {
@@ -278,6 +280,18 @@ struct npnm_sparse_attn_params {
 	__u32 flags;		/* 12 */
 	__u64 reserved;		/* 16 */
 };				/* 24 */
+
+/*
+ * The GPU kernels' dot-product numerics (FlashAttention's): each query
+ * element and each softmax weight is rounded to bfloat16 (to nearest, ties
+ * to even) before it multiplies a K or V element; products and sums stay
+ * binary32, and the weights' sum (the LSE's and the divisor's) is taken
+ * from the unrounded weights.  It lets a device use native bf16 dot
+ * products (Arm BFDOT, x86 VDPBF16PS) for twice the products per
+ * instruction.  Documentation/numeric-conventions.rst has the error it
+ * adds; without the bit every product has binary32 operands.
+ */
+#define NPNM_ATTN_F_BF16_DOTS	_BITUL(0)
 
 /**
  * struct npnm_attn_item - one SPARSE_ATTN work item (in device memory).

@@ -43,7 +43,9 @@ static inline void nfw_cpu_relax(void)
 #define NFW_KV_DTYPES ((1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16) | \
 		       (1u << NPNM_DTYPE_FP8_E4M3) | (1u << NPNM_DTYPE_INT8))
 #define NFW_MAX_GROUP 16u
-#define NFW_FW_VERSION ((1u << 16) | 0u)	/* interface 1.0 */
+/* SPARSE_ATTN flags this firmware accepts (&npnm_info.attn_flags). */
+#define NFW_ATTN_FLAGS NPNM_ATTN_F_BF16_DOTS
+#define NFW_FW_VERSION ((1u << 16) | 1u)	/* interface 1.1: NPNM_ATTN_F_BF16_DOTS */
 
 /**
  * enum nfw_isa - SPARSE_ATTN implementation.
@@ -93,6 +95,15 @@ uint64_t nfw_attn_peak(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint
  */
 uint64_t nfw_attn_peak_kv(enum nfw_isa isa, uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
 			  uint64_t passes);
+/*
+ * nfw_attn_peak_kv() of the kernel SPARSE_ATTN @flags select: with
+ * NPNM_ATTN_F_BF16_DOTS over bf16 KV on a CPU with native bf16 dot
+ * products (Arm BF16) the BFDOT mix, else the same ceiling as without
+ * the flag (the rounding costs nothing in the logit loop).  0 for a flag
+ * this firmware does not take.
+ */
+uint64_t nfw_attn_peak_flags(enum nfw_isa isa, uint32_t head_dim, uint32_t group,
+			     uint8_t kv_dtype, uint32_t flags, uint64_t passes);
 /* The ISA whose SPARSE_ATTN kernel @isa really runs at @head_dim (scalar where it cannot tile). */
 enum nfw_isa nfw_attn_isa(enum nfw_isa isa, uint32_t head_dim);
 

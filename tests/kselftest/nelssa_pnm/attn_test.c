@@ -5,7 +5,8 @@
  * data each run, KV placed head-wise across the devices in NPNM_ATTN_DEVS
  * (head h on device h % n), submitted through the ioctl on some devices and
  * io_uring on the others, every output compared with float64 attention
- * computed here.
+ * computed here.  Once with binary32 products and once with
+ * NPNM_ATTN_F_BF16_DOTS, whose reference rounds the queries to bf16.
  */
 #define _GNU_SOURCE
 #include <liburing.h>
@@ -26,6 +27,8 @@
 #define MAXDEV 4
 /* fp32 accumulation over 208 tokens errs near 1e-6; a bug errs near 1. */
 #define TOL 0.0001
+/* P.V's bf16 weights, each within 2^-9 relative, move o by 2^-9 max|v| (|v| <= 2), twice for margin. */
+#define TOL_BF16_O (TOL + 2.0 * 2.0 / 512.0)
 
 static __u64 rng_state;
 
@@ -112,7 +115,7 @@ static struct npnm_attn_item place_head(__u8 *m, int n, int h)
 	};
 }
 
-static struct npnm_cmd attn_cmd(__u32 handle, int nr_items)
+static struct npnm_cmd attn_cmd(__u32 handle, int nr_items, __u32 flags)
 {
 	struct npnm_cmd c;
 
@@ -124,6 +127,7 @@ static struct npnm_cmd attn_cmd(__u32 handle, int nr_items)
 	c.op[NPNM_ATTN_OUT] = (struct npnm_operand){ handle, 0, OUT_OFF, REGION - OUT_OFF };
 	c.p.attn = (struct npnm_sparse_attn_params){
 		.nr_items = nr_items, .head_dim = D, .group = G, .kv_dtype = NPNM_DTYPE_BF16,
+		.flags = flags,
 	};
 	return c;
 }
@@ -155,10 +159,12 @@ static int exec_uring(int fd, const struct npnm_cmd *c, __u32 *status)
 }
 
 /*
- * float64 attention of head @h, row @r over the selected clusters; the
- * largest error of @o (fp32 [D]) and of @lse.
+ * float64 attention of head @h, row @r over the selected clusters, the
+ * queries rounded to bf16 where @flags asks; the largest error of @o
+ * (fp32 [D]) and of @lse.
  */
-static void reference(int h, int r, const float *o, float lse, double *err_o, double *err_l)
+static void reference(int h, int r, __u32 flags, const float *o, float lse, double *err_o,
+		      double *err_l)
 {
 	const double scale = 1.0 / sqrt((double)D);
 	double mx = -INFINITY, sum = 0.0, ref[D] = { 0 }, logit[NSEL * CLUSTER];
@@ -170,7 +176,8 @@ static void reference(int h, int r, const float *o, float lse, double *err_o, do
 			double acc = 0.0;
 
 			for (int i = 0; i < D; i++)
-				acc += (double)q[h][r][i] * from_bf16(kt[i]);
+				acc += (flags & NPNM_ATTN_F_BF16_DOTS ? from_bf16(to_bf16(q[h][r][i])) :
+					(double)q[h][r][i]) * from_bf16(kt[i]);
 			logit[n] = acc * scale;
 			mx = fmax(mx, logit[n]);
 		}
@@ -190,7 +197,8 @@ static void reference(int h, int r, const float *o, float lse, double *err_o, do
 	*err_l = fabs(lse - (mx + log(sum))) / (1.0 + fabs(mx));
 }
 
-TEST(head_wise_over_devices)
+/* The layer over the devices in NPNM_ATTN_DEVS, SPARSE_ATTN with @flags. */
+static void layer(struct __test_metadata *_metadata, __u32 flags)
 {
 	const char *env = getenv("NPNM_ATTN_DEVS");
 	char list[256], *save = NULL, *tok;
@@ -214,6 +222,13 @@ TEST(head_wise_over_devices)
 		ASSERT_NE(MAP_FAILED, maps[ndev]);
 	}
 	ASSERT_LE(2, ndev);
+	for (int dv = 0; dv < ndev; dv++) {
+		struct npnm_info info;
+
+		ASSERT_EQ(0, npnm_ioctl(fds[dv], NPNM_IOC_GET_INFO, &info));
+		/* Our firmware takes every flag it defines. */
+		ASSERT_EQ(NPNM_ATTN_F_BF16_DOTS, info.attn_flags);
+	}
 	make_layer();
 
 	for (int dv = 0; dv < ndev; dv++) {
@@ -225,7 +240,7 @@ TEST(head_wise_over_devices)
 		/* Head-wise placement: head h lives on device h % ndev. */
 		for (int h = dv; h < HEADS; h += ndev, n++)
 			items[n] = place_head(maps[dv], n, h);
-		c = attn_cmd(ma[dv].handle, n);
+		c = attn_cmd(ma[dv].handle, n, flags);
 		/* Even devices through the ioctl, odd ones through io_uring. */
 		ASSERT_EQ(0, dv % 2 == 0 ? npnm_exec(fds[dv], &c, &status) :
 					   exec_uring(fds[dv], &c, &status));
@@ -237,8 +252,8 @@ TEST(head_wise_over_devices)
 			for (int r = 0; r < G; r++) {
 				double err_o, err_l;
 
-				reference(h, r, o + r * D, o[G * D + r], &err_o, &err_l);
-				EXPECT_GT(TOL, err_o);
+				reference(h, r, flags, o + r * D, o[G * D + r], &err_o, &err_l);
+				EXPECT_GT(flags ? TOL_BF16_O : TOL, err_o);
 				EXPECT_GT(TOL, err_l);
 			}
 		}
@@ -247,6 +262,82 @@ TEST(head_wise_over_devices)
 		munmap(maps[dv], REGION);
 		close(fds[dv]);
 	}
+}
+
+TEST(head_wise_over_devices)
+{
+	layer(_metadata, 0);
+}
+
+TEST(head_wise_bf16_dots)
+{
+	layer(_metadata, NPNM_ATTN_F_BF16_DOTS);
+}
+
+/*
+ * That the card applies the flag, not merely accepts it: two tokens, a zero
+ * V row under logit 0 and a V row of ones under logit c = bf16(-0.3571),
+ * so every output is w' / (1 + w) with w = e^c and w' its bf16 rounding --
+ * 3.5e-4 relative from the w / (1 + w) of binary32 products.
+ */
+TEST(bf16_dots_round_the_weights)
+{
+	const char *env = getenv("NPNM_ATTN_DEVS");
+	char dev[64], *colon;
+	struct npnm_mem_alloc ma;
+	struct npnm_attn_item *it;
+	struct npnm_cmd c;
+	__u16 *kv;
+	float *q, *o, cq, w, w16, want;
+	__u32 status = 0;
+	__u8 *m;
+	int fd;
+
+	if (!env)
+		SKIP(return, "NPNM_ATTN_DEVS not set");
+	snprintf(dev, sizeof(dev), "%s", env);
+	colon = strchr(dev, ':');
+	if (colon)
+		*colon = 0;
+	fd = open(dev, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, npnm_alloc(fd, REGION, &ma));
+	m = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED, fd, ma.mmap_offset);
+	ASSERT_NE(MAP_FAILED, m);
+	memset(m, 0, REGION);
+	kv = (__u16 *)(m + KV_OFF);	/* K rows 0, 1; V rows 0, 1; the table */
+	kv[D] = to_bf16(1.0f);
+	for (int i = 0; i < D; i++)
+		kv[3 * D + i] = to_bf16(1.0f);
+	((struct npnm_cluster *)(kv + 4 * D))[0] = (struct npnm_cluster){ 0, 2 };
+	q = (float *)(m + IN_OFF);
+	for (int r = 0; r < G; r++)
+		for (int i = 0; i < D; i++)
+			q[r * D + i] = i ? 0.25f : -0.3571f;
+	/* The selection (cluster 0) is the zero word after the queries. */
+	it = (struct npnm_attn_item *)m;
+	*it = (struct npnm_attn_item){
+		.k_off = 0, .v_off = 2 * D * 2, .table_off = 4 * D * 2, .q_off = 0,
+		.sel_off = G * D * 4, .o_off = 0, .lse_off = G * D * 4, .nr_tokens = 2,
+		.nr_clusters = 1, .nr_sel = 1,
+	};
+	c = attn_cmd(ma.handle, 1, NPNM_ATTN_F_BF16_DOTS);
+	c.p.attn.scale_f32 = 0x3f800000;	/* 1.0 */
+	ASSERT_EQ(0, npnm_exec(fd, &c, &status));
+	ASSERT_EQ(NPNM_ST_OK, status);
+	cq = (float)from_bf16(to_bf16(-0.3571f));
+	w = expf(cq);
+	w16 = (float)from_bf16(to_bf16(w));
+	want = w16 / (1.0f + w);
+	ASSERT_LT(2e-4f * want, fabsf(w / (1.0f + w) - want));
+	o = (float *)(m + OUT_OFF);
+	for (int r = 0; r < G; r++) {
+		EXPECT_GT(4e-7f, fabsf(o[G * D + r] - log1pf(w)));
+		for (int i = 0; i < D; i++)
+			EXPECT_GT(4e-7f, fabsf(o[r * D + i] - want));
+	}
+	munmap(m, REGION);
+	close(fd);
 }
 
 TEST_HARNESS_MAIN
