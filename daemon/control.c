@@ -114,6 +114,11 @@ static void create_reserve(struct nelssad *nd, struct nd_job *j)
 			return fail(j, -EOPNOTSUPP, "device %u does not read KV type %u (it "
 				    "reads the types of mask 0x%x)", d, m->u.create.shape.kv_dtype,
 				    nd->dev[d].info.kv_dtypes);
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		if (m->u.create.shape.attn_flags & ~nd->dev[d].info.attn_flags)
+			return fail(j, -EOPNOTSUPP, "device %u does not take attention flags 0x%x "
+				    "(it takes 0x%x: bf16 dot products need firmware 1.1)", d,
+				    m->u.create.shape.attn_flags, nd->dev[d].info.attn_flags);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return fail(j, -ENOMEM, "out of memory");

@@ -20,9 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nelssa/attention.h>
 #include <nelssa/lse.h>
 
 #include "nelssad.h"
+
+_Static_assert(NELSSA_ATTN_BF16_DOTS == NPNM_ATTN_F_BF16_DOTS, "a session's attention flags");
 
 /*
  * A send UCX holds until it is done with it (send_done()): the header --
@@ -471,6 +474,7 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, struct nd_ep *e, con
 			.head_dim = s->shape.head_dim,
 			.group = (uint8_t)s->group,
 			.kv_dtype = s->shape.kv_dtype,
+			.flags = s->shape.attn_flags,	/* NELSSA_ATTN_* are NPNM_ATTN_F_* */
 		};
 submit:
 		n = nelssa_pnm_submit(nd->dev[d].pnm, &cmd, 1, NULL);

@@ -39,6 +39,7 @@ See Documentation/python.rst for a worked example.
 """
 
 from nelssa._nelssa import (  # noqa: F401
+    ATTN_BF16_DOTS,
     ATTN_MAX_GROUP,
     ATTN_MAX_HEAD_DIM,
     KV_BF16,
@@ -69,7 +70,7 @@ from nelssa._nelssa import (  # noqa: F401
 )
 
 __all__ = [
-    "ATTN_MAX_GROUP", "ATTN_MAX_HEAD_DIM", "KV_BF16", "KV_FP16", "KV_FP8_E4M3",
+    "ATTN_BF16_DOTS", "ATTN_MAX_GROUP", "ATTN_MAX_HEAD_DIM", "KV_BF16", "KV_FP16", "KV_FP8_E4M3",
     "KV_INT8", "LOG_DEBUG",
     "LOG_ERR", "LOG_INFO", "LOG_WARNING", "PLACE_CLUSTERS", "PLACE_HEADS",
     "Client", "ClusterIndex", "Error", "Pending", "attn_dense",

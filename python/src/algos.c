@@ -351,12 +351,14 @@ PyDoc_STRVAR(window_attn_doc,
 "and [n_tokens - recent, n_tokens) of k and v (tokens, head_dim), in token\n"
 "order, bf16 bits or float16; n_tokens defaults to all of k's rows.  q\n"
 "float32 (group, head_dim).  Returns float32 o (group, head_dim) and lse\n"
-"(group,); no tokens give (0, -inf).");
+"(group,); no tokens give (0, -inf).  attn_flags=ATTN_BF16_DOTS rounds q\n"
+"and the softmax weights to bf16 for the products, as GPU kernels do.");
 
 static PyObject *py_window_attn(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "q", "k", "v", "n_tokens", "sink", "recent", "scale", "out",
-				  "lse_out", NULL };
+				  "lse_out", "attn_flags", NULL };
+	uint32_t flags = 0;
 	PyObject *qo, *ko, *vo, *n_o = NULL, *scale_o = NULL, *out = NULL, *lse_out = NULL;
 	PyObject *o, *lse;
 	struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
@@ -366,9 +368,10 @@ static PyObject *py_window_attn(PyObject *mod, PyObject *args, PyObject *kw)
 	int ret;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OO&O&OOO:window_attn", kwlist, &qo, &ko,
-					 &vo, &n_o, npy_conv_u32, &win.sink, npy_conv_u32,
-					 &win.recent, &scale_o, &out, &lse_out) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OO&O&OOOO&:window_attn", kwlist, &qo,
+					 &ko, &vo, &n_o, npy_conv_u32, &win.sink, npy_conv_u32,
+					 &win.recent, &scale_o, &out, &lse_out, npy_conv_u32,
+					 &flags) ||
 	    get_q(qo, &q) < 0)
 		return NULL;
 	if (get_kv(ko, vo, (uint32_t)q.shape[1], &k, &v) < 0) {
@@ -382,7 +385,8 @@ static PyObject *py_window_attn(PyObject *mod, PyObject *args, PyObject *kw)
 				     k.shape[0]);
 		goto fail;
 	}
-	g = (struct nelssa_attn_geom){ (uint32_t)q.shape[1], (uint32_t)q.shape[0], k.kv, 0 };
+	g = (struct nelssa_attn_geom){ (uint32_t)q.shape[1], (uint32_t)q.shape[0], k.kv, 0,
+				       flags };
 	if (get_scale(scale_o, g.head_dim, &g.scale) < 0 ||
 	    attn_outputs(&q, out, lse_out, &o, &lse, &ob, &lb) < 0)
 		goto fail;
@@ -397,27 +401,32 @@ fail:
 }
 
 PyDoc_STRVAR(attn_dense_doc,
-"attn_dense(q, k, v, *, scale=None, out=None, lse_out=None) -> (o, lse)\n--\n\n"
+"attn_dense(q, k, v, *, scale=None, out=None, lse_out=None, attn_flags=0)\n"
+"           -> (o, lse)\n--\n\n"
 "Attention of q (group, head_dim) over every row of k and v\n"
-"(nelssa_attn_dense(), the numeric core's reference kernel).");
+"(nelssa_attn_dense(), the numeric core's reference kernel); attn_flags as\n"
+"for window_attn().");
 
 static PyObject *py_attn_dense(PyObject *mod, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "q", "k", "v", "scale", "out", "lse_out", NULL };
+	static char *kwlist[] = { "q", "k", "v", "scale", "out", "lse_out", "attn_flags", NULL };
+	uint32_t flags = 0;
 	PyObject *qo, *ko, *vo, *scale_o = NULL, *out = NULL, *lse_out = NULL, *o, *lse;
 	struct nelssa_attn_geom g;
 	struct npy_buf q, k, v, ob, lb;
 	int ret;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOO:attn_dense", kwlist, &qo, &ko, &vo,
-					 &scale_o, &out, &lse_out) || get_q(qo, &q) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOOO&:attn_dense", kwlist, &qo, &ko, &vo,
+					 &scale_o, &out, &lse_out, npy_conv_u32, &flags) ||
+	    get_q(qo, &q) < 0)
 		return NULL;
 	if (get_kv(ko, vo, (uint32_t)q.shape[1], &k, &v) < 0) {
 		npy_buf_release(&q);
 		return NULL;
 	}
-	g = (struct nelssa_attn_geom){ (uint32_t)q.shape[1], (uint32_t)q.shape[0], k.kv, 0 };
+	g = (struct nelssa_attn_geom){ (uint32_t)q.shape[1], (uint32_t)q.shape[0], k.kv, 0,
+				       flags };
 	if (get_scale(scale_o, g.head_dim, &g.scale) < 0 ||
 	    attn_outputs(&q, out, lse_out, &o, &lse, &ob, &lb) < 0) {
 		release4(&q, &k, &v, NULL);

@@ -54,6 +54,7 @@ static int add_constants(PyObject *m)
 		{ "PLACE_CLUSTERS", NELSSA_PLACE_CLUSTERS },
 		{ "ATTN_MAX_HEAD_DIM", NELSSA_ATTN_MAX_HEAD_DIM },
 		{ "ATTN_MAX_GROUP", NELSSA_ATTN_MAX_GROUP },
+		{ "ATTN_BF16_DOTS", NELSSA_ATTN_BF16_DOTS },
 	};
 
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)

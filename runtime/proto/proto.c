@@ -97,7 +97,8 @@ int nelssa_shape_check(const struct nelssa_shape *s)
 	    s->kv_heads > NELSSA_PROTO_MAX_HEADS || !s->q_heads || s->q_heads % s->kv_heads ||
 	    s->q_heads / s->kv_heads > NELSSA_PROTO_MAX_GROUP || !s->head_dim ||
 	    s->head_dim > NELSSA_PROTO_MAX_HEAD_DIM ||
-	    !nelssa_kv_bytes((enum nelssa_kv_dtype)s->kv_dtype, s->head_dim, 1))
+	    !nelssa_kv_bytes((enum nelssa_kv_dtype)s->kv_dtype, s->head_dim, 1) ||
+	    (s->attn_flags & ~NELSSA_ATTN_BF16_DOTS))
 		return -EINVAL;
 	return 0;
 }
@@ -197,6 +198,7 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		put16(p + 10, m->u.create.shape.head_dim);
 		p[12] = m->u.create.shape.kv_dtype;
 		p[13] = m->u.create.placement;
+		p[14] = m->u.create.shape.attn_flags;
 		nelssa_put_le32(p + 16, m->u.create.max_batch);
 		nelssa_put_le32(p + 20, m->u.create.max_sel);
 		put64(p + 24, m->u.create.capacity_tokens);
@@ -346,7 +348,7 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		memcpy(m->u.hello_ok.name, p + 24, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
-		if (!zero(p + 14, 2))
+		if (p[15])
 			return -EINVAL;
 		m->u.create.tenant = get32(p);
 		m->u.create.shape.layers = get16(p + 4);
@@ -355,6 +357,7 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		m->u.create.shape.head_dim = get16(p + 10);
 		m->u.create.shape.kv_dtype = p[12];
 		m->u.create.placement = p[13];
+		m->u.create.shape.attn_flags = p[14];
 		m->u.create.max_batch = get32(p + 16);
 		m->u.create.max_sel = get32(p + 20);
 		m->u.create.capacity_tokens = get64(p + 24);

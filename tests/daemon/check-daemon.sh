@@ -29,7 +29,7 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..79"
+echo "1..83"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
@@ -92,6 +92,10 @@ for tls in tcp shm,tcp; do
 		"$cli" 127.0.0.1 "$port" check
 	t "$tls: ... with cluster-wise placement (partial states merged)" 0 \
 		"$cli" 127.0.0.1 "$port" check-clusters
+	t "$tls: a session of bf16 dot products: outputs equal float64 over bf16 queries" 0 \
+		"$cli" 127.0.0.1 "$port" check-bf16
+	t "$tls: ... with cluster-wise placement" 0 \
+		"$cli" 127.0.0.1 "$port" check-clusters-bf16
 	# Three clients at once, each with its own session.
 	for i in 1 2 3; do
 		"$cli" 127.0.0.1 "$port" check >"$out/conc$i" 2>&1 &

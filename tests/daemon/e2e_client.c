@@ -119,6 +119,8 @@ static const char *scenario_arg;	/* argv[4], where a scenario takes one */
 static enum { ORDER_SHUFFLED, ORDER_ORDERED, ORDER_MIXED } index_order;
 static int failures;
 static uint8_t placement = NELSSA_PLACE_HEADS;
+/* The sessions' NELSSA_ATTN_* flags (the check-bf16 scenarios). */
+static uint8_t attn_flags;
 
 #define CHECK(cond, ...)                                         \
 	do {                                                     \
@@ -188,7 +190,7 @@ static uint16_t *rows(struct req *r, uint16_t *base, uint32_t l, uint32_t h)
 static struct nelssa_session_cfg session_cfg(uint64_t capacity)
 {
 	return (struct nelssa_session_cfg){
-		.shape = { LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, NELSSA_KV_BF16 },
+		.shape = { LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, NELSSA_KV_BF16, attn_flags },
 		.placement = placement, .max_batch = 8, .max_sel = 4096,
 		.capacity_tokens = capacity,
 	};
@@ -244,7 +246,10 @@ static void run_steps(struct tu_rng *rng, uint64_t session, struct req *reqs, ui
 		      uint32_t steps)
 {
 	const uint32_t n = nr * KV_HEADS;
-	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM), 0 };
+	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM),
+					    attn_flags };
+	struct nelssa_attn_geom b32 = g;
+	uint32_t checked = 0, b32_off = 0;
 	struct nelssa_step_in *in = tu_alloc(sizeof(*in) * n);
 	float *q = tu_alloc(sizeof(float) * n * GROUP * DIM), *o = tu_alloc(sizeof(float) * n * GROUP * DIM);
 	float *lse = tu_alloc(sizeof(float) * n * GROUP);
@@ -297,12 +302,25 @@ static void run_steps(struct tu_rng *rng, uint64_t session, struct req *reqs, ui
 					  rows(r, r->v, layer, i % KV_HEADS), tok, nt,
 					  o + (size_t)i * GROUP * DIM, lse + (size_t)i * GROUP, what))
 				failures++;
+			/* bf16 dots: the devices' outputs must miss the binary32 reference. */
+			b32.flags = 0;
+			if (attn_flags && nt) {
+				checked++;
+				b32_off += tu_check_attn(&b32, in[i].q,
+							 rows(r, r->k, layer, i % KV_HEADS),
+							 rows(r, r->v, layer, i % KV_HEADS), tok, nt,
+							 o + (size_t)i * GROUP * DIM,
+							 lse + (size_t)i * GROUP,
+							 "binary32 reference (must fail)") != 0;
+			}
 			free(tok);
 		}
 		if (s == 0)
 			printf("# step of %u items: rtt %.1f us (device %.1f us, dispatch %.1f us)\n",
 			       n, t.rtt / 1e3, t.device / 1e3, t.dispatch / 1e3);
 	}
+	CHECK(b32_off == checked, "%u of %u outputs of a bf16-dots session match binary32 "
+	      "products: the flag did not reach the devices", checked - b32_off, checked);
 	for (uint32_t i = 0; i < n; i++)
 		free(sel[i]);
 	free(sel);
@@ -381,8 +399,16 @@ static int scenario_check(struct tu_rng *rng)
 	struct req reqs[3];
 	uint64_t session;
 	struct nelssa_session_cfg cfg = session_cfg(1u << 14);
-	int ret = nelssa_client_session(cli, &cfg, &session);
+	int ret;
 
+	if (attn_flags) {
+		/* A flag no version defines never leaves the client. */
+		cfg.shape.attn_flags = 2;
+		CHECK(nelssa_client_session(cli, &cfg, &session) == -EINVAL,
+		      "attention flag 0x2 was not refused");
+		cfg.shape.attn_flags = attn_flags;
+	}
+	ret = nelssa_client_session(cli, &cfg, &session);
 	CHECK(ret == 0, "session create: %d", ret);
 	if (ret)
 		return 1;
@@ -1423,8 +1449,11 @@ int main(int argc, char **argv)
 		nelssa_client_close(cli);
 		return 1;
 	}
-	if (!strcmp(sc, "check-clusters"))
+	if (!strcmp(sc, "check-clusters") || !strcmp(sc, "check-clusters-bf16"))
 		placement = NELSSA_PLACE_CLUSTERS;
+	/* check-bf16, check-clusters-bf16: the GPU kernels' bf16 dot products. */
+	if (strstr(sc, "-bf16"))
+		attn_flags = NELSSA_ATTN_BF16_DOTS;
 	/* check-staged: this client opts out of zero-copy ingest. */
 	if (!strcmp(sc, "check-staged"))
 		nelssa_client_set_zero_copy(cli, NELSSA_ZERO_COPY_OFF);
@@ -1435,7 +1464,8 @@ int main(int argc, char **argv)
 	else if (scenario_arg && (!strcmp(scenario_arg, "rma") ||
 				  !strcmp(scenario_arg, "forced-received")))
 		nelssa_client_set_zero_copy(cli, NELSSA_ZERO_COPY_FORCE);
-	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters") || !strcmp(sc, "check-staged"))
+	if (!strcmp(sc, "check") || !strcmp(sc, "check-clusters") || !strcmp(sc, "check-staged") ||
+	    !strcmp(sc, "check-bf16") || !strcmp(sc, "check-clusters-bf16"))
 		ret = scenario_check(&rng);
 	else if (!strcmp(sc, "capacity"))
 		ret = scenario_capacity(&rng);

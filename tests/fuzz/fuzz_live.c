@@ -836,7 +836,7 @@ static int ctl_msg(struct actor *a, struct nelssa_msg *m, int32_t must_err, int 
 		if (m->type == NELSSA_MSG_HELLO)
 			ok.u.hello.min_version = ok.u.hello.max_version = NELSSA_PROTO_VERSION;
 		if (m->type == NELSSA_MSG_SESSION_CREATE) {
-			ok.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 16, 1 };
+			ok.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 16, 1, 0 };
 			ok.u.create.max_batch = ok.u.create.max_sel = 1;
 			ok.u.create.capacity_tokens = 16;
 		}
@@ -1762,7 +1762,7 @@ static void act_session(struct actor *a)
 	m.u.create.tenant = chance(90) ? below(4) : (uint32_t)edge(32);
 	m.u.create.shape = (struct nelssa_shape){ (uint16_t)(1 + below(3)), (uint16_t)(kvh * g),
 						  (uint16_t)kvh, dims[below(4)],
-						  (uint8_t)(1 + below(2)) };
+						  (uint8_t)(1 + below(2)), 0 };
 	m.u.create.placement = (uint8_t)below(2);
 	m.u.create.max_batch = 1 + below(4);
 	m.u.create.max_sel = 1 + below(32);

@@ -145,6 +145,48 @@ def test_window_and_dense(rng, fp16):
     assert (np.asarray(o) == 0).all() and (np.asarray(lse) == -np.inf).all()
 
 
+def bf16_round(x):
+    """float32 values rounded to bf16 (RNE), as float64."""
+    return bf16_float(bf16_bits(x))
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_bf16_dots(rng, fp16):
+    """ATTN_BF16_DOTS: float64 over bf16(q), the weights' rounding within 2^-9 max|v|."""
+    q = rng.standard_normal((4, 64)).astype(np.float32)
+    k, v = keys(rng, 300, fp16=fp16), keys(rng, 300, fp16=fp16)
+    ro, rl = attn_ref(bf16_round(q), k, v)
+    tol_o = 2e-4 + 2 * 2.0 ** -9 * np.abs(kv_float(v)).max()
+    o, lse = nelssa.attn_dense(q, k, v, attn_flags=nelssa.ATTN_BF16_DOTS)
+    np.testing.assert_allclose(np.asarray(o, np.float64), ro, rtol=0, atol=tol_o)
+    np.testing.assert_allclose(np.asarray(lse, np.float64), rl, rtol=2e-4, atol=2e-4)
+    o, lse = nelssa.window_attn(q, k, v, sink=4, recent=64, attn_flags=nelssa.ATTN_BF16_DOTS)
+    tok = np.r_[0:4, 236:300]
+    ro, rl = attn_ref(bf16_round(q), k[tok], v[tok])
+    np.testing.assert_allclose(np.asarray(o, np.float64), ro, rtol=0, atol=tol_o)
+    np.testing.assert_allclose(np.asarray(lse, np.float64), rl, rtol=2e-4, atol=2e-4)
+    with pytest.raises(nelssa.Error):
+        nelssa.attn_dense(q, k, v, attn_flags=2)
+
+
+def test_bf16_dots_round_the_weights():
+    """Two tokens: a zero V row under logit 0, ones under c: o = bf16(e^c) / (1 + e^c)."""
+    q = np.zeros((1, 64), np.float32)
+    q[0, 0] = -0.3571
+    k = np.zeros((2, 64), np.float32)
+    k[1, 0] = 1.0
+    v = np.zeros((2, 64), np.float32)
+    v[1] = 1.0
+    c = bf16_round(q[0, :1])[0]
+    w = np.float32(np.exp(np.float32(c)))
+    want = bf16_round(np.array([w], np.float32))[0] / (1.0 + w)
+    assert abs(want - w / (1.0 + w)) > 2e-4 * want
+    o, lse = nelssa.attn_dense(q, bf16_bits(k), bf16_bits(v), scale=1.0,
+                               attn_flags=nelssa.ATTN_BF16_DOTS)
+    np.testing.assert_allclose(np.asarray(o)[0], want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(lse)[0], np.log1p(w), rtol=1e-6)
+
+
 def test_estimate(rng):
     q = rng.standard_normal((2, 64)).astype(np.float32)
     cen = rng.standard_normal((20, 64)).astype(np.float32)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import nelssa
-from conftest import GROUP, DIM, KV_HEADS, LAYERS, Req, check_step, open_session, random_items
+from conftest import (GROUP, DIM, KV_HEADS, LAYERS, Req, bf16_bits, bf16_float, check_step,
+                      open_session, random_items)
 
 
 def test_connect_devices_stats(daemon):
@@ -84,6 +85,27 @@ def test_int8_session(daemon, rng):
         with pytest.raises(TypeError, match="quantises"):
             c.offload(s, 1, 0, 0, r.ix[0][0], r.k[0, 0, :300].view(np.float16),
                       r.v[0, 0, :300].view(np.float16))
+        c.close_session(s)
+
+
+def test_bf16_dots_session(daemon, rng):
+    """attn_flags=ATTN_BF16_DOTS: the devices' outputs are float64 attention over
+    bf16(q), and not over q (the flag reached them)."""
+    with daemon.client() as c:
+        with pytest.raises(nelssa.Error) as e:
+            open_session(c, attn_flags=2)
+        assert e.value.errno == errno.EINVAL
+        s = open_session(c, attn_flags=nelssa.ATTN_BF16_DOTS)
+        r = Req(rng, c, s, 1, 300)
+        items, q = random_items(rng, [r], 1)
+        o, lse = c.step(s, 1, items, q)
+        moved = 0
+        for i, (rid, h, sel) in enumerate(items):
+            ro, rl = r.ref(1, h, list(sel), bf16_float(bf16_bits(q[i])))
+            np.testing.assert_allclose(o[i], ro, rtol=0, atol=2e-4 + 2 * 2.0 ** -9 * 5)
+            np.testing.assert_allclose(lse[i], rl, rtol=2e-4, atol=2e-4)
+            moved += np.abs(lse[i] - r.ref(1, h, list(sel), q[i])[1]).max() > 1e-5
+        assert moved > 0
         c.close_session(s)
 
 

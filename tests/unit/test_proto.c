@@ -16,6 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <nelssa/attention.h>
 #include <nelssa/proto.h>
 
 #include "testutil.h"
@@ -48,7 +49,7 @@ static struct nelssa_msg sample(uint16_t type)
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
 		m.u.create.tenant = 42;
-		m.u.create.shape = (struct nelssa_shape){ 32, 32, 8, 128, 1 };
+		m.u.create.shape = (struct nelssa_shape){ 32, 32, 8, 128, 1, NELSSA_ATTN_BF16_DOTS };
 		m.u.create.max_batch = 16;
 		m.u.create.max_sel = 4096;
 		m.u.create.capacity_tokens = 1u << 20;
@@ -264,7 +265,9 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_SESSION_CREATE, 11, 8, -EINVAL);	/* head_dim 2176 */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 12, 5, -EINVAL);	/* dtype */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 13, 2, -EINVAL);	/* placement */
-	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 1, -EINVAL);	/* reserved */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 2, -EINVAL);	/* attention flag */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 0x80, -EINVAL);
+	refused_with(NELSSA_MSG_SESSION_CREATE, 15, 1, -EINVAL);	/* reserved */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 31, 1, -EINVAL);	/* capacity > 2^40 */
 	refused_with(NELSSA_MSG_SESSION_OK, 0, 0, -EINVAL);		/* session 0 */

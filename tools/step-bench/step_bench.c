@@ -393,7 +393,7 @@ int main(int argc, char **argv)
 	nsel = (uint32_t)(budget / CLUSTER);
 	nsel = nsel ? nsel : 1;
 	sc.shape = (struct nelssa_shape){ 1, (uint16_t)(o.kv_heads * o.group), (uint16_t)o.kv_heads,
-					  (uint16_t)o.head_dim, NELSSA_KV_BF16 };
+					  (uint16_t)o.head_dim, NELSSA_KV_BF16, 0 };
 	sc.max_sel = nsel;
 	sc.max_batch = 64;
 	sc.capacity_tokens = o.context + 1024;

@@ -28,6 +28,9 @@ enum nelssa_placement {
  * @kv_dtype: enum nelssa_kv_dtype of the KV on the devices: 1 bf16, 2 fp16,
  *	or 3 fp8 E4M3 / 4 int8, which the client quantises into from bf16
  *	rows at offload (head-wise placement only).
+ * @attn_flags: NELSSA_ATTN_* bits (<nelssa/attention.h>) of the devices'
+ *	attention: 0 for binary32 dot products, NELSSA_ATTN_BF16_DOTS for the
+ *	GPU kernels' bf16 ones (every device must offer it).
  */
 struct nelssa_shape {
 	uint16_t layers;
@@ -35,6 +38,7 @@ struct nelssa_shape {
 	uint16_t kv_heads;
 	uint16_t head_dim;
 	uint8_t kv_dtype;
+	uint8_t attn_flags;
 };
 
 #ifdef __cplusplus
