@@ -34,7 +34,7 @@ JSON_PRELUDE="r = j['rows']; \
 by = {(x['family'], x['method']): x for x in r}; \
 fams = sorted({x['family'] for x in r})"
 
-echo "1..24"
+echo "1..30"
 t "--help exits 0" 0 "$acc" --help
 t "a ratio of 0 is a usage error" 2 "$acc" --ratios 0
 t "a context below 1024 is a usage error" 2 "$acc" --contexts 512
@@ -87,3 +87,20 @@ json_check "page Top-K and the oracle read bf16: their rows are the bf16 run's" 
 json_check "quantising changes no selection: tokens, recall and targets as with bf16" "all(
 	(x['tokens'], x['recall'], x['hits'], x['targets']) == tuple(bb[(x['family'], x['method'])][k]
 	for k in ('tokens', 'recall', 'hits', 'targets')) for x in r)"
+
+# bf16 dot products (NELSSA_ATTN_BF16_DOTS) everywhere attention is computed:
+# the selection (made on the unrounded queries) reads the same tokens, every
+# LSE is the float64 LSE of the bf16 queries' logits of the tokens read, and
+# the outputs move (the flag reached every attention).
+t "a dot-product type other than fp32 or bf16 is a usage error" 2 "$acc" --attn-dots fp16
+t "8K run, every family, bf16 dot products, JSON" 0 "$acc" --contexts 8192 --seeds 1 --json \
+	--families copy,needle,entropy,drift,hidden,massive,spread,synth --attn-dots bf16
+json_check "the run says its dot products" "j['attn_dots'] == 'bf16' and b['attn_dots'] == 'fp32'"
+json_check "every LSE returned is the float64 LSE of the bf16 queries' logits" "all(
+	x['lse_bad'] == 0 for x in r)"
+json_check "rounding changes no selection: tokens, recall and targets as with fp32" "all(
+	(x['tokens'], x['recall'], x['hits'], x['targets']) == tuple(bb[(x['family'], x['method'])][k]
+	for k in ('tokens', 'recall', 'hits', 'targets')) for x in r)"
+json_check "every method's outputs moved: the oracle's error is not the fp32 run's" "all(
+	x['median_err'] != bb[(x['family'], x['method'])]['median_err']
+	for x in r if x['method'] == 'oracle')"

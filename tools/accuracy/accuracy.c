@@ -71,6 +71,7 @@ struct opts {
 	double bound_share, far_share;
 	struct nelssa_kmeans_cfg kcfg;
 	enum nelssa_kv_dtype pnm_kv;	/* the middle's type on the PNM devices */
+	uint32_t attn_flags;		/* NELSSA_ATTN_BF16_DOTS or 0 */
 	int json;
 };
 
@@ -81,6 +82,13 @@ struct step {
 	const float *q;
 	double *logit;		/* float64 [G][n] */
 	double *logit_q;	/* the same over the decoded keys, or NULL (bf16) */
+	uint32_t attn_flags;	/* of every attention the system computes */
+	/*
+	 * With NELSSA_ATTN_BF16_DOTS: the queries as the dot products see
+	 * them (bf16) and the float64 logits of those, [G][n]; else NULL.
+	 */
+	float *qd;
+	double *logit_d;
 	double lse[G];		/* float64 dense LSE per row */
 	double o[G * D];	/* float64 dense output */
 	double *mass;		/* [n] summed over rows */
@@ -116,11 +124,16 @@ static void reference(struct step *s)
 		for (uint32_t i = 0; i < D; i++)
 			kf[i] = nelssa_bf16_to_f32(s->k[(size_t)t * D + i]);
 		for (uint32_t r = 0; r < G; r++) {
-			double acc = 0.0;
+			double acc = 0.0, acc_d = 0.0;
 
-			for (uint32_t i = 0; i < D; i++)
+			for (uint32_t i = 0; i < D; i++) {
 				acc += (double)s->q[r * D + i] * kf[i];
+				if (s->qd)
+					acc_d += (double)s->qd[r * D + i] * kf[i];
+			}
 			s->logit[(size_t)r * s->n + t] = acc / sqrt((double)D);
+			if (s->logit_d)
+				s->logit_d[(size_t)r * s->n + t] = acc_d / sqrt((double)D);
 		}
 		s->mass[t] = 0.0;
 	}
@@ -153,7 +166,8 @@ static void reference(struct step *s)
 static void score(struct cell *c, const struct step *s, const float *o, const float *lse,
 		  const uint32_t *tok, uint32_t n_tok, int est, int quant)
 {
-	const double *lq = quant && s->logit_q ? s->logit_q : s->logit;
+	/* The logits the system computed for the tokens it read (bf16 dots: of bf16 q). */
+	const double *lq = quant && s->logit_q ? s->logit_q : s->logit_d ? s->logit_d : s->logit;
 	double rec[G] = { 0 }, read[G] = { 0 };
 
 	memset(s->in, 0, s->n);
@@ -199,7 +213,7 @@ static void finish(const struct step *s, enum nelssa_kv_dtype dt, const void *k,
 		   const struct nelssa_cluster *table, uint32_t n_tab, const uint32_t *sel,
 		   uint32_t n_sel, const float *est_o, const float *est_l, float *o, float *lse)
 {
-	const struct nelssa_attn_geom g = { D, G, dt, 1.0f / sqrtf((float)D), 0 };
+	const struct nelssa_attn_geom g = { D, G, dt, 1.0f / sqrtf((float)D), s->attn_flags };
 	float po[G * D], pl[G];
 	const float *so[2] = { po, est_o }, *sl[2] = { pl, est_l };
 
@@ -286,7 +300,7 @@ static void quantise(struct step *s, const struct nelssa_cluster_index *ix,
 		die("quantising V");
 	nelssa_kv_widen_at(x, *qk, 0, s->mid, D, dt);
 	s->logit_q = xcalloc((size_t)G * s->n, sizeof(double));
-	memcpy(s->logit_q, s->logit, sizeof(double) * G * s->n);
+	memcpy(s->logit_q, s->logit_d ? s->logit_d : s->logit, sizeof(double) * G * s->n);
 	for (uint32_t p = 0; p < s->mid; p++) {
 		const uint32_t t = s->off + ix->perm[p];
 
@@ -294,7 +308,7 @@ static void quantise(struct step *s, const struct nelssa_cluster_index *ix,
 			double acc = 0.0;
 
 			for (uint32_t i = 0; i < D; i++)
-				acc += (double)s->q[r * D + i] * x[(size_t)p * D + i];
+				acc += (double)(s->qd ? s->qd : s->q)[r * D + i] * x[(size_t)p * D + i];
 			s->logit_q[(size_t)r * s->n + t] = acc / sqrt((double)D);
 		}
 	}
@@ -304,7 +318,9 @@ static void quantise(struct step *s, const struct nelssa_cluster_index *ix,
 static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 {
 	const struct nelssa_window win = NELSSA_WINDOW_DEFAULT;
-	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D), 0 };
+	/* The window is attention the GPU computes: with the same dot products. */
+	const struct nelssa_attn_geom g = { D, G, NELSSA_KV_BF16, 1.0f / sqrtf((float)D),
+					    s->attn_flags };
 	const size_t row = D * sizeof(uint16_t);
 	const char *mk = (const char *)s->k + s->off * row, *mv = (const char *)s->v + s->off * row;
 	struct nelssa_cluster_index ix;
@@ -316,6 +332,12 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	uint8_t *qk = NULL, *qv = NULL;
 
 	s->logit = xcalloc((size_t)G * s->n, sizeof(double));
+	if (s->attn_flags & NELSSA_ATTN_BF16_DOTS) {
+		s->qd = xcalloc((size_t)G * D, sizeof(float));
+		for (uint32_t i = 0; i < G * D; i++)
+			s->qd[i] = nelssa_bf16_to_f32(nelssa_f32_to_bf16(s->q[i]));
+		s->logit_d = xcalloc((size_t)G * s->n, sizeof(double));
+	}
 	s->mass = xcalloc(s->n, sizeof(double));
 	s->in = xcalloc(s->n, 1);
 	reference(s);
@@ -433,6 +455,10 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	free(tok);
 	free(rest);
 	free(s->logit);
+	free(s->logit_d);
+	free(s->qd);
+	s->logit_d = NULL;
+	s->qd = NULL;
 	free(s->mass);
 	free(s->in);
 }
@@ -444,7 +470,7 @@ static const char *fam_name(int f)
 
 static void run_case(const struct opts *op, int f, uint32_t n, uint64_t seed, struct cell *cells)
 {
-	struct step s = { .n = n, .off = SYNTH_SINKS };
+	struct step s = { .n = n, .off = SYNTH_SINKS, .attn_flags = op->attn_flags };
 	struct hard_case hc;
 	struct synth sy;
 
@@ -480,7 +506,7 @@ static void usage(FILE *f)
 		"                       [--seeds S,S..] [--trials N] [--bound-share X]\n"
 		"                       [--far-share X]\n"
 		"                       [--outlier-cos C] [--outliers N] [--outlier-ratio X]\n"
-		"                       [--pnm-kv-dtype T] [--json]\n"
+		"                       [--pnm-kv-dtype T] [--attn-dots fp32|bf16] [--json]\n"
 		"  --families   copy,needle,entropy,drift,hidden,massive,spread (the harder\n"
 		"               generator) and synth (the first one); default all seven hard\n"
 		"  --contexts   context lengths in tokens (default 32768,131072)\n"
@@ -489,6 +515,9 @@ static void usage(FILE *f)
 		"  --trials     decode steps per seed (default 1)\n"
 		"  --pnm-kv-dtype  bf16 (default), fp8 or int8: the type the cluster methods\n"
 		"               read the middle in, quantised as the client does at offload\n"
+		"  --attn-dots  fp32 (default): binary32 products; bf16: the query and the\n"
+		"               softmax weights rounded to bf16 for them, as GPU kernels do\n"
+		"               (NELSSA_ATTN_BF16_DOTS), in every attention computed\n"
 		"  --bound-share  share of the budget the hybrid fills by cluster bounds\n"
 		"               first, the rest by centroids (default %.2f)\n"
 		"  --far-share  share of the budget the probe methods (probe, probe+est,\n"
@@ -553,12 +582,15 @@ static void report(const struct opts *op, struct cell *cells)
 {
 	int all_met = 1, first = 1;
 
+	const char *dots = op->attn_flags ? "bf16" : "fp32";
+
 	if (op->json)
-		printf("{\"pnm_kv_dtype\":\"%s\",\"rows\":[\n", tl_kv_dtype_name(op->pnm_kv));
+		printf("{\"pnm_kv_dtype\":\"%s\",\"attn_dots\":\"%s\",\"rows\":[\n",
+		       tl_kv_dtype_name(op->pnm_kv), dots);
 	else
-		printf("PNM KV type %s%s\n", tl_kv_dtype_name(op->pnm_kv),
+		printf("PNM KV type %s%s, dot products %s\n", tl_kv_dtype_name(op->pnm_kv),
 		       op->pnm_kv == NELSSA_KV_BF16 ? "" :
-		       " (cluster methods read it; page-topk and oracle read bf16)");
+		       " (cluster methods read it; page-topk and oracle read bf16)", dots);
 	if (!op->json)
 		printf("%-8s %7s %5s %-12s %7s %8s %9s %8s %8s %8s %8s %6s\n", "family", "context",
 		       "ratio", "method", "tokens", "recall", "med.err", "/oracle", "targets",
@@ -644,6 +676,7 @@ int main(int argc, char **argv)
 		{ "outliers", required_argument, NULL, 'O' },
 		{ "outlier-ratio", required_argument, NULL, 'R' }, { "help", no_argument, NULL, 'h' },
 		{ "pnm-kv-dtype", required_argument, NULL, 'K' },
+		{ "attn-dots", required_argument, NULL, 'A' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts op = { .ctx = { 32768, 131072 }, .n_ctx = 2, .ratio = { 0.04 }, .n_ratio = 1,
@@ -741,6 +774,14 @@ int main(int argc, char **argv)
 					"int8\n", optarg);
 				return 2;
 			}
+			break;
+		case 'A':
+			if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+				fprintf(stderr, "nelssa-accuracy: --attn-dots %s: need fp32 or bf16\n",
+					optarg);
+				return 2;
+			}
+			op.attn_flags = strcmp(optarg, "bf16") ? 0 : NELSSA_ATTN_BF16_DOTS;
 			break;
 		case 'j': op.json = 1; break;
 		case 'h': usage(stdout); return 0;
