@@ -40,6 +40,7 @@ struct opts {
 	double select;
 	int json;
 	uint8_t kv_dtype;
+	uint32_t attn_flags;	/* NPNM_ATTN_F_BF16_DOTS with --attn-dots bf16 */
 };
 
 /* One benchmark setting laid out in device memory: items | IN | OUT | stores. */
@@ -127,6 +128,7 @@ static int build(struct setup *s, const struct opts *o, uint32_t items,
 		c->p.attn = (struct npnm_sparse_attn_params){
 			.nr_items = items, .head_dim = (uint16_t)o->head_dim,
 			.group = (uint8_t)o->group, .kv_dtype = o->kv_dtype,
+			.flags = o->attn_flags,
 		};
 	}
 	s->clusters_per_cmd = items * nsel;
@@ -144,14 +146,15 @@ struct result {
  * The compute ceiling of @isa's kernel, GFLOP/s: passes calibrated to run
  * at least 20 ms, best of three.
  */
-static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, uint8_t kv_dtype)
+static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, uint8_t kv_dtype,
+			  uint32_t flags)
 {
 	uint64_t passes = 16;
 	double best = 0.0;
 
 	for (;;) {
 		double t0 = tl_now(), dt;
-		uint64_t flops = nfw_attn_peak_kv(isa, d, g, kv_dtype, passes);
+		uint64_t flops = nfw_attn_peak_flags(isa, d, g, kv_dtype, flags, passes);
 
 		dt = tl_now() - t0;
 		if (!flops)
@@ -162,7 +165,7 @@ static double peak_gflops(enum nfw_isa isa, uint32_t d, uint32_t g, uint8_t kv_d
 	}
 	for (int k = 0; k < 3; k++) {
 		double t0 = tl_now(), dt;
-		uint64_t flops = nfw_attn_peak_kv(isa, d, g, kv_dtype, passes);
+		uint64_t flops = nfw_attn_peak_flags(isa, d, g, kv_dtype, flags, passes);
 
 		dt = tl_now() - t0;
 		if (dt > 0.0 && (double)flops / dt / 1e9 > best)
@@ -214,6 +217,8 @@ static const char help[] =
 	"                  case runs as many clusters as the random case reads)\n"
 	"  --kv-dtype T    bf16 (default), fp16, fp8 or int8; GB/s count the bytes\n"
 	"                  the type stores (scales included), Mtok/s the tokens\n"
+	"  --attn-dots D   fp32 (default) or bf16: NPNM_ATTN_F_BF16_DOTS (the query and\n"
+	"                  the weights rounded to bf16; BFDOT where the CPU has it)\n"
 	"  --json          one JSON object\n";
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -224,11 +229,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "head-dim", required_argument, NULL, 'd' }, { "group", required_argument, NULL, 'g' },
 		{ "cluster", required_argument, NULL, 'k' }, { "iters", required_argument, NULL, 'i' },
 		{ "kv-dtype", required_argument, NULL, 't' },
+		{ "attn-dots", required_argument, NULL, 'a' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	int c;
 
-	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0, NPNM_DTYPE_BF16 };
+	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0, NPNM_DTYPE_BF16, 0 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		char *end;
 		int bad = 0;
@@ -256,6 +262,13 @@ static int parse(int argc, char **argv, struct opts *o)
 					prog, optarg);
 				bad = -1;
 			}
+			break;
+		case 'a':
+			if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+				fprintf(stderr, "%s: --attn-dots %s: need fp32 or bf16\n", prog, optarg);
+				bad = -1;
+			}
+			o->attn_flags = strcmp(optarg, "bf16") ? 0 : NPNM_ATTN_F_BF16_DOTS;
 			break;
 		case 'j': o->json = 1; break;
 		case 'h': fputs(help, stdout); exit(0);
@@ -300,25 +313,26 @@ int main(int argc, char **argv)
 	tl_cpu_model(cpu, sizeof(cpu));
 	if (o.json)
 		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,\"kv_dtype\":\"%s\","
-		       "\"token_bytes\":%.6g,\"read_baseline_gbps\":%.6g,"
+		       "\"attn_dots\":\"%s\",\"token_bytes\":%.6g,\"read_baseline_gbps\":%.6g,"
 		       "\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
 		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group,
-		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, stream, o.items, o.context,
+		       tl_kv_dtype_name(o.kv_dtype), o.attn_flags ? "bf16" : "fp32", rst.token_bytes, stream, o.items, o.context,
 		       o.select, o.resident_tokens);
 	else
-		printf("CPU %s; head dim %u, group %u, KV %s (%.1f bytes a token); "
+		printf("CPU %s; head dim %u, group %u, KV %s (%.1f bytes a token), %s dot products; "
 		       "streaming read %.2f GB/s (1 thread)\n"
 		       "ISA      random GB/s  Mtok/s  ns/cluster   resident GB/s  Mtok/s  ns/cluster   "
 		       "peak GFLOP/s  compute GB/s  roofline GB/s  random/roofline  "
 		       "resident/compute  max |err| vs scalar\n", cpu, o.head_dim, o.group,
-		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, stream);
+		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, o.attn_flags ? "bf16" : "fp32",
+		       stream);
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		struct result a, b;
 		double peak, compute, roof;
 
 		if (!nfw_isa_supported(isas[i]))
 			continue;
-		peak = peak_gflops(isas[i], o.head_dim, o.group, o.kv_dtype);
+		peak = peak_gflops(isas[i], o.head_dim, o.group, o.kv_dtype, o.attn_flags);
 		/*
 		 * 4 * group * head_dim flops a token (logits and P.V), so the
 		 * ceiling in tokens/s times the bytes a token takes; the peak is
