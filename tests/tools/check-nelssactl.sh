@@ -17,7 +17,7 @@ n=0
 # shellcheck source=tap-lib.sh
 . "$(dirname "$0")/tap-lib.sh"
 
-echo "1..41"
+echo "1..45"
 t "--help exits 0" 0 "$ctl" --help
 t "no command is a usage error" 2 "$ctl"
 t "unknown command is a usage error" 2 "$ctl" frobnicate
@@ -28,6 +28,8 @@ t "list" 0 "$ctl" list
 t "info sim:0 --json" 0 "$ctl" info sim:0,mem=64M,cores=2 --json
 json_check "info JSON fields" \
 	"j['backend'] == 'sim' and j['nr_cores'] == 2 and j['abi_version'] == 1 and j['opcodes'] == 63 and 0 < j['mem_size'] < 64 << 20"
+json_check "info says the dot products SPARSE_ATTN offers (firmware 1.1: bf16 too)" \
+	"j['fw_version'] == (1 << 16 | 1) and j['attn_flags'] == 1 and j['attn_dots'] == ['fp32', 'bf16']"
 # KV capacity per type: the tiles' size rule worked out here on its own
 # (16 rows of d codes, a 4-byte scale per 32 channels, 64-byte padding).
 t "info --head-dim 80 --json" 0 "$ctl" info sim:0,mem=64M --head-dim 80 --json
@@ -53,6 +55,11 @@ json_check "bench attn roofline: min(read, compute) of the sim device's kernel, 
 t "bench attn --isa scalar" 0 "$ctl" bench sim:0 attn --json --isa scalar --context 4096 --items 2 --iters 1
 json_check "bench attn names the ISA it was given" "j['isa'] == 'scalar' and ',isa=scalar' in j['device'] and j['roofline_ratio'] > 0"
 t "bench attn --isa of no ISA is a usage error" 2 "$ctl" bench sim:0 attn --isa sse9
+t "bench attn --attn-dots of no type is a usage error" 2 "$ctl" bench sim:0 attn --attn-dots fp8
+t "bench attn --attn-dots bf16" 0 "$ctl" bench sim:0 attn --json --context 4096 --items 2 --iters 1 \
+	--attn-dots bf16
+json_check "bench attn with bf16 dot products says so, within the weights' rounding" \
+	"j['attn_dots'] == 'bf16' and j['max_abs_err_vs_reference'] < 1e-3 + 2 ** -9 and j['peak_gflops'] > 0"
 t "bench attn human output" 0 "$ctl" bench sim:0 attn --context 4096 --items 2 --iters 2
 t "bench attn --cpus with --no-pin is a usage error" 2 "$ctl" bench sim:0 attn --cpus 0 --no-pin
 t "bench attn --no-pin" 0 "$ctl" bench sim:0 attn --json --context 4096 --items 2 --iters 1 --no-pin

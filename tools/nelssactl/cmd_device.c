@@ -57,6 +57,19 @@ static uint64_t kv_capacity(const struct npnm_info *in, uint8_t dtype, uint32_t 
 static const uint8_t info_dtypes[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_FP16, NPNM_DTYPE_FP8_E4M3,
 				       NPNM_DTYPE_INT8 };
 
+/* The dot products SPARSE_ATTN offers: ["fp32"], and "bf16" with NPNM_ATTN_F_BF16_DOTS. */
+static json_object *attn_dots_json(const struct npnm_info *in)
+{
+	json_object *a = json_object_new_array();
+
+	if (in->max_group) {
+		json_object_array_add(a, json_object_new_string("fp32"));
+		if (in->attn_flags & NPNM_ATTN_F_BF16_DOTS)
+			json_object_array_add(a, json_object_new_string("bf16"));
+	}
+	return a;
+}
+
 static json_object *info_json(struct nelssa_pnm *p, const struct npnm_info *in,
 			      uint32_t head_dim)
 {
@@ -87,6 +100,8 @@ static json_object *info_json(struct nelssa_pnm *p, const struct npnm_info *in,
 	json_object_object_add(o, "kv_head_tokens", cap);
 	json_object_object_add(o, "max_head_dim", json_object_new_int(in->max_head_dim));
 	json_object_object_add(o, "max_group", json_object_new_int(in->max_group));
+	json_object_object_add(o, "attn_flags", json_object_new_int64(in->attn_flags));
+	json_object_object_add(o, "attn_dots", attn_dots_json(in));
 	return o;
 }
 
@@ -124,6 +139,9 @@ static void info_text(struct nelssa_pnm *p, const struct npnm_info *in, uint32_t
 	printf("\n");
 	printf("  limits        batch %u, in flight %u, head dim %u, group %u\n", in->max_batch,
 	       in->max_inflight, in->max_head_dim, in->max_group);
+	if (in->max_group)
+		printf("  attention     fp32 dot products%s\n",
+		       in->attn_flags & NPNM_ATTN_F_BF16_DOTS ? ", bf16 dot products" : "");
 }
 
 int cmd_list(struct ctl *ctl, int argc, char **argv)

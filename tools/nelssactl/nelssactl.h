@@ -42,6 +42,7 @@ struct attn_opts {
 	bool cpus_given;		/* else the first CPUs this process may use */
 	const char *isa;		/* SPARSE_ATTN ISA of a sim device it creates; NULL: best */
 	uint8_t kv_dtype;		/* enum npnm_kv_dtype of the stores */
+	uint32_t attn_flags;		/* NPNM_ATTN_F_* of the commands */
 };
 
 struct attn_result {
