@@ -118,7 +118,9 @@ struct nelssa_session_cfg {
  * @session: receives its id.
  *
  * Return: 0, or the daemon's refusal: -ENOSPC (the devices lack room),
- * -EINVAL (shape), -EBUSY (session limit), -EOPNOTSUPP.
+ * -EINVAL (shape, or an attention flag no version defines), -EBUSY
+ * (session limit), -EOPNOTSUPP (a type or an attention flag a device does
+ * not take, 8-bit KV with cluster-wise placement).
  */
 int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_cfg *cfg,
 			  uint64_t *session);
