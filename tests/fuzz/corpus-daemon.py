@@ -82,9 +82,13 @@ def link(slot, key="right", bits=0, flip_eh=False):
     return op("link", slot, 0, u8(KEY[key] | bits << 3 | (0x80 if flip_eh else 0)))
 
 
+ATTN = {"fp32": 0, "bf16": 4, "bad": 8}   # a session's dot products; "bad": a flag no version has
+
+
 def create_fields(layers=1, kv_heads=2, group=2, dim=64, dtype="bf16", placement="heads",
-                  batch=2, sel=8, cap=1024, tenant=0):
-    kind2 = (1 if dtype == "fp16" else 0) | (2 if placement == "clusters" else 0) | tenant << 4
+                  batch=2, sel=8, cap=1024, tenant=0, attn="fp32"):
+    kind2 = (1 if dtype == "fp16" else 0) | (2 if placement == "clusters" else 0) | \
+        ATTN[attn] | tenant << 4
     return u8(layers - 1, kv_heads - 1, group - 1, DIMS.index(dim), kind2, batch - 1, sel - 1,
               CAPS.index(cap))
 
@@ -290,6 +294,13 @@ SEEDS = {
         kv(0, 0, layer=0, head=0) + kv(0, 0, layer=0, head=1) + kv(0, 0, layer=1, head=0) +
         step(0, 0, items=((0, 0, (0, 1, 2)), (0, 1, (3,)))) + step(0, 0, layer=1) +
         stats(0) + stats(0, 0) + free(0, 0, 0) + close(0, 0),
+    # bf16 dot products: sessions of them served (head-wise and cluster-wise); a
+    # CREATE with a flag no version defines is malformed (its connection closed).
+    "life-bf16-dots": session(0, attn="bf16", kv_heads=2, group=4, dim=64) + alloc(0, 0, 0) +
+        kv(0, 0, head=0) + kv(0, 0, head=1) + step(0, 0, items=((0, 0, (0, 1)), (0, 1, (2,)))) +
+        create(0, attn="bf16", placement="clusters", kv_heads=1) +
+        alloc(0, 1, 0) + kv(0, 1, clusters=4) + step(0, 1, items=((0, 0, (0, 3)),)) +
+        close(0, 0) + close(0, 1) + session(1, attn="bad"),
     "life-clusters": session(0, placement="clusters", kv_heads=1, group=2, dim=32) +
         alloc(0, 0, 0) + kv(0, 0, clusters=4) + kv(0, 0, first_token=64, first_cluster=4,
                                                    clusters=3) +

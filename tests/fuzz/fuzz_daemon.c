@@ -1253,6 +1253,9 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 		m.u.create.shape.head_dim = dims[dim % 8];
 		m.u.create.shape.kv_dtype = 1 + (kind2 & 1);
 		m.u.create.placement = (kind2 >> 1) & 1;
+		/* bf16 dot products; with bit 3 a flag no version defines (refused). */
+		m.u.create.shape.attn_flags = (uint8_t)((kind2 & 4 ? NELSSA_ATTN_BF16_DOTS : 0) |
+							(kind2 & 8 ? 0x80 : 0));
 		m.u.create.max_batch = batch & 0x80 ? (uint32_t)batch << 4 : 1u + batch % 4;
 		m.u.create.max_sel = msel & 0x80 ? (uint32_t)msel << 8 : 1u + msel % 16;
 		m.u.create.capacity_tokens = caps[cap % 8] + (cap >> 3);
@@ -1295,7 +1298,7 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 		struct nelssa_msg v = m;
 
 		if (m.type == NELSSA_MSG_SESSION_CREATE) {
-			v.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 8, 1 };
+			v.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 8, 1, 0 };
 			v.u.create.max_batch = v.u.create.max_sel = 1;
 			v.u.create.capacity_tokens = 1;
 		} else if (m.type == NELSSA_MSG_REQ_ALLOC || m.type == NELSSA_MSG_REQ_FREE) {
@@ -1320,6 +1323,7 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 			p[9] = (uint8_t)(m.u.create.shape.kv_heads >> 8);
 			p[10] = (uint8_t)m.u.create.shape.head_dim;
 			p[11] = (uint8_t)(m.u.create.shape.head_dim >> 8);
+			p[14] = m.u.create.shape.attn_flags;
 			for (int i = 0; i < 4; i++) {
 				p[16 + i] = (uint8_t)(m.u.create.max_batch >> 8 * i);
 				p[20 + i] = (uint8_t)(m.u.create.max_sel >> 8 * i);
