@@ -54,6 +54,9 @@ static int resolve(struct npnm_context *ctx, struct npnm_kcmd *kc)
 	/* An unknown opcode goes on: the device answers NPNM_ST_BAD_OPCODE. */
 	if (npnm_rules_submit_errno(npnm_rules_check(c)))
 		return -EINVAL;
+	/* A flag the rules know but this device does not report would fail on it. */
+	if (c->opcode == NPNM_OP_SPARSE_ATTN && (c->p.attn.flags & ~ctx->ndev->attn_flags))
+		return -EOPNOTSUPP;
 	for (i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
 		struct npnm_operand *op = &c->op[i];
 		struct npnm_region *r;

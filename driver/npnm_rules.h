@@ -98,6 +98,13 @@ enum npnm_rule_id {
 	NPNM_RULE_NR,
 };
 
+/*
+ * Every NPNM_ATTN_F_* bit of this header's uapi: the bits SPARSE_ATTN's
+ * flags may hold, and all a driver may report in &npnm_info.attn_flags
+ * (a newer device's other bits would fail here at submission).
+ */
+#define NPNM_RULES_ATTN_FLAGS	NPNM_ATTN_F_BF16_DOTS
+
 /* Most reserved fields one parameter structure has. */
 #define NPNM_RULES_MAX_FIELDS	2
 
@@ -317,7 +324,7 @@ static inline const struct npnm_rule *npnm_rule(unsigned int opcode)
 			.fields = {
 				{ .name = "p.attn.flags", .offset = NPNM_RULES_POFF(attn.flags),
 				  .size = NPNM_RULES_PSIZE(attn.flags),
-				  .allowed = NPNM_ATTN_F_BF16_DOTS },
+				  .allowed = NPNM_RULES_ATTN_FLAGS },
 				{ .name = "p.attn.reserved",
 				  .offset = NPNM_RULES_POFF(attn.reserved),
 				  .size = NPNM_RULES_PSIZE(attn.reserved) },

@@ -37,6 +37,7 @@
 
 #include "cxl_range.h"
 #include "npnm.h"
+#include "npnm_rules.h"
 
 /* Heartbeat silence after which the firmware is declared dead. */
 #define NPNM_PCI_HB_TIMEOUT	(2 * HZ)
@@ -478,7 +479,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->kv_dtypes = le32_to_cpu(pp->hdr->kv_dtypes);
 	ndev->max_head_dim = le16_to_cpu(pp->hdr->max_head_dim);
 	ndev->max_group = le16_to_cpu(pp->hdr->max_group);
-	ndev->attn_flags = le32_to_cpu(pp->hdr->attn_flags);
+	ndev->attn_flags = le32_to_cpu(pp->hdr->attn_flags) & NPNM_RULES_ATTN_FLAGS;
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
 		     NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
 	/* The top of the heap may go to device-dax instead (dax.c). */

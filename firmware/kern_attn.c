@@ -24,6 +24,9 @@ _Static_assert((int)NELSSA_KV_BF16 == NPNM_DTYPE_BF16 && (int)NELSSA_KV_FP16 == 
 _Static_assert(NELSSA_KV_QTILE == NPNM_KV_QTILE && NELSSA_KV_QGROUP == NPNM_KV_QGROUP &&
 	       NELSSA_KV_QALIGN == NPNM_KV_QALIGN, "KV tile geometry");
 _Static_assert(NELSSA_ATTN_BF16_DOTS == NPNM_ATTN_F_BF16_DOTS, "attention flags");
+/* The firmware runs every flag the command rules let through, and no other. */
+_Static_assert(NFW_ATTN_FLAGS == NPNM_RULES_ATTN_FLAGS && NELSSA_ATTN_FLAGS == NFW_ATTN_FLAGS,
+	       "attention flag masks");
 
 static float attn_scale(const struct npnm_sparse_attn_params *p)
 {

@@ -27,7 +27,7 @@ int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom)
 		return -EINVAL;
 	if (!(geom->scale > 0.0f) || !isfinite(geom->scale))
 		return -EINVAL;
-	if (geom->flags & ~NELSSA_ATTN_BF16_DOTS)
+	if (geom->flags & ~NELSSA_ATTN_FLAGS)
 		return -EINVAL;
 	return 0;
 }
@@ -63,12 +63,6 @@ void nelssa_kv_widen(float *dst, const void *src, size_t n, enum nelssa_kv_dtype
 		nelssa_fp16_to_f32_n(dst, src, n);
 }
 
-/* @x rounded to bfloat16 and back: the operand a bf16 dot product sees. */
-static float bf16_round(float x)
-{
-	return nelssa_bf16_to_f32(nelssa_f32_to_bf16(x));
-}
-
 /*
  * Fold one tile of @n (<= TILE) widened rows into query row @r; @qr has
  * room for a row of queries rounded to bf16 (NELSSA_ATTN_BF16_DOTS).
@@ -85,7 +79,7 @@ static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, c
 
 	if (bf16) {
 		for (uint32_t i = 0; i < d; i++)
-			qr[i] = bf16_round(q[i]);
+			qr[i] = nelssa_bf16_round(q[i]);
 		q = qr;
 	}
 	for (uint32_t t = 0; t < n; t++) {
@@ -110,7 +104,7 @@ static void feed_row(struct nelssa_attn_run *run, uint32_t r, const float *kf, c
 		/* The sum takes the weight as computed, P.V its bf16 (FlashAttention). */
 		run->sum[r] += p;
 		if (bf16)
-			p = bf16_round(p);
+			p = nelssa_bf16_round(p);
 		for (uint32_t i = 0; i < d; i++)
 			o[i] += p * v[i];
 	}

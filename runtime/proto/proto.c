@@ -98,7 +98,7 @@ int nelssa_shape_check(const struct nelssa_shape *s)
 	    s->q_heads / s->kv_heads > NELSSA_PROTO_MAX_GROUP || !s->head_dim ||
 	    s->head_dim > NELSSA_PROTO_MAX_HEAD_DIM ||
 	    !nelssa_kv_bytes((enum nelssa_kv_dtype)s->kv_dtype, s->head_dim, 1) ||
-	    (s->attn_flags & ~NELSSA_ATTN_BF16_DOTS))
+	    (s->attn_flags & ~NELSSA_ATTN_FLAGS))
 		return -EINVAL;
 	return 0;
 }

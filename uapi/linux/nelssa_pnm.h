@@ -267,8 +267,10 @@ struct npnm_kv_write_params {
  * @kv_dtype: enum npnm_kv_dtype of the K and V rows.
  * @scale_f32: IEEE binary32 bit pattern of the softmax scale, positive and
  *	finite; 0 selects 1/sqrt(@head_dim).
- * @flags: NPNM_ATTN_F_* bits the device reports in &npnm_info.attn_flags;
- *	any other bit is refused (NPNM_ST_BAD_RESERVED).
+ * @flags: NPNM_ATTN_F_* bits the device reports in &npnm_info.attn_flags.
+ *	A bit no NPNM_ATTN_F_* names fails submission with -EINVAL, one the
+ *	device does not report with -EOPNOTSUPP (a device that gets it
+ *	anyway completes with NPNM_ST_BAD_RESERVED).
  * @reserved: Must be zero.
  */
 struct npnm_sparse_attn_params {

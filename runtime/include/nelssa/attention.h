@@ -78,6 +78,8 @@ struct nelssa_attn_geom {
  * Documentation/numeric-conventions.rst).
  */
 #define NELSSA_ATTN_BF16_DOTS 1u
+/* Every NELSSA_ATTN_* bit this library knows; others are -EINVAL. */
+#define NELSSA_ATTN_FLAGS NELSSA_ATTN_BF16_DOTS
 
 /**
  * struct nelssa_cluster - one cluster of a cluster-contiguous KV layout:

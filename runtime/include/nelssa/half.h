@@ -52,6 +52,12 @@ static inline uint16_t nelssa_f32_to_bf16(float f)
 	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+/* @f rounded to bfloat16 and widened back: the operand a bf16 product sees. */
+static inline float nelssa_bf16_round(float f)
+{
+	return nelssa_bf16_to_f32(nelssa_f32_to_bf16(f));
+}
+
 /**
  * nelssa_fp16_to_f32() - widen one IEEE binary16 value to binary32.
  * @h: the binary16 bits.

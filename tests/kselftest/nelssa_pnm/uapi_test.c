@@ -53,6 +53,37 @@ TEST_F(dev, get_info_attention_limits)
 	EXPECT_NE(0, info.max_group);
 }
 
+/*
+ * SPARSE_ATTN flags: the device reports only bits this uapi defines, and
+ * a defined one it does not report is refused at submission (-EOPNOTSUPP,
+ * nothing queued) rather than failing on the device.
+ */
+TEST_F(dev, attn_flags_reported_and_checked)
+{
+	long long submitted = npnm_sysfs_read(npnm_sysfs("stats/submitted"));
+	struct npnm_submit s;
+	struct npnm_info info;
+	struct npnm_cmd c;
+
+	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_GET_INFO, &info));
+	EXPECT_EQ(0, info.attn_flags & ~NPNM_ATTN_F_BF16_DOTS);
+	/* The mock runs no attention; the card's firmware 1.1 takes bf16 dots. */
+	EXPECT_EQ(npnm_is_mock() ? 0 : NPNM_ATTN_F_BF16_DOTS, info.attn_flags);
+	if (info.attn_flags & NPNM_ATTN_F_BF16_DOTS)
+		SKIP(return, "the device takes every flag this uapi defines");
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_SPARSE_ATTN;
+	for (int i = 0; i < 4; i++)
+		c.op[i] = (struct npnm_operand){ .handle = self->ma.handle, .len = 4096 };
+	c.p.attn.flags = NPNM_ATTN_F_BF16_DOTS;
+	s = (struct npnm_submit){ .cmds_ptr = (uintptr_t)&c, .nr_cmds = 1 };
+	EXPECT_EQ(-EOPNOTSUPP, npnm_ioctl(self->fd, NPNM_IOC_SUBMIT, &s));
+	EXPECT_EQ(0, s.nr_submitted);
+	EXPECT_EQ(-EOPNOTSUPP, s.error);
+	EXPECT_EQ(-EOPNOTSUPP, npnm_exec(self->fd, &c, NULL));
+	EXPECT_EQ(submitted, npnm_sysfs_read(npnm_sysfs("stats/submitted")));
+}
+
 TEST_F(dev, get_info_bad_pointer)
 {
 	EXPECT_EQ(-EFAULT, npnm_ioctl(self->fd, NPNM_IOC_GET_INFO, (void *)8));
