@@ -1055,29 +1055,22 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 				qh[(size_t)r * d + i] = nelssa_f32_to_bf16(x);
 			else
 				qp[(size_t)r * d + perm(natural, i)] =
-					bf16_dots ? nelssa_bf16_to_f32(nelssa_f32_to_bf16(x)) : x;
+					bf16_dots ? nelssa_bf16_round(x) : x;
 			op[(size_t)r * d + i] = 0.0f;
 		}
 		s.m[r] = -INFINITY;
 		s.l[r] = splat(0.0f);
 	}
-	switch (native ? 0 : a->kv_dtype) {
-	case 0:	/* not a type: the native bf16 products */
+	if (native)
 		run_native(a, &s, zero);
-		break;
-	case NPNM_DTYPE_FP16:
+	else if (a->kv_dtype == NPNM_DTYPE_FP16)
 		run_item(a, &s, zero, KIND_FP16);
-		break;
-	case NPNM_DTYPE_FP8_E4M3:
+	else if (a->kv_dtype == NPNM_DTYPE_FP8_E4M3)
 		run_item(a, &s, zero, KIND_FP8);
-		break;
-	case NPNM_DTYPE_INT8:
+	else if (a->kv_dtype == NPNM_DTYPE_INT8)
 		run_item(a, &s, zero, KIND_INT8);
-		break;
-	default:
+	else
 		run_item(a, &s, zero, KIND_BF16);
-		break;
-	}
 	for (uint32_t r = 0; r < g; r++) {
 		float l = hsum(s.l[r]), inv = l > 0.0f ? l : isnan(l) ? l : 1.0f;
 

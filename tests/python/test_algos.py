@@ -152,11 +152,11 @@ def bf16_round(x):
 
 @pytest.mark.parametrize("fp16", [False, True])
 def test_bf16_dots(rng, fp16):
-    """ATTN_BF16_DOTS: float64 over bf16(q), the weights' rounding within 2^-9 max|v|."""
+    """ATTN_BF16_DOTS: float64 over bf16(q), the weights' rounding within 2^-8 max|v| (twice)."""
     q = rng.standard_normal((4, 64)).astype(np.float32)
     k, v = keys(rng, 300, fp16=fp16), keys(rng, 300, fp16=fp16)
     ro, rl = attn_ref(bf16_round(q), k, v)
-    tol_o = 2e-4 + 2 * 2.0 ** -9 * np.abs(kv_float(v)).max()
+    tol_o = 2e-4 + 2 * 2.0 ** -8 * np.abs(kv_float(v)).max()
     o, lse = nelssa.attn_dense(q, k, v, attn_flags=nelssa.ATTN_BF16_DOTS)
     np.testing.assert_allclose(np.asarray(o, np.float64), ro, rtol=0, atol=tol_o)
     np.testing.assert_allclose(np.asarray(lse, np.float64), rl, rtol=2e-4, atol=2e-4)

@@ -42,10 +42,11 @@ json_check "the roofline is min(streaming read, compute) and the ratios follow f
 	     for i in j['isas'])"
 # bf16 dot products: the run says so, and every ISA's outputs stay within the
 # weights' rounding of the scalar kernel's (each rounds its weights relative
-# to its own running maximum: up to 2^-9 max|v|, and |v| < 1 in its bf16 stores).
+# to its own running maximum, each within 2^-8: up to 2^-7 max|v|, and |v| < 1
+# in its bf16 stores).
 t "an unknown dot-product type is a usage error" 2 "$bench" --attn-dots fp8
 # shellcheck disable=SC2086
 t "JSON run, bf16 dot products" 0 "$bench" $small --attn-dots bf16 --json
 json_check "it says its dot products; every ISA within the weights' rounding of scalar" \
 	"j['attn_dots'] == 'bf16' and len(j['isas']) >= 1 and
-	 all(i['max_abs_err'] < 2 * 2 ** -9 and i['peak_gflops'] > 0 for i in j['isas'])"
+	 all(i['max_abs_err'] < 2 ** -7 and i['peak_gflops'] > 0 for i in j['isas'])"

@@ -59,7 +59,7 @@ t "bench attn --attn-dots of no type is a usage error" 2 "$ctl" bench sim:0 attn
 t "bench attn --attn-dots bf16" 0 "$ctl" bench sim:0 attn --json --context 4096 --items 2 --iters 1 \
 	--attn-dots bf16
 json_check "bench attn with bf16 dot products says so, within the weights' rounding" \
-	"j['attn_dots'] == 'bf16' and j['max_abs_err_vs_reference'] < 1e-3 + 2 ** -9 and j['peak_gflops'] > 0"
+	"j['attn_dots'] == 'bf16' and j['max_abs_err_vs_reference'] < 1e-3 + 2 ** -7 and j['peak_gflops'] > 0"
 t "bench attn human output" 0 "$ctl" bench sim:0 attn --context 4096 --items 2 --iters 2
 t "bench attn --cpus with --no-pin is a usage error" 2 "$ctl" bench sim:0 attn --cpus 0 --no-pin
 t "bench attn --no-pin" 0 "$ctl" bench sim:0 attn --json --context 4096 --items 2 --iters 1 --no-pin

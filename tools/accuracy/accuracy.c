@@ -335,7 +335,7 @@ static void run_step(const struct opts *op, struct step *s, struct cell *cells)
 	if (s->attn_flags & NELSSA_ATTN_BF16_DOTS) {
 		s->qd = xcalloc((size_t)G * D, sizeof(float));
 		for (uint32_t i = 0; i < G * D; i++)
-			s->qd[i] = nelssa_bf16_to_f32(nelssa_f32_to_bf16(s->q[i]));
+			s->qd[i] = nelssa_bf16_round(s->q[i]);
 		s->logit_d = xcalloc((size_t)G * s->n, sizeof(double));
 	}
 	s->mass = xcalloc(s->n, sizeof(double));
@@ -582,7 +582,7 @@ static void report(const struct opts *op, struct cell *cells)
 {
 	int all_met = 1, first = 1;
 
-	const char *dots = op->attn_flags ? "bf16" : "fp32";
+	const char *dots = tl_attn_dots_name(op->attn_flags);
 
 	if (op->json)
 		printf("{\"pnm_kv_dtype\":\"%s\",\"attn_dots\":\"%s\",\"rows\":[\n",
@@ -776,12 +776,11 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'A':
-			if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+			if (tl_attn_dots_parse(optarg, &op.attn_flags)) {
 				fprintf(stderr, "nelssa-accuracy: --attn-dots %s: need fp32 or bf16\n",
 					optarg);
 				return 2;
 			}
-			op.attn_flags = strcmp(optarg, "bf16") ? 0 : NELSSA_ATTN_BF16_DOTS;
 			break;
 		case 'j': op.json = 1; break;
 		case 'h': usage(stdout); return 0;

@@ -28,6 +28,19 @@ const char *tl_kv_dtype_name(uint8_t kv_dtype)
 	       dtype_names[kv_dtype] : "?";
 }
 
+int tl_attn_dots_parse(const char *name, uint32_t *flags)
+{
+	if (strcmp(name, "fp32") && strcmp(name, "bf16"))
+		return -1;
+	*flags = strcmp(name, "bf16") ? 0 : NPNM_ATTN_F_BF16_DOTS;
+	return 0;
+}
+
+const char *tl_attn_dots_name(uint32_t flags)
+{
+	return flags & NPNM_ATTN_F_BF16_DOTS ? "bf16" : "fp32";
+}
+
 int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
 		       uint32_t context, uint32_t cluster)
 {

@@ -39,5 +39,12 @@ void tl_attn_select(const struct tl_attn_store *s, uint32_t *sel, uint32_t n, ui
 uint8_t tl_kv_dtype_parse(const char *name);
 /* The short name of @kv_dtype, "?" if unknown. */
 const char *tl_kv_dtype_name(uint8_t kv_dtype);
+/*
+ * --attn-dots: "fp32" (0) or "bf16" (NPNM_ATTN_F_BF16_DOTS, the same bit
+ * as NELSSA_ATTN_BF16_DOTS) into *@flags; -1 for another name.
+ */
+int tl_attn_dots_parse(const char *name, uint32_t *flags);
+/* The --attn-dots name of SPARSE_ATTN @flags. */
+const char *tl_attn_dots_name(uint32_t flags);
 
 #endif /* NELSSA_ATTN_STORE_H */

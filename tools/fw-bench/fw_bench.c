@@ -264,11 +264,10 @@ static int parse(int argc, char **argv, struct opts *o)
 			}
 			break;
 		case 'a':
-			if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+			if (tl_attn_dots_parse(optarg, &o->attn_flags)) {
 				fprintf(stderr, "%s: --attn-dots %s: need fp32 or bf16\n", prog, optarg);
 				bad = -1;
 			}
-			o->attn_flags = strcmp(optarg, "bf16") ? 0 : NPNM_ATTN_F_BF16_DOTS;
 			break;
 		case 'j': o->json = 1; break;
 		case 'h': fputs(help, stdout); exit(0);
@@ -316,7 +315,7 @@ int main(int argc, char **argv)
 		       "\"attn_dots\":\"%s\",\"token_bytes\":%.6g,\"read_baseline_gbps\":%.6g,"
 		       "\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
 		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group,
-		       tl_kv_dtype_name(o.kv_dtype), o.attn_flags ? "bf16" : "fp32", rst.token_bytes, stream, o.items, o.context,
+		       tl_kv_dtype_name(o.kv_dtype), tl_attn_dots_name(o.attn_flags), rst.token_bytes, stream, o.items, o.context,
 		       o.select, o.resident_tokens);
 	else
 		printf("CPU %s; head dim %u, group %u, KV %s (%.1f bytes a token), %s dot products; "
@@ -324,7 +323,7 @@ int main(int argc, char **argv)
 		       "ISA      random GB/s  Mtok/s  ns/cluster   resident GB/s  Mtok/s  ns/cluster   "
 		       "peak GFLOP/s  compute GB/s  roofline GB/s  random/roofline  "
 		       "resident/compute  max |err| vs scalar\n", cpu, o.head_dim, o.group,
-		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, o.attn_flags ? "bf16" : "fp32",
+		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, tl_attn_dots_name(o.attn_flags),
 		       stream);
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		struct result a, b;

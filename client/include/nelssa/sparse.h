@@ -390,7 +390,8 @@ int nelssa_unselected(const uint32_t *ids, uint32_t n_ids, const uint32_t *sizes
 
 /**
  * nelssa_estimate_attn() - approximate attention over unselected clusters.
- * @geom: shape (kv_dtype unused: centroids and sums are fp32).
+ * @geom: shape (kv_dtype unused: centroids and sums are fp32; flags unused:
+ *	an estimate is no attention to match a kernel's products to).
  * @q: fp32 [group][head_dim].
  * @centroids: fp32 [..][head_dim], indexed by @ids.
  * @vsum: fp32 [..][head_dim], member V sums, indexed by @ids.

@@ -27,8 +27,14 @@
 #define MAXDEV 4
 /* fp32 accumulation over 208 tokens errs near 1e-6; a bug errs near 1. */
 #define TOL 0.0001
-/* P.V's bf16 weights, each within 2^-9 relative, move o by 2^-9 max|v| (|v| <= 2), twice for margin. */
-#define TOL_BF16_O (TOL + 2.0 * 2.0 / 512.0)
+/*
+ * P.V's bf16 weights, each within 2^-8 relative (RNE, 8 significant
+ * bits), move o by at most 2^-8 max|v| (|v| <= 2); twice that for margin.
+ */
+#define TOL_BF16_O (TOL + 2.0 * 2.0 / 256.0)
+/* The two-token case: fp32 rounding of one exp and one divide, and the flag's effect. */
+#define TOL_EXACT 0.0000004f
+#define BF16_EFFECT 0.0002f
 
 static __u64 rng_state;
 
@@ -175,9 +181,11 @@ static void reference(int h, int r, __u32 flags, const float *o, float lse, doub
 			const __u16 *kt = k[h][sel[h][s] * CLUSTER + j];
 			double acc = 0.0;
 
-			for (int i = 0; i < D; i++)
-				acc += (flags & NPNM_ATTN_F_BF16_DOTS ? from_bf16(to_bf16(q[h][r][i])) :
-					(double)q[h][r][i]) * from_bf16(kt[i]);
+			for (int i = 0; i < D; i++) {
+				double qi = flags ? from_bf16(to_bf16(q[h][r][i])) : q[h][r][i];
+
+				acc += qi * from_bf16(kt[i]);
+			}
 			logit[n] = acc * scale;
 			mx = fmax(mx, logit[n]);
 		}
@@ -226,8 +234,8 @@ static void layer(struct __test_metadata *_metadata, __u32 flags)
 		struct npnm_info info;
 
 		ASSERT_EQ(0, npnm_ioctl(fds[dv], NPNM_IOC_GET_INFO, &info));
-		/* Our firmware takes every flag it defines. */
-		ASSERT_EQ(NPNM_ATTN_F_BF16_DOTS, info.attn_flags);
+		if (flags & ~info.attn_flags)
+			SKIP(return, "a device does not take attention flags %#x", flags);
 	}
 	make_layer();
 
@@ -286,6 +294,7 @@ TEST(bf16_dots_round_the_weights)
 	char dev[64], *colon;
 	struct npnm_mem_alloc ma;
 	struct npnm_attn_item *it;
+	struct npnm_info info;
 	struct npnm_cmd c;
 	__u16 *kv;
 	float *q, *o, cq, w, w16, want;
@@ -301,6 +310,9 @@ TEST(bf16_dots_round_the_weights)
 		*colon = 0;
 	fd = open(dev, O_RDWR | O_CLOEXEC);
 	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, npnm_ioctl(fd, NPNM_IOC_GET_INFO, &info));
+	if (!(info.attn_flags & NPNM_ATTN_F_BF16_DOTS))
+		SKIP(return, "%s does not take bf16 dot products", dev);
 	ASSERT_EQ(0, npnm_alloc(fd, REGION, &ma));
 	m = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED, fd, ma.mmap_offset);
 	ASSERT_NE(MAP_FAILED, m);
@@ -329,12 +341,12 @@ TEST(bf16_dots_round_the_weights)
 	w = expf(cq);
 	w16 = (float)from_bf16(to_bf16(w));
 	want = w16 / (1.0f + w);
-	ASSERT_LT(2e-4f * want, fabsf(w / (1.0f + w) - want));
+	ASSERT_LT(BF16_EFFECT * want, fabsf(w / (1.0f + w) - want));
 	o = (float *)(m + OUT_OFF);
 	for (int r = 0; r < G; r++) {
-		EXPECT_GT(4e-7f, fabsf(o[G * D + r] - log1pf(w)));
+		EXPECT_GT(TOL_EXACT, fabsf(o[G * D + r] - log1pf(w)));
 		for (int i = 0; i < D; i++)
-			EXPECT_GT(4e-7f, fabsf(o[r * D + i] - want));
+			EXPECT_GT(TOL_EXACT, fabsf(o[r * D + i] - want));
 	}
 	munmap(m, REGION);
 	close(fd);
