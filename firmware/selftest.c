@@ -102,9 +102,11 @@ static int check_kv_write(const struct nfw_mem *m, struct nfw_scratch *sc)
 /*
  * A 600-token store in clusters of 1..32 tokens, 4 query rows, a random
  * third of the clusters selected; every supported ISA against the
- * reference kernel of the numeric core.
+ * reference kernel of the numeric core, with SPARSE_ATTN @flags (bf16 dot
+ * products: BFDOT where the CPU has it).
  */
-static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t dtype)
+static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t dtype,
+		      uint32_t flags)
 {
 	const uint32_t d = 128, g = 4, n = 600;
 	struct npnm_cluster tab[64];
@@ -116,8 +118,14 @@ static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t d
 	uint8_t *kv = m->base + 4096, *in = m->base + 4096 + 2 * n * d * 2 + 4096;
 	uint8_t *out = in + 65536;
 	struct nelssa_attn_geom geom = {
-		d, g, dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16, 0.0883883476f, 0,
+		d, g, dtype == NPNM_DTYPE_FP16 ? NELSSA_KV_FP16 : NELSSA_KV_BF16, 0.0883883476f, flags,
 	};
+	/*
+	 * The reference and a kernel each round a weight to bf16 relative to
+	 * their own running maximum, within 2^-8: outputs up to 2^-7 max|v|
+	 * (|v| <= 2) apart.
+	 */
+	const float tol_o = 1e-4f + (flags ? 2.0f * 0x1p-7f : 0.0f);
 	int bad = 0;
 
 	memset(m->base, 0, ST_MEM);
@@ -160,7 +168,7 @@ static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t d
 	c.op[NPNM_ATTN_OUT] = operand((uint64_t)(out - m->base), 65536);
 	c.p.attn = (struct npnm_sparse_attn_params){
 		.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g, .kv_dtype = dtype,
-		.scale_f32 = nelssa_f32_bits(geom.scale),
+		.scale_f32 = nelssa_f32_bits(geom.scale), .flags = flags,
 	};
 	if (nelssa_attn_clusters(&geom, (const float *)in, kv, kv + n * d * 2, n, ntab, nc, sel, ns,
 				 ro, rl))
@@ -180,7 +188,7 @@ static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t d
 				float o;
 
 				memcpy(&o, out + 4 * (r * d + i), 4);
-				bad |= !(fabsf(o - ro[r * d + i]) <= 1e-4f);
+				bad |= !(fabsf(o - ro[r * d + i]) <= tol_o);
 			}
 		}
 	}
@@ -224,10 +232,13 @@ uint32_t nfw_selftest(uint32_t mask, struct nfw_scratch *scratch)
 		failed |= NFW_SELFTEST_MEMOPS;
 	if ((mask & NFW_SELFTEST_KV_WRITE) && check_kv_write(&m, scratch))
 		failed |= NFW_SELFTEST_KV_WRITE;
-	if ((mask & NFW_SELFTEST_ATTN) && check_attn(&m, scratch, NPNM_DTYPE_BF16))
+	if ((mask & NFW_SELFTEST_ATTN) && check_attn(&m, scratch, NPNM_DTYPE_BF16, 0))
 		failed |= NFW_SELFTEST_ATTN;
-	if ((mask & NFW_SELFTEST_ATTN_FP16) && check_attn(&m, scratch, NPNM_DTYPE_FP16))
+	if ((mask & NFW_SELFTEST_ATTN_FP16) && check_attn(&m, scratch, NPNM_DTYPE_FP16, 0))
 		failed |= NFW_SELFTEST_ATTN_FP16;
+	if ((mask & NFW_SELFTEST_ATTN_BF16_DOTS) &&
+	    check_attn(&m, scratch, NPNM_DTYPE_BF16, NPNM_ATTN_F_BF16_DOTS))
+		failed |= NFW_SELFTEST_ATTN_BF16_DOTS;
 	if ((mask & NFW_SELFTEST_VALIDATE) && check_validate(&m, scratch))
 		failed |= NFW_SELFTEST_VALIDATE;
 	free(m.base);

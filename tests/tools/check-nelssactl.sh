@@ -41,7 +41,7 @@ json_check "info reports every KV type and the tokens of one head each holds" \
 t "info --head-dim 0 is a usage error" 2 "$ctl" info sim:0 --head-dim 0
 t "selftest passes" 0 "$ctl" --json selftest sim:0
 json_check "selftest JSON" \
-	"j['passed'] is True and j['failed_mask'] == 0 and len(j['tests']) == 5 and all(v == 'pass' for v in j['tests'].values())"
+	"j['passed'] is True and j['failed_mask'] == 0 and len(j['tests']) == 6 and 'attn_bf16_dots' in j['tests'] and all(v == 'pass' for v in j['tests'].values())"
 t "selftest --mask 0x4" 0 "$ctl" selftest sim:0 --mask 0x4
 t "selftest bad mask is a usage error" 2 "$ctl" selftest sim:0 --mask 0x100
 t "bench without kind is a usage error" 2 "$ctl" bench sim:0

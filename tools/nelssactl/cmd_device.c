@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <nelssa/fw.h>
+
 #include "attn_store.h"
 #include "nelssactl.h"
 #include "npnm_rules.h"
@@ -273,9 +275,14 @@ int cmd_selftest(struct ctl *ctl, int argc, char **argv)
 		"usage: nelssactl selftest DEV [--mask M] [--json]\n"
 		"Run the firmware's built-in checks on DEV: 0x1 FILL/COPY, 0x2 KV_WRITE,\n"
 		"0x4 SPARSE_ATTN on every ISA (bf16), 0x8 SPARSE_ATTN on fp16 KV,\n"
-		"0x10 descriptor validation.  --mask selects tests (default: all).\n"
+		"0x10 descriptor validation, 0x20 SPARSE_ATTN with bf16 dot products\n"
+		"(firmware 1.1).  --mask selects tests (default: all the device has).\n"
 		"Exit status 1 when a test fails.\n";
-	static const char *const names[] = { "memops", "kv_write", "attn", "attn_fp16", "validate" };
+	static const char *const names[] = { "memops", "kv_write", "attn", "attn_fp16", "validate",
+					     "attn_bf16_dots" };
+	_Static_assert(NFW_SELFTEST_ALL == (1u << sizeof(names) / sizeof(names[0])) - 1,
+		       "a name per firmware self-test");
+	struct npnm_info info;
 	static const struct option extra[] = { { "mask", required_argument, NULL, 'm' }, { 0 } };
 	struct npnm_completion comp;
 	struct nelssa_pnm *p;
@@ -289,13 +296,15 @@ int cmd_selftest(struct ctl *ctl, int argc, char **argv)
 		ctl_usage_error(ctl, "selftest", "expected exactly one DEV");
 		return EXIT_USAGE;
 	}
-	if (mask & ~0x1fu) {
-		ctl_usage_error(ctl, "selftest", "--mask 0x%x: only bits 0x1f exist", mask);
+	if (mask & ~NFW_SELFTEST_ALL) {
+		ctl_usage_error(ctl, "selftest", "--mask 0x%x: only bits 0x%x exist", mask,
+				NFW_SELFTEST_ALL);
 		return EXIT_USAGE;
 	}
 	p = ctl_open(argv[idx]);
 	if (!p)
 		return EXIT_DEVICE;
+	nelssa_pnm_info(p, &info);
 	memset(&c, 0, sizeof(c));
 	c.opcode = NPNM_OP_SELFTEST;
 	c.p.selftest.mask = mask;
@@ -306,11 +315,13 @@ int cmd_selftest(struct ctl *ctl, int argc, char **argv)
 			nelssa_pnm_strerror());
 		return EXIT_DEVICE;
 	}
-	run = mask ? mask : 0x1f;
+	/* All of them, but the bf16-dots test where the firmware (before 1.1) has none. */
+	run = mask ? mask : info.attn_flags & NPNM_ATTN_F_BF16_DOTS ? NFW_SELFTEST_ALL :
+		NFW_SELFTEST_ALL & ~NFW_SELFTEST_ATTN_BF16_DOTS;
 	if (ctl->json) {
 		json_object *o = json_object_new_object(), *tests = json_object_new_object();
 
-		for (unsigned int i = 0; i < 5; i++)
+		for (unsigned int i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 			if (run & (1u << i))
 				json_object_object_add(tests, names[i], json_object_new_string(
 						       comp.detail & (1u << i) ? "fail" : "pass"));
@@ -321,9 +332,9 @@ int cmd_selftest(struct ctl *ctl, int argc, char **argv)
 		json_object_object_add(o, "device_ns", json_object_new_uint64(comp.device_ns));
 		ctl_print_json(o);
 	} else {
-		for (unsigned int i = 0; i < 5; i++)
+		for (unsigned int i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 			if (run & (1u << i))
-				printf("%-10s %s\n", names[i], comp.detail & (1u << i) ? "FAIL" : "pass");
+				printf("%-14s %s\n", names[i], comp.detail & (1u << i) ? "FAIL" : "pass");
 		printf("selftest %s on %s (%.1f ms)\n", comp.detail ? "FAILED" : "passed", argv[idx],
 		       (double)comp.device_ns / 1e6);
 	}

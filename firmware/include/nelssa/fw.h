@@ -43,7 +43,7 @@ static inline void nfw_cpu_relax(void)
 #define NFW_KV_DTYPES ((1u << NPNM_DTYPE_BF16) | (1u << NPNM_DTYPE_FP16) | \
 		       (1u << NPNM_DTYPE_FP8_E4M3) | (1u << NPNM_DTYPE_INT8))
 #define NFW_MAX_GROUP 16u
-/* SPARSE_ATTN flags this firmware accepts (&npnm_info.attn_flags). */
+/* SPARSE_ATTN flags this firmware accepts (&npnm_info.attn_flags): all it knows. */
 #define NFW_ATTN_FLAGS NPNM_ATTN_F_BF16_DOTS
 #define NFW_FW_VERSION ((1u << 16) | 1u)	/* interface 1.1: NPNM_ATTN_F_BF16_DOTS */
 
@@ -156,7 +156,8 @@ uint32_t nfw_run(const struct nfw_mem *mem, const struct npnm_cmd *desc, enum nf
 #define NFW_SELFTEST_ATTN	(1u << 2)	/* SPARSE_ATTN, every supported ISA */
 #define NFW_SELFTEST_ATTN_FP16	(1u << 3)	/* SPARSE_ATTN on fp16 KV */
 #define NFW_SELFTEST_VALIDATE	(1u << 4)	/* malformed descriptors are rejected */
-#define NFW_SELFTEST_ALL	0x1fu
+#define NFW_SELFTEST_ATTN_BF16_DOTS (1u << 5)	/* SPARSE_ATTN, NPNM_ATTN_F_BF16_DOTS (1.1) */
+#define NFW_SELFTEST_ALL	0x3fu
 
 /* Run the built-in checks in @mask (0 = all); returns the failed mask. */
 uint32_t nfw_selftest(uint32_t mask, struct nfw_scratch *scratch);
