@@ -249,7 +249,10 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	p = ctl_open(res->name);
 	if (!p)
 		return EXIT_DEVICE;
-	nelssa_pnm_info(p, &info);
+	if (nelssa_pnm_info(p, &info)) {
+		fprintf(stderr, "nelssactl: %s: %s\n", res->name, nelssa_pnm_strerror());
+		goto out;
+	}
 	if (o.attn_flags & ~info.attn_flags) {
 		fprintf(stderr, "nelssactl: %s does not offer bf16 dot products (attention flags "
 			"0x%x; firmware %u.%u)\n", res->name, info.attn_flags, info.fw_version >> 16,

@@ -304,7 +304,11 @@ int cmd_selftest(struct ctl *ctl, int argc, char **argv)
 	p = ctl_open(argv[idx]);
 	if (!p)
 		return EXIT_DEVICE;
-	nelssa_pnm_info(p, &info);
+	if (nelssa_pnm_info(p, &info)) {
+		fprintf(stderr, "nelssactl: %s: %s\n", argv[idx], nelssa_pnm_strerror());
+		nelssa_pnm_close(p);
+		return EXIT_DEVICE;
+	}
 	memset(&c, 0, sizeof(c));
 	c.opcode = NPNM_OP_SELFTEST;
 	c.p.selftest.mask = mask;
@@ -334,7 +338,8 @@ int cmd_selftest(struct ctl *ctl, int argc, char **argv)
 	} else {
 		for (unsigned int i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 			if (run & (1u << i))
-				printf("%-14s %s\n", names[i], comp.detail & (1u << i) ? "FAIL" : "pass");
+				printf("%-14s %s\n", names[i],
+				       comp.detail & (1u << i) ? "FAIL" : "pass");
 		printf("selftest %s on %s (%.1f ms)\n", comp.detail ? "FAILED" : "passed", argv[idx],
 		       (double)comp.device_ns / 1e6);
 	}

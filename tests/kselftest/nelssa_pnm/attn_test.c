@@ -286,7 +286,7 @@ TEST(head_wise_bf16_dots)
  * That the card applies the flag, not merely accepts it: two tokens, a zero
  * V row under logit 0 and a V row of ones under logit c = bf16(-0.3571),
  * so every output is w' / (1 + w) with w = e^c and w' its bf16 rounding --
- * 3.5e-4 relative from the w / (1 + w) of binary32 products.
+ * 3.7e-4 relative from the w / (1 + w) of binary32 products.
  */
 TEST(bf16_dots_round_the_weights)
 {
