@@ -260,6 +260,7 @@ struct cl {
 	uint64_t session, t_sent;
 	uint8_t in[FRAME_MAX];
 	size_t have;
+	size_t burst_off;	/* a slow reader's next byte of stats_burst */
 	int32_t err;		/* the last ERROR's code */
 	int refused;
 };
@@ -509,11 +510,21 @@ static int load(int argc, char **argv)
 			if (pfd[i].fd < 0 || !pfd[i].revents)
 				continue;
 			if (c->role == SLOW && c->state == S_STATS) {
+				ssize_t k = -1;
+
 				if (pfd[i].revents & (POLLERR | POLLHUP))
 					gone = 1;
-				if (!gone && send(c->fd, stats_burst, burst_len,
-						  MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
-				    errno != EAGAIN && errno != EWOULDBLOCK)
+				/*
+				 * A send may take part of the burst: go on from
+				 * there, or the next frame would start mid-frame
+				 * and be closed as malformed, not for its replies.
+				 */
+				if (!gone)
+					k = send(c->fd, stats_burst + c->burst_off,
+						 burst_len - c->burst_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+				if (k >= 0)
+					c->burst_off = (c->burst_off + (size_t)k) % burst_len;
+				else if (!gone && errno != EAGAIN && errno != EWOULDBLOCK)
 					gone = 1;
 			} else {
 				gone = on_input(c) < 0;
