@@ -100,6 +100,25 @@ static int check_kv_write(const struct nfw_mem *m, struct nfw_scratch *sc)
 }
 
 /*
+ * A SPARSE_ATTN of one item, the item at offset 0 and its KV, inputs and
+ * outputs in operands at @kv (@kv_len bytes), @in and @out (@io_len each).
+ */
+static struct npnm_cmd one_item_attn(uint64_t kv, uint64_t kv_len, uint64_t in, uint64_t out,
+				     uint64_t io_len, struct npnm_sparse_attn_params p)
+{
+	struct npnm_cmd c;
+
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_SPARSE_ATTN;
+	c.op[NPNM_ATTN_ITEMS] = operand(0, sizeof(struct npnm_attn_item));
+	c.op[NPNM_ATTN_KV] = operand(kv, kv_len);
+	c.op[NPNM_ATTN_IN] = operand(in, io_len);
+	c.op[NPNM_ATTN_OUT] = operand(out, io_len);
+	c.p.attn = p;
+	return c;
+}
+
+/*
  * A 600-token store in clusters of 1..32 tokens, 4 query rows, a random
  * third of the clusters selected; every supported ISA against the
  * reference kernel of the numeric core, with SPARSE_ATTN @flags (bf16 dot
@@ -160,16 +179,11 @@ static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t d
 		.sel_off = g * d * 4, .o_off = 0, .lse_off = g * d * 4,
 		.nr_tokens = n, .nr_clusters = nc, .nr_sel = ns,
 	};
-	memset(&c, 0, sizeof(c));
-	c.opcode = NPNM_OP_SPARSE_ATTN;
-	c.op[NPNM_ATTN_ITEMS] = operand(0, sizeof(*it));
-	c.op[NPNM_ATTN_KV] = operand(4096, 2 * n * d * 2 + 4096);
-	c.op[NPNM_ATTN_IN] = operand((uint64_t)(in - m->base), 65536);
-	c.op[NPNM_ATTN_OUT] = operand((uint64_t)(out - m->base), 65536);
-	c.p.attn = (struct npnm_sparse_attn_params){
+	c = one_item_attn(4096, 2 * n * d * 2 + 4096, (uint64_t)(in - m->base),
+			  (uint64_t)(out - m->base), 65536, (struct npnm_sparse_attn_params){
 		.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g, .kv_dtype = dtype,
 		.scale_f32 = nelssa_f32_bits(geom.scale), .flags = flags,
-	};
+	});
 	if (nelssa_attn_clusters(&geom, (const float *)in, kv, kv + n * d * 2, n, ntab, nc, sel, ns,
 				 ro, rl))
 		return 1;
@@ -226,17 +240,11 @@ static int check_bf16_weights(const struct nfw_mem *m, struct nfw_scratch *sc)
 		.sel_off = g * d * 4, .o_off = 0, .lse_off = g * d * 4,
 		.nr_tokens = 2, .nr_clusters = 1, .nr_sel = 1,
 	};
-	memset(&cmd, 0, sizeof(cmd));
-	cmd.opcode = NPNM_OP_SPARSE_ATTN;
-	cmd.op[NPNM_ATTN_ITEMS] = operand(0, sizeof(*it));
-	cmd.op[NPNM_ATTN_KV] = operand(4096, 4096);
-	cmd.op[NPNM_ATTN_IN] = operand(65536, 4096);
-	cmd.op[NPNM_ATTN_OUT] = operand(131072, 4096);
-	cmd.p.attn = (struct npnm_sparse_attn_params){
+	cmd = one_item_attn(4096, 4096, 65536, 131072, 4096, (struct npnm_sparse_attn_params){
 		.nr_items = 1, .head_dim = (uint16_t)d, .group = (uint8_t)g,
 		.kv_dtype = NPNM_DTYPE_BF16, .scale_f32 = nelssa_f32_bits(1.0f),
 		.flags = NPNM_ATTN_F_BF16_DOTS,
-	};
+	});
 	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
 		if (!nfw_isa_supported((enum nfw_isa)isa))
 			continue;

@@ -494,6 +494,23 @@ static ALWAYS_INLINE void widen2(int kind, const uint8_t *p, const float *sc, ui
 #endif
 
 /*
+ * A logit block's @qb x @tb = VW accumulators folded into VW logits by one
+ * transpose-and-add, and each query row's @tb of them copied to @logit
+ * ([row][NFW_TILE]) at token @t0.
+ */
+static ALWAYS_INLINE void put_logits(vf *acc, uint32_t qb, uint32_t tb, uint32_t r0, uint32_t t0,
+				     float *logit)
+{
+	float lg[VW] __attribute__((aligned(VW * 4)));
+
+	store(lg, fold_all(acc));
+	/* A row's @tb logits are adjacent in @lg: one copy each. */
+#pragma GCC unroll 16
+	for (uint32_t r = 0; r < qb; r++)
+		memcpy(&logit[(r0 + r) * NFW_TILE + t0], &lg[r * tb], tb * sizeof(float));
+}
+
+/*
  * Logits of the @qb query rows from @r0 against the @tb tokens from @t0,
  * unscaled, into @logit ([row][NFW_TILE]).  @qb x @tb = VW accumulators,
  * so each K row is widened once straight from device memory for all @qb
@@ -505,7 +522,6 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 					uint32_t t0, float *logit)
 {
 	vf acc[VW];
-	float lg[VW] __attribute__((aligned(VW * 4)));
 	const uint8_t *kr[VW], *pn[VW], *pfar[VW];
 	const float *ks[VW];
 
@@ -553,11 +569,7 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 				acc[r * tb + u] += qo * o[u];
 		}
 	}
-	store(lg, fold_all(acc));
-	/* A row's @tb logits are adjacent in @lg: one copy each. */
-#pragma GCC unroll 16
-	for (uint32_t r = 0; r < qb; r++)
-		memcpy(&logit[(r0 + r) * NFW_TILE + t0], &lg[r * tb], tb * sizeof(float));
+	put_logits(acc, qb, tb, r0, t0, logit);
 }
 
 #if NFW_BF16_NATIVE
@@ -565,7 +577,7 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
  * logits_tokens() with BFDOT: the queries are bf16 in natural order (at
  * @qp), each K row goes in unwidened, and one instruction takes 8
  * products into 4 lanes -- lane i holds elements 2i and 2i + 1 of each 8
- * -- so the lanes still sum to the dot product and fold_all() applies.
+ * -- so the lanes still sum to the dot product and put_logits() applies.
  */
 _Static_assert(VW == 4, "BFDOT: 8 bf16 products into 4 fp32 lanes");
 static ALWAYS_INLINE void logits_bfdot(const float *qp, uint32_t d, const struct tile *t,
@@ -574,7 +586,7 @@ static ALWAYS_INLINE void logits_bfdot(const float *qp, uint32_t d, const struct
 {
 	const uint16_t *qh = (const uint16_t *)(const void *)qp;
 	float32x4_t acc[VW];
-	float lg[VW] __attribute__((aligned(VW * 4)));
+	vf sums[VW];
 	const uint16_t *kr[VW];
 	const uint8_t *pn[VW];
 
@@ -603,17 +615,10 @@ static ALWAYS_INLINE void logits_bfdot(const float *qp, uint32_t d, const struct
 				acc[r * tb + u] = vbfdotq_f32(acc[r * tb + u], q, k[u]);
 		}
 	}
-	{
-		vf a[VW];
-
 #pragma GCC unroll 16
-		for (uint32_t i = 0; i < VW; i++)
-			a[i] = (vf)acc[i];
-		store(lg, fold_all(a));
-	}
-#pragma GCC unroll 16
-	for (uint32_t r = 0; r < qb; r++)
-		memcpy(&logit[(r0 + r) * NFW_TILE + t0], &lg[r * tb], tb * sizeof(float));
+	for (uint32_t i = 0; i < VW; i++)
+		sums[i] = (vf)acc[i];
+	put_logits(sums, qb, tb, r0, t0, logit);
 }
 #endif
 
