@@ -248,7 +248,9 @@ static void run_steps(struct tu_rng *rng, uint64_t session, struct req *reqs, ui
 	const uint32_t n = nr * KV_HEADS;
 	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM),
 					    attn_flags };
-	struct nelssa_attn_geom b32 = g;
+	/* The binary32 products' reference: bf16-dots outputs must miss it. */
+	const struct nelssa_attn_geom b32 = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM),
+					      0 };
 	uint32_t checked = 0, b32_off = 0;
 	struct nelssa_step_in *in = tu_alloc(sizeof(*in) * n);
 	float *q = tu_alloc(sizeof(float) * n * GROUP * DIM), *o = tu_alloc(sizeof(float) * n * GROUP * DIM);
@@ -302,8 +304,6 @@ static void run_steps(struct tu_rng *rng, uint64_t session, struct req *reqs, ui
 					  rows(r, r->v, layer, i % KV_HEADS), tok, nt,
 					  o + (size_t)i * GROUP * DIM, lse + (size_t)i * GROUP, what))
 				failures++;
-			/* bf16 dots: the devices' outputs must miss the binary32 reference. */
-			b32.flags = 0;
 			if (attn_flags && nt) {
 				checked++;
 				b32_off += tu_check_attn(&b32, in[i].q,
