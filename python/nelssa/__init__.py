@@ -19,6 +19,10 @@ Clustering (``ClusterIndex``, ``kmeans_build``)
     Segmented k-means over one (layer, KV head)'s keys; ``append()`` for
     decode-time chunks; ``perm``, ``table``, ``sizes``, ``centroids``.
 
+Placement (``Router``, ``ThresholdCtl``)
+    The routing policy of ``<nelssa/policy.h>``: crossover, admission
+    with the PNM tier's caps, migration picks, the adaptive threshold.
+
 Selection and attention
     ``centroid_scores``, ``topk``, ``select``, ``unselected``,
     ``window_attn``, ``attn_dense``, ``estimate_attn``, ``final_merge``,
@@ -52,10 +56,18 @@ from nelssa._nelssa import (  # noqa: F401
     LOG_WARNING,
     PLACE_CLUSTERS,
     PLACE_HEADS,
+    ROUTE_GPU,
+    ROUTE_PNM,
+    ROUTE_QUEUE,
+    ROUTE_REFUSE,
+    FITS_GPU,
+    FITS_PNM,
     Client,
     ClusterIndex,
     Error,
     Pending,
+    Router,
+    ThresholdCtl,
     attn_dense,
     centroid_scores,
     estimate_attn,
@@ -73,7 +85,8 @@ __all__ = [
     "ATTN_BF16_DOTS", "ATTN_MAX_GROUP", "ATTN_MAX_HEAD_DIM", "KV_BF16", "KV_FP16", "KV_FP8_E4M3",
     "KV_INT8", "LOG_DEBUG",
     "LOG_ERR", "LOG_INFO", "LOG_WARNING", "PLACE_CLUSTERS", "PLACE_HEADS",
-    "Client", "ClusterIndex", "Error", "Pending", "attn_dense",
+    "ROUTE_GPU", "ROUTE_PNM", "ROUTE_QUEUE", "ROUTE_REFUSE", "FITS_GPU", "FITS_PNM",
+    "Router", "ThresholdCtl", "Client", "ClusterIndex", "Error", "Pending", "attn_dense",
     "centroid_scores", "estimate_attn", "final_merge", "kmeans_build",
     "lse_merge", "select", "set_log_fn", "topk", "unselected", "version",
     "window_attn",

@@ -137,3 +137,71 @@ def lse_merge(o_a: ArrayLike, lse_a: ArrayLike, o_b: ArrayLike, lse_b: ArrayLike
 def final_merge(win_o: ArrayLike, win_lse: ArrayLike, pnm_o: Sequence[ArrayLike],
                 pnm_lse: Sequence[ArrayLike], *, out: Optional[ArrayLike] = None,
                 lse_out: Optional[ArrayLike] = None) -> Tuple[Array, Array]: ...
+
+ROUTE_GPU: int
+ROUTE_PNM: int
+ROUTE_QUEUE: int
+ROUTE_REFUSE: int
+FITS_GPU: int
+FITS_PNM: int
+
+class Router:
+    """A struct nelssa_router: the placement policy (policy.h)."""
+
+    t_input: float
+    gpu_kv: float
+    cap_pnm_mem: float
+    cap_step: float
+    cap_gpu_meta: float
+    cap_gpu_share: float
+    cap_pnm_share: float
+    net_bw: float
+    cap_migrate_pause: float
+    window: int
+
+    def __init__(self, profile: str, *, layers: int = 0, kv_heads: int = 0,
+                 head_dim: int = 0, elem_bytes: int = 2, weights: float = 0.0,
+                 compression: float = 16.0, select: float = 0.04,
+                 pnm_kv_dtype: int = 0, devices: int = 1) -> None: ...
+    @property
+    def pnm_tokens(self) -> float: ...
+    @property
+    def pnm_final(self) -> float: ...
+    @property
+    def pnm_requests(self) -> int: ...
+    @property
+    def devices(self) -> int: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def kv_bytes_per_token(self) -> float: ...
+    def route(self, len: float, final_len: Optional[float] = None, *,
+              gpu_free: float = 0.0, prev: int = -1, pinned: bool = False,
+              behind: bool = False) -> int: ...
+    def fits(self, final_len: float) -> int: ...
+    def leave(self, len: float, final_len: Optional[float] = None) -> None: ...
+    def grow(self, tokens: float, final_len: float) -> None: ...
+    def pick_migration(self, ctx: Sequence[float], final_ctx: Optional[Sequence[float]],
+                       gpu_kv_used: float, high_water: float) -> int: ...
+    def pnm_step_time(self, tokens: float, reqs: int) -> float: ...
+    def crossover(self) -> float: ...
+
+class ThresholdCtl:
+    """The load-adaptive threshold (struct nelssa_threshold_ctl)."""
+
+    period: float
+    gain: float
+    deadband: float
+    max_step: float
+    hold: float
+    x_min: float
+    x_max: float
+
+    def __init__(self, base: float) -> None: ...
+    @property
+    def base(self) -> float: ...
+    @property
+    def x(self) -> float: ...
+    def update(self, u_gpu: float, u_pnm: float, dt: float) -> float: ...

@@ -89,6 +89,7 @@ int npy_pending_init(PyObject *m);
 int npy_index_init(PyObject *m);
 int npy_algos_init(PyObject *m);
 int npy_logfn_init(PyObject *m);
+int npy_policy_init(PyObject *m);
 
 /* client.c, for pending.c */
 struct npy_client;
