@@ -1,0 +1,562 @@
+# SPDX-License-Identifier: MIT
+"""The split-batch decode engine: continuous batching over a paged KV pool,
+with long requests' attention on NELSSA.
+
+One engine iteration admits waiting requests (FCFS; each admission is a
+prefill that yields the request's next token), then runs one decode step
+of every running request.  A step runs layer by layer: QKV for the whole
+batch, then attention split by where each request lives, then the output
+projection and MLP for the whole batch again.
+
+* ``mode="gpu"``: every request's KV is in the pool; when a step needs a
+  block and none is free, the most recently admitted request is preempted
+  and later recomputed (vLLM's default).
+* ``mode="nelssa"``: a request the router sends to the PNM tier (at or
+  above the threshold, or too long for the pool) is prefilled, clustered
+  with segmented k-means per (layer, KV head) and offloaded to nelssad; the
+  pool keeps only its window (attention sinks and recent tokens, charged as
+  blocks) and its centroids.  At each layer its attention is sent with
+  ``step_send()`` *before* the GPU requests' dense attention runs and
+  collected after it, then merged with the window (the split batch).  Its
+  decode-time tokens stay in the window until a chunk is complete, then are
+  clustered and appended.  Under memory pressure the router picks a GPU
+  request past the threshold (largest context first) and it migrates in
+  the background, one layer per iteration while it keeps decoding; its
+  pool blocks are freed when the last layer has landed.
+
+Documentation/serve.rst describes the engine, its options and its output.
+"""
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import torch
+
+import nelssa
+
+from .kvpool import KVPool, PoolFull
+from .model import dense_attn
+
+
+@dataclasses.dataclass
+class EngineConfig:
+    mode: str = "nelssa"            # "gpu" or "nelssa"
+    pool_tokens: int = 32768        # GPU KV budget, tokens (all layers)
+    block: int = 16                 # tokens a pool block
+    max_batch: int = 32             # running requests at most
+    threshold: float = None         # routing threshold; None: the router's crossover
+    profile: str = "h100-nvl"       # hardware profile for the router (name or file)
+    devices: int = 4                # PNM devices the router assumes
+    adaptive: bool = False          # load-adaptive threshold (ThresholdCtl)
+    select: float = 0.04            # token budget, fraction of what a head stored
+    min_select: int = 64            # at least this many tokens a head
+    estimate: bool = True           # the estimate over unselected clusters
+    sink: int = 4
+    recent: int = 64
+    chunk: int = 64                 # decode-time tokens clustered and appended together
+    high_water: float = 0.9         # pool use from which a migration may start
+    migrate: bool = True
+    accuracy_every: int = 4         # compare PNM attention with dense every N steps (0: never)
+    host: str = "127.0.0.1"
+    port: int = 0
+    timeout_ms: int = 30000
+    capacity_tokens: int = 131072   # the nelssad session's capacity, tokens
+    kmeans_iters: int = 10
+    prefill_chunk: int = 512        # prompt tokens prefilled between two decode steps
+
+    def check(self):
+        if self.mode not in ("gpu", "nelssa"):
+            raise ValueError("engine mode must be 'gpu' or 'nelssa', not %r" % (self.mode,))
+        if self.pool_tokens < self.block or self.block <= 0 or self.max_batch <= 0:
+            raise ValueError("engine: pool_tokens >= block > 0 and max_batch > 0")
+        if not 0 < self.select <= 1:
+            raise ValueError("engine: select must be in (0, 1], not %r" % (self.select,))
+        if self.sink < 0 or self.recent < 1 or self.chunk < 1 or self.prefill_chunk < 1:
+            raise ValueError("engine: sink >= 0, recent >= 1, chunk >= 1, prefill_chunk >= 1")
+        if self.mode == "nelssa" and not self.port:
+            raise ValueError("engine: NELSSA mode needs nelssad's port")
+        return self
+
+
+@dataclasses.dataclass
+class Seq:
+    """A request inside the engine."""
+    req: object
+    tokens: list
+    where: str = None               # "gpu" or "pnm" once admitted
+    prev: str = None                # where it ran before a preemption
+    pf: dict = None                 # prefill in progress: KV so far
+    admitted: int = 0               # admission order (preemption picks the latest)
+    t_first: float = None
+    t_tokens: list = dataclasses.field(default_factory=list)
+    preemptions: int = 0
+    migrated: bool = False
+    refused: str = None
+    pnm: object = None
+    moving: object = None
+
+    @property
+    def kv_len(self):
+        return len(self.tokens) - 1
+
+    @property
+    def generated(self):
+        return len(self.tokens) - len(self.req.prompt)
+
+    @property
+    def done(self):
+        return self.generated >= self.req.max_new
+
+
+def _bits(t):
+    """A bf16 tensor's bits as a C-contiguous int16 numpy array (no copy)."""
+    return t.contiguous().view(torch.int16).numpy()
+
+
+class PnmState:
+    """What the GPU node keeps of a request whose KV is on NELSSA."""
+
+    def __init__(self, layers, kv_heads, head_dim, cap):
+        self.n_off = 0                  # tokens each head stored on the PNM tier
+        self.sink_k, self.sink_v = [None] * layers, [None] * layers
+        self.tail_k, self.tail_v = [None] * layers, [None] * layers
+        # Host copies of the offloaded rows: the C API's append takes the
+        # index's rows by token number.  Host memory, not the GPU pool.
+        self.host_k = [torch.empty((kv_heads, cap, head_dim), dtype=torch.bfloat16)
+                       for _ in range(layers)]
+        self.host_v = [torch.empty((kv_heads, cap, head_dim), dtype=torch.bfloat16)
+                       for _ in range(layers)]
+        self.ix = [[None] * kv_heads for _ in range(layers)]
+        self.meta = [[None] * kv_heads for _ in range(layers)]
+        self.reserved = 0
+
+
+class Engine:
+    def __init__(self, model, cfg, log=None):
+        self.m, self.cfg = model, cfg.check()
+        c = model.cfg
+        self.L, self.Hq, self.Hkv, self.D = (c.num_hidden_layers, c.num_attention_heads,
+                                             c.num_key_value_heads, c.head_dim)
+        self.G = c.group
+        self.log = log or (lambda msg: None)
+        self.pool = KVPool(cfg.pool_tokens // cfg.block, cfg.block, self.L, self.Hkv, self.D)
+        self.client = self.session = self.router = self.ctl = None
+        if cfg.mode == "nelssa":
+            self._connect()
+
+    # --- set-up -------------------------------------------------------------
+
+    def _connect(self):
+        cfg = self.cfg
+        self.router = nelssa.Router(cfg.profile, layers=self.L, kv_heads=self.Hkv,
+                                    head_dim=self.D, weights=self.m.weight_bytes,
+                                    select=cfg.select, devices=cfg.devices)
+        self.router.gpu_kv = self.pool.blocks * cfg.block * self.m.kv_bytes_per_token
+        self.router.window = cfg.sink + cfg.recent + cfg.chunk
+        if cfg.threshold is not None:
+            self.router.t_input = cfg.threshold
+        if cfg.adaptive:
+            self.ctl = nelssa.ThresholdCtl(self.router.t_input)
+        self.client = nelssa.Client(cfg.host, cfg.port, timeout_ms=cfg.timeout_ms,
+                                    name="nelssa-serve")
+        self.session = self.client.open_session(
+            self.L, self.Hq, self.Hkv, self.D, max_batch=cfg.max_batch,
+            max_sel=65536, capacity_tokens=cfg.capacity_tokens)
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    # --- PNM tier -----------------------------------------------------------
+
+    def _window_blocks(self):
+        """Pool blocks a PNM request holds: window and centroids (rounded up)."""
+        c = self.cfg
+        win = c.sink + c.recent + c.chunk
+        cent_bytes = 2 * self.L * self.Hkv * self.D * 4 * (c.pool_tokens // 16 // 64 + 1)
+        return self.pool.blocks_for(win) + math.ceil(
+            cent_bytes / (self.m.kv_bytes_per_token * c.block * 64))
+
+    def _refresh(self, st, layer, h):
+        ix = st.ix[layer][h]
+        k = _bits(st.host_k[layer][h, :st.n_off])
+        v = _bits(st.host_v[layer][h, :st.n_off])
+        st.meta[layer][h] = (ix.centroids, ix.sizes, ix.far_keys(k),
+                             ix.value_sums(v) if self.cfg.estimate else None)
+
+    def _kmeans(self, k):
+        return nelssa.ClusterIndex(k, iters=self.cfg.kmeans_iters)
+
+    def _offload_layer(self, seq, st, layer, k, v, n_keep):
+        """Clusters and sends one layer's middle [sink, n_keep) of (Hkv, n, D)."""
+        c = self.cfg
+        st.sink_k[layer], st.sink_v[layer] = k[:, :c.sink].clone(), v[:, :c.sink].clone()
+        n_off = n_keep - c.sink
+        st.host_k[layer][:, :n_off] = k[:, c.sink:n_keep]
+        st.host_v[layer][:, :n_off] = v[:, c.sink:n_keep]
+        for h in range(self.Hkv):
+            kb = _bits(st.host_k[layer][h, :n_off])
+            vb = _bits(st.host_v[layer][h, :n_off])
+            ix = self._kmeans(kb)
+            self.client.offload(self.session, seq.req.rid, layer, h, ix, kb, vb)
+            st.ix[layer][h] = ix
+            st.n_off = n_off
+            self._refresh(st, layer, h)
+
+    def _pnm_split(self, n):
+        """Tokens kept at the end of a context of n when it moves to PNM."""
+        return max(self.cfg.sink, n - self.cfg.recent)
+
+    def _to_pnm(self, seq, ks, vs):
+        """Prefilled KV (lists per layer of (Hkv, n, D)) goes to the PNM tier."""
+        n = ks[0].shape[1]
+        st = PnmState(self.L, self.Hkv, self.D, seq.req.final_len)
+        self.client.alloc_request(self.session, seq.req.rid, seq.req.final_len,
+                                  seq.req.final_len)
+        keep = self._pnm_split(n)
+        for layer in range(self.L):
+            self._offload_layer(seq, st, layer, ks[layer], vs[layer], keep)
+            st.tail_k[layer] = ks[layer][:, keep:].clone()
+            st.tail_v[layer] = vs[layer][:, keep:].clone()
+        return st
+
+    def _append_chunk(self, seq):
+        """Moves the window's oldest chunk to the PNM tier when it is complete."""
+        st, c = seq.pnm, self.cfg
+        if st.tail_k[0].shape[1] < c.recent + c.chunk:
+            return
+        a, b = st.n_off, st.n_off + c.chunk
+        for layer in range(self.L):
+            st.host_k[layer][:, a:b] = st.tail_k[layer][:, :c.chunk]
+            st.host_v[layer][:, a:b] = st.tail_v[layer][:, :c.chunk]
+            st.tail_k[layer] = st.tail_k[layer][:, c.chunk:].clone()
+            st.tail_v[layer] = st.tail_v[layer][:, c.chunk:].clone()
+            for h in range(self.Hkv):
+                ix = st.ix[layer][h]
+                old = ix.append(_bits(st.host_k[layer][h, a:b]), iters=c.kmeans_iters)
+                self.client.append(self.session, seq.req.rid, layer, h, ix,
+                                   _bits(st.host_k[layer][h, :b]),
+                                   _bits(st.host_v[layer][h, :b]), old)
+        st.n_off = b
+        for layer in range(self.L):
+            for h in range(self.Hkv):
+                self._refresh(st, layer, h)
+
+    def _pnm_items(self, seqs, q, layer):
+        items, qs = [], []
+        for i, s in seqs:
+            st = s.pnm
+            budget = max(self.cfg.min_select, math.ceil(self.cfg.select * st.n_off))
+            for h in range(self.Hkv):
+                qh = np.ascontiguousarray(q[i, h * self.G:(h + 1) * self.G].numpy())
+                cent, sizes, far, _ = st.meta[layer][h]
+                ids, _ = nelssa.select(qh, cent, sizes, budget, far=far)
+                items.append((s.req.rid, h, ids))
+                qs.append(qh)
+        return items, np.stack(qs) if qs else None
+
+    def _pnm_merge(self, seqs, q, layer, items, po, pl, out):
+        it = 0
+        for i, s in seqs:
+            st = s.pnm
+            for h in range(self.Hkv):
+                qh = np.ascontiguousarray(q[i, h * self.G:(h + 1) * self.G].numpy())
+                k = torch.cat([st.sink_k[layer][h], st.tail_k[layer][h]])
+                v = torch.cat([st.sink_v[layer][h], st.tail_v[layer][h]])
+                wo, wl = nelssa.window_attn(qh, _bits(k), _bits(v), sink=st.sink_k[0].shape[1],
+                                            recent=st.tail_k[layer].shape[1])
+                states_o, states_l = [po[it]], [pl[it]]
+                cent, sizes, _, vsum = st.meta[layer][h]
+                if vsum is not None:
+                    rest = nelssa.unselected(items[it][2], sizes)
+                    eo, el = nelssa.estimate_attn(qh, cent, vsum, sizes, rest)
+                    states_o.append(eo)
+                    states_l.append(el)
+                o, _ = nelssa.final_merge(wo, wl, states_o, states_l)
+                out[i, h * self.G:(h + 1) * self.G] = torch.from_numpy(o)
+                it += 1
+
+    def _full_kv(self, seq, layer):
+        st = seq.pnm
+        k = torch.cat([st.sink_k[layer], st.host_k[layer][:, :st.n_off], st.tail_k[layer]], 1)
+        v = torch.cat([st.sink_v[layer], st.host_v[layer][:, :st.n_off], st.tail_v[layer]], 1)
+        return k, v
+
+    # --- the loop -----------------------------------------------------------
+
+    def _now(self):
+        return time.perf_counter() - self.t0 - self.overhead
+
+    def _prefill_step(self, running):
+        """One chunk of the oldest prompt in prefill; a finished one starts decoding."""
+        seq = self.prefilling[0]
+        pf = seq.pf
+        toks = seq.tokens[pf["pos"]:pf["pos"] + self.cfg.prefill_chunk]
+        logits, pf["ks"], pf["vs"] = self.m.prefill_chunk(toks, pf["ks"], pf["vs"])
+        pf["pos"] += len(toks)
+        if pf["pos"] < len(seq.tokens):
+            return
+        self.prefilling.pop(0)
+        ks, vs, seq.pf = pf["ks"], pf["vs"], None
+        seq.tokens.append(int(logits.argmax()))
+        t = self._now()
+        if seq.t_first is None:
+            seq.t_first = t
+        seq.t_tokens.append(t)
+        if seq.where == "gpu":
+            self.pool.write_prompt(seq.req.rid, ks, vs)
+        else:
+            seq.pnm = self._to_pnm(seq, ks, vs)
+            seq.pnm.reserved = len(self.pool.reserved.get(seq.req.rid, []))
+        if seq.done:
+            self._finish(seq)
+        else:
+            running.append(seq)
+
+    def _route(self, seq):
+        if self.router is None:
+            if not self.pool.blocks_for(seq.req.final_len) <= self.pool.blocks:
+                seq.refused = "its KV (%d tokens) is larger than the pool" % seq.req.final_len
+                return None
+            return "gpu"
+        free = len(self.pool.free) * self.cfg.block * self.m.kv_bytes_per_token
+        r = self.router.route(len(seq.tokens), seq.req.final_len, gpu_free=free,
+                              prev={None: -1, "gpu": nelssa.ROUTE_GPU,
+                                    "pnm": nelssa.ROUTE_PNM}[seq.prev])
+        if r == nelssa.ROUTE_REFUSE:
+            seq.refused = self.router.why or "fits neither tier"
+            return None
+        if r == nelssa.ROUTE_QUEUE:
+            return "queue"
+        return "pnm" if r == nelssa.ROUTE_PNM else "gpu"
+
+    def _admit(self, seq):
+        """Starts seq's prefill where the router says, its pool blocks
+        reserved; False when it must wait."""
+        where = self._route(seq)
+        if where is None:
+            self.refused.append(seq)
+            return True
+        if where == "queue":
+            return False
+        if where == "pnm" and len(seq.tokens) < self.cfg.sink + self.cfg.recent + 2 * self.cfg.block:
+            # Too short to leave anything beyond the window on the PNM tier.
+            self.router.leave(len(seq.tokens), seq.req.final_len)
+            where = "gpu"
+        need = self.pool.blocks_for(len(seq.tokens) + 1) if where == "gpu" else \
+            self._window_blocks()
+        if need > len(self.pool.free):
+            if where == "pnm":
+                self.router.leave(len(seq.tokens), seq.req.final_len)
+            return False
+        self.pool.reserve(seq.req.rid, need)
+        seq.pf = dict(ks=None, vs=None, pos=0)
+        seq.where = where
+        self.admissions += 1
+        seq.admitted = self.admissions
+        return True
+
+    def _preempt_for_step(self, running):
+        """Frees blocks until every GPU request can take its next token."""
+        while True:
+            gpu = [s for s in running if s.where == "gpu"]
+            need = sum(self.pool.blocks_needed(s.req.rid) for s in gpu)
+            if need <= len(self.pool.free) or not gpu:
+                return
+            victim = max(gpu, key=lambda s: s.admitted)
+            self._abort_move(victim)
+            self.pool.release(victim.req.rid)
+            victim.where, victim.prev = None, "gpu"
+            victim.preemptions += 1
+            self.preemptions += 1
+            running.remove(victim)
+            self.waiting.insert(0, victim)
+
+    def _finish(self, seq):
+        if seq.where == "pnm":
+            self.client.free_request(self.session, seq.req.rid)
+            self.router.leave(seq.kv_len, seq.req.final_len)
+            for row in seq.pnm.ix:
+                for ix in row:
+                    ix.free()
+        self._abort_move(seq)
+        self.pool.release(seq.req.rid)
+        self.finished.append(seq)
+
+    def _step(self, running):
+        c = self.cfg
+        B = len(running)
+        pos = torch.tensor([s.kv_len for s in running])
+        x = self.m.embed(torch.tensor([s.tokens[-1] for s in running]))
+        gpu = [(i, s) for i, s in enumerate(running) if s.where == "gpu"]
+        pnm = [(i, s) for i, s in enumerate(running) if s.where == "pnm"]
+        for _, s in gpu:
+            self.pool.extend(s.req.rid)
+        check = c.accuracy_every and self.steps % c.accuracy_every == 0
+        for layer in range(self.L):
+            q, k, v = self.m.qkv(layer, x, pos)
+            out = torch.empty(B, self.Hq, self.D)
+            for i, s in pnm:
+                st = s.pnm
+                st.tail_k[layer] = torch.cat([st.tail_k[layer], k[i][:, None]], 1)
+                st.tail_v[layer] = torch.cat([st.tail_v[layer], v[i][:, None]], 1)
+            pending = None
+            if pnm:
+                items, qs = self._pnm_items(pnm, q, layer)
+                pending = self.client.step_send(self.session, layer, items, qs)
+            for i, s in gpu:
+                self.pool.put(s.req.rid, layer, s.kv_len, k[i], v[i])
+                kk, vv = self.pool.read(s.req.rid, layer)
+                out[i] = dense_attn(q[i], kk, vv)[0]
+            if pending is not None:
+                while not pending.poll(1000):
+                    pass
+                po, pl = pending.result()
+                self._pnm_merge(pnm, q, layer, items, po, pl, out)
+                if check:
+                    t = time.perf_counter()
+                    for i, s in pnm:
+                        kk, vv = self._full_kv(s, layer)
+                        od = dense_attn(q[i], kk, vv)[0].view(self.Hkv, -1)
+                        err = (out[i].view(self.Hkv, -1) - od).norm(dim=1) / od.norm(dim=1)
+                        for h, e in enumerate(err.tolist()):
+                            self.errors[layer][h].append(e)
+                    self.overhead += time.perf_counter() - t
+            x = self.m.finish(layer, x, out.view(B, -1))
+        nxt = self.m.logits(x).argmax(-1).tolist()
+        t = self._now()
+        for s, tok in zip(running, nxt):
+            s.tokens.append(tok)
+            s.t_tokens.append(t)
+            if s.where == "pnm":
+                self.router.grow(1, s.req.final_len)
+        self.steps += 1
+
+    def _maintain(self, running):
+        for s in running:
+            if s.where == "pnm" and not s.done:
+                self._append_chunk(s)
+
+    # --- migration ----------------------------------------------------------
+
+    def _abort_move(self, seq):
+        mv = seq.moving
+        if mv is None:
+            return
+        seq.moving = None
+        self.client.free_request(self.session, seq.req.rid)
+        self.router.leave(mv["n"], seq.req.final_len)
+        for row in mv["st"].ix:
+            for ix in row:
+                if ix is not None:
+                    ix.free()
+
+    def _migrate(self, running):
+        if not (self.cfg.migrate and self.router is not None):
+            return
+        moving = [s for s in running if s.moving is not None]
+        for s in moving:
+            self._move_one_layer(s)
+        if moving or self.pool.usage() < self.cfg.high_water:
+            return
+        gpu = [s for s in running if s.where == "gpu" and not s.done]
+        i = self.router.pick_migration([s.kv_len for s in gpu],
+                                       [s.req.final_len for s in gpu],
+                                       self.pool.usage(), self.cfg.high_water)
+        if i < 0:
+            return
+        s = gpu[i]
+        if self.router.route(s.kv_len, s.req.final_len) != nelssa.ROUTE_PNM:
+            return
+        n = s.kv_len
+        self.client.alloc_request(self.session, s.req.rid, s.req.final_len, s.req.final_len)
+        s.moving = dict(n=n, layer=0, st=PnmState(self.L, self.Hkv, self.D, s.req.final_len))
+        self.log("migrating request %d (%d tokens) to NELSSA" % (s.req.rid, n))
+        self._move_one_layer(s)
+
+    def _move_one_layer(self, s):
+        mv = s.moving
+        layer, n, st = mv["layer"], mv["n"], mv["st"]
+        k, v = self.pool.read(s.req.rid, layer)
+        self._offload_layer(s, st, layer, k[:, :n], v[:, :n], self._pnm_split(n))
+        mv["layer"] += 1
+        if mv["layer"] < self.L:
+            return
+        keep = self._pnm_split(n)
+        for layer in range(self.L):
+            k, v = self.pool.read(s.req.rid, layer)
+            st.tail_k[layer], st.tail_v[layer] = k[:, keep:].clone(), v[:, keep:].clone()
+        self.pool.release(s.req.rid)
+        need = self._window_blocks()
+        self.pool.reserve(s.req.rid, min(need, len(self.pool.free)))
+        st.reserved = need
+        s.pnm, s.moving, s.where, s.migrated = st, None, "pnm", True
+        self.migrations += 1
+
+    # --- driver -------------------------------------------------------------
+
+    def run(self, requests, progress=None):
+        """Serves requests (workload.Request, arrivals in seconds from now)."""
+        pending = sorted((Seq(r, list(r.prompt)) for r in requests),
+                         key=lambda s: (s.req.arrival, s.req.rid))
+        self.waiting, self.prefilling, running = [], [], []
+        self.finished, self.refused, self.timeline = [], [], []
+        # Relative error of PNM requests' attention vs dense, per layer and KV head.
+        self.errors = [[[] for _ in range(self.Hkv)] for _ in range(self.L)]
+        self.steps = self.preemptions = self.migrations = self.admissions = 0
+        self.t0, self.overhead = time.perf_counter(), 0.0
+        last = 0.0
+        while pending or self.waiting or self.prefilling or running:
+            now = self._now()
+            while pending and pending[0].req.arrival <= now:
+                self.waiting.append(pending.pop(0))
+            for s in [s for s in running if s.done]:
+                running.remove(s)
+                self._finish(s)
+            while self.waiting and len(running) + len(self.prefilling) < self.cfg.max_batch:
+                if not self._admit(self.waiting[0]):
+                    break
+                s = self.waiting.pop(0)
+                if s.refused is None:
+                    self.prefilling.append(s)
+            if self.prefilling:
+                self._prefill_step(running)
+            if not running:
+                if self.prefilling:
+                    continue
+                if pending and not self.waiting:
+                    time.sleep(max(0.0, pending[0].req.arrival - self._now()))
+                elif self.waiting:
+                    raise RuntimeError("request %d cannot be admitted with nothing running "
+                                       "(pool %d blocks)" % (self.waiting[0].req.rid,
+                                                             self.pool.blocks))
+                continue
+            self._preempt_for_step(running)
+            if not running:
+                continue
+            self._step(running)
+            self._maintain(running)
+            self._migrate(running)
+            if self.ctl is not None:
+                self._adapt(self._now() - last)
+            last = self._now()
+            self.timeline.append(dict(
+                t=last, batch=len(running), pool=self.pool.usage(),
+                pnm=sum(s.where == "pnm" for s in running), waiting=len(self.waiting),
+                threshold=self.router.t_input if self.router else None))
+            if progress:
+                progress(self)
+        self.wall = self._now()
+        return self.finished
+
+    def _adapt(self, dt):
+        if dt <= 0:
+            return
+        u_gpu = max(0.0, (self.pool.usage() - 0.75) / 0.25) + (1.0 if self.waiting else 0.0)
+        t_pnm = self.router.pnm_step_time(self.router.pnm_tokens, self.router.pnm_requests)
+        u_pnm = max(0.0, (t_pnm / self.router.cap_step - 0.75) / 0.25) \
+            if self.router.cap_step > 0 else 0.0
+        self.router.t_input = self.ctl.update(u_gpu, u_pnm, dt)

@@ -1,0 +1,373 @@
+# SPDX-License-Identifier: MIT
+"""nelssa.serve: the split-batch engine.  The model against a float64
+Llama written here from the published architecture, decode against
+repeated prefill, the NELSSA path at 100 % selection against dense
+attention, routing against nelssa.Router, migration and preemption against
+runs without them, the safetensors reader, workloads and the CLI."""
+
+import io
+import json
+import math
+import struct
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import nelssa  # noqa: E402
+from nelssa.serve import config, report, safetensors, workload  # noqa: E402
+from nelssa.serve.__main__ import main as serve_main  # noqa: E402
+from nelssa.serve.engine import Engine, EngineConfig  # noqa: E402
+from nelssa.serve.kvpool import KVPool, PoolFull  # noqa: E402
+from nelssa.serve.model import Model  # noqa: E402
+
+SMALL = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=32, retrieval_heads=1)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Model.random(config.ModelConfig(**SMALL).check(), seed=3)
+
+
+def reqs(lens, new, seed=0, vocab=512):
+    rng = np.random.default_rng(seed)
+    return [workload.Request(i, rng.integers(0, vocab, n).tolist(), m)
+            for i, (n, m) in enumerate(zip(lens, new))]
+
+
+def run(model, requests, **kw):
+    e = Engine(model, EngineConfig(**kw))
+    try:
+        e.run([workload.Request(r.rid, list(r.prompt), r.max_new, r.arrival)
+               for r in requests])
+    finally:
+        e.close()
+    return e
+
+
+def outputs(e):
+    return {s.req.rid: s.tokens[len(s.req.prompt):] for s in e.finished}
+
+
+# --- the model against float64 -----------------------------------------------
+
+def llama_ref(w, cfg, tokens):
+    """float64 Llama-3 forward, last token's logits; K and V rounded to bf16."""
+    f = {k: v.double() for k, v in w.items()}
+    n, D, Hq, Hk = len(tokens), cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    inv = 1.0 / cfg.rope_theta ** (np.arange(0, D, 2) / D)
+    rs = cfg.rope_scaling
+    if rs:
+        wl = 2 * np.pi / inv
+        lo_w = rs["original_max_position_embeddings"] / rs["low_freq_factor"]
+        hi_w = rs["original_max_position_embeddings"] / rs["high_freq_factor"]
+        sm = (rs["original_max_position_embeddings"] / wl - rs["low_freq_factor"]) / (
+            rs["high_freq_factor"] - rs["low_freq_factor"])
+        inv = np.where(wl > lo_w, inv / rs["factor"],
+                       np.where(wl < hi_w, inv, (1 - sm) * inv / rs["factor"] + sm * inv))
+    ang = np.arange(n)[:, None] * inv[None, :]
+    cos = torch.tensor(np.concatenate([np.cos(ang)] * 2, 1))[:, None, :]
+    sin = torch.tensor(np.concatenate([np.sin(ang)] * 2, 1))[:, None, :]
+
+    def rope(x):
+        h = D // 2
+        return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+    def norm(x, g):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.rms_norm_eps) * g
+
+    def bf16(x):
+        return x.float().to(torch.bfloat16).double()
+
+    x = f["model.embed_tokens.weight"][torch.tensor(tokens)]
+    for i in range(cfg.num_hidden_layers):
+        p = "model.layers.%d." % i
+        h = norm(x, f[p + "input_layernorm.weight"])
+        q = rope((h @ f[p + "self_attn.q_proj.weight"].T).view(n, Hq, D))
+        k = bf16(rope((h @ f[p + "self_attn.k_proj.weight"].T).view(n, Hk, D)))
+        v = bf16((h @ f[p + "self_attn.v_proj.weight"].T).view(n, Hk, D))
+        out = torch.zeros(n, Hq, D, dtype=torch.float64)
+        for qh in range(Hq):
+            kh = qh // (Hq // Hk)
+            s = q[:, qh] @ k[:, kh].T / math.sqrt(D)
+            s = s.masked_fill(torch.ones(n, n).triu(1).bool(), -math.inf)
+            out[:, qh] = torch.softmax(s, -1) @ v[:, kh]
+        x = x + out.view(n, -1) @ f[p + "self_attn.o_proj.weight"].T
+        h = norm(x, f[p + "post_attention_layernorm.weight"])
+        g = h @ f[p + "mlp.gate_proj.weight"].T
+        x = x + (g * torch.sigmoid(g) * (h @ f[p + "mlp.up_proj.weight"].T)) @ \
+            f[p + "mlp.down_proj.weight"].T
+    return (norm(x, f["model.norm.weight"]) @ f["lm_head.weight"].T)[-1]
+
+
+@pytest.mark.parametrize("scaling", [None, dict(factor=8.0, low_freq_factor=1.0,
+                                                high_freq_factor=4.0,
+                                                original_max_position_embeddings=64)])
+def test_model_matches_float64_llama(scaling):
+    cfg = config.ModelConfig(**dict(SMALL, rope_scaling=scaling, rope_theta=10000.0)).check()
+    m = Model.random(cfg, seed=5)
+    toks = np.random.default_rng(1).integers(0, cfg.vocab_size, 300).tolist()
+    logits, ks, vs = m.prefill(toks, chunk=128)
+    ref = llama_ref(m.w, cfg, toks)
+    err = (logits.double() - ref).abs().max() / ref.abs().max()
+    assert err < 1e-4, err
+    assert len(ks) == cfg.num_hidden_layers and ks[0].dtype == torch.bfloat16
+    assert tuple(ks[0].shape) == (cfg.num_key_value_heads, 300, cfg.head_dim)
+
+
+def test_retrieval_heads_are_sparse(model):
+    """The random model's retrieval head concentrates attention (model.py)."""
+    toks = np.random.default_rng(2).integers(0, 512, 400).tolist()
+    toks[-1] = toks[100]
+    x = model.embed(torch.tensor(toks))
+    q, k, _ = model.qkv(0, x, torch.arange(400))
+    D, G = model.cfg.head_dim, model.cfg.group
+    p = torch.softmax(q[-1, :G] @ k[:, 0].float().T / math.sqrt(D), -1)
+    other = torch.softmax(q[-1, G:] @ k[:, 1].float().T / math.sqrt(D), -1)
+    assert int(p[0].argmax()) in (100, 399)
+    assert float(p[0].max()) > 10 * float(other[0].max())
+
+
+# --- decode, pool and preemption --------------------------------------------
+
+def test_pool_pages_round_trip():
+    pool = KVPool(8, 4, 2, 2, 3)
+    k = [torch.randn(2, 10, 3).to(torch.bfloat16) for _ in range(2)]
+    v = [torch.randn(2, 10, 3).to(torch.bfloat16) for _ in range(2)]
+    pool.write_prompt(7, k, v)
+    assert pool.used == 3
+    pool.extend(7)
+    pool.put(7, 1, 10, k[1][:, 0], v[1][:, 0])
+    kk, vv = pool.read(7, 1)
+    assert torch.equal(kk[:, :10], k[1]) and torch.equal(vv[:, 10], v[1][:, 0])
+    with pytest.raises(PoolFull):
+        pool.reserve(8, 6)
+    assert pool.used == 3
+    assert pool.release(7) == 3 and pool.used == 0
+
+
+def test_decode_matches_repeated_prefill(model):
+    rs = reqs([40, 75, 130], [6, 5, 7], seed=4)
+    e = run(model, rs, mode="gpu", pool_tokens=1024, accuracy_every=0)
+    got = outputs(e)
+    for r in rs:
+        toks = list(r.prompt)
+        for _ in range(r.max_new):
+            toks.append(int(model.prefill(toks)[0].argmax()))
+        assert got[r.rid] == toks[len(r.prompt):], r.rid
+
+
+def test_preemption_recomputes_to_the_same_tokens(model):
+    rs = reqs([100, 120, 90, 110], [30, 30, 30, 30], seed=6)
+    big = run(model, rs, mode="gpu", pool_tokens=4096, accuracy_every=0)
+    # 32 blocks of 16: the four prompts take 28, their outputs would need 36.
+    small = run(model, rs, mode="gpu", pool_tokens=512, accuracy_every=0)
+    assert small.preemptions > 0 and big.preemptions == 0
+    assert outputs(small) == outputs(big)
+
+
+def test_request_larger_than_the_pool_is_refused(model):
+    rs = reqs([50, 700, 60], [4, 4, 4], seed=7)
+    e = run(model, rs, mode="gpu", pool_tokens=512, accuracy_every=0)
+    assert [s.req.rid for s in e.refused] == [1]
+    assert "larger than the pool" in e.refused[0].refused
+    assert sorted(outputs(e)) == [0, 2]
+
+
+# --- the NELSSA path ---------------------------------------------------------
+
+def nelssa_kw(daemon, **kw):
+    base = dict(mode="nelssa", port=daemon.port, pool_tokens=8192, threshold=300,
+                capacity_tokens=16384, sink=4, recent=16, chunk=16, min_select=16,
+                accuracy_every=1, timeout_ms=20000)
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize("estimate", [False, True])
+def test_full_selection_equals_dense(daemon, model, estimate):
+    """select = 100 %: every cluster on PNM is read, so the split step is exact."""
+    rs = reqs([400, 60, 520, 90], [40, 8, 36, 8], seed=8)
+    dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
+    e = run(model, rs, **nelssa_kw(daemon, select=1.0, estimate=estimate))
+    assert sorted(s.req.rid for s in e.finished if s.where == "pnm") == [0, 2]
+    errs = [x for layer in e.errors for head in layer for x in head]
+    # Every decode step of each PNM request (its first token comes from the
+    # prefill), every layer and KV head.
+    assert len(errs) == ((40 - 1) + (36 - 1)) * 2 * 2
+    assert max(errs) < 2e-5, max(errs)
+    assert outputs(e) == outputs(dense)
+    # Decode-time chunks were appended: more tokens on PNM than at prefill.
+    st = [s.pnm for s in e.finished if s.req.rid == 0][0]
+    assert st.n_off > 400 - 16
+
+
+def test_sparse_selection_reads_a_budget(daemon, model):
+    rs = reqs([700, 50], [10, 10], seed=9)
+    e = run(model, rs, **nelssa_kw(daemon, select=0.04))
+    errs = [x for layer in e.errors for head in layer for x in head]
+    assert errs and all(math.isfinite(x) for x in errs)
+    # Sparse, so not exact; the retrieval heads beat the near-uniform ones.
+    retr = [x for layer in e.errors for x in layer[0]]
+    rest = [x for layer in e.errors for x in layer[1]]
+    assert max(errs) > 1e-4
+    assert np.median(retr) < np.median(rest)
+
+
+def test_routing_follows_the_router(daemon, model):
+    rs = reqs([100, 350, 299, 300, 800, 40], [4] * 6, seed=10)
+    e = run(model, rs, **nelssa_kw(daemon, accuracy_every=0))
+    r = nelssa.Router("h100-nvl", layers=2, kv_heads=2, head_dim=32, devices=4,
+                      weights=model.weight_bytes)
+    r.gpu_kv = 8192 * model.kv_bytes_per_token
+    r.t_input = 300
+    for s in sorted(e.finished, key=lambda s: s.req.rid):
+        want = r.route(len(s.req.prompt), s.req.final_len)
+        assert s.where == {nelssa.ROUTE_PNM: "pnm", nelssa.ROUTE_GPU: "gpu"}[want], s.req.rid
+    assert e.migrations == 0 and e.router.pnm_requests == 0
+
+
+def test_too_long_for_the_pool_goes_to_pnm(daemon, model):
+    rs = reqs([900, 30], [4, 4], seed=11)
+    e = run(model, rs, **nelssa_kw(daemon, pool_tokens=512, threshold=1e9, accuracy_every=0))
+    assert {s.req.rid: s.where for s in e.finished} == {0: "pnm", 1: "gpu"}
+
+
+def test_migration_keeps_outputs(daemon, model):
+    """Requests grow past the threshold while the pool fills: the router
+    moves the largest to NELSSA; with 100 % selection its tokens do not change."""
+    rs = reqs([280, 290, 270, 285], [48] * 4, seed=12)
+    dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
+    e = run(model, rs, **nelssa_kw(daemon, select=1.0, pool_tokens=1440, threshold=300,
+                                   high_water=0.85))
+    assert e.migrations >= 1 and e.preemptions == 0
+    assert any(s.migrated for s in e.finished)
+    assert outputs(e) == outputs(dense)
+    errs = [x for layer in e.errors for head in layer for x in head]
+    assert errs and max(errs) < 2e-5
+
+
+# --- files, workloads, the CLI ----------------------------------------------
+
+def test_safetensors_round_trip(tmp_path, model):
+    path = tmp_path / "m.safetensors"
+    w = {k: v.to(torch.bfloat16) if v.dim() == 2 else v for k, v in model.w.items()}
+    safetensors.save(str(path), w, {"format": "pt"})
+    back = safetensors.load(str(path))
+    assert set(back) == set(w)
+    for k in w:
+        assert back[k].dtype == w[k].dtype and torch.equal(back[k], w[k])
+    m2 = Model.load(model.cfg, str(path))
+    toks = list(range(50))
+    ref = Model(model.cfg, w).prefill(toks)[0]
+    assert torch.equal(m2.prefill(toks)[0], ref)
+
+
+def _raw(header, data=b""):
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+@pytest.mark.parametrize("blob,words", [
+    (b"\x01\x02", "not a safetensors file"),
+    (struct.pack("<Q", 1 << 40), "runs past the file"),
+    (struct.pack("<Q", 3) + b"{x}", "not JSON"),
+    (_raw({"a": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8),
+     "needs dtype"),
+    (_raw({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8),
+     "do not hold"),
+    (_raw({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+           "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8),
+     "overlap"),
+])
+def test_safetensors_refuses_bad_files(tmp_path, blob, words):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(blob)
+    with pytest.raises(ValueError, match=words):
+        safetensors.load(str(p))
+
+
+def test_weights_must_match_the_config(tmp_path, model):
+    w = dict(model.w)
+    w["model.norm.weight"] = torch.ones(3)
+    with pytest.raises(ValueError, match="model.norm.weight"):
+        Model(model.cfg, w)
+    del w["lm_head.weight"]
+    with pytest.raises(ValueError, match="lack"):
+        Model(model.cfg, w)
+
+
+def test_trace_workload(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(dict(timestamp=0, input_length=n, output_length=o)) + "\n"
+                         for n, o in [(1600, 320), (32, 5000), (400000, 16)]))
+    rs = workload.from_trace(str(p), n=3, vocab=100, scale=16, rate=2.0, seed=1,
+                             max_len=4096, out_max=64)
+    assert [len(r.prompt) for r in rs] == [100, 16, 4096]
+    assert [r.max_new for r in rs] == [20, 64, 4]
+    assert all(0 <= t < 100 for r in rs for t in r.prompt)
+    assert 0 < rs[0].arrival < rs[1].arrival < rs[2].arrival
+    with pytest.raises(ValueError, match="3 requests asked for, 2 lines"):
+        workload.from_trace(str(p), n=3, vocab=100, skip=1)
+    p.write_text('{"input_length": "x"}\n')
+    with pytest.raises(ValueError, match=":1: not a Mooncake trace line"):
+        workload.from_trace(str(p), n=1, vocab=100)
+
+
+def test_mixed_workload_has_its_long_requests():
+    rs = workload.mixed(vocab=100, short=10, long=3, short_len=(10, 20), long_len=(500, 600))
+    assert len(rs) == 13 and sum(len(r.prompt) >= 500 for r in rs) == 3
+    assert rs == workload.mixed(vocab=100, short=10, long=3, short_len=(10, 20),
+                                long_len=(500, 600))
+
+
+def test_cli_json(daemon, tmp_path):
+    f = io.StringIO()
+    with redirect_stdout(f):
+        rc = serve_main(["--port", str(daemon.port), "--json", "--layers", "2",
+                         "--short", "4", "--long", "1", "--long-len", "700,700",
+                         "--threshold", "600", "--pool-tokens", "4096",
+                         "--capacity-tokens", "16384", "--select", "1.0",
+                         "--out", str(tmp_path)])
+    assert rc == 0
+    out = json.loads(f.getvalue())
+    modes = {r["mode"]: r for r in out["runs"]}
+    assert set(modes) == {"gpu", "nelssa"}
+    assert modes["nelssa"]["pnm_requests"] == 1 and modes["gpu"]["pnm_requests"] == 0
+    assert out["token_agreement"] == 1.0
+    assert (tmp_path / "requests-nelssa.csv").exists()
+    assert (tmp_path / "timeline-gpu.csv").exists()
+
+
+def test_cli_refuses_bad_options(capsys):
+    with pytest.raises(SystemExit):
+        serve_main(["--modes", "gpu,cpu"])
+    assert "unknown mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        serve_main(["--modes", "nelssa"])
+    assert "needs --port" in capsys.readouterr().err
+
+
+def test_report_agreement_counts_positions(model):
+    rs = reqs([30, 40], [5, 5], seed=13)
+    a = run(model, rs, mode="gpu", pool_tokens=1024, accuracy_every=0)
+    b = run(model, rs, mode="gpu", pool_tokens=1024, accuracy_every=0)
+    assert report.agreement(a, b) == (1.0, 1.0)
+    b.finished[0].tokens[-1] += 1
+    tok, whole = report.agreement(a, b)
+    assert tok == pytest.approx(9 / 10) and whole == 0.5
+
+
+def test_plot_writes_a_png(tmp_path, model):
+    e = run(model, reqs([30, 40], [4, 4], seed=14), mode="gpu", pool_tokens=1024,
+            accuracy_every=0)
+    path = report.plot([e], str(tmp_path / "t.png"))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert path is None
+        return
+    assert path and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
