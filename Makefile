@@ -5,7 +5,8 @@
 #
 #   make            everything: userspace (build/) and the kernel tree
 #   make test       every test tier this machine can run (sanitizer build)
-#   make demo       the main job on the embedded default devices
+#   make demo       the main job on the embedded default: the serving engine
+#   make demo-attn  the attention-only demo (nelssa-demo)
 #   make kselftest  driver kselftests in a QEMU guest (Debian's kernel, TCG)
 #   make kselftest-debug  the same on a KASAN/lockdep/kmemleak kernel (tier T2-debug)
 #   make bench      benchmarks
@@ -26,7 +27,7 @@ MESON    ?= meson
 NINJA    ?= ninja
 KDIR     ?= $(shell KDIR= scripts/kdir.sh 2>/dev/null)
 
-.PHONY: all deps userspace module test demo kselftest kselftest-debug bench check clean help install uninstall
+.PHONY: all deps userspace module test demo demo-attn kselftest kselftest-debug bench check clean help install uninstall
 
 all: userspace module
 
@@ -51,9 +52,16 @@ test:
 	@scripts/deps.sh build test
 	@scripts/run-tests.sh $(SANBUILD)
 
-# The main job: nelssad with four embedded PNM devices serving a GPU node's
-# long-context decode over UCX on loopback (scripts/demo.sh).
+# The main job: the split-batch serving engine (nelssa.serve, PyTorch) on a
+# mixed workload, GPU-only and NELSSA mode side by side, against nelssad
+# with four embedded PNM devices on loopback (scripts/serve-demo.sh).
 demo: userspace
+	@scripts/deps.sh demo
+	@scripts/serve-demo.sh $(BUILD)
+
+# Attention only: prefill, decode through the PNM path, latency breakdown
+# (nelssa-demo, scripts/demo.sh).
+demo-attn: userspace
 	@scripts/demo.sh $(BUILD)
 
 # The driver's kselftests in a QEMU guest (also part of make test).

@@ -82,12 +82,14 @@ Architecture: $arch
 Maintainer: NELSSA developers <nelssa@localhost>
 Depends: python3 (>= 3.11), libnelssa0 (= $ver)
 Recommends: python3-numpy
+Suggests: python3-torch, python3-matplotlib
 Section: python
 Priority: optional
 Description: NELSSA for Python: the client of nelssad and the GPU-node algorithms
  The nelssa package: connections, sessions, KV offload and decode steps,
  segmented k-means, centroid Top-K, window attention and merge, on numpy
- arrays and PyTorch CPU tensors.
+ arrays and PyTorch CPU tensors; the placement policy; nelssa.serve, a
+ split-batch serving engine in PyTorch (python3-torch).
 EOF2
 fi
 

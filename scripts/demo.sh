@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# make demo: start nelssad with four embedded sim devices on loopback, run
+# make demo-attn: start nelssad with four embedded sim devices on loopback, run
 # nelssa-demo against it (prefill, decode through the PNM path, latency
 # breakdown, tokens/s, accuracy against dense attention), stop the daemon.
 #
@@ -21,7 +21,7 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
 # UCX sets the connection up over TCP either way).
 export UCX_TLS="${UCX_TLS:-tcp}"
 if ! nelssad_start "$build/daemon/nelssad" "$dir/daemon.log" "$dir/port" --devices sim:4; then
-	echo "make demo: nelssad did not start:" >&2
+	echo "make demo-attn: nelssad did not start:" >&2
 	cat "$dir/daemon.log" >&2
 	exit 1
 fi

@@ -3,7 +3,7 @@
 #
 # Installs the Debian packages a make target needs, when they are missing.
 #
-#   scripts/deps.sh GROUP...      groups: build test
+#   scripts/deps.sh GROUP...      groups: build test demo
 #
 # Idempotent and fast when everything is present (one dpkg-query call).
 # As root it runs apt-get; otherwise it prints the exact command to run and
@@ -34,7 +34,9 @@ pkgs_test="$pkgs_test ndctl daxctl"
 # and the users a package's sysusers.d entry makes.
 pkgs_test="$pkgs_test iproute2 ibverbs-providers perftest"
 # The nelssa Python package's pytest suite (tests/python/).
-pkgs_test="$pkgs_test python3-numpy python3-pytest python3-torch"
+pkgs_test="$pkgs_test python3-numpy python3-pytest python3-torch python3-matplotlib"
+# make demo: the serving engine (nelssa.serve) in PyTorch, its plot.
+pkgs_demo="python3-numpy python3-torch python3-matplotlib"
 command -v systemd-sysusers >/dev/null 2>&1 || pkgs_test="$pkgs_test systemd-standalone-sysusers"
 case "$arch" in
 amd64) pkgs_test="$pkgs_test gcc-multilib g++-multilib clang libclang-rt-14-dev lld libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user" ;;
@@ -45,7 +47,8 @@ for group in "$@"; do
 	case "$group" in
 	build) want="$want $pkgs_build" ;;
 	test) want="$want $pkgs_build $pkgs_test" ;;
-	*) echo "deps.sh: unknown group '$group' (build, test)" >&2; exit 2 ;;
+	demo) want="$want $pkgs_build $pkgs_demo" ;;
+	*) echo "deps.sh: unknown group '$group' (build, test, demo)" >&2; exit 2 ;;
 	esac
 done
 [ -n "$want" ] || { echo "usage: deps.sh GROUP..." >&2; exit 2; }

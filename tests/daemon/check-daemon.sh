@@ -156,7 +156,7 @@ for tls in tcp shm,tcp; do
 	t "$tls: active messages of ids the daemon does not take dropped, eager and rendezvous; UCX's emulated put to an address it never gave out harms nothing" 0 \
 		"$amids" 127.0.0.1 "$port"
 	if [ $tls = tcp ]; then
-		t "nelssa-demo (make demo's client) at 4K, JSON" 0 "$demo" --port "$port" \
+		t "nelssa-demo (make demo-attn's client) at 4K, JSON" 0 "$demo" --port "$port" \
 			--contexts 4096 --layers 1 --kv-heads 4 --steps 1 --json
 		# A broken merge or gather gives errors near 100 %; 4K is too short for
 		# the 4 % targets (few topics), which the accuracy harness covers.
