@@ -5,6 +5,7 @@ repeated prefill, the NELSSA path at 100 % selection against dense
 attention, routing against nelssa.Router, migration and preemption against
 runs without them, the safetensors reader, workloads and the CLI."""
 
+import errno
 import io
 import json
 import math
@@ -371,3 +372,113 @@ def test_plot_writes_a_png(tmp_path, model):
         assert path is None
         return
     assert path and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+# --- a daemon that dies or stops, bad configs --------------------------------
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_lost_daemon_falls_back_to_the_gpu(make_daemon, model, how):
+    """nelssad killed (SIGKILL) or stopped (SIGSTOP) at step 6: the engine
+    recomputes its NELSSA requests on the GPU and finishes every request."""
+    import signal
+    d = make_daemon()
+    rs = reqs([400, 60, 520, 90], [30, 20, 24, 20], seed=15)
+    dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
+    e = Engine(model, EngineConfig(**nelssa_kw(d, select=1.0, timeout_ms=1500)))
+
+    def at_step(eng):
+        if eng.steps == 6:
+            d.kill(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+
+    try:
+        e.run([workload.Request(r.rid, list(r.prompt), r.max_new) for r in rs],
+              progress=at_step)
+    finally:
+        e.close()
+    assert e.lost is not None, "the loss was not noticed"
+    if how == "stop":
+        assert "errno %d" % errno.ETIMEDOUT in e.lost, e.lost
+    assert e.lost_requests == 2 and e.client is None
+    assert outputs(e) == outputs(dense)
+    assert {s.where for s in e.finished} == {"gpu"}
+
+
+def test_unreachable_daemon_is_a_clear_error(capsys):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    rc = serve_main(["--port", str(port), "--modes", "nelssa", "--layers", "1", "--short", "1",
+                     "--long", "1", "--long-len", "100,100"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("nelssa.serve: error: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text,words", [
+    ("[1, 2]", "a JSON object"),
+    ("{", "Expecting"),
+    ('{"hidden_size": "big"}', "hidden_size must be a positive integer"),
+    ('{"num_attention_heads": 6, "num_key_value_heads": 4}', "must be a multiple"),
+    ('{"rope_theta": -1}', "rope_theta must be a number > 0"),
+    ('{"rope_scaling": {"factor": 8}}', "rope_scaling must be null"),
+    ('{"retrieval_heads": 9}', "retrieval_heads must be in"),
+])
+def test_bad_model_configs(tmp_path, capsys, text, words):
+    p = tmp_path / "config.json"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=words):
+        config.ModelConfig.from_json(str(p))
+    assert serve_main(["--modes", "gpu", "--config", str(p)]) == 1
+    assert words.split()[0] in capsys.readouterr().err
+
+
+def test_bad_weight_files_and_engine_configs(tmp_path, capsys):
+    p = tmp_path / "w.safetensors"
+    p.write_bytes(b"\x00" * 4)
+    assert serve_main(["--modes", "gpu", "--weights", str(p)]) == 1
+    assert "not a safetensors file" in capsys.readouterr().err
+    assert serve_main(["--modes", "gpu", "--weights", str(tmp_path / "none")]) == 1
+    assert "No such file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="mode"):
+        EngineConfig(mode="cpu").check()
+    with pytest.raises(ValueError, match="select"):
+        EngineConfig(mode="gpu", select=0).check()
+    with pytest.raises(ValueError, match="port"):
+        EngineConfig(mode="nelssa").check()
+    with pytest.raises(ValueError, match="pool_tokens"):
+        EngineConfig(mode="gpu", pool_tokens=4).check()
+
+
+def test_pool_never_exceeds_its_budget(daemon, model):
+    """Under pressure (preemption, migration, windows charged) the pool's
+    blocks in use never pass its size, and every block comes back."""
+    rs = reqs([280, 290, 270, 285, 600, 50], [48, 48, 48, 48, 20, 30], seed=16)
+    seen = []
+    e = Engine(model, EngineConfig(**nelssa_kw(daemon, pool_tokens=1440, threshold=300,
+                                                high_water=0.85, accuracy_every=0)))
+    try:
+        e.run(rs, progress=lambda eng: seen.append(
+            (eng.pool.used, sum(len(t) for t in eng.pool.tables.values()) +
+             sum(len(t) for t in eng.pool.reserved.values()))))
+    finally:
+        e.close()
+    assert seen and all(used <= e.pool.blocks for used, _ in seen)
+    # The blocks in use are exactly those the requests hold.
+    assert all(used == held for used, held in seen)
+    assert e.pool.used == 0 and len(e.pool.free) == e.pool.blocks
+    assert len(set(e.pool.free)) == e.pool.blocks
+
+
+def test_adaptive_threshold_lowers_under_gpu_pressure(daemon, model):
+    e = Engine(model, EngineConfig(**nelssa_kw(daemon, adaptive=True, threshold=4000)))
+    try:
+        e.waiting = []
+        e.pool.reserve("filler", e.pool.blocks)      # a full pool: GPU pressure 1
+        before = e.router.t_input
+        e._adapt(e.ctl.period)
+        # Imbalance 1 (the pool full, the PNM tier idle): x -= min(gain, max_step).
+        step = min(e.ctl.gain, e.ctl.max_step)
+        assert e.router.t_input == pytest.approx(before * 2 ** -step)
+    finally:
+        e.close()

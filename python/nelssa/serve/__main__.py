@@ -54,6 +54,7 @@ def parse(argv):
       help="NELSSA session capacity: tokens of all long requests at once")
     a("--devices", type=int, default=4, help="PNM devices the router assumes")
     a("--adaptive", action="store_true", help="load-adaptive threshold")
+    a("--adapt-period", type=float, default=10.0, help="its decision period, seconds")
     a("--select", type=float, default=0.04, help="sparse budget, fraction of a head's tokens")
     a("--no-estimate", action="store_true", help="no estimate over unselected clusters")
     a("--no-migrate", action="store_true", help="no background migration")
@@ -108,7 +109,8 @@ def build(args):
 def ecfg(args, mode):
     return EngineConfig(mode=mode, pool_tokens=args.pool_tokens, max_batch=args.max_batch,
                         threshold=args.threshold, profile=args.profile, devices=args.devices,
-                        adaptive=args.adaptive, select=args.select,
+                        adaptive=args.adaptive, adapt_period=args.adapt_period,
+                        select=args.select,
                         estimate=not args.no_estimate, migrate=not args.no_migrate,
                         accuracy_every=args.accuracy_every, host=args.host, port=args.port,
                         capacity_tokens=args.capacity_tokens)
@@ -120,6 +122,16 @@ def fmt(x, unit="", scale=1.0, digits=1):
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        return serve(args)
+    except (ValueError, OSError, RuntimeError) as e:
+        # Bad configs, weight files, traces, an unreachable nelssad: one
+        # clear line, no traceback.
+        print("nelssa.serve: error: %s" % e, file=sys.stderr)
+        return 1
+
+
+def serve(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     model, reqs = build(args)
@@ -137,6 +149,9 @@ def main(argv=None):
         finally:
             e.close()
         say("   done in %.1f s" % (time.time() - t))
+        if e.lost:
+            say("   nelssad was lost mid-run (%s): %d requests recomputed on the GPU"
+                % (e.lost, e.lost_requests))
         engines.append(e)
     cut = long_cut if long_cut is not None else float("inf")
     for e in engines:
@@ -159,6 +174,7 @@ def main(argv=None):
     print("%-28s" % "" + "".join("%16s" % s["mode"] for s in sums))
     rows = [("tokens/s", lambda s: fmt(s["tokens_per_s"])),
             ("short TPOT p50 (ms)", lambda s: fmt(s["short_tpot_p50"], "", 1e3)),
+            ("short TPOT p95 (ms)", lambda s: fmt(s["short_tpot_p95"], "", 1e3)),
             ("short TPOT p99 (ms)", lambda s: fmt(s["short_tpot_p99"], "", 1e3)),
             ("TTFT p50 (s)", lambda s: fmt(s["ttft_p50"], "", 1, 2)),
             ("requests on NELSSA", lambda s: str(s["pnm_requests"])),

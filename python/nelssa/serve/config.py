@@ -50,8 +50,21 @@ class ModelConfig:
         if not 0 <= self.retrieval_heads <= self.num_key_value_heads:
             raise ValueError("model config: retrieval_heads must be in 0..%d"
                              % self.num_key_value_heads)
-        if not self.rope_theta > 0:
-            raise ValueError("model config: rope_theta must be > 0")
+        for f in ("rope_theta", "rms_norm_eps"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError("model config: %s must be a number > 0, not %r" % (f, v))
+        rs = self.rope_scaling
+        if rs is not None:
+            keys = ("factor", "low_freq_factor", "high_freq_factor",
+                    "original_max_position_embeddings")
+            if not isinstance(rs, dict) or any(
+                    not isinstance(rs.get(k), (int, float)) or not rs[k] > 0 for k in keys):
+                raise ValueError("model config: rope_scaling must be null or Llama 3.1's "
+                                 "{%s}, all > 0, not %r" % (", ".join(keys), rs))
+            if not rs["high_freq_factor"] > rs["low_freq_factor"]:
+                raise ValueError("model config: rope_scaling's high_freq_factor must exceed "
+                                 "low_freq_factor")
         return self
 
     @classmethod
@@ -63,9 +76,13 @@ class ModelConfig:
             raise ValueError("%s: a model config is a JSON object" % path)
         names = {f.name for f in dataclasses.fields(cls)}
         cfg = cls(**{k: v for k, v in d.items() if k in names})
-        if "head_dim" not in d and "hidden_size" in d:
+        if "head_dim" not in d and isinstance(cfg.hidden_size, int) and \
+                isinstance(cfg.num_attention_heads, int) and cfg.num_attention_heads > 0:
             cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
-        return cfg.check()
+        try:
+            return cfg.check()
+        except ValueError as e:
+            raise ValueError("%s: %s" % (path, e)) from None
 
 
 # Llama-3-8B's per-layer shape (32 layers in the real model; choose fewer).

@@ -28,6 +28,7 @@ Documentation/serve.rst describes the engine, its options and its output.
 """
 
 import dataclasses
+import errno
 import math
 import time
 
@@ -38,6 +39,10 @@ import nelssa
 
 from .kvpool import KVPool, PoolFull
 from .model import dense_attn
+
+# What a client call answers when nelssad is gone or cannot be reached.
+LOST_ERRNOS = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
+                         errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED))
 
 
 @dataclasses.dataclass
@@ -50,6 +55,7 @@ class EngineConfig:
     profile: str = "h100-nvl"       # hardware profile for the router (name or file)
     devices: int = 4                # PNM devices the router assumes
     adaptive: bool = False          # load-adaptive threshold (ThresholdCtl)
+    adapt_period: float = 10.0      # its decision period, seconds (hold: twice that)
     select: float = 0.04            # token budget, fraction of what a head stored
     min_select: int = 64            # at least this many tokens a head
     estimate: bool = True           # the estimate over unselected clusters
@@ -158,7 +164,10 @@ class Engine:
         if cfg.threshold is not None:
             self.router.t_input = cfg.threshold
         if cfg.adaptive:
+            # The controller's defaults (a minute a decision) suit a service;
+            # a run of this engine lasts a minute or two.
             self.ctl = nelssa.ThresholdCtl(self.router.t_input)
+            self.ctl.period, self.ctl.hold = cfg.adapt_period, 2 * cfg.adapt_period
         self.client = nelssa.Client(cfg.host, cfg.port, timeout_ms=cfg.timeout_ms,
                                     name="nelssa-serve")
         self.session = self.client.open_session(
@@ -258,6 +267,20 @@ class Engine:
                 qs.append(qh)
         return items, np.stack(qs) if qs else None
 
+    def _collect(self, pending, layer):
+        """The PNM tier's (o, lse) of a step; ETIMEDOUT after timeout_ms.
+
+        A step's Pending has no deadline of its own: a stopped nelssad
+        would be waited for forever.
+        """
+        deadline = time.monotonic() + self.cfg.timeout_ms / 1000
+        while not pending.poll(100):
+            if time.monotonic() >= deadline:
+                pending.cancel()
+                raise nelssa.Error(errno.ETIMEDOUT, "layer %d's step not answered in %d ms"
+                                   % (layer, self.cfg.timeout_ms))
+        return pending.result()
+
     def _pnm_merge(self, seqs, q, layer, items, po, pl, out):
         it = 0
         for i, s in seqs:
@@ -299,18 +322,19 @@ class Engine:
         pf["pos"] += len(toks)
         if pf["pos"] < len(seq.tokens):
             return
+        # Placed first: if nelssad fails here the request is still in prefill.
+        if seq.where == "gpu":
+            self.pool.write_prompt(seq.req.rid, pf["ks"], pf["vs"])
+        else:
+            seq.pnm = self._to_pnm(seq, pf["ks"], pf["vs"])
+            seq.pnm.reserved = len(self.pool.reserved.get(seq.req.rid, []))
         self.prefilling.pop(0)
-        ks, vs, seq.pf = pf["ks"], pf["vs"], None
+        seq.pf = None
         seq.tokens.append(int(logits.argmax()))
         t = self._now()
         if seq.t_first is None:
             seq.t_first = t
         seq.t_tokens.append(t)
-        if seq.where == "gpu":
-            self.pool.write_prompt(seq.req.rid, ks, vs)
-        else:
-            seq.pnm = self._to_pnm(seq, ks, vs)
-            seq.pnm.reserved = len(self.pool.reserved.get(seq.req.rid, []))
         if seq.done:
             self._finish(seq)
         else:
@@ -376,15 +400,56 @@ class Engine:
             self.waiting.insert(0, victim)
 
     def _finish(self, seq):
+        # Counted as finished before nelssad is told: if it is gone, the
+        # request's tokens are still all there.
+        self.pool.release(seq.req.rid)
+        self.finished.append(seq)
         if seq.where == "pnm":
-            self.client.free_request(self.session, seq.req.rid)
             self.router.leave(seq.kv_len, seq.req.final_len)
             for row in seq.pnm.ix:
                 for ix in row:
                     ix.free()
+            self.client.free_request(self.session, seq.req.rid)
         self._abort_move(seq)
-        self.pool.release(seq.req.rid)
-        self.finished.append(seq)
+
+    def _lose_node(self, err, running):
+        """nelssad is gone: its requests are recomputed on the GPU.
+
+        Every request on NELSSA (running, in prefill or migrating there)
+        goes back to the head of the queue, to be prefilled again from its
+        prompt and the tokens it produced -- preemption by recompute -- and
+        routing stops: from now on the engine runs GPU-only, refusing what
+        the pool cannot hold.
+        """
+        self.lost = "%s (errno %d)" % (err.strerror or err, err.errno)
+        back = [s for s in running if s.where == "pnm"] + \
+            [s for s in self.prefilling if s.where == "pnm"]
+        self.log("nelssad lost: %s; %d requests on NELSSA are recomputed on the GPU, "
+                 "and the engine runs GPU-only from now on" % (self.lost, len(back)))
+        try:
+            self.client.close()
+        except nelssa.Error:
+            pass
+        self.client = self.router = self.ctl = None
+        for s in running:
+            if s.moving is not None:
+                self._free_indices(s.moving["st"])
+                s.moving = None
+        for s in sorted(back, key=lambda s: s.admitted, reverse=True):
+            (running if s in running else self.prefilling).remove(s)
+            if s.pnm is not None:
+                self._free_indices(s.pnm)
+            self.pool.release(s.req.rid)
+            s.pnm, s.pf, s.where, s.prev = None, None, None, None
+            self.lost_requests += 1
+            self.waiting.insert(0, s)
+
+    @staticmethod
+    def _free_indices(st):
+        for row in st.ix:
+            for ix in row:
+                if ix is not None:
+                    ix.free()
 
     def _step(self, running):
         c = self.cfg
@@ -395,6 +460,16 @@ class Engine:
         pnm = [(i, s) for i, s in enumerate(running) if s.where == "pnm"]
         for _, s in gpu:
             self.pool.extend(s.req.rid)
+        try:
+            self._layers(running, x, pos, gpu, pnm)
+        except BaseException:
+            # A step that did not finish leaves no token in the pool.
+            for _, s in gpu:
+                self.pool.truncate(s.req.rid, s.kv_len)
+            raise
+
+    def _layers(self, running, x, pos, gpu, pnm):
+        c, B = self.cfg, len(running)
         check = c.accuracy_every and self.steps % c.accuracy_every == 0
         for layer in range(self.L):
             q, k, v = self.m.qkv(layer, x, pos)
@@ -412,9 +487,7 @@ class Engine:
                 kk, vv = self.pool.read(s.req.rid, layer)
                 out[i] = dense_attn(q[i], kk, vv)[0]
             if pending is not None:
-                while not pending.poll(1000):
-                    pass
-                po, pl = pending.result()
+                po, pl = self._collect(pending, layer)
                 self._pnm_merge(pnm, q, layer, items, po, pl, out)
                 if check:
                     t = time.perf_counter()
@@ -447,12 +520,10 @@ class Engine:
         if mv is None:
             return
         seq.moving = None
-        self.client.free_request(self.session, seq.req.rid)
-        self.router.leave(mv["n"], seq.req.final_len)
-        for row in mv["st"].ix:
-            for ix in row:
-                if ix is not None:
-                    ix.free()
+        self._free_indices(mv["st"])
+        if self.client is not None:
+            self.router.leave(mv["n"], seq.req.final_len)
+            self.client.free_request(self.session, seq.req.rid)
 
     def _migrate(self, running):
         if not (self.cfg.migrate and self.router is not None):
@@ -508,43 +579,21 @@ class Engine:
         self.errors = [[[] for _ in range(self.Hkv)] for _ in range(self.L)]
         self.steps = self.preemptions = self.migrations = self.admissions = 0
         self.t0, self.overhead = time.perf_counter(), 0.0
-        last = 0.0
+        self.last_step, self.lost, self.lost_requests = 0.0, None, 0
         while pending or self.waiting or self.prefilling or running:
             now = self._now()
             while pending and pending[0].req.arrival <= now:
                 self.waiting.append(pending.pop(0))
-            for s in [s for s in running if s.done]:
-                running.remove(s)
-                self._finish(s)
-            while self.waiting and len(running) + len(self.prefilling) < self.cfg.max_batch:
-                if not self._admit(self.waiting[0]):
-                    break
-                s = self.waiting.pop(0)
-                if s.refused is None:
-                    self.prefilling.append(s)
-            if self.prefilling:
-                self._prefill_step(running)
-            if not running:
-                if self.prefilling:
+            try:
+                if not self._iteration(running, pending):
                     continue
-                if pending and not self.waiting:
-                    time.sleep(max(0.0, pending[0].req.arrival - self._now()))
-                elif self.waiting:
-                    raise RuntimeError("request %d cannot be admitted with nothing running "
-                                       "(pool %d blocks)" % (self.waiting[0].req.rid,
-                                                             self.pool.blocks))
+            except nelssa.Error as e:
+                if self.client is None or e.errno not in LOST_ERRNOS:
+                    raise
+                self._lose_node(e, running)
                 continue
-            self._preempt_for_step(running)
-            if not running:
-                continue
-            self._step(running)
-            self._maintain(running)
-            self._migrate(running)
-            if self.ctl is not None:
-                self._adapt(self._now() - last)
-            last = self._now()
             self.timeline.append(dict(
-                t=last, batch=len(running), pool=self.pool.usage(),
+                t=self.last_step, batch=len(running), pool=self.pool.usage(),
                 pnm=sum(s.where == "pnm" for s in running), waiting=len(self.waiting),
                 threshold=self.router.t_input if self.router else None))
             if progress:
@@ -552,7 +601,47 @@ class Engine:
         self.wall = self._now()
         return self.finished
 
+    def _iteration(self, running, pending):
+        """Admission, a prefill chunk and a decode step; False if no step ran."""
+        for s in [s for s in running if s.done]:
+            running.remove(s)
+            self._finish(s)
+        while self.waiting and len(running) + len(self.prefilling) < self.cfg.max_batch:
+            if not self._admit(self.waiting[0]):
+                break
+            s = self.waiting.pop(0)
+            if s.refused is None:
+                self.prefilling.append(s)
+        if self.prefilling:
+            self._prefill_step(running)
+        if not running:
+            if self.prefilling:
+                return False
+            if pending and not self.waiting:
+                time.sleep(max(0.0, pending[0].req.arrival - self._now()))
+            elif self.waiting:
+                raise RuntimeError("request %d cannot be admitted with nothing running "
+                                   "(pool %d blocks)" % (self.waiting[0].req.rid,
+                                                         self.pool.blocks))
+            return False
+        self._preempt_for_step(running)
+        if not running:
+            return False
+        self._step(running)
+        self._maintain(running)
+        self._migrate(running)
+        if self.ctl is not None:
+            self._adapt(self._now() - self.last_step)
+        self.last_step = self._now()
+        return True
+
     def _adapt(self, dt):
+        """Feeds the threshold controller each tier's pressure over dt seconds.
+
+        GPU: how far the pool is past 75 % full (1 when full), plus 1 while
+        requests wait; PNM: how far the tier's modelled step time
+        (Router.pnm_step_time) is past 75 % of its deadline.
+        """
         if dt <= 0:
             return
         u_gpu = max(0.0, (self.pool.usage() - 0.75) / 0.25) + (1.0 if self.waiting else 0.0)

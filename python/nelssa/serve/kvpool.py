@@ -60,6 +60,10 @@ class KVPool:
         have = self.lengths.get(req, 0)
         return max(0, self.blocks_for(have + n) - len(self.tables.get(req, [])))
 
+    def truncate(self, req, n):
+        """Forgets req's tokens from n on (its blocks stay with it)."""
+        self.lengths[req] = min(self.lengths.get(req, 0), n)
+
     def put(self, req, layer, pos, k, v):
         """One token's K and V of one layer, (Hkv, D) each, at position pos."""
         b = self.tables[req][pos // self.block]
