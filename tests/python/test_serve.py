@@ -8,6 +8,7 @@ runs without them, the safetensors reader, workloads and the CLI."""
 import errno
 import io
 import json
+import os
 import math
 import struct
 from contextlib import redirect_stdout
@@ -325,6 +326,25 @@ def test_mixed_workload_has_its_long_requests():
                                 long_len=(500, 600))
 
 
+SHARED_TRACE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data",
+                            "mooncake", "conversation_trace.jsonl")
+
+
+@pytest.mark.skipif(not os.path.exists(SHARED_TRACE), reason="shared/data/mooncake not beside "
+                    "the repository")
+def test_real_trace_runs_in_both_modes(daemon, model):
+    """Requests of the real Mooncake trace (lines the defaults never used),
+    scaled down: both modes serve them all, and at 100 % selection alike."""
+    rs = workload.from_trace(SHARED_TRACE, n=8, vocab=512, scale=32, skip=5000, seed=2,
+                             max_len=1200, out_max=12)
+    assert max(len(r.prompt) for r in rs) >= 300
+    dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
+    e = run(model, rs, **nelssa_kw(daemon, select=1.0))
+    assert len(e.finished) == len(dense.finished) == 8
+    assert any(s.where == "pnm" for s in e.finished)
+    assert outputs(e) == outputs(dense)
+
+
 def test_cli_json(daemon, tmp_path):
     f = io.StringIO()
     with redirect_stdout(f):
@@ -367,10 +387,11 @@ def test_plot_writes_a_png(tmp_path, model):
             accuracy_every=0)
     path = report.plot([e], str(tmp_path / "t.png"))
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib
     except ImportError:
         assert path is None
         return
+    assert matplotlib.get_backend().lower() == "agg"
     assert path and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 

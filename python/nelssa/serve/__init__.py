@@ -7,6 +7,8 @@ NELSSA mode side by side; ``Engine``, ``EngineConfig``, ``Model``,
 ``ModelConfig`` and ``workload`` are the pieces.  Documentation/serve.rst.
 """
 
-from .config import ModelConfig, preset  # noqa: F401
-from .engine import Engine, EngineConfig  # noqa: F401
-from .model import Model  # noqa: F401
+from .config import ModelConfig, preset
+from .engine import Engine, EngineConfig
+from .model import Model
+
+__all__ = ["Engine", "EngineConfig", "Model", "ModelConfig", "preset"]

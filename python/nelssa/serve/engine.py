@@ -37,7 +37,7 @@ import torch
 
 import nelssa
 
-from .kvpool import KVPool, PoolFull
+from .kvpool import KVPool
 from .model import dense_attn
 
 # What a client call answers when nelssad is gone or cannot be reached.
@@ -452,8 +452,6 @@ class Engine:
                     ix.free()
 
     def _step(self, running):
-        c = self.cfg
-        B = len(running)
         pos = torch.tensor([s.kv_len for s in running])
         x = self.m.embed(torch.tensor([s.tokens[-1] for s in running]))
         gpu = [(i, s) for i, s in enumerate(running) if s.where == "gpu"]
