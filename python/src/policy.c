@@ -143,6 +143,12 @@ static PyObject *router_leave_grow(PyObject *self, PyObject *args, int grow)
 	fin = opt_final(final_len, a);
 	if (PyErr_Occurred())
 		return NULL;
+	/* A NaN here would poison the tier's counts for good. */
+	if (!(a >= 0) || !(fin >= 0) || !isfinite(a) || !isfinite(fin)) {
+		PyErr_Format(PyExc_ValueError, "%s(): token counts must be finite and >= 0",
+			     grow ? "grow" : "leave");
+		return NULL;
+	}
 	if (grow)
 		nelssa_router_grow(&o->r, a, fin);
 	else
@@ -160,15 +166,23 @@ static PyObject *router_grow(PyObject *self, PyObject *args)
 	return router_leave_grow(self, args, 1);
 }
 
-/* A sequence of numbers as a PyMem_Malloc'd array of doubles. */
+/*
+ * A sequence of numbers as a PyMem_Malloc'd array of doubles.  Read from a
+ * tuple copy: a number's __float__ could otherwise shrink a list under us.
+ */
 static double *doubles(PyObject *seq, const char *name, Py_ssize_t *n)
 {
-	PyObject *fast = PySequence_Fast(seq, name);
+	PyObject *fast = PySequence_Check(seq) ? PySequence_Tuple(seq) : NULL;
 	double *d;
 
-	if (!fast)
+	if (!fast) {
+		if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+			PyErr_Clear();
+			PyErr_SetString(PyExc_TypeError, name);
+		}
 		return NULL;
-	*n = PySequence_Fast_GET_SIZE(fast);
+	}
+	*n = PyTuple_GET_SIZE(fast);
 	d = PyMem_Malloc(((size_t)*n + 1) * sizeof(*d));
 	if (!d) {
 		Py_DECREF(fast);
@@ -176,7 +190,7 @@ static double *doubles(PyObject *seq, const char *name, Py_ssize_t *n)
 		return NULL;
 	}
 	for (Py_ssize_t i = 0; i < *n; i++) {
-		d[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+		d[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(fast, i));
 		if (d[i] == -1.0 && PyErr_Occurred()) {
 			PyMem_Free(d);
 			Py_DECREF(fast);
@@ -241,6 +255,27 @@ static PyObject *router_step_time(PyObject *self, PyObject *args)
 						       tokens, reqs));
 }
 
+PyDoc_STRVAR(step_of_doc,
+"pnm_step_of(final_len, t_gpu_step) -> float\n--\n\n"
+"nelssa_pnm_step_of(): seconds from one token of a PNM request ending at\n"
+"final_len to its next, at the tier's load now (t_gpu_step: the GPU's\n"
+"decode step now, 0 when not known); requests only the PNM tier can hold\n"
+"are paced by it.");
+
+static PyObject *router_step_of(PyObject *self, PyObject *args)
+{
+	double fin, t_gpu;
+
+	if (!PyArg_ParseTuple(args, "dd:pnm_step_of", &fin, &t_gpu))
+		return NULL;
+	if (!(fin >= 0) || !(t_gpu >= 0)) {
+		PyErr_SetString(PyExc_ValueError, "pnm_step_of(): final_len and t_gpu_step >= 0");
+		return NULL;
+	}
+	return PyFloat_FromDouble(nelssa_pnm_step_of(&((struct npy_router *)self)->r, fin,
+						     t_gpu));
+}
+
 PyDoc_STRVAR(crossover_doc,
 "crossover() -> float\n--\n\n"
 "nelssa_crossover() of the router's hardware, model and devices: the\n"
@@ -287,6 +322,10 @@ static PyMemberDef router_members[] = {
 	RMEMBER(cap_migrate_pause, 0, "see struct nelssa_router"),
 	RMEMBER(pnm_tokens, READONLY, "tokens on the PNM tier now"),
 	RMEMBER(pnm_final, READONLY, "tokens reserved on the PNM tier"),
+	{ "pnm_mem", T_DOUBLE, offsetof(struct npy_router, r.hw.pnm_mem), READONLY,
+	  "one PNM device's memory, bytes (the profile's)" },
+	{ "gpu_bw", T_DOUBLE, offsetof(struct npy_router, r.hw.gpu_bw), READONLY,
+	  "GPU memory bandwidth, bytes/s (the profile's)" },
 	{ "window", T_UINT, offsetof(struct npy_router, r.window), 0,
 	  "tokens each PNM request keeps on the GPU" },
 	{ "pnm_requests", T_UINT, offsetof(struct npy_router, r.pnm_requests), READONLY,
@@ -312,6 +351,7 @@ static PyMethodDef router_methods[] = {
 	{ "pick_migration", (PyCFunction)(void (*)(void))router_pick,
 	  METH_VARARGS | METH_KEYWORDS, pick_doc },
 	{ "pnm_step_time", router_step_time, METH_VARARGS, step_time_doc },
+	{ "pnm_step_of", router_step_of, METH_VARARGS, step_of_doc },
 	{ "crossover", router_crossover, METH_NOARGS, crossover_doc },
 	{ NULL, NULL, 0, NULL },
 };

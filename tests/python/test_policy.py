@@ -63,6 +63,21 @@ def test_route_by_threshold_and_admission_counts():
     assert r.why
 
 
+def test_pnm_step_of_paces_requests_only_the_tier_holds():
+    r = nelssa.Router("h100-nvl", devices=4, **LLAMA3_8B)
+    r.gpu_kv = 50_000 * r.kv_bytes_per_token
+    r.t_input = 10_000
+    assert r.route(20_000, 20_000) == nelssa.ROUTE_PNM
+    assert r.route(80_000, 80_000) == nelssa.ROUTE_PNM       # over the pool: the tier only
+    t_gpu = (8.03e9 * 2 + r.gpu_kv) / 3.9e12
+    held, extra = r.pnm_step_of(20_000, t_gpu), r.pnm_step_of(80_000, t_gpu)
+    assert 0 < held < extra
+    # A request alone on the tier takes at least the tier's step for its tokens.
+    assert held >= r.pnm_step_time(20_000, 1) * (1 - 1e-12)
+    with pytest.raises(ValueError):
+        r.pnm_step_of(-1, t_gpu)
+
+
 def test_pick_migration_largest_past_the_threshold():
     r = nelssa.Router("h100-nvl", devices=4, **LLAMA3_8B)
     r.t_input = 1_000
@@ -106,7 +121,23 @@ def test_bad_input(tmp_path):
     with pytest.raises(OverflowError):
         nelssa.Router("h200", layers=-1, kv_heads=8, head_dim=128)
     with pytest.raises(TypeError):
-        r.pick_migration("abc", None, 0.9, 0.9)
+        r.pick_migration(7, None, 0.9, 0.9)
+    with pytest.raises(TypeError):
+        r.pick_migration(["x"], None, 0.9, 0.9)
+    with pytest.raises(ValueError):
+        r.grow(float("nan"), 10)
+    with pytest.raises(ValueError):
+        r.leave(-5)
+    assert r.pnm_tokens == 0
+
+    class Shrinking:
+        """A number whose conversion empties the list being read."""
+        def __float__(self):
+            ctx.clear()
+            return 1.0
+
+    ctx = [Shrinking(), 2.0, 3.0, 4.0]
+    assert r.pick_migration(ctx, None, 0.1, 0.9) == -1
 
 
 def test_threshold_controller_follows_the_control_law():
