@@ -238,13 +238,29 @@ def test_too_long_for_the_pool_goes_to_pnm(daemon, model):
     assert {s.req.rid: s.where for s in e.finished} == {0: "pnm", 1: "gpu"}
 
 
+def router_counts_match(eng):
+    """The router's PNM tokens are the admitted requests' tokens: kv_len when
+    decoding there, the prompt while in prefill, the count at the start of a
+    migration while it moves."""
+    want = sum(s.kv_len for s in eng.running if s.where == "pnm")
+    want += sum(len(s.tokens) for s in eng.prefilling if s.where == "pnm")
+    want += sum(s.moving["n"] for s in eng.running if s.moving is not None)
+    n = sum(1 for s in eng.running if s.where == "pnm" or s.moving is not None)
+    n += sum(1 for s in eng.prefilling if s.where == "pnm")
+    assert (eng.router.pnm_tokens, eng.router.pnm_requests) == (want, n)
+
+
 def test_migration_keeps_outputs(daemon, model):
     """Requests grow past the threshold while the pool fills: the router
     moves the largest to NELSSA; with 100 % selection its tokens do not change."""
     rs = reqs([280, 290, 270, 285], [48] * 4, seed=12)
     dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
-    e = run(model, rs, **nelssa_kw(daemon, select=1.0, pool_tokens=1440, threshold=300,
-                                   high_water=0.85))
+    e = Engine(model, EngineConfig(**nelssa_kw(daemon, select=1.0, pool_tokens=1440,
+                                                threshold=300, high_water=0.85)))
+    try:
+        e.run(rs, progress=router_counts_match)
+    finally:
+        e.close()
     assert e.migrations >= 1 and e.preemptions == 0
     assert any(s.migrated for s in e.finished)
     assert outputs(e) == outputs(dense)
@@ -422,6 +438,66 @@ def test_lost_daemon_falls_back_to_the_gpu(make_daemon, model, how):
     assert e.lost_requests == 2 and e.client is None
     assert outputs(e) == outputs(dense)
     assert {s.where for s in e.finished} == {"gpu"}
+
+
+def test_lost_daemon_as_a_nelssa_request_finishes(make_daemon, model):
+    """nelssad killed right after the step that ended a NELSSA request: that
+    request is finished as it is (not recomputed to one token too many)."""
+    import signal
+    d = make_daemon()
+    rs = reqs([400, 60, 520], [10, 30, 40], seed=17)
+    dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
+    e = Engine(model, EngineConfig(**nelssa_kw(d, select=1.0, timeout_ms=1500)))
+
+    def at_end(eng):
+        if any(s.done and s.where == "pnm" for s in eng.running):
+            d.kill(signal.SIGKILL)
+
+    try:
+        e.run(rs, progress=at_end)
+    finally:
+        e.close()
+    assert e.lost is not None
+    got = outputs(e)
+    assert all(len(got[r.rid]) == r.max_new for r in rs)
+    assert got == outputs(dense)
+
+
+@pytest.mark.parametrize("who", ["router", "daemon"])
+def test_session_capacity_makes_requests_wait(daemon, model, who):
+    """Two NELSSA requests whose ends do not fit nelssad's session together:
+    the second waits for the first instead of failing the run (or, as the
+    policy says, starting on a GPU that could hold it: this pool cannot)."""
+    rs = reqs([400, 420, 50], [20, 20, 20], seed=18)
+    peak = []
+    e = Engine(model, EngineConfig(**nelssa_kw(daemon, capacity_tokens=500, pool_tokens=384,
+                                                accuracy_every=0)))
+    if who == "daemon":
+        # The router's cap lifted: nelssad's ENOSPC is what stops the second
+        # (its arenas round capacities up, so it is made to say it here).
+        e.router.cap_pnm_mem = 0.9
+        real = e.client
+
+        class Full:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def alloc_request(self, session, rid, *a):
+                if any(x.where == "pnm" and x.req.rid != rid
+                       for x in e.running + e.prefilling):
+                    raise nelssa.Error(errno.ENOSPC, "session capacity exhausted")
+                return real.alloc_request(session, rid, *a)
+
+        e.client = Full()
+    try:
+        e.run(rs, progress=lambda eng: peak.append(
+            sum(s.where == "pnm" for s in eng.running + eng.prefilling)))
+    finally:
+        if who == "daemon":
+            e.client = real
+        e.close()
+    assert {s.req.rid: s.where for s in e.finished} == {0: "pnm", 1: "pnm", 2: "gpu"}
+    assert max(peak) == 1
 
 
 def test_unreachable_daemon_is_a_clear_error(capsys):

@@ -71,6 +71,7 @@ class EngineConfig:
     capacity_tokens: int = 131072   # the nelssad session's capacity, tokens
     kmeans_iters: int = 10
     prefill_chunk: int = 512        # prompt tokens prefilled between two decode steps
+    prefill_elsewhere: bool = False # prefill not on the clock (as nelssa-sim models it)
 
     def check(self):
         if self.mode not in ("gpu", "nelssa"):
@@ -83,6 +84,8 @@ class EngineConfig:
             raise ValueError("engine: sink >= 0, recent >= 1, chunk >= 1, prefill_chunk >= 1")
         if self.mode == "nelssa" and not self.port:
             raise ValueError("engine: NELSSA mode needs nelssad's port")
+        if not self.timeout_ms > 0:
+            raise ValueError("engine: timeout_ms must be > 0 (the most a step is waited for)")
         return self
 
 
@@ -148,6 +151,9 @@ class Engine:
         self.G = c.group
         self.log = log or (lambda msg: None)
         self.pool = KVPool(cfg.pool_tokens // cfg.block, cfg.block, self.L, self.Hkv, self.D)
+        if cfg.mode == "nelssa" and self._window_blocks(cfg.block) > self.pool.blocks:
+            raise ValueError("engine: a %d-token pool cannot hold a NELSSA request's window "
+                             "and centroids" % cfg.pool_tokens)
         self.client = self.session = self.router = self.ctl = None
         if cfg.mode == "nelssa":
             self._connect()
@@ -161,6 +167,9 @@ class Engine:
                                     select=cfg.select, devices=cfg.devices)
         self.router.gpu_kv = self.pool.blocks * cfg.block * self.m.kv_bytes_per_token
         self.router.window = cfg.sink + cfg.recent + cfg.chunk
+        # nelssad's session holds capacity_tokens: the tier's memory cap.
+        self.router.cap_pnm_mem = min(self.router.cap_pnm_mem, cfg.capacity_tokens * (
+            self.router.kv_bytes_per_token / (self.router.pnm_mem * cfg.devices)))
         if cfg.threshold is not None:
             self.router.t_input = cfg.threshold
         if cfg.adaptive:
@@ -181,13 +190,16 @@ class Engine:
 
     # --- PNM tier -----------------------------------------------------------
 
-    def _window_blocks(self):
-        """Pool blocks a PNM request holds: window and centroids (rounded up)."""
+    def _window_blocks(self, final_len):
+        """Pool blocks a PNM request holds for its end: its window, and per
+        layer and KV head its clusters' centroids, far-member keys and (with
+        the estimate) value sums, float32, for final_len tokens in clusters
+        of 16 (and a sixteenth more for outliers)."""
         c = self.cfg
-        win = c.sink + c.recent + c.chunk
-        cent_bytes = 2 * self.L * self.Hkv * self.D * 4 * (c.pool_tokens // 16 // 64 + 1)
-        return self.pool.blocks_for(win) + math.ceil(
-            cent_bytes / (self.m.kv_bytes_per_token * c.block * 64))
+        clusters = math.ceil(final_len / 16 * 17 / 16) + 1
+        meta = self.L * self.Hkv * clusters * self.D * 4 * (3 if c.estimate else 2)
+        return self.pool.blocks_for(c.sink + c.recent + c.chunk) + math.ceil(
+            meta / (self.m.kv_bytes_per_token * c.block))
 
     def _refresh(self, st, layer, h):
         ix = st.ix[layer][h]
@@ -223,8 +235,6 @@ class Engine:
         """Prefilled KV (lists per layer of (Hkv, n, D)) goes to the PNM tier."""
         n = ks[0].shape[1]
         st = PnmState(self.L, self.Hkv, self.D, seq.req.final_len)
-        self.client.alloc_request(self.session, seq.req.rid, seq.req.final_len,
-                                  seq.req.final_len)
         keep = self._pnm_split(n)
         for layer in range(self.L):
             self._offload_layer(seq, st, layer, ks[layer], vs[layer], keep)
@@ -317,11 +327,22 @@ class Engine:
         """One chunk of the oldest prompt in prefill; a finished one starts decoding."""
         seq = self.prefilling[0]
         pf = seq.pf
+        t0 = time.perf_counter()
         toks = seq.tokens[pf["pos"]:pf["pos"] + self.cfg.prefill_chunk]
         logits, pf["ks"], pf["vs"] = self.m.prefill_chunk(toks, pf["ks"], pf["vs"])
         pf["pos"] += len(toks)
         if pf["pos"] < len(seq.tokens):
+            if self.cfg.prefill_elsewhere:
+                self.overhead += time.perf_counter() - t0
             return
+        try:
+            self._place_prefilled(seq, pf, logits, running)
+        finally:
+            if self.cfg.prefill_elsewhere:
+                # The prefill node's work, clustering and offload included.
+                self.overhead += time.perf_counter() - t0
+
+    def _place_prefilled(self, seq, pf, logits, running):
         # Placed first: if nelssad fails here the request is still in prefill.
         if seq.where == "gpu":
             self.pool.write_prompt(seq.req.rid, pf["ks"], pf["vs"])
@@ -357,7 +378,20 @@ class Engine:
             return "queue"
         return "pnm" if r == nelssa.ROUTE_PNM else "gpu"
 
-    def _admit(self, seq):
+    def _alloc_pnm(self, seq, n):
+        """Room on nelssad for seq; False (the router's count undone) when
+        its session is full: the request waits, as for any other cap."""
+        try:
+            self.client.alloc_request(self.session, seq.req.rid, seq.req.final_len,
+                                      seq.req.final_len)
+        except nelssa.Error as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            self.router.leave(n, seq.req.final_len)
+            return False
+        return True
+
+    def _admit(self, seq, running):
         """Starts seq's prefill where the router says, its pool blocks
         reserved; False when it must wait."""
         where = self._route(seq)
@@ -371,10 +405,15 @@ class Engine:
             self.router.leave(len(seq.tokens), seq.req.final_len)
             where = "gpu"
         need = self.pool.blocks_for(len(seq.tokens) + 1) if where == "gpu" else \
-            self._window_blocks()
-        if need > len(self.pool.free):
+            self._window_blocks(seq.req.final_len)
+        # The running GPU requests' next tokens come first: admitting into
+        # their blocks would only preempt one of them.
+        theirs = sum(self.pool.blocks_needed(s.req.rid) for s in running if s.where == "gpu")
+        if need + theirs > len(self.pool.free):
             if where == "pnm":
                 self.router.leave(len(seq.tokens), seq.req.final_len)
+            return False
+        if where == "pnm" and not self._alloc_pnm(seq, len(seq.tokens)):
             return False
         self.pool.reserve(seq.req.rid, need)
         seq.pf = dict(ks=None, vs=None, pos=0)
@@ -406,10 +445,13 @@ class Engine:
         self.finished.append(seq)
         if seq.where == "pnm":
             self.router.leave(seq.kv_len, seq.req.final_len)
-            for row in seq.pnm.ix:
-                for ix in row:
-                    ix.free()
-            self.client.free_request(self.session, seq.req.rid)
+            self._free_indices(seq.pnm)
+            try:
+                self.client.free_request(self.session, seq.req.rid)
+            except nelssa.Error as e:
+                # A lost node is noticed by the next call that needs it.
+                if e.errno not in LOST_ERRNOS:
+                    raise
         self._abort_move(seq)
 
     def _lose_node(self, err, running):
@@ -422,6 +464,11 @@ class Engine:
         the pool cannot hold.
         """
         self.lost = "%s (errno %d)" % (err.strerror or err, err.errno)
+        for s in [s for s in running if s.done]:
+            # Its tokens are all there: finished, not recomputed.
+            running.remove(s)
+            self.pool.release(s.req.rid)
+            self.finished.append(s)
         back = [s for s in running if s.where == "pnm"] + \
             [s for s in self.prefilling if s.where == "pnm"]
         self.log("nelssad lost: %s; %d requests on NELSSA are recomputed on the GPU, "
@@ -452,6 +499,15 @@ class Engine:
                     ix.free()
 
     def _step(self, running):
+        t0 = self._now()
+        gpu_kv = sum(s.kv_len for s in running if s.where == "gpu")
+        pnm_kv = sum(s.kv_len for s in running if s.where == "pnm")
+        n_pnm = sum(s.where == "pnm" for s in running)
+        self._step_inner(running)
+        # What nelssa-sim's step model is fitted to (calibrate.py).
+        self.step_log.append((self._now() - t0, len(running) - n_pnm, gpu_kv, n_pnm, pnm_kv))
+
+    def _step_inner(self, running):
         pos = torch.tensor([s.kv_len for s in running])
         x = self.m.embed(torch.tensor([s.tokens[-1] for s in running]))
         gpu = [(i, s) for i, s in enumerate(running) if s.where == "gpu"]
@@ -541,7 +597,11 @@ class Engine:
         if self.router.route(s.kv_len, s.req.final_len) != nelssa.ROUTE_PNM:
             return
         n = s.kv_len
-        self.client.alloc_request(self.session, s.req.rid, s.req.final_len, s.req.final_len)
+        if n - self.cfg.recent <= self.cfg.sink + 2 * self.cfg.block:
+            self.router.leave(n, s.req.final_len)
+            return
+        if not self._alloc_pnm(s, n):
+            return
         s.moving = dict(n=n, layer=0, st=PnmState(self.L, self.Hkv, self.D, s.req.final_len))
         self.log("migrating request %d (%d tokens) to NELSSA" % (s.req.rid, n))
         self._move_one_layer(s)
@@ -559,9 +619,11 @@ class Engine:
             k, v = self.pool.read(s.req.rid, layer)
             st.tail_k[layer], st.tail_v[layer] = k[:, keep:].clone(), v[:, keep:].clone()
         self.pool.release(s.req.rid)
-        need = self._window_blocks()
+        # Admitted at n tokens; it decoded on the GPU while it moved.
+        self.router.grow(s.kv_len - n, s.req.final_len)
+        need = self._window_blocks(s.req.final_len)
         self.pool.reserve(s.req.rid, min(need, len(self.pool.free)))
-        st.reserved = need
+        st.reserved = len(self.pool.reserved.get(s.req.rid, []))
         s.pnm, s.moving, s.where, s.migrated = st, None, "pnm", True
         self.migrations += 1
 
@@ -572,12 +634,14 @@ class Engine:
         pending = sorted((Seq(r, list(r.prompt)) for r in requests),
                          key=lambda s: (s.req.arrival, s.req.rid))
         self.waiting, self.prefilling, running = [], [], []
+        self.running = running          # for observers (progress callbacks)
         self.finished, self.refused, self.timeline = [], [], []
         # Relative error of PNM requests' attention vs dense, per layer and KV head.
         self.errors = [[[] for _ in range(self.Hkv)] for _ in range(self.L)]
         self.steps = self.preemptions = self.migrations = self.admissions = 0
         self.t0, self.overhead = time.perf_counter(), 0.0
         self.last_step, self.lost, self.lost_requests = 0.0, None, 0
+        self.step_log = []
         while pending or self.waiting or self.prefilling or running:
             now = self._now()
             while pending and pending[0].req.arrival <= now:
@@ -605,7 +669,7 @@ class Engine:
             running.remove(s)
             self._finish(s)
         while self.waiting and len(running) + len(self.prefilling) < self.cfg.max_batch:
-            if not self._admit(self.waiting[0]):
+            if not self._admit(self.waiting[0], running):
                 break
             s = self.waiting.pop(0)
             if s.refused is None:
