@@ -58,6 +58,64 @@ t "a burst of long requests and growing contexts" 0 "$sim" \
 json_check "burst and growth: nothing lost, every token once" \
 	"all(r['lost'] == 0 and r['tokens'] == r['tokens_expected'] for r in (g, s))"
 t "a malformed burst is a usage error" 2 "$sim" --synthetic 5 --burst 5,5
+# --model: the built-in Llama-3-8B on an H200 written as a file changes nothing.
+cat >"$out/m8b.model" <<'EOF2'
+# Llama-3-8B, bf16, on an H200 (the built-in values)
+layers = 32
+kv_heads = 8
+head_dim = 128
+elem_bytes = 2
+weights = 16.06e9
+params = 8.03e9
+gpu_flops = 989e12
+compression = 16
+select = 0.04
+EOF2
+# shellcheck disable=SC2086
+t "--model with the built-in values" 0 "$sim" $small --json --model "$out/m8b.model"
+if cmp -s "$out/stdout" "$out/first.json"; then
+	echo "ok $((n += 1)) - --model with the built-in values gives the built-in result"
+else
+	echo "not ok $((n += 1)) - --model with the built-in values gives the built-in result"
+fi
+printf 'layers = 4\nheads = 2\n' >"$out/bad.model"
+t "a model file with an unknown key is refused" 2 "$sim" --synthetic 5 --model "$out/bad.model"
+grep -q 'bad.model:2:' "$out/stderr" && echo "ok $((n += 1)) - it names the file and line" ||
+	echo "not ok $((n += 1)) - it names the file and line"
+printf 'layers = 4.5\n' >"$out/bad.model"
+t "a model file with a fractional layer count is refused" 2 "$sim" --synthetic 5 \
+	--model "$out/bad.model"
+printf 'select = 2\n' >"$out/bad.model"
+t "a model file with select over 1 is refused" 2 "$sim" --synthetic 5 --model "$out/bad.model"
+t "a missing model file is refused" 2 "$sim" --synthetic 5 --model "$out/none.model"
+t "--threshold with --mode gpu is a usage error" 2 "$sim" --synthetic 5 --mode gpu \
+	--threshold 100
+# --threshold: routes from there (the adaptive threshold off keeps it).
+# shellcheck disable=SC2086
+t "--threshold 1e9 without the adaptive threshold" 0 "$sim" $small --json --threshold 1e9 \
+	--no-adaptive
+json_check "--threshold 1e9: t_input is it, and only what the GPU cannot hold goes to PNM" \
+	"j['t_input'] == 1e9 and s['pnm_requests'] <= s['done'] - g['done'] + g['refused']"
+# shellcheck disable=SC2086
+t "--threshold 4096" 0 "$sim" $small --json --threshold 4096 --no-adaptive
+json_check "--threshold 4096 sends the long requests to PNM" \
+	"j['t_input'] == 4096 and s['pnm_requests'] >= 0.1 * j['requests']"
+# prefill_flops: what a recompute's prefill costs.  A thousand times slower
+# prefill must cost GPU-only throughput in a workload that preempts.
+printf 'prefill_flops = 989e9\n' >"$out/slow.model"
+pre="--synthetic 400 --long-frac 0.3 --long-len 131072 --out-len 256 --rps 20 --quiet --json \
+	--mode gpu"
+# shellcheck disable=SC2086
+t "a workload that preempts, built-in prefill" 0 "$sim" $pre
+cp "$out/stdout" "$out/fast.json"
+# shellcheck disable=SC2086
+t "the same with a slow prefill" 0 "$sim" $pre --model "$out/slow.model"
+cp "$out/stdout" "$out/slow.json"
+python3 -c "import json,sys; a=json.load(open('$out/fast.json'))['runs']['gpu-only']; \
+b=json.load(open('$out/slow.json'))['runs']['gpu-only']; \
+sys.exit(0 if a['preemptions'] > 0 and b['throughput'] < a['throughput'] else 1)" &&
+	echo "ok $((n += 1)) - a slower recompute prefill lowers GPU-only throughput" ||
+	echo "not ok $((n += 1)) - a slower recompute prefill lowers GPU-only throughput"
 # A small trace replay: the first 400 Mooncake conversation requests.
 t "a Mooncake trace excerpt replayed at 10 req/s" 0 "$sim" \
 	--trace "$(dirname "$0")/data/mooncake-conversation-400.jsonl" --rps 10 --quiet --json

@@ -259,7 +259,9 @@ static void admit(struct state *s)
 				q->start = s->now;
 			/* Readmitted after a recompute preemption: its prefill again. */
 			if (q->recompute)
-				s->extra += 2.0 * s->c->params * len / s->c->gpu_flops;
+				s->extra += 2.0 * s->c->params * len /
+					    (s->c->prefill_flops > 0 ? s->c->prefill_flops :
+					     s->c->gpu_flops);
 			q->recompute = 0;
 			q->pnm_ready = s->now;
 			q->state = SIM_RUNNING;
@@ -440,6 +442,8 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	/* The pool a request must fit is the simulator's, to the block. */
 	s.router.gpu_kv = (double)s.cap_blocks * c->block * s.mkv;
 	s.router.net_bw = c->net_bw;
+	if (c->threshold > 0)
+		s.router.t_input = c->threshold;
 	nelssa_threshold_init(&s.ctl, s.router.t_input);
 	s.run = calloc(t->n, sizeof(uint32_t));
 	s.wait = calloc(t->n, sizeof(uint32_t));

@@ -49,6 +49,11 @@ static void usage(FILE *f)
 		"  --seed S          arrival and workload seed (default 1)\n"
 		"node:\n"
 		"  --profile P       h200 (default), h100-nvl or a profile file (nelssactl calibrate)\n"
+		"  --model FILE      the model and the GPU's compute instead of Llama-3-8B on an\n"
+		"                    H200: 'key = value' lines (layers, kv_heads, head_dim,\n"
+		"                    elem_bytes, weights, params, gpu_flops, prefill_flops,\n"
+		"                    compression, select)\n"
+		"  --threshold N     route from N tokens on instead of the crossover\n"
 		"  --pnm-bw B        override the profile's PNM bandwidth, bytes/s\n"
 		"  --comm-scale X    multiply the profile's communication costs by X\n"
 		"  --pnm-kv-dtype T  KV type on the PNM devices: bf16 (default), fp16, fp8,\n"
@@ -78,15 +83,15 @@ enum {
 	G_MAX = 1 << 0, G_SCALE = 1 << 1, G_LONG_FRAC = 1 << 2, G_LONG_LEN = 1 << 3,
 	G_OUT_LEN = 1 << 4, G_BURST = 1 << 5, G_GROW = 1 << 6, G_PNM_BW = 1 << 7,
 	G_COMM = 1 << 8, G_DEVICES = 1 << 9, G_NO_MIGRATE = 1 << 10, G_NO_ADAPTIVE = 1 << 11,
-	G_SKIP_BAD = 1 << 12, G_OTHER = 1 << 13, G_PNM_KV = 1 << 14,
+	G_SKIP_BAD = 1 << 12, G_OTHER = 1 << 13, G_PNM_KV = 1 << 14, G_THRESHOLD = 1 << 15,
 };
 
 struct opts {
-	const char *trace, *profile, *mode, *csv, *svg, *reqs;
+	const char *trace, *profile, *mode, *csv, *svg, *reqs, *model;
 	uint32_t max, synth, long_len, long_hi, out_len, seed, n_dev, max_batch;
 	struct sim_rate_step steps[SIM_MAX_RATE_STEPS];
 	uint32_t n_steps;
-	double scale, long_frac, rps, pnm_bw, grow, comm;
+	double scale, long_frac, rps, pnm_bw, grow, comm, threshold;
 	uint8_t pnm_kv_dtype;	/* enum npnm_kv_dtype; 0: the GPU's type */
 	double burst[3];
 	int swap, migrate, adaptive, json, quiet, skip_bad;
@@ -172,6 +177,8 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "skip-bad", no_argument, NULL, 'k' }, { "property", required_argument, NULL, 'P' },
 		{ "first-case", required_argument, NULL, 'K' },
 		{ "pnm-kv-dtype", required_argument, NULL, 'D' },
+		{ "model", required_argument, NULL, 'O' },
+		{ "threshold", required_argument, NULL, 'H' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -191,6 +198,11 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case 't': o->trace = optarg; break;
 		case 'p': o->profile = optarg; break;
+		case 'O': o->model = optarg; break;
+		case 'H':
+			o->given |= G_THRESHOLD;
+			bad |= parse_real(optarg, 0, 1e12, 1, &o->threshold, "--threshold");
+			break;
 		case 'M': o->mode = optarg; break;
 		case 'c': o->csv = optarg; break;
 		case 'v': o->svg = optarg; break;
@@ -342,8 +354,81 @@ static int parse(int argc, char **argv, struct opts *o)
 		bad |= refuse(o, G_PNM_KV, "--pnm-kv-dtype", nopnm);
 		bad |= refuse(o, G_NO_MIGRATE, "--no-migrate", nopnm);
 		bad |= refuse(o, G_NO_ADAPTIVE, "--no-adaptive", nopnm);
+		bad |= refuse(o, G_THRESHOLD, "--threshold", nopnm);
 	}
 	return bad ? 2 : 0;
+}
+
+/* One 'key = value' of a model file into @cfg; -1 for an unknown key or a bad value. */
+static int model_field(struct sim_config *cfg, const char *key, const char *val)
+{
+	static const char *const whole[] = { "layers", "kv_heads", "head_dim", "elem_bytes" };
+	uint32_t *const u[] = { &cfg->model.layers, &cfg->model.kv_heads, &cfg->model.head_dim,
+				&cfg->model.elem_bytes };
+	static const char *const real[] = { "weights", "params", "gpu_flops", "prefill_flops",
+					    "compression", "select" };
+	double *const d[] = { &cfg->model.weights, &cfg->params, &cfg->gpu_flops,
+			      &cfg->prefill_flops, &cfg->model.compression, &cfg->model.select };
+	char *end;
+	double v = strtod(val, &end);
+
+	if (*end || !isfinite(v) || !(v > 0))
+		return -1;
+	for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++)
+		if (!strcmp(key, whole[i])) {
+			if (v != floor(v) || v > 65536)
+				return -1;
+			*u[i] = (uint32_t)v;
+			return 0;
+		}
+	for (size_t i = 0; i < sizeof(real) / sizeof(real[0]); i++)
+		if (!strcmp(key, real[i])) {
+			*d[i] = v;
+			return 0;
+		}
+	return -1;
+}
+
+/*
+ * --model FILE: the model and the GPU's compute, 'key = value' lines
+ * ('#' comments) over the Llama-3-8B defaults; 0, or -1 with FILE:LINE
+ * and the reason on stderr.
+ */
+static int load_model(const char *path, struct sim_config *cfg)
+{
+	FILE *f = fopen(path, "r");
+	char line[256];
+	int lineno = 0, ret = 0;
+
+	if (!f) {
+		fprintf(stderr, PROG ": --model %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	while (!ret && fgets(line, sizeof(line), f)) {
+		char key[64], val[128], *hash = strchr(line, '#');
+		int n;
+
+		lineno++;
+		if (hash)
+			*hash = 0;
+		n = sscanf(line, " %63[a-z_] = %127s", key, val);
+		if (n == EOF || (n <= 0 && strspn(line, " \t\r\n") == strlen(line)))
+			continue;
+		if (n != 2 || model_field(cfg, key, val)) {
+			fprintf(stderr, PROG ": %s:%d: expected 'key = value' with a key of layers, "
+				"kv_heads, head_dim, elem_bytes, weights, params, gpu_flops, "
+				"prefill_flops, compression, select and a value > 0 (whole for the "
+				"first four)\n",
+				path, lineno);
+			ret = -1;
+		}
+	}
+	fclose(f);
+	if (!ret && !(cfg->model.select <= 1 && cfg->model.compression > 1)) {
+		fprintf(stderr, PROG ": %s: select must be in (0, 1] and compression > 1\n", path);
+		ret = -1;
+	}
+	return ret;
 }
 
 /*
@@ -362,6 +447,9 @@ static int build(const struct opts *o, struct sim_config *cfg, struct sim_trace 
 		fprintf(stderr, PROG ": %s\n", err);
 		return 2;
 	}
+	if (o->model && load_model(o->model, cfg))
+		return 2;
+	cfg->threshold = o->threshold;
 	if (o->pnm_bw > 0)
 		cfg->hw.pnm_bw = o->pnm_bw;
 	cfg->model.pnm_kv_dtype = o->pnm_kv_dtype;
@@ -867,7 +955,8 @@ int main(int argc, char **argv)
 			"--devices, --pnm-bw and --comm-scale changed nothing here\n",
 			nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev));
 	if (o.json) {
-		const double tin = nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev);
+		const double tin = o.threshold > 0 ? o.threshold :
+				   nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev);
 
 		printf("{\"requests\":%u,\"rps\":%.3f,\"scale\":%.3f,\"devices\":%u", tr.n, o.rps,
 		       o.scale, o.n_dev);
@@ -896,8 +985,8 @@ int main(int argc, char **argv)
 	} else {
 		printf("%u requests at %.1f req/s (input scale %.2f), %s, %u PNM devices, "
 		       "T_input %.0f tokens, PNM step deadline %.2f ms\n", tr.n, o.rps, o.scale,
-		       cfg.hw.name, o.n_dev, nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev),
-		       1e3 * deadline);
+		       cfg.hw.name, o.n_dev, o.threshold > 0 ? o.threshold :
+		       nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev), 1e3 * deadline);
 		printf("%-8s %9s %8s %8s %8s %8s %6s %6s %6s %7s %7s %6s\n", "", "tokens/s",
 		       "TPOT p50", "p99", "+queue", "TTFT", "done", "refuse", "lost", "preempt",
 		       "migrate", "max KV");

@@ -97,11 +97,13 @@ struct sim_config {
 	uint32_t block;			/* tokens per KV block (16) */
 	int swap;			/* preempt by swap instead of recompute */
 	double gpu_flops;		/* FLOP/s for the compute term */
+	double prefill_flops;		/* FLOP/s of a recompute's prefill; 0: gpu_flops */
 	double params;			/* model parameters */
 	double pcie_bw;			/* swap bandwidth, bytes/s */
 	double net_bw;			/* migration transfer bandwidth, bytes/s */
 	int migrate, adaptive;
 	double high_water;		/* GPU KV fraction that triggers migration */
+	double threshold;		/* routing threshold, tokens; 0: the crossover */
 	double window_s;		/* time-series bucket */
 };
 
