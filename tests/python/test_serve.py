@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import nelssa  # noqa: E402
-from nelssa.serve import config, report, safetensors, workload  # noqa: E402
+from nelssa.serve import calibrate, config, report, safetensors, workload  # noqa: E402
 from nelssa.serve.__main__ import main as serve_main  # noqa: E402
 from nelssa.serve.engine import Engine, EngineConfig  # noqa: E402
 from nelssa.serve.kvpool import KVPool, PoolFull  # noqa: E402
@@ -248,6 +248,21 @@ def router_counts_match(eng):
     n = sum(1 for s in eng.running if s.where == "pnm" or s.moving is not None)
     n += sum(1 for s in eng.prefilling if s.where == "pnm")
     assert (eng.router.pnm_tokens, eng.router.pnm_requests) == (want, n)
+
+
+def test_requests_only_nelssa_holds_are_paced(daemon, model):
+    """A request over the pool is paced as the policy says
+    (Router.pnm_step_of): no token before its due time; a NELSSA request
+    the GPU could hold takes a token at every step."""
+    rs = reqs([900, 400, 40], [12, 12, 40], seed=19)
+    e = run(model, rs, **nelssa_kw(daemon, pool_tokens=512, threshold=300, accuracy_every=0))
+    by = {s.req.rid: s for s in e.finished}
+    assert by[0].where == "pnm" and by[1].where == "pnm"
+    extra, held = by[0], by[1]
+    assert len(extra.dues) == extra.req.max_new - 1 and not held.dues
+    # The token after each pacing decision comes at or after its due time.
+    assert all(t >= d for t, d in zip(extra.t_tokens[2:], extra.dues))
+    assert all(b > a for a, b in zip(extra.dues, extra.dues[1:]))
 
 
 def test_migration_keeps_outputs(daemon, model):
@@ -579,3 +594,71 @@ def test_adaptive_threshold_lowers_under_gpu_pressure(daemon, model):
         assert e.router.t_input == pytest.approx(before * 2 ** -step)
     finally:
         e.close()
+
+
+# --- the simulator's step model ----------------------------------------------
+
+class _Logged:
+    """What calibrate.fit() reads of an engine: its model, steps, prefill."""
+
+    def __init__(self, model, steps, prefill=(), window=0):
+        self.m, self.step_log, self.prefill_log = model, list(steps), list(prefill)
+        self.router = type("R", (), {"window": window})() if window else None
+
+
+def test_calibration_recovers_known_terms(model):
+    """Steps made from known terms (and 1 % noise) give those terms back."""
+    rng = np.random.default_rng(20)
+    a, b, c = 3e-3, 4e-4, 2e-6
+    gpu = [tuple(x) for x in ([(a + b * n + c * kv) * (1 + 0.01 * rng.standard_normal()),
+                                n, kv, 0, 0] for n, kv in
+                               zip(rng.integers(1, 30, 200), rng.integers(100, 9000, 200)))]
+    L, mkv, S, N = model.cfg.num_hidden_layers, model.kv_bytes_per_token, 0.04, 4
+    t_base, pnm_bw, win = 2e-4, 5e7, 84
+    pnm = []
+    for n_gpu, kv_gpu, n_pnm, kv_pnm in zip(rng.integers(0, 20, 200), rng.integers(0, 5000, 200),
+                                            rng.integers(1, 6, 200),
+                                            rng.integers(1000, 40000, 200)):
+        t = a + b * (n_gpu + n_pnm) + c * (kv_gpu + kv_pnm / 16 + win * n_pnm)
+        t += L * t_base + S * kv_pnm * mkv / (N * pnm_bw)
+        pnm.append((t, n_gpu, kv_gpu, n_pnm, kv_pnm))
+    prefill = [(512, 0, 0.5), (512, 512, 0.7)]
+    terms = calibrate.fit(_Logged(model, gpu, prefill), _Logged(model, pnm, window=win),
+                          devices=N, select=S)
+    assert terms["gpu_bw"] == pytest.approx(mkv / c, rel=0.05)
+    assert terms["weights"] == pytest.approx(a * mkv / c, rel=0.05)
+    assert terms["gpu_flops"] == pytest.approx(2 * terms["params"] / b, rel=0.05)
+    assert terms["t_base"] == pytest.approx(t_base, rel=0.15)
+    assert terms["pnm_bw"] == pytest.approx(pnm_bw, rel=0.05)
+    assert terms["prefill_flops"] == pytest.approx(2 * terms["params"] * 1024 / 1.2)
+    with pytest.raises(ValueError, match="GPU-only steps"):
+        calibrate.fit(_Logged(model, gpu[:5]))
+
+
+def test_sim_out_files_feed_nelssa_sim(daemon, tmp_path):
+    """--sim-out writes a profile, a model and a trace nelssa-sim runs."""
+    import subprocess
+    f = io.StringIO()
+    with redirect_stdout(f):
+        rc = serve_main(["--port", str(daemon.port), "--json", "--layers", "2",
+                         "--short", "6", "--long", "2", "--long-len", "700,900",
+                         "--threshold", "600", "--pool-tokens", "4096",
+                         "--capacity-tokens", "16384", "--prefill-elsewhere",
+                         "--accuracy-every", "0", "--sim-out", str(tmp_path / "sim"),
+                         "--out", str(tmp_path)])
+    assert rc == 0
+    fit = json.loads(f.getvalue())["sim_fit"]
+    assert fit["gpu_bw"] > 0 and fit["pnm_bw"] > 0 and fit["prefill_flops"] > 0
+    lines = (tmp_path / "sim" / "workload.jsonl").read_text().splitlines()
+    assert len(lines) == 8 and all("input_length" in json.loads(x) for x in lines)
+    sim = os.path.join(os.path.dirname(os.environ["NELSSAD"]), "..", "tools", "sim",
+                       "nelssa-sim")
+    if not os.path.exists(sim):
+        pytest.skip("nelssa-sim not built beside nelssad")
+    p = subprocess.run([sim, "--trace", str(tmp_path / "sim" / "workload.jsonl"),
+                        "--profile", str(tmp_path / "sim" / "node.profile"),
+                        "--model", str(tmp_path / "sim" / "model.conf"), "--threshold", "600",
+                        "--rps", "1e9", "--no-migrate", "--no-adaptive", "--quiet", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["runs"]["nelssa"]["done"] == 8

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from . import config, report, workload
+from . import calibrate, config, report, workload
 from .engine import Engine, EngineConfig
 from .model import Model
 
@@ -39,6 +39,7 @@ def parse(argv):
     a("--seed", type=int, default=0, help="seed of the random weights and the workload")
     a("--workload", default="mixed", help="'mixed' or a Mooncake trace (.jsonl)")
     a("--requests", type=int, default=24, help="requests taken from a trace")
+    a("--skip", type=int, default=0, help="trace lines skipped before the first request")
     a("--short", type=int, default=24, help="mixed: short requests")
     a("--long", type=int, default=4, help="mixed: long requests")
     a("--long-len", default="3072,6144", help="mixed: long prompt lengths, MIN,MAX")
@@ -59,6 +60,10 @@ def parse(argv):
     a("--no-estimate", action="store_true", help="no estimate over unselected clusters")
     a("--no-migrate", action="store_true", help="no background migration")
     a("--accuracy-every", type=int, default=4, help="check PNM attention every N steps")
+    a("--prefill-elsewhere", action="store_true",
+      help="prefill not on the clock (as nelssa-sim models a decode node)")
+    a("--sim-out", metavar="DIR", help="fit nelssa-sim's step model to this run's steps and "
+      "write its profile, model and workload files to DIR (needs both modes)")
     a("--out", default="serve-out", help="directory for CSV files and the plot")
     a("--json", action="store_true", help="print one JSON object")
     a("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -67,6 +72,8 @@ def parse(argv):
     for m in args.modes:
         if m not in ("gpu", "nelssa"):
             p.error("--modes: unknown mode %r (gpu, nelssa)" % m)
+    if args.sim_out and sorted(args.modes) != ["gpu", "nelssa"]:
+        p.error("--sim-out fits both modes' steps: give --modes gpu,nelssa")
     if "nelssa" in args.modes and not args.port:
         p.error("NELSSA mode needs --port (nelssad's control port)")
     try:
@@ -102,7 +109,8 @@ def build(args):
                               long_len=args.long_len, rate=args.rate, seed=args.seed)
     else:
         reqs = workload.from_trace(args.workload, n=args.requests, vocab=cfg.vocab_size,
-                                   scale=args.scale, rate=args.rate, seed=args.seed)
+                                   scale=args.scale, rate=args.rate, seed=args.seed,
+                                   skip=args.skip)
     return model, reqs
 
 
@@ -113,7 +121,8 @@ def ecfg(args, mode):
                         select=args.select,
                         estimate=not args.no_estimate, migrate=not args.no_migrate,
                         accuracy_every=args.accuracy_every, host=args.host, port=args.port,
-                        capacity_tokens=args.capacity_tokens)
+                        capacity_tokens=args.capacity_tokens,
+                        prefill_elsewhere=args.prefill_elsewhere)
 
 
 def fmt(x, unit="", scale=1.0, digits=1):
@@ -165,6 +174,14 @@ def serve(args):
     if len(engines) == 2 and {e.cfg.mode for e in engines} == {"gpu", "nelssa"}:
         tok, whole = report.agreement(engines[0], engines[1])
         out["token_agreement"], out["identical_outputs"] = tok, whole
+    if args.sim_out:
+        by = {e.cfg.mode: e for e in engines}
+        terms = calibrate.fit(by["gpu"], by["nelssa"], devices=args.devices, select=args.select)
+        calibrate.write_sim_files(args.sim_out, terms, model, reqs,
+                                  pool_tokens=args.pool_tokens, devices=args.devices,
+                                  select=args.select)
+        out["sim_fit"] = terms
+        say("nelssa-sim files (node.profile, model.conf, workload.jsonl) in %s" % args.sim_out)
     png = report.plot(engines, os.path.join(args.out, "timeline.png"))
     out["plot"] = png
     if args.json:

@@ -105,6 +105,8 @@ class Seq:
     refused: str = None
     pnm: object = None
     moving: object = None
+    due: float = 0.0                # paced PNM request: no token before this time
+    dues: list = dataclasses.field(default_factory=list)   # every due set, for tests
 
     @property
     def kv_len(self):
@@ -324,31 +326,34 @@ class Engine:
         return time.perf_counter() - self.t0 - self.overhead
 
     def _prefill_step(self, running):
-        """One chunk of the oldest prompt in prefill; a finished one starts decoding."""
+        """One chunk of the oldest prompt in prefill; a finished one starts decoding.
+
+        With prefill_elsewhere a request's first prefill (its clustering
+        and offload included) is off the clock, as nelssa-sim models a
+        decode node; a recompute after a preemption is on it, as there.
+        """
         seq = self.prefilling[0]
         pf = seq.pf
+        off_clock = self.cfg.prefill_elsewhere and seq.t_first is None
         t0 = time.perf_counter()
         toks = seq.tokens[pf["pos"]:pf["pos"] + self.cfg.prefill_chunk]
         logits, pf["ks"], pf["vs"] = self.m.prefill_chunk(toks, pf["ks"], pf["vs"])
+        self.prefill_log.append((len(toks), pf["pos"], time.perf_counter() - t0))
         pf["pos"] += len(toks)
-        if pf["pos"] < len(seq.tokens):
-            if self.cfg.prefill_elsewhere:
-                self.overhead += time.perf_counter() - t0
-            return
+        done = pf["pos"] >= len(seq.tokens)
         try:
-            self._place_prefilled(seq, pf, logits, running)
+            if done:
+                # Placed first: if nelssad fails here the request is still in prefill.
+                if seq.where == "gpu":
+                    self.pool.write_prompt(seq.req.rid, pf["ks"], pf["vs"])
+                else:
+                    seq.pnm = self._to_pnm(seq, pf["ks"], pf["vs"])
+                    seq.pnm.reserved = len(self.pool.reserved.get(seq.req.rid, []))
         finally:
-            if self.cfg.prefill_elsewhere:
-                # The prefill node's work, clustering and offload included.
+            if off_clock:
                 self.overhead += time.perf_counter() - t0
-
-    def _place_prefilled(self, seq, pf, logits, running):
-        # Placed first: if nelssad fails here the request is still in prefill.
-        if seq.where == "gpu":
-            self.pool.write_prompt(seq.req.rid, pf["ks"], pf["vs"])
-        else:
-            seq.pnm = self._to_pnm(seq, pf["ks"], pf["vs"])
-            seq.pnm.reserved = len(self.pool.reserved.get(seq.req.rid, []))
+        if not done:
+            return
         self.prefilling.pop(0)
         seq.pf = None
         seq.tokens.append(int(logits.argmax()))
@@ -487,7 +492,7 @@ class Engine:
             if s.pnm is not None:
                 self._free_indices(s.pnm)
             self.pool.release(s.req.rid)
-            s.pnm, s.pf, s.where, s.prev = None, None, None, None
+            s.pnm, s.pf, s.where, s.prev, s.due = None, None, None, None, 0.0
             self.lost_requests += 1
             self.waiting.insert(0, s)
 
@@ -561,6 +566,26 @@ class Engine:
             if s.where == "pnm":
                 self.router.grow(1, s.req.final_len)
         self.steps += 1
+
+    def _pace(self, stepped):
+        """Spaces the tokens of requests only the PNM tier can hold.
+
+        The policy (nelssa_pnm_step_of(), Documentation/policy.rst) lets
+        such a request -- its KV at its end is over the GPU's pool -- take
+        at most a set share of the GPU's time for its centroids and window
+        and of the devices' beside the others: a token every
+        Router.pnm_step_of(final_len, this GPU step) seconds.  Requests the
+        GPU could also hold are not paced: their attention is in every step.
+        """
+        if self.router is None:
+            return
+        t_gpu = self.step_log[-1][0]
+        now = self._now()
+        for s in stepped:
+            if s.where == "pnm" and not self.router.fits(s.req.final_len) & nelssa.FITS_GPU:
+                s.due = now + self.router.pnm_step_of(s.req.final_len, t_gpu)
+                s.dues.append(s.due)
+                self.paced += 1
 
     def _maintain(self, running):
         for s in running:
@@ -642,6 +667,8 @@ class Engine:
         self.t0, self.overhead = time.perf_counter(), 0.0
         self.last_step, self.lost, self.lost_requests = 0.0, None, 0
         self.step_log = []
+        self.prefill_log = []           # (chunk tokens, tokens before it, seconds)
+        self.paced = 0
         while pending or self.waiting or self.prefilling or running:
             now = self._now()
             while pending and pending[0].req.arrival <= now:
@@ -676,6 +703,11 @@ class Engine:
                 self.prefilling.append(s)
         if self.prefilling:
             self._prefill_step(running)
+        # A request the prefill node prepared arrives with its KV (as in
+        # nelssa-sim): all first prefills done before the step.
+        while self.cfg.prefill_elsewhere and self.prefilling and \
+                self.prefilling[0].t_first is None:
+            self._prefill_step(running)
         if not running:
             if self.prefilling:
                 return False
@@ -689,7 +721,14 @@ class Engine:
         self._preempt_for_step(running)
         if not running:
             return False
-        self._step(running)
+        now = self._now()
+        active = [s for s in running if s.due <= now]
+        if not active:
+            # Only paced requests, none due: the GPU idles until the first is.
+            time.sleep(max(0.0, min(s.due for s in running) - now))
+            return False
+        self._step(active)
+        self._pace(active)
         self._maintain(running)
         self._migrate(running)
         if self.ctl is not None:

@@ -4,13 +4,18 @@ short requests' TPOT percentiles, the timeline (CSV and a PNG plot) and the
 long requests' accuracy against dense attention."""
 
 import csv
+import math
 import os
 
 import numpy as np
 
 
 def _pct(xs, p):
-    return float(np.percentile(xs, p)) if len(xs) else None
+    """Nearest-rank percentile (as nelssa-sim's): an observed value."""
+    if not len(xs):
+        return None
+    v = sorted(xs)
+    return float(v[max(0, math.ceil(p / 100 * len(v)) - 1)])
 
 
 def request_rows(engine):
@@ -49,6 +54,8 @@ def summary(engine, long_cut):
         short_tpot_p50=_pct(short, 50), short_tpot_p95=_pct(short, 95),
         short_tpot_p99=_pct(short, 99),
         ttft_p50=_pct([r["ttft"] for r in rows if r["ttft"] is not None], 50),
+        tpot_p50=_pct([r["tpot"] for r in rows if r["tpot"] is not None], 50),
+        tpot_p99=_pct([r["tpot"] for r in rows if r["tpot"] is not None], 99),
         pnm_requests=sum(r["where"] == "pnm" for r in rows),
         migrations=engine.migrations, preemptions=engine.preemptions,
         nelssa_lost=engine.lost, requests_recomputed_after_loss=engine.lost_requests,
