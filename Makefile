@@ -98,6 +98,9 @@ bench: userspace
 	fi
 	@echo "== nelssa-sim experiments: burst, long fraction, growth, sensitivity =="
 	@scripts/sim-experiments.sh $(BUILD) $(BUILD)/sim-experiments
+	@echo "== the serving engine against nelssa-sim: fitted, held-out workload (about 4 min) =="
+	@scripts/deps.sh demo
+	@scripts/serve-vs-sim.sh $(BUILD)
 	@echo "== nelssa-sim sweep: NELSSA never more than 5% behind GPU-only? =="
 	@scripts/sim-sweep.sh $(BUILD) | tail -5
 	@echo "== ... and with the adaptive threshold off =="

@@ -662,3 +662,19 @@ def test_sim_out_files_feed_nelssa_sim(daemon, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["runs"]["nelssa"]["done"] == 8
+
+
+def test_llama3_8b_preset_shape():
+    """The preset is Llama-3-8B's per-layer shape with its RoPE scaling;
+    layers selectable.  (Its weights are 16 GB: not built here.)"""
+    from nelssa.serve.model import inv_freq
+    c = config.preset("llama3-8b", layers=2)
+    assert (c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads,
+            c.num_key_value_heads, c.head_dim, c.vocab_size) == (2, 4096, 14336, 32, 8, 128,
+                                                                 128256)
+    f = inv_freq(c).numpy()
+    base = 1.0 / 500000.0 ** (np.arange(0, 128, 2) / 128)
+    # High frequencies unchanged, the lowest divided by the factor (8).
+    assert f[0] == pytest.approx(base[0]) and f[-1] == pytest.approx(base[-1] / 8)
+    with pytest.raises(ValueError, match="unknown model preset"):
+        config.preset("llama4")
