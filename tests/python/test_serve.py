@@ -252,16 +252,19 @@ def router_counts_match(eng):
 
 def test_requests_only_nelssa_holds_are_paced(daemon, model):
     """A request over the pool is paced as the policy says
-    (Router.pnm_step_of): no token before its due time; a NELSSA request
-    the GPU could hold takes a token at every step."""
+    (Router.pnm_step_of): it joins no step that would end before its due
+    time; a NELSSA request the GPU could hold takes a token at every step."""
     rs = reqs([900, 400, 40], [12, 12, 40], seed=19)
     e = run(model, rs, **nelssa_kw(daemon, pool_tokens=512, threshold=300, accuracy_every=0))
     by = {s.req.rid: s for s in e.finished}
     assert by[0].where == "pnm" and by[1].where == "pnm"
     extra, held = by[0], by[1]
     assert len(extra.dues) == extra.req.max_new - 1 and not held.dues
-    # The token after each pacing decision comes at or after its due time.
-    assert all(t >= d for t, d in zip(extra.t_tokens[2:], extra.dues))
+    # After each pacing decision it joined only a step that would end at or
+    # after its due time (the last step's time the estimate).
+    assert len(extra.joins) == len(extra.dues) - 1
+    assert all(now >= due - est and est > 0 for now, due, est in extra.joins)
+    assert [j[1] for j in extra.joins] == extra.dues[:-1]
     assert all(b > a for a, b in zip(extra.dues, extra.dues[1:]))
 
 
@@ -621,7 +624,7 @@ def test_calibration_recovers_known_terms(model):
                                             rng.integers(1000, 40000, 200)):
         t = a + b * (n_gpu + n_pnm) + c * (kv_gpu + kv_pnm / 16 + win * n_pnm)
         t += L * t_base + S * kv_pnm * mkv / (N * pnm_bw)
-        pnm.append((t, n_gpu, kv_gpu, n_pnm, kv_pnm))
+        pnm.append((t, n_gpu, kv_gpu, n_pnm, kv_pnm, 0.0))
     prefill = [(512, 0, 0.5), (512, 512, 0.7)]
     terms = calibrate.fit(_Logged(model, gpu, prefill), _Logged(model, pnm, window=win),
                           devices=N, select=S)

@@ -54,7 +54,7 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
         return out
     window = nelssa_engine.router.window if nelssa_engine.router else 0
     rows, res = [], []
-    for dt, n_gpu, kv_gpu, n_pnm, kv_pnm in nelssa_engine.step_log:
+    for dt, n_gpu, kv_gpu, n_pnm, kv_pnm, _ in nelssa_engine.step_log:
         if not n_pnm:
             continue
         meta = kv_pnm / compression + window * n_pnm

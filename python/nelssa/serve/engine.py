@@ -107,6 +107,7 @@ class Seq:
     moving: object = None
     due: float = 0.0                # paced PNM request: no token before this time
     dues: list = dataclasses.field(default_factory=list)   # every due set, for tests
+    joins: list = dataclasses.field(default_factory=list)  # (time, due, estimate) it stepped
 
     @property
     def kv_len(self):
@@ -285,13 +286,17 @@ class Engine:
         A step's Pending has no deadline of its own: a stopped nelssad
         would be waited for forever.
         """
-        deadline = time.monotonic() + self.cfg.timeout_ms / 1000
-        while not pending.poll(100):
-            if time.monotonic() >= deadline:
-                pending.cancel()
-                raise nelssa.Error(errno.ETIMEDOUT, "layer %d's step not answered in %d ms"
-                                   % (layer, self.cfg.timeout_ms))
-        return pending.result()
+        t0 = time.monotonic()
+        deadline = t0 + self.cfg.timeout_ms / 1000
+        try:
+            while not pending.poll(100):
+                if time.monotonic() >= deadline:
+                    pending.cancel()
+                    raise nelssa.Error(errno.ETIMEDOUT, "layer %d's step not answered in %d ms"
+                                       % (layer, self.cfg.timeout_ms))
+            return pending.result()
+        finally:
+            self.step_wait += time.monotonic() - t0
 
     def _pnm_merge(self, seqs, q, layer, items, po, pl, out):
         it = 0
@@ -508,9 +513,12 @@ class Engine:
         gpu_kv = sum(s.kv_len for s in running if s.where == "gpu")
         pnm_kv = sum(s.kv_len for s in running if s.where == "pnm")
         n_pnm = sum(s.where == "pnm" for s in running)
+        self.step_wait = 0.0
         self._step_inner(running)
-        # What nelssa-sim's step model is fitted to (calibrate.py).
-        self.step_log.append((self._now() - t0, len(running) - n_pnm, gpu_kv, n_pnm, pnm_kv))
+        # What nelssa-sim's step model is fitted to (calibrate.py), and the
+        # time the step waited for nelssad.
+        self.step_log.append((self._now() - t0, len(running) - n_pnm, gpu_kv, n_pnm, pnm_kv,
+                              self.step_wait))
 
     def _step_inner(self, running):
         pos = torch.tensor([s.kv_len for s in running])
@@ -574,12 +582,15 @@ class Engine:
         such a request -- its KV at its end is over the GPU's pool -- take
         at most a set share of the GPU's time for its centroids and window
         and of the devices' beside the others: a token every
-        Router.pnm_step_of(final_len, this GPU step) seconds.  Requests the
+        Router.pnm_step_of(final_len, this GPU step) seconds, the GPU step
+        being this step's time less its waits for nelssad.  It joins the
+        first step that would end at or after that time.  Requests the
         GPU could also hold are not paced: their attention is in every step.
         """
         if self.router is None:
             return
-        t_gpu = self.step_log[-1][0]
+        # The GPU's step: this one less its waits for nelssad.
+        t_gpu = self.step_log[-1][0] - self.step_log[-1][5]
         now = self._now()
         for s in stepped:
             if s.where == "pnm" and not self.router.fits(s.req.final_len) & nelssa.FITS_GPU:
@@ -722,11 +733,17 @@ class Engine:
         if not running:
             return False
         now = self._now()
-        active = [s for s in running if s.due <= now]
+        # A paced request joins the step that would end after its due time
+        # (as the policy's model has it), the last step's time the estimate.
+        est = self.step_log[-1][0] if self.step_log else 0.0
+        active = [s for s in running if s.due - est <= now]
         if not active:
             # Only paced requests, none due: the GPU idles until the first is.
-            time.sleep(max(0.0, min(s.due for s in running) - now))
+            time.sleep(max(0.0, min(s.due for s in running) - est - now))
             return False
+        for s in active:
+            if s.due:
+                s.joins.append((now, s.due, est))
         self._step(active)
         self._pace(active)
         self._maintain(running)
