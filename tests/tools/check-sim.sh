@@ -88,6 +88,16 @@ t "a model file with a fractional layer count is refused" 2 "$sim" --synthetic 5
 printf 'select = 2\n' >"$out/bad.model"
 t "a model file with select over 1 is refused" 2 "$sim" --synthetic 5 --model "$out/bad.model"
 t "a missing model file is refused" 2 "$sim" --synthetic 5 --model "$out/none.model"
+t "a directory as the model file is refused" 2 "$sim" --synthetic 5 --model "$out"
+printf 'layers = 32 48\n' >"$out/bad.model"
+t "a model line with text after its value is refused" 2 "$sim" --synthetic 5 \
+	--model "$out/bad.model"
+{ printf '# '; head -c 300 /dev/zero | tr '\0' x; printf '\nlayers = 4\n'; } >"$out/bad.model"
+t "a model line longer than the buffer is refused" 2 "$sim" --synthetic 5 \
+	--model "$out/bad.model"
+grep -q 'bad.model:1: line longer' "$out/stderr" &&
+	echo "ok $((n += 1)) - it says which line is too long" ||
+	echo "not ok $((n += 1)) - it says which line is too long"
 t "--threshold with --mode gpu is a usage error" 2 "$sim" --synthetic 5 --mode gpu \
 	--threshold 100
 # --threshold: routes from there (the adaptive threshold off keeps it).

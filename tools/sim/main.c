@@ -53,7 +53,8 @@ static void usage(FILE *f)
 		"                    H200: 'key = value' lines (layers, kv_heads, head_dim,\n"
 		"                    elem_bytes, weights, params, gpu_flops, prefill_flops,\n"
 		"                    compression, select)\n"
-		"  --threshold N     route from N tokens on instead of the crossover\n"
+		"  --threshold N     route from N tokens on instead of the crossover (the\n"
+		"                    adaptive threshold starts there: --no-adaptive keeps it)\n"
 		"  --pnm-bw B        override the profile's PNM bandwidth, bytes/s\n"
 		"  --comm-scale X    multiply the profile's communication costs by X\n"
 		"  --pnm-kv-dtype T  KV type on the PNM devices: bf16 (default), fp16, fp8,\n"
@@ -405,16 +406,24 @@ static int load_model(const char *path, struct sim_config *cfg)
 		return -1;
 	}
 	while (!ret && fgets(line, sizeof(line), f)) {
-		char key[64], val[128], *hash = strchr(line, '#');
-		int n;
+		char key[64], val[128], *hash;
+		int n, end = -1;
 
 		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			fprintf(stderr, PROG ": %s:%d: line longer than %zu characters\n", path,
+				lineno, sizeof(line) - 2);
+			ret = -1;
+			break;
+		}
+		hash = strchr(line, '#');
 		if (hash)
 			*hash = 0;
-		n = sscanf(line, " %63[a-z_] = %127s", key, val);
-		if (n == EOF || (n <= 0 && strspn(line, " \t\r\n") == strlen(line)))
+		if (strspn(line, " \t\r\n") == strlen(line))
 			continue;
-		if (n != 2 || model_field(cfg, key, val)) {
+		/* One key, one value, nothing after them. */
+		n = sscanf(line, " %63[a-z_] = %127s %n", key, val, &end);
+		if (n != 2 || end < 0 || line[end] || model_field(cfg, key, val)) {
 			fprintf(stderr, PROG ": %s:%d: expected 'key = value' with a key of layers, "
 				"kv_heads, head_dim, elem_bytes, weights, params, gpu_flops, "
 				"prefill_flops, compression, select and a value > 0 (whole for the "
@@ -422,6 +431,11 @@ static int load_model(const char *path, struct sim_config *cfg)
 				path, lineno);
 			ret = -1;
 		}
+	}
+	if (!ret && ferror(f)) {
+		/* A directory opens on glibc and fails here (EISDIR). */
+		fprintf(stderr, PROG ": --model %s: %s\n", path, strerror(errno));
+		ret = -1;
 	}
 	fclose(f);
 	if (!ret && !(cfg->model.select <= 1 && cfg->model.compression > 1)) {
@@ -953,6 +967,7 @@ int main(int argc, char **argv)
 	    (o.given & (G_DEVICES | G_PNM_BW | G_COMM)))
 		fprintf(stderr, PROG ": note: the PNM tier served no request (T_input %.0f), so "
 			"--devices, --pnm-bw and --comm-scale changed nothing here\n",
+			o.threshold > 0 ? o.threshold :
 			nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev));
 	if (o.json) {
 		const double tin = o.threshold > 0 ? o.threshold :
