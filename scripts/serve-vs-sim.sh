@@ -16,14 +16,16 @@
 #    adaptive threshold, all requests at time 0 as in the engine;
 # 4. the NELSSA / GPU-only throughput and P99 TPOT ratios of both, and
 #    their agreement (sim / engine; the target is within 25 %).
-# Prints one JSON object last.  Takes about 4 minutes on 2 cores.
+# Prints one JSON object last.  Takes about 4 minutes on 2 cores (REQUESTS=
+# sets the requests of each excerpt; 60 by default).
 set -u
 
 build=${1:?usage: serve-vs-sim.sh BUILDDIR [OUTDIR]}
 out=${2:-$build/serve-vs-sim}
-dir=$(mktemp -d)
+dir=$(mktemp -d) || exit 1
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
 # shellcheck source=nelssad-lib.sh
 . "$(dirname "$0")/nelssad-lib.sh"
 
@@ -43,19 +45,19 @@ if ! nelssad_start "$build/daemon/nelssad" "$dir/daemon.log" "$dir/port" --devic
 fi
 
 # The setting both sides share.
-threshold=1024 pool=8192 batch=32 devices=4 n=${REQUESTS:-40} scale=8
-common="--port $port --workload $trace --requests $n --scale $scale --threshold $threshold
-	--pool-tokens $pool --max-batch $batch --devices $devices --no-migrate
-	--prefill-elsewhere --accuracy-every 0"
+threshold=1024 pool=8192 batch=32 devices=4 n=${REQUESTS:-60} scale=8
+serve() {
+	PYTHONPATH="$build/python" "$py" -m nelssa.serve --port "$port" --workload "$trace" \
+		--requests "$n" --scale $scale --threshold $threshold --pool-tokens $pool \
+		--max-batch $batch --devices $devices --no-migrate --prefill-elsewhere \
+		--accuracy-every 0 --json "$@"
+}
 echo "== calibration: trace lines 1-$n, both modes ==" >&2
-# shellcheck disable=SC2086 # the options are words
-PYTHONPATH="$build/python" "$py" -m nelssa.serve $common --json --sim-out "$out/cal" \
-	--out "$out/cal" >"$out/cal.json" || exit 1
+serve --sim-out "$out/cal" --out "$out/cal" >"$out/cal.json" || exit 1
 echo "== evaluation (held out): trace lines 2001-$((2000 + n)), fitted profile ==" >&2
-# shellcheck disable=SC2086
-PYTHONPATH="$build/python" "$py" -m nelssa.serve $common --skip 2000 --seed 2 --json \
-	--profile "$out/cal/node.profile" --sim-out "$out/eval" --out "$out/eval" \
-	>"$out/eval.json" || exit 1
+mkdir -p "$out/eval"
+serve --skip 2000 --seed 2 --profile "$out/cal/node.profile" \
+	--trace-out "$out/eval/workload.jsonl" --out "$out/eval" >"$out/eval.json" || exit 1
 echo "== nelssa-sim on the evaluation workload ==" >&2
 "$build/tools/sim/nelssa-sim" --trace "$out/eval/workload.jsonl" --profile "$out/cal/node.profile" \
 	--model "$out/cal/model.conf" --threshold $threshold --devices $devices \

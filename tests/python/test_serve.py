@@ -386,9 +386,11 @@ def test_cli_json(daemon, tmp_path):
                          "--short", "4", "--long", "1", "--long-len", "700,700",
                          "--threshold", "600", "--pool-tokens", "4096",
                          "--capacity-tokens", "16384", "--select", "1.0",
-                         "--out", str(tmp_path)])
+                         "--trace-out", str(tmp_path / "w.jsonl"), "--out", str(tmp_path)])
     assert rc == 0
     out = json.loads(f.getvalue())
+    trace = [json.loads(x) for x in (tmp_path / "w.jsonl").read_text().splitlines()]
+    assert len(trace) == 5 and max(t["input_length"] for t in trace) == 701
     modes = {r["mode"]: r for r in out["runs"]}
     assert set(modes) == {"gpu", "nelssa"}
     assert modes["nelssa"]["pnm_requests"] == 1 and modes["gpu"]["pnm_requests"] == 0
@@ -634,8 +636,13 @@ def test_calibration_recovers_known_terms(model):
     assert terms["t_base"] == pytest.approx(t_base, rel=0.15)
     assert terms["pnm_bw"] == pytest.approx(pnm_bw, rel=0.05)
     assert terms["prefill_flops"] == pytest.approx(2 * terms["params"] * 1024 / 1.2)
+    assert terms["clamped"] == []
     with pytest.raises(ValueError, match="GPU-only steps"):
         calibrate.fit(_Logged(model, gpu[:5]))
+    # One batch size throughout: the fixed and per-request terms cannot be told apart.
+    flat = [(a + b * 8 + c * kv, 8, kv, 0, 0) for kv in range(1000, 9000, 500)]
+    with pytest.raises(ValueError, match="do not vary enough"):
+        calibrate.fit(_Logged(model, flat))
 
 
 def test_sim_out_files_feed_nelssa_sim(daemon, tmp_path):

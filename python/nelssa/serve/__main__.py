@@ -64,6 +64,8 @@ def parse(argv):
       help="prefill not on the clock (as nelssa-sim models a decode node)")
     a("--sim-out", metavar="DIR", help="fit nelssa-sim's step model to this run's steps and "
       "write its profile, model and workload files to DIR (needs both modes)")
+    a("--trace-out", metavar="FILE", help="write the workload as a Mooncake trace "
+      "(as nelssa-sim's decode node sees it)")
     a("--out", default="serve-out", help="directory for CSV files and the plot")
     a("--json", action="store_true", help="print one JSON object")
     a("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -174,6 +176,8 @@ def serve(args):
     if len(engines) == 2 and {e.cfg.mode for e in engines} == {"gpu", "nelssa"}:
         tok, whole = report.agreement(engines[0], engines[1])
         out["token_agreement"], out["identical_outputs"] = tok, whole
+    if args.trace_out:
+        calibrate.write_trace(args.trace_out, reqs)
     if args.sim_out:
         by = {e.cfg.mode: e for e in engines}
         terms = calibrate.fit(by["gpu"], by["nelssa"], devices=args.devices, select=args.select)

@@ -24,9 +24,14 @@ import os
 import numpy as np
 
 
-def _lstsq(rows, y):
+def _lstsq(rows, y, what):
     a = np.asarray(rows, dtype=np.float64)
-    coef, *_ = np.linalg.lstsq(a, np.asarray(y, dtype=np.float64), rcond=None)
+    coef, _, rank, _ = np.linalg.lstsq(a, np.asarray(y, dtype=np.float64), rcond=None)
+    if rank < a.shape[1]:
+        # Steps that do not vary (one batch size, one context) cannot
+        # separate the terms: any split would be arbitrary.
+        raise ValueError("calibration: the %s steps do not vary enough to fit %d terms "
+                         "(rank %d): use a workload of mixed lengths" % (what, a.shape[1], rank))
     return coef
 
 
@@ -37,13 +42,16 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
     steps = [s for s in gpu_engine.step_log if s[3] == 0]
     if len(steps) < 8:
         raise ValueError("calibration: %d GPU-only steps, at least 8 needed" % len(steps))
-    a, b, c = _lstsq([(1.0, s[1], s[2]) for s in steps], [s[0] for s in steps])
-    # A term the data cannot tell from zero would give an infinite rate.
+    a, b, c = _lstsq([(1.0, s[1], s[2]) for s in steps], [s[0] for s in steps], "GPU-only")
+    # A term the data cannot tell from zero would give an infinite rate: it
+    # is floored, and fit.json says which.
+    clamped = [n for n, v in (("fixed_s", a), ("per_request_s", b), ("per_kv_token_s", c))
+               if v <= 0]
     a, b, c = max(a, 1e-7), max(b, 1e-9), max(c, 1e-12)
     params = m.weight_bytes / 2.0
     out = dict(gpu_bw=mkv / c, weights=a * mkv / c, params=params,
                gpu_flops=2.0 * params / b, gpu_steps=len(steps),
-               fixed_s=a, per_request_s=b, per_kv_token_s=c)
+               fixed_s=a, per_request_s=b, per_kv_token_s=c, clamped=clamped)
     # A recompute's prefill: nelssa-sim charges 2 params tokens / prefill_flops.
     pre = gpu_engine.prefill_log + (nelssa_engine.prefill_log if nelssa_engine else [])
     if pre:
@@ -63,12 +71,23 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
     if len(rows) < 8:
         raise ValueError("calibration: %d steps with PNM requests, at least 8 needed"
                          % len(rows))
-    t0, slope = _lstsq(rows, res)
+    t0, slope = _lstsq(rows, res, "NELSSA")
+    out["clamped"] += [n for n, v in (("t_base", t0), ("pnm_bw", slope)) if v <= 0]
     layers = m.cfg.num_hidden_layers
     out.update(t_base=max(t0, 1e-7) / layers,
                pnm_bw=select * mkv / (devices * slope) if slope > 0 else 1e15,
                pnm_steps=len(rows))
     return out
+
+
+def write_trace(path, requests):
+    """The workload as a Mooncake trace, as nelssa-sim's decode node sees it:
+    a request brings its input's KV and decodes output tokens; the engine's
+    first token comes from the prefill, so it decodes max_new - 1."""
+    with open(path, "w") as f:
+        for r in requests:
+            f.write(json.dumps(dict(timestamp=0, input_length=len(r.prompt) + 1,
+                                    output_length=max(1, r.max_new - 1))) + "\n")
 
 
 def write_sim_files(outdir, terms, model, requests, *, pool_tokens, devices, select,
@@ -99,9 +118,4 @@ def write_sim_files(outdir, terms, model, requests, *, pool_tokens, devices, sel
                                    compression, select))
         if "prefill_flops" in terms:
             f.write("prefill_flops = %.17g\n" % terms["prefill_flops"])
-    # The sim's request brings its input's KV and decodes output tokens; the
-    # engine's first token comes from the prefill, so it decodes max_new - 1.
-    with open(os.path.join(outdir, "workload.jsonl"), "w") as f:
-        for r in requests:
-            f.write(json.dumps(dict(timestamp=0, input_length=len(r.prompt) + 1,
-                                    output_length=max(1, r.max_new - 1))) + "\n")
+    write_trace(os.path.join(outdir, "workload.jsonl"), requests)

@@ -738,8 +738,13 @@ class Engine:
         est = self.step_log[-1][0] if self.step_log else 0.0
         active = [s for s in running if s.due - est <= now]
         if not active:
-            # Only paced requests, none due: the GPU idles until the first is.
-            time.sleep(max(0.0, min(s.due for s in running) - est - now))
+            # Only paced requests, none due: the GPU idles until the first is
+            # -- unless a prompt is in prefill, or a request arrives first.
+            if not self.prefilling:
+                wake = min(s.due for s in running) - est
+                if pending:
+                    wake = min(wake, pending[0].req.arrival)
+                time.sleep(max(0.0, wake - now))
             return False
         for s in active:
             if s.due:
