@@ -457,20 +457,11 @@ int npy_policy_init(PyObject *m)
 		{ "FITS_PNM", NELSSA_FITS_PNM },
 	};
 
-	if (PyType_Ready(&router_type) < 0 || PyType_Ready(&threshold_type) < 0)
-		return -1;
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (PyModule_AddIntConstant(m, k[i].name, k[i].value) < 0)
 			return -1;
-	Py_INCREF(&router_type);
-	if (PyModule_AddObject(m, "Router", (PyObject *)&router_type) < 0) {
-		Py_DECREF(&router_type);
+	/* Readies each type and adds it under its short name, reference and all. */
+	if (PyModule_AddType(m, &router_type) < 0 || PyModule_AddType(m, &threshold_type) < 0)
 		return -1;
-	}
-	Py_INCREF(&threshold_type);
-	if (PyModule_AddObject(m, "ThresholdCtl", (PyObject *)&threshold_type) < 0) {
-		Py_DECREF(&threshold_type);
-		return -1;
-	}
 	return 0;
 }

@@ -298,12 +298,14 @@ class Engine:
         finally:
             self.step_wait += time.monotonic() - t0
 
-    def _pnm_merge(self, seqs, q, layer, items, po, pl, out):
+    def _pnm_merge(self, seqs, qs, layer, items, po, pl, out):
+        """Merges each item's PNM state with its window and estimate; qs are
+        the items' queries as _pnm_items() made them."""
         it = 0
         for i, s in seqs:
             st = s.pnm
             for h in range(self.Hkv):
-                qh = np.ascontiguousarray(q[i, h * self.G:(h + 1) * self.G].numpy())
+                qh = qs[it]
                 k = torch.cat([st.sink_k[layer][h], st.tail_k[layer][h]])
                 v = torch.cat([st.sink_v[layer][h], st.tail_v[layer][h]])
                 wo, wl = nelssa.window_attn(qh, _bits(k), _bits(v), sink=st.sink_k[0].shape[1],
@@ -555,7 +557,7 @@ class Engine:
                 out[i] = dense_attn(q[i], kk, vv)[0]
             if pending is not None:
                 po, pl = self._collect(pending, layer)
-                self._pnm_merge(pnm, q, layer, items, po, pl, out)
+                self._pnm_merge(pnm, qs, layer, items, po, pl, out)
                 if check:
                     t = time.perf_counter()
                     for i, s in pnm:
