@@ -13,7 +13,7 @@ set -eu
 
 arch=$(dpkg --print-architecture 2>/dev/null || echo unknown)
 
-pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev liburing-dev libucx-dev libopenblas-dev python3 python3-dev"
+pkgs_build="make gcc libc6-dev pkgconf meson ninja-build libcmocka-dev libjson-c-dev libcurl4-openssl-dev liburing-dev libucx-dev libopenblas-dev python3 python3-dev"
 # nelssactl topology reads the CXL hierarchy through ndctl's libcxl and the
 # dax devices through libdaxctl (optional: without them the command says so).
 pkgs_build="$pkgs_build libcxl-dev libdaxctl-dev"
