@@ -760,6 +760,7 @@ unsigned int nd_dataplane_poll_once(struct nelssad *nd)
 	tend_peers(nd, 0);
 	n += reap_devices(nd);
 	reap_sessions(nd);
+	nd_registry_tick(nd);
 	return n;
 }
 

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nelssa/registry.h>
+
 #include "nelssad.h"
 
 static struct nelssad the_daemon;
@@ -95,6 +97,18 @@ static void usage(FILE *f)
 		"                     address a peer names: every client can then read and write\n"
 		"                     all of this daemon's memory.  Trusted clients only (tests,\n"
 		"                     benchmarks); off by default, when zero-copy needs RDMA\n"
+		"Cluster registry (Documentation/cluster.rst):\n"
+		"  --etcd URL[,URL...] announce this node in etcd (v3 API, JSON gateway), e.g.\n"
+		"                     http://127.0.0.1:2379; off by default\n"
+		"  --cluster NAME     the cluster it joins (default 'default')\n"
+		"  --node-id NAME     its name there (default HOSTNAME-PORT)\n"
+		"  --advertise HOST   the host clients reach it at (default the --listen host, or\n"
+		"                     the host name when that is a wildcard)\n"
+		"  --etcd-ttl S       the lease's TTL: how long a dead node stays listed (default 10)\n"
+		"  --etcd-update-ms MS  load written at most this often (default 1000)\n"
+		"  --etcd-timeout-ms MS each etcd call's deadline (default 2000)\n"
+		"  --etcd-user NAME, --etcd-password-file FILE   etcd authentication (off by default)\n"
+		"  --etcd-cacert FILE, --etcd-cert FILE, --etcd-key FILE   TLS to https:// endpoints\n"
 		"  --config FILE      read options from FILE first: one 'name = value' per line, names\n"
 		"                     as the long options without dashes, 'name' alone or\n"
 		"                     'name = yes|no' for a switch, '#' comments; a regular file of\n"
@@ -145,6 +159,18 @@ static const struct opt opts[] = {
 	{ "emulated-rma", OPT_SWITCH, "yes or no" },
 	{ "verbose", OPT_SWITCH, "yes or no" },
 	{ "nop-kernel", OPT_SWITCH, "yes or no" },
+	{ "etcd", OPT_VALUE, "URL[,URL...]" },
+	{ "cluster", OPT_VALUE, "NAME" },
+	{ "node-id", OPT_VALUE, "NAME" },
+	{ "advertise", OPT_VALUE, "HOST" },
+	{ "etcd-ttl", OPT_VALUE, "S" },
+	{ "etcd-update-ms", OPT_VALUE, "MS" },
+	{ "etcd-timeout-ms", OPT_VALUE, "MS" },
+	{ "etcd-user", OPT_VALUE, "NAME" },
+	{ "etcd-password-file", OPT_VALUE, "FILE" },
+	{ "etcd-cacert", OPT_VALUE, "FILE" },
+	{ "etcd-cert", OPT_VALUE, "FILE" },
+	{ "etcd-key", OPT_VALUE, "FILE" },
 	{ "config", OPT_CMDLINE, "FILE" },
 	{ "help", OPT_CMDLINE, NULL },
 	{ "version", OPT_CMDLINE, NULL },
@@ -209,6 +235,30 @@ static const struct {
 	{ "hello-timeout-ms", offsetof(struct nd_config, hello_timeout_ms), 1, 3600000 },
 	{ "frame-timeout-ms", offsetof(struct nd_config, frame_timeout_ms), 1, 3600000 },
 	{ "idle-timeout-ms", offsetof(struct nd_config, idle_timeout_ms), 0, 86400000 },
+	{ "etcd-ttl", offsetof(struct nd_config, etcd_ttl), 2, 3600 },
+	{ "etcd-update-ms", offsetof(struct nd_config, etcd_update_ms), 100, 60000 },
+	{ "etcd-timeout-ms", offsetof(struct nd_config, etcd_timeout_ms), 100, 60000 },
+};
+
+/* The registry's string options: where each goes. */
+static const struct {
+	const char *name;
+	size_t off, size;
+} str_opts[] = {
+	{ "etcd", offsetof(struct nd_config, etcd), sizeof(((struct nd_config *)0)->etcd) },
+	{ "cluster", offsetof(struct nd_config, cluster), sizeof(((struct nd_config *)0)->cluster) },
+	{ "node-id", offsetof(struct nd_config, node_id), sizeof(((struct nd_config *)0)->node_id) },
+	{ "advertise", offsetof(struct nd_config, advertise),
+	  sizeof(((struct nd_config *)0)->advertise) },
+	{ "etcd-user", offsetof(struct nd_config, etcd_user),
+	  sizeof(((struct nd_config *)0)->etcd_user) },
+	{ "etcd-password-file", offsetof(struct nd_config, etcd_password_file),
+	  sizeof(((struct nd_config *)0)->etcd_password_file) },
+	{ "etcd-cacert", offsetof(struct nd_config, etcd_cacert),
+	  sizeof(((struct nd_config *)0)->etcd_cacert) },
+	{ "etcd-cert", offsetof(struct nd_config, etcd_cert),
+	  sizeof(((struct nd_config *)0)->etcd_cert) },
+	{ "etcd-key", offsetof(struct nd_config, etcd_key), sizeof(((struct nd_config *)0)->etcd_key) },
 };
 
 /* SIZE (bytes, or with K, M, G, T: binary) or PERCENT% (1..100). */
@@ -488,6 +538,24 @@ static int set_option(struct nd_config *c, const struct opt *opt, const char *va
 		}
 		return 0;
 	}
+	if ((!strcmp(name, "cluster") || !strcmp(name, "node-id")) && !nelssa_registry_name_ok(val)) {
+		opt_error(o, name, "'%s': need 1 to %d of A-Z a-z 0-9 . _ -", val, NELSSA_NAME_MAX);
+		return -1;
+	}
+	if (!strcmp(name, "etcd")) {
+		struct nelssa_etcd_opts eo = { .endpoints = val };
+		struct nelssa_etcd *e;
+		char why[256];
+
+		if (nelssa_etcd_open(&eo, &e, why, sizeof(why))) {
+			opt_error(o, name, "%s", why);
+			return -1;
+		}
+		nelssa_etcd_close(e);
+	}
+	for (size_t i = 0; i < sizeof(str_opts) / sizeof(str_opts[0]); i++)
+		if (!strcmp(name, str_opts[i].name))
+			return set_string(o, name, (char *)c + str_opts[i].off, str_opts[i].size, val);
 	for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++) {
 		if (strcmp(name, num_opts[i].name))
 			continue;
@@ -850,6 +918,10 @@ int main(int argc, char **argv)
 	nd->cfg.frame_timeout_ms = 10000;
 	nd->cfg.idle_timeout_ms = 300000;
 	set_admin(&nd->cfg, "127.0.0.1,::1", NULL, 0);
+	snprintf(nd->cfg.cluster, sizeof(nd->cfg.cluster), "default");
+	nd->cfg.etcd_ttl = 10;
+	nd->cfg.etcd_update_ms = 1000;
+	nd->cfg.etcd_timeout_ms = 2000;
 	/* The config file first, so the command line overrides it. */
 	ret = parse_args(argc, argv, &nd->cfg, 0, &config);
 	if (ret)
@@ -870,7 +942,7 @@ int main(int argc, char **argv)
 		goto out;
 	limits(nd);
 	nd_fd_setup(nd);
-	if (nd_dataplane_start(nd))
+	if (nd_registry_init(nd) || nd_dataplane_start(nd))
 		goto out;
 	lfd = nd_control_listen(nd);
 	if (lfd < 0)
@@ -889,12 +961,16 @@ int main(int argc, char **argv)
 	nd_log(nd, "listening on %s:%u with %u device(s)%s%s", nd->cfg.listen_host, nd->cfg.port,
 	       nd->n_dev, nd->cfg.busy_poll ? ", busy-polling" : "",
 	       nd->cfg.nop_kernel ? ", NOP kernel (benchmark mode)" : "");
+	if (nd_registry_start(nd))
+		goto out;
 	ret = nd_control_run(nd, lfd) ? 1 : 0;
 	nd_log(nd, "shutting down");
 out:
+	nd_registry_stop(nd);
 	if (lfd >= 0)
 		close(lfd);
 	nd_dataplane_stop(nd);
+	nd_registry_free(nd);
 	nd_jobs_fini(nd);
 	for (uint32_t d = 0; d < nd->n_dev; d++)
 		nelssa_pnm_close(nd->dev[d].pnm);

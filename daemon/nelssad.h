@@ -13,6 +13,7 @@
  *   ep_table.c  the poller's endpoints by UCX handle
  *   partition.c the KV Partitioner: device arenas, request stores, ingest
  *   dispatch.c  the Job Dispatcher and Output Aggregator of a decode step
+ *   registry.c  the node's record in the cluster's etcd registry (its own thread)
  *
  * Threads: the control thread (main) owns the connections: sockets,
  * buffers, timers.  The poller thread owns everything else -- the UCX
@@ -91,6 +92,17 @@ struct nd_config {
 	int emulated_rma;	/* --emulated-rma: UCX's RMA even without RDMA */
 	int nop_kernel;		/* benchmarks: NOP instead of SPARSE_ATTN */
 	int verbose;
+	/* The cluster registry (registry.c; Documentation/cluster.rst).  etcd "": none. */
+	char etcd[1024];		/* endpoints, comma-separated URLs */
+	char cluster[64];
+	char node_id[64];		/* "": HOSTNAME-PORT */
+	char advertise[128];		/* host clients reach; "": the listen host */
+	uint32_t etcd_ttl;		/* the lease's, s */
+	uint32_t etcd_update_ms;	/* the record rewritten at most this often */
+	uint32_t etcd_timeout_ms;	/* each etcd call's deadline */
+	char etcd_user[128];
+	char etcd_password_file[4096];
+	char etcd_cacert[4096], etcd_cert[4096], etcd_key[4096];
 };
 
 struct nd_device {
@@ -324,6 +336,7 @@ struct nelssad {
 	uint32_t hold_tenant;
 	volatile int stop;
 	int draining;			/* stopping: new messages are dropped */
+	struct nd_registry *reg;	/* --etcd: the registry's (registry.c); NULL: none */
 	uint64_t memory_per_conn;	/* max-memory-per-conn in bytes, resolved at start */
 };
 
@@ -392,6 +405,20 @@ int nd_fd_refuse(struct nelssad *nd, int listen_fd, const char *why);
 /* main.c */
 void nd_log(struct nelssad *nd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t nd_now_ns(void);
+
+/*
+ * registry.c: nd_registry_init() before the poller starts (which calls
+ * nd_registry_tick() each turn), nd_registry_start() once both listeners
+ * are up, nd_registry_stop() (withdraws the record) before the node stops
+ * serving, nd_registry_free() after the poller stopped.  All do nothing
+ * without --etcd.
+ */
+struct nd_registry;
+int nd_registry_init(struct nelssad *nd);
+int nd_registry_start(struct nelssad *nd);
+void nd_registry_tick(struct nelssad *nd);
+void nd_registry_stop(struct nelssad *nd);
+void nd_registry_free(struct nelssad *nd);
 
 /* partition.c */
 /* Bytes of one K or V row of @s: head_dim elements of its KV type. */

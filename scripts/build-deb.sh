@@ -106,8 +106,9 @@ Package: nelssa
 Version: $ver
 Architecture: $arch
 Maintainer: NELSSA developers <nelssa@localhost>
-Depends: libc6, libnelssa0 (= $ver), libucx0 (>= 1.13), libjson-c5, liburing2, adduser$cxl_deps
+Depends: libc6, libnelssa0 (= $ver), libucx0 (>= 1.13), libjson-c5, libcurl4, liburing2, adduser$cxl_deps
 Recommends: nelssa-pnm-dkms
+Suggests: etcd-client
 Section: misc
 Priority: optional
 Description: NELSSA: sparse attention on processing-near-memory devices
