@@ -26,6 +26,7 @@ static void usage(FILE *f, const char *prog)
 		"  calibrate [OPTIONS]         measure PNM bandwidth and T_comm, print T_input for N=1..8\n"
 		"  topology [DEV]              CXL bus, host bridge, root port, endpoint, decoders and\n"
 		"                              dax device of a card or CXL memdev (libcxl)\n"
+		"  cluster [--etcd URL]        the NELSSA nodes a cluster's etcd registry lists\n"
 		"\n"
 		"DEV is /dev/nelssa_pnmN (kernel driver) or sim:N[,mem=SIZE,cores=N,isa=NAME]\n"
 		"(a device emulated in this process).\n"
@@ -52,6 +53,7 @@ int main(int argc, char **argv)
 		{ "stats", cmd_stats },
 		{ "calibrate", cmd_calibrate },
 		{ "topology", cmd_topology },
+		{ "cluster", cmd_cluster },
 	};
 	struct ctl ctl = { .prog = "nelssactl" };
 	int i = 1;

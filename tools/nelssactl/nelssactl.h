@@ -30,6 +30,7 @@ int cmd_bench(struct ctl *ctl, int argc, char **argv);
 int cmd_stats(struct ctl *ctl, int argc, char **argv);
 int cmd_calibrate(struct ctl *ctl, int argc, char **argv);
 int cmd_topology(struct ctl *ctl, int argc, char **argv);
+int cmd_cluster(struct ctl *ctl, int argc, char **argv);
 
 int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv);
 
