@@ -33,6 +33,8 @@ pkgs_test="$pkgs_test ndctl daxctl"
 # Tier T3 and the install tests in that guest: Soft-RoCE tools, perftest,
 # and the users a package's sysusers.d entry makes.
 pkgs_test="$pkgs_test iproute2 ibverbs-providers perftest"
+# The cluster registry's tests run a real etcd (tests/python/test_cluster.py).
+pkgs_test="$pkgs_test etcd-server etcd-client"
 # The nelssa Python package's pytest suite (tests/python/).
 pkgs_test="$pkgs_test python3-numpy python3-pytest python3-torch python3-matplotlib"
 # make demo: the serving engine (nelssa.serve) in PyTorch, its plot.

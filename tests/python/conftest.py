@@ -53,7 +53,7 @@ SANITIZED = bool(os.environ.get("NELSSA_PY_SANITIZE"))
 class Daemon:
     """nelssad on 127.0.0.1, a free port it picks and writes to a file."""
 
-    def __init__(self, env=None, devices=None):
+    def __init__(self, env=None, devices=None, args=()):
         self.dir = tempfile.mkdtemp(prefix="nelssa-py-")
         self.portfile = os.path.join(self.dir, "port")
         self.logpath = os.path.join(self.dir, "daemon.log")
@@ -69,6 +69,7 @@ class Daemon:
                "--sim-opts", "mem=256M,cores=1"]
         if devices:
             cmd += ["--devices", devices]
+        cmd += list(args)
         self.log = open(self.logpath, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=e)
         self.port = None

@@ -1,0 +1,329 @@
+# SPDX-License-Identifier: MIT
+"""The cluster registry (Documentation/cluster.rst) against a real etcd
+that each test starts on free ports with a data directory of its own:
+nelssad registers, updates and withdraws its record; a node killed -9
+leaves the registry within its lease; etcd killed, restarted or wiped
+under running nodes; a node that stops renewing; records no node wrote;
+authentication.  What the registry holds is read with etcdctl, an
+independent client, as well as with 'nelssactl cluster'.
+
+Every wait polls a condition against a deadline well past the documented
+bound: no assertion depends on how fast this machine is."""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import Daemon, Req, open_session
+
+ETCD = shutil.which("etcd")
+ETCDCTL = shutil.which("etcdctl")
+pytestmark = pytest.mark.skipif(not ETCD or not ETCDCTL,
+                                reason="etcd and etcdctl not installed (etcd-server, etcd-client)")
+
+TTL = 2             # --etcd-ttl of the daemons here, s
+UPDATE_MS = 100     # --etcd-update-ms
+
+
+def nelssactl():
+    exe = os.path.join(os.path.dirname(os.environ.get("NELSSAD", "")), "..", "tools",
+                       "nelssactl", "nelssactl")
+    if not os.path.exists(exe):
+        pytest.skip("nelssactl not built beside nelssad")
+    return exe
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, cond, timeout=30.0):
+    """cond() until it returns something true, polled; fails after @timeout s."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            pytest.fail("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+class Etcd:
+    def __init__(self, port=None):
+        self.dir = tempfile.mkdtemp(prefix="nelssa-etcd-")
+        self.port = port or free_port()
+        self.peer = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.proc = None
+        self.start()
+
+    def start(self, wipe=False):
+        if wipe:
+            shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
+        peer = "http://127.0.0.1:%d" % self.peer
+        self.log = open(os.path.join(self.dir, "etcd.log"), "a")
+        self.proc = subprocess.Popen(
+            [ETCD, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "t=" + peer],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("etcd to serve", lambda: self.ctl("endpoint", "health", check=False)
+                 .returncode == 0)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def ctl(self, *args, check=True, user=None, stdin=None):
+        cmd = [ETCDCTL, "--endpoints", self.url, "--command-timeout=5s"]
+        if user:
+            cmd += ["--user", user]
+        r = subprocess.run(cmd + list(args), capture_output=True, text=True, input=stdin,
+                           env=dict(os.environ, ETCDCTL_API="3"), timeout=30)
+        if check and r.returncode:
+            pytest.fail("etcdctl %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def records(self, cluster="t", user=None):
+        """{node id: (record, lease)} as etcdctl reads them."""
+        out = self.ctl("get", "--prefix", "/nelssa/%s/nodes/" % cluster, "-w", "json",
+                       user=user).stdout
+        kvs = json.loads(out).get("kvs", [])
+        return {base64.b64decode(kv["key"]).decode().rsplit("/", 1)[1]:
+                (json.loads(base64.b64decode(kv.get("value", "")) or b"null"), kv.get("lease"))
+                for kv in kvs}
+
+
+@pytest.fixture
+def etcd():
+    e = Etcd()
+    yield e
+    e.stop()
+
+
+@pytest.fixture
+def nodes():
+    made = []
+
+    def make(etcd_url, node_id, *extra, env=None, devices="sim:2"):
+        d = Daemon(env=env, devices=devices,
+                   args=["--etcd", etcd_url, "--cluster", "t", "--node-id", node_id,
+                         "--etcd-ttl", str(TTL), "--etcd-update-ms", str(UPDATE_MS)] +
+                   list(extra))
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.stop()
+        assert "Sanitizer" not in d.read_log(), d.read_log()[-3000:]
+
+
+def ctl_cluster(etcd_url, *extra, check=True):
+    r = subprocess.run([nelssactl(), "--json", "cluster", "--etcd", etcd_url, "--cluster", "t"] +
+                       list(extra), capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    if check:
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout), r.stderr
+    return r
+
+
+def test_nodes_register_and_list(etcd, nodes):
+    ds = [nodes(etcd.url, "n%d" % i) for i in range(3)]
+    recs = wait_for("three records", lambda: len(etcd.records()) == 3 and etcd.records())
+    for i, d in enumerate(ds):
+        rec, lease = recs["n%d" % i]
+        assert rec["schema"] == "nelssa.node/1"
+        assert rec["control"] == "127.0.0.1:%d" % d.port
+        assert 0 < rec["data_port"] < 65536
+        assert rec["devices"] == 2
+        assert rec["kv_bytes_total"] > 2 * 255 * 2**20 and rec["kv_bytes_total"] <= 2 * 2**28
+        assert rec["kv_bytes_free"] == rec["kv_bytes_total"]
+        assert rec["sessions"] == 0 and rec["requests"] == 0 and rec["held"] == []
+        # Under a lease of the TTL asked for.
+        ttl = etcd.ctl("lease", "timetolive", "%x" % int(lease), "-w", "json").stdout
+        assert 0 < json.loads(ttl)["granted-ttl"] <= TTL
+    view, err = ctl_cluster(etcd.url)
+    assert err == ""
+    assert [n["id"] for n in view["nodes"]] == ["n0", "n1", "n2"]
+    assert view["ignored"] == [] and view["cluster"] == "t"
+    for n, d in zip(view["nodes"], ds):
+        assert n["control"] == "127.0.0.1:%d" % d.port
+        assert n["data_port"] == recs[n["id"]][0]["data_port"]
+    # The table names every node too.
+    txt = subprocess.run([nelssactl(), "cluster", "--etcd", etcd.url, "--cluster", "t"],
+                         capture_output=True, text=True, timeout=60)
+    assert txt.returncode == 0 and "3 nodes" in txt.stdout
+    assert all(("n%d" % i) in txt.stdout for i in range(3))
+
+
+def test_record_follows_requests(etcd, nodes, rng):
+    d = nodes(etcd.url, "n0")
+    wait_for("the record", lambda: "n0" in etcd.records())
+    with d.client() as c:
+        s = open_session(c)
+        Req(rng, c, s, 100, 300)
+        Req(rng, c, s, (1 << 64) - 1, 500)
+
+        # A record may be written between a request's allocation and its KV.
+        def held():
+            rec = etcd.records()["n0"][0]
+            return rec["requests"] == 2 and rec["tokens_held"] == 800 and rec
+        rec = wait_for("two requests and their tokens in the record", held)
+        assert rec["sessions"] == 1
+        assert rec["kv_bytes_free"] < rec["kv_bytes_total"]
+        got = sorted((int(h["request"]), h["tokens"]) for h in rec["held"])
+        assert got == [(100, 300), ((1 << 64) - 1, 500)]
+        view, _ = ctl_cluster(etcd.url)
+        assert sorted(h["request"] for h in view["nodes"][0]["held"]) == [100, (1 << 64) - 1]
+        c.free_request(s, 100)
+        wait_for("one request left", lambda: etcd.records()["n0"][0]["requests"] == 1)
+        c.close_session(s)
+    wait_for("the session gone", lambda: etcd.records()["n0"][0]["sessions"] == 0)
+
+
+def test_clean_exit_withdraws_at_once(etcd, nodes):
+    a, b = nodes(etcd.url, "a"), nodes(etcd.url, "b")
+    wait_for("two records", lambda: len(etcd.records()) == 2)
+    a.kill(signal.SIGTERM)
+    assert a.proc.wait(timeout=30) == 0
+    # Withdrawn before the process exits: no lease to wait out.
+    assert list(etcd.records()) == ["b"]
+    assert "withdrew /nelssa/t/nodes/a" in a.read_log()
+
+
+def test_killed_node_leaves_within_its_lease(etcd, nodes):
+    a = nodes(etcd.url, "a")
+    nodes(etcd.url, "b")
+    wait_for("two records", lambda: len(etcd.records()) == 2)
+    a.kill()
+    a.proc.wait(timeout=30)
+    t0 = time.monotonic()
+    # etcd expires a lease within its TTL plus its own checking period (0.5 s).
+    wait_for("the dead node's record to expire", lambda: list(etcd.records()) == ["b"],
+             timeout=10 * TTL)
+    print("# detection after kill -9: %.2f s (TTL %d s)" % (time.monotonic() - t0, TTL))
+
+
+def test_etcd_killed_and_restarted(etcd, nodes):
+    a = nodes(etcd.url, "a")
+    wait_for("the record", lambda: "a" in etcd.records())
+    etcd.kill()
+    wait_for("the node to notice", lambda: "registering again when etcd answers" in a.read_log())
+    # Serving goes on without etcd.
+    with a.client() as c:
+        assert c.stats()["devices"] == 2
+    etcd.start()
+    rec = wait_for("the record back", lambda: etcd.records().get("a"))
+    assert rec[0]["control"] == "127.0.0.1:%d" % a.port
+    assert a.read_log().count("registry: registered") >= 2
+
+
+def test_etcd_wiped_node_registers_again(etcd, nodes):
+    a = nodes(etcd.url, "a")
+    wait_for("the record", lambda: "a" in etcd.records())
+    etcd.kill()
+    etcd.start(wipe=True)    # a new etcd: the lease is unknown there
+    wait_for("the record back", lambda: "a" in etcd.records())
+    log = a.read_log()
+    assert log.count("registry: registered") >= 2, log
+
+
+def test_etcd_down_at_start(nodes):
+    port = free_port()
+    a = nodes("http://127.0.0.1:%d" % port, "a")
+    wait_for("the failure logged", lambda: "cannot register" in a.read_log())
+    with a.client() as c:
+        assert c.stats()["devices"] == 2
+    e = Etcd(port=port)
+    try:
+        wait_for("the record", lambda: "a" in e.records())
+    finally:
+        e.stop()
+
+
+def test_node_that_stops_renewing(etcd, nodes):
+    a = nodes(etcd.url, "a", env={"NELSSAD_TEST_REGISTRY_STALL": "1"})
+    wait_for("the record", lambda: "a" in etcd.records())
+    wait_for("the record to expire", lambda: "a" not in etcd.records(), timeout=10 * TTL)
+    # The registry no longer lists it; its clients are still served.
+    with a.client() as c:
+        assert c.stats()["devices"] == 2
+
+
+def test_records_no_node_wrote_are_ignored(etcd, nodes):
+    nodes(etcd.url, "good")
+    wait_for("the record", lambda: "good" in etcd.records())
+    rec = json.dumps(etcd.records()["good"][0])
+    etcd.ctl("put", "/nelssa/t/nodes/junk", "not json {")
+    etcd.ctl("put", "/nelssa/t/nodes/old", rec.replace("nelssa.node/1", "nelssa.node/0"))
+    etcd.ctl("put", "/nelssa/t/nodes/other", rec)           # 'good's record under another key
+    etcd.ctl("put", "/nelssa/t/nodes/a/b", rec)             # not a node name
+    etcd.ctl("put", "/nelssa/t/nodes/huge", stdin="[" + "1," * 300000 + "1]")
+    view, err = ctl_cluster(etcd.url)
+    assert [n["id"] for n in view["nodes"]] == ["good"]
+    ignored = {i["key"].rsplit("/nodes/", 1)[1]: i["why"] for i in view["ignored"]}
+    assert set(ignored) == {"junk", "old", "other", "a/b", "huge"}
+    assert "JSON" in ignored["junk"] and "schema" in ignored["old"]
+    assert "under the key of other" in ignored["other"]
+    assert "node name" in ignored["a/b"] and "bytes" in ignored["huge"]
+    assert err.count("ignoring /nelssa/t/nodes/") == 5
+
+
+def test_bad_options(etcd):
+    exe = os.environ["NELSSAD"]
+    for bad in (["--etcd", "127.0.0.1:2379"], ["--etcd", "ftp://x:1"],
+                ["--etcd", etcd.url, "--cluster", "a/b"], ["--node-id", ".."],
+                ["--etcd-ttl", "1"], ["--etcd-update-ms", "10"]):
+        r = subprocess.run([exe, "--listen", "127.0.0.1:0"] + bad, capture_output=True,
+                           text=True, timeout=30,
+                           env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+        assert r.returncode == 2, (bad, r.stderr)
+        assert "nelssad: --" in r.stderr
+    r = ctl_cluster("http://127.0.0.1:%d" % free_port(), check=False)
+    assert r.returncode == 3 and "127.0.0.1" in r.stderr and r.stdout == ""
+    r = ctl_cluster("localhost:2379", check=False)
+    assert r.returncode == 2 and "not an etcd endpoint" in r.stderr
+    r = ctl_cluster(etcd.url, "--cluster", "x y", check=False)
+    assert r.returncode == 2
+
+
+def test_authentication(etcd, nodes, tmp_path):
+    etcd.ctl("user", "add", "root", "--new-user-password", "s3cret")
+    etcd.ctl("auth", "enable")
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    bad = tmp_path / "bad"
+    bad.write_text("wrong\n")
+    a = nodes(etcd.url, "a", "--etcd-user", "root", "--etcd-password-file", str(pw))
+    b = nodes(etcd.url, "b", "--etcd-user", "root", "--etcd-password-file", str(bad))
+    wait_for("a's record", lambda: "a" in etcd.records(user="root:s3cret"))
+    wait_for("b refused", lambda: "cannot register" in b.read_log())
+    assert "authentication failed" in b.read_log()
+    r = ctl_cluster(etcd.url, check=False)
+    assert r.returncode == 3, r.stderr
+    view, _ = ctl_cluster(etcd.url, "--etcd-user", "root", "--etcd-password-file", str(pw))
+    assert [n["id"] for n in view["nodes"]] == ["a"]
+    a.kill(signal.SIGTERM)
+    assert a.proc.wait(timeout=30) == 0
+    assert "withdrew" in a.read_log()
+
