@@ -19,9 +19,11 @@ Clustering (``ClusterIndex``, ``kmeans_build``)
     Segmented k-means over one (layer, KV head)'s keys; ``append()`` for
     decode-time chunks; ``perm``, ``table``, ``sizes``, ``centroids``.
 
-Placement (``Router``, ``ThresholdCtl``)
+Placement (``Router``, ``ThresholdCtl``, ``Placer``)
     The routing policy of ``<nelssa/policy.h>``: crossover, admission
-    with the PNM tier's caps, migration picks, the adaptive threshold.
+    with the PNM tier's caps, migration picks, the adaptive threshold;
+    and ``<nelssa/placement.h>``: which NELSSA node of a cluster, as its
+    etcd registry lists them, takes a long request.
 
 Selection and attention
     ``centroid_scores``, ``topk``, ``select``, ``unselected``,
@@ -66,6 +68,7 @@ from nelssa._nelssa import (  # noqa: F401
     ClusterIndex,
     Error,
     Pending,
+    Placer,
     Router,
     ThresholdCtl,
     attn_dense,
@@ -86,7 +89,7 @@ __all__ = [
     "KV_INT8", "LOG_DEBUG",
     "LOG_ERR", "LOG_INFO", "LOG_WARNING", "PLACE_CLUSTERS", "PLACE_HEADS",
     "ROUTE_GPU", "ROUTE_PNM", "ROUTE_QUEUE", "ROUTE_REFUSE", "FITS_GPU", "FITS_PNM",
-    "Router", "ThresholdCtl", "Client", "ClusterIndex", "Error", "Pending", "attn_dense",
+    "Placer", "Router", "ThresholdCtl", "Client", "ClusterIndex", "Error", "Pending", "attn_dense",
     "centroid_scores", "estimate_attn", "final_merge", "kmeans_build",
     "lse_merge", "select", "set_log_fn", "topk", "unselected", "version",
     "window_attn",

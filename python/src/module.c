@@ -73,7 +73,7 @@ PyMODINIT_FUNC PyInit__nelssa(void)
 		return NULL;
 	if (npy_errors_init(m) < 0 || add_constants(m) < 0 || npy_client_init(m) < 0 ||
 	    npy_pending_init(m) < 0 || npy_index_init(m) < 0 || npy_algos_init(m) < 0 ||
-	    npy_logfn_init(m) < 0 || npy_policy_init(m) < 0) {
+	    npy_logfn_init(m) < 0 || npy_policy_init(m) < 0 || npy_placement_init(m) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

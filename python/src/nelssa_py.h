@@ -90,6 +90,7 @@ int npy_index_init(PyObject *m);
 int npy_algos_init(PyObject *m);
 int npy_logfn_init(PyObject *m);
 int npy_policy_init(PyObject *m);
+int npy_placement_init(PyObject *m);
 
 /* client.c, for pending.c */
 struct npy_client;

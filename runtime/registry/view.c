@@ -56,7 +56,7 @@ int nelssa_registry_nodes(struct nelssa_etcd *e, const char *cluster, struct nel
 				bad(arg, kvs[i].key, why);
 			continue;
 		}
-		k++;
+		out[k++].lease = kvs[i].lease;
 	}
 	nelssa_etcd_kvs_free(kvs, cnt);
 	*nodes = out;

@@ -11,6 +11,7 @@ Every wait polls a condition against a deadline well past the documented
 bound: no assertion depends on how fast this machine is."""
 
 import base64
+import errno
 import json
 import os
 import shutil
@@ -327,3 +328,146 @@ def test_authentication(etcd, nodes, tmp_path):
     assert a.proc.wait(timeout=30) == 0
     assert "withdrew" in a.read_log()
 
+
+
+# --- placement (nelssa.Placer, <nelssa/placement.h>) ---------------------------------------
+
+def record(node_id, *, devices=2, total=1 << 30, tokens=0, held=(), port=1000, sessions=None):
+    """A node record as nelssad writes it, with the load we choose."""
+    held = [{"session": s, "request": str(r), "tokens": t} for s, r, t in held]
+    return {"schema": "nelssa.node/1", "id": node_id, "version": "0.1.0",
+            "control": "127.0.0.1:%d" % port, "data_port": port + 1, "devices": devices,
+            "kv_bytes_total": total, "kv_bytes_free": total, "tokens_held": tokens,
+            "max_sessions": 64, "sessions": len({h["session"] for h in held})
+            if sessions is None else sessions, "requests": len(held),
+            "steps_in_flight": 0, "kv_in_flight": 0, "step_us": 0, "steps": 0,
+            "updated_ms": 0, "held": held, "held_more": 0}
+
+
+def put_record(etcd, rec, lease=None):
+    args = ["put", "/nelssa/t/nodes/" + rec["id"]]
+    if lease:
+        args.append("--lease=" + lease)
+    etcd.ctl(*args, stdin=json.dumps(rec))
+
+
+def ref_place(nodes, placed, mine, tokens, token_bytes, fill, excluded=()):
+    """The documented policy in Python: the reference the C placer is held to."""
+    best = None
+    for rec in nodes:
+        nid = rec["id"]
+        if nid in excluded:
+            continue
+        own = sum(h["tokens"] for h in rec["held"] if h["session"] in mine.get(nid, ()))
+        used = max(rec["tokens_held"] - own, 0) + placed.get(nid, 0)
+        cap = int(rec["kv_bytes_total"] * fill / token_bytes)
+        if used + tokens > cap:
+            continue
+        key = ((used + tokens) / rec["devices"], rec["steps_in_flight"], nid)
+        if best is None or key < best[0]:
+            best = (key, nid)
+    return best and best[1]
+
+
+def test_placer_follows_the_documented_policy(etcd, rng):
+    import nelssa
+    tb = 1 << 16                     # bytes a token takes: 16384 tokens a GiB
+    recs = [record("a", devices=1, total=1 << 30, tokens=2000),
+            record("b", devices=2, total=1 << 30, tokens=9000,
+                   held=[(7, 1, 3000), (8, 2, 6000)]),
+            record("c", devices=4, total=2 << 30, tokens=20000),
+            record("d", devices=2, total=1 << 29)]
+    for r in recs:
+        put_record(etcd, r)
+    with nelssa.Placer(etcd.url, cluster="t", token_bytes=tb, max_fill=0.9,
+                       refresh_ms=60000) as p:
+        ids = [n["id"] for n in p.nodes()]
+        assert ids == ["a", "b", "c", "d"]
+        assert [n["cap_tokens"] for n in p.nodes()] == [14745, 14745, 29491, 7372]
+        # Session 7 on b is ours: its 3000 tokens count as placed, not twice.
+        p.own_session(ids.index("b"), 7)
+        mine = {"b": {7}}
+        got = ids[p.place(3000)]
+        assert got == ref_place(recs, {}, mine, 3000, tb, 0.9)
+        placed = {got: 3000}
+        for _ in range(200):
+            t = int(rng.integers(100, 4000))
+            want = ref_place(recs, placed, mine, t, tb, 0.9)
+            if want is None:
+                with pytest.raises(nelssa.Error) as e:
+                    p.place(t)
+                assert e.value.errno == errno.ENOSPC and "no node" in str(e.value)
+                break
+            got = ids[p.place(t)]
+            assert got == want, (t, placed)
+            placed[got] = placed.get(got, 0) + t
+        else:
+            pytest.fail("200 placements and the cluster never filled")
+        # No node over its cap, and the placer's counts are the reference's.
+        for n in p.nodes():
+            assert n["used_tokens"] <= n["cap_tokens"], n
+            assert n["placed_tokens"] == placed.get(n["id"], 0)
+        # Room again once released.
+        node = max(placed, key=placed.get)
+        p.release(ids.index(node), placed[node])
+        placed[node] = 0
+        assert ids[p.place(100)] == ref_place(recs, placed, mine, 100, tb, 0.9)
+        with pytest.raises(nelssa.Error):
+            p.release(0, 1 << 40)                # more than placed
+        with pytest.raises(nelssa.Error):
+            p.place(0)
+
+
+def test_placer_views_excluded_gone_and_stale(etcd):
+    import nelssa
+    lease = etcd.ctl("lease", "grant", "600").stdout.split()[1]
+    put_record(etcd, record("a", devices=4), lease)
+    put_record(etcd, record("b", devices=1))
+    with nelssa.Placer(etcd.url, cluster="t", token_bytes=1 << 16, refresh_ms=100) as p:
+        a, b = p.find("a"), p.find("b")
+        assert p.place(10) == a                  # four devices: the least per device
+        # Found dead by the caller: b takes everything, even after a refresh...
+        p.exclude(a)
+        p.refresh()
+        assert p.place(10) == b
+        # ... until a registers again, under a new lease.
+        put_record(etcd, record("a", devices=4))
+        p.refresh()
+        assert not p.nodes()[a]["excluded"]
+        assert p.place(10) == a
+        # Gone from the registry: not placed on; its index stays.
+        etcd.ctl("del", "/nelssa/t/nodes/a")
+        p.refresh()
+        assert p.nodes()[a]["listed"] is False and p.find("a") == a
+        assert p.place(10) == b
+        # etcd away: the last view goes on, and refresh says why.
+        etcd.kill()
+        time.sleep(0.15)                         # older than refresh_ms: place re-reads
+        assert p.place(10) == b
+        with pytest.raises(nelssa.Error) as e:
+            p.refresh()
+        assert "127.0.0.1:%d" % etcd.port in str(e.value)
+        stale = p.view_age_ms
+        assert stale >= 100
+        etcd.start()
+        p.refresh()
+        assert p.view_age_ms < stale
+
+
+def test_placer_bad_arguments(etcd):
+    import nelssa
+    for kw in ({"token_bytes": 0}, {"token_bytes": 1, "max_fill": 1.5},
+               {"token_bytes": 1, "cluster": "a/b"}):
+        with pytest.raises((ValueError, nelssa.Error)):
+            nelssa.Placer(etcd.url, **kw)
+    with pytest.raises(nelssa.Error):
+        nelssa.Placer("localhost:2379", token_bytes=1)
+    # No etcd: a placer with an empty view, which says why.
+    p = nelssa.Placer("http://127.0.0.1:%d" % free_port(), token_bytes=1, timeout_ms=500)
+    assert p.nodes() == [] and p.view_age_ms is None
+    with pytest.raises(nelssa.Error) as e:
+        p.place(1)
+    assert e.value.errno == errno.ENOSPC
+    p.close()
+    with pytest.raises(ValueError):
+        p.place(1)

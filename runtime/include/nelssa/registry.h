@@ -120,6 +120,7 @@ struct nelssa_node {
 	uint32_t n_held;		/* entries in @held (at most NELSSA_NODE_MAX_HELD) */
 	uint32_t held_more;		/* requests held and not listed */
 	struct nelssa_node_held *held;	/* malloc'd, or NULL */
+	int64_t lease;			/* the key's, as read (not in the JSON) */
 };
 
 /* Whether @s names a cluster or a node: 1 to NELSSA_NAME_MAX of [A-Za-z0-9._-], not "." or "..". */

@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Placement of long requests across a cluster's NELSSA nodes
+ * (<nelssa/placement.h>; Documentation/cluster.rst, "Placement").
+ *
+ * The view is the registry's records read at one revision, kept when a
+ * read fails.  What a node holds is counted once: its record's tokens,
+ * less what the record lists under our own sessions, plus what we placed
+ * there (at the requests' final lengths) -- so our requests count from
+ * the moment they are placed, before the node's next record says so, and
+ * others' as the node reports them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nelssa/log.h>
+#include <nelssa/placement.h>
+#include <nelssa/registry.h>
+#include <nelssa/util.h>
+
+#define PLACER_SESSIONS 16	/* of ours, per node */
+
+struct pnode {
+	struct nelssa_node rec;		/* the last record read, its list of requests ours */
+	bool listed, excluded;
+	int64_t excluded_lease;		/* the lease it had when excluded */
+	uint64_t placed;		/* ours, at final lengths */
+	uint64_t sessions[PLACER_SESSIONS];
+	uint32_t n_sessions;
+};
+
+struct nelssa_placer {
+	struct nelssa_etcd *etcd;
+	char cluster[NELSSA_NAME_MAX + 1];
+	uint32_t refresh_ms;
+	uint64_t token_bytes;
+	double max_fill;
+	uint64_t read_ms;		/* when the view was read; 0: never */
+	struct pnode *node;
+	uint32_t n, cap;
+	char err[256];
+};
+
+const char *nelssa_placer_error(const struct nelssa_placer *p)
+{
+	return p->err;
+}
+
+static bool ours(const struct pnode *n, uint64_t session)
+{
+	for (uint32_t i = 0; i < n->n_sessions; i++)
+		if (n->sessions[i] == session)
+			return true;
+	return false;
+}
+
+static struct pnode *find(struct nelssa_placer *p, const char *id)
+{
+	for (uint32_t i = 0; i < p->n; i++)
+		if (!strcmp(p->node[i].rec.id, id))
+			return &p->node[i];
+	return NULL;
+}
+
+static void on_bad(void *arg, const char *key, const char *why)
+{
+	char msg[512];
+
+	(void)arg;
+	snprintf(msg, sizeof(msg), "registry: ignoring %s: %s", key, why);
+	nelssa_log(NELSSA_LOG_WARNING, "client", msg);
+}
+
+int nelssa_placer_refresh(struct nelssa_placer *p)
+{
+	struct nelssa_node *nodes;
+	size_t cnt;
+	int ret;
+
+	ret = nelssa_registry_nodes(p->etcd, p->cluster, &nodes, &cnt, NULL, on_bad, NULL);
+	if (ret) {
+		snprintf(p->err, sizeof(p->err), "%s", nelssa_etcd_error(p->etcd));
+		return ret;
+	}
+	for (uint32_t i = 0; i < p->n; i++)
+		p->node[i].listed = false;
+	for (size_t k = 0; k < cnt; k++) {
+		struct nelssa_node *r = &nodes[k];
+		struct pnode *n = find(p, r->id);
+
+		if (!n) {
+			if (p->n == p->cap) {
+				uint32_t cap = p->cap ? 2 * p->cap : 8;
+				struct pnode *a = realloc(p->node, cap * sizeof(*a));
+
+				if (!a) {
+					nelssa_registry_nodes_free(nodes, cnt);
+					snprintf(p->err, sizeof(p->err), "out of memory");
+					return -ENOMEM;
+				}
+				p->node = a;
+				p->cap = cap;
+			}
+			n = &p->node[p->n++];
+			memset(n, 0, sizeof(*n));
+		}
+		/* A node excluded comes back only under a new lease (it registered again). */
+		if (n->excluded && r->lease != n->excluded_lease)
+			n->excluded = false;
+		free(n->rec.held);
+		n->rec = *r;		/* its list of requests moves here */
+		r->held = NULL;
+		r->n_held = 0;
+		n->listed = true;
+	}
+	nelssa_registry_nodes_free(nodes, cnt);
+	p->read_ms = nelssa_now_ms();
+	if (!p->read_ms)
+		p->read_ms = 1;
+	return 0;
+}
+
+int nelssa_placer_open(const struct nelssa_placer_opts *o, struct nelssa_placer **out)
+{
+	struct nelssa_etcd_opts eo = {
+		.endpoints = o->etcd, .user = o->user, .password = o->password,
+		.cacert = o->cacert, .cert = o->cert, .key = o->key, .timeout_ms = o->timeout_ms,
+	};
+	const char *cluster = o->cluster ? o->cluster : "default";
+	struct nelssa_placer *p;
+	char why[256];
+	int ret;
+
+	*out = NULL;
+	if (!nelssa_registry_name_ok(cluster) || !o->token_bytes || o->max_fill < 0 ||
+	    o->max_fill > 1 || o->max_fill != o->max_fill)
+		return -EINVAL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	ret = nelssa_etcd_open(&eo, &p->etcd, why, sizeof(why));
+	if (ret) {
+		nelssa_log(NELSSA_LOG_WARNING, "client", why);
+		free(p);
+		return ret;
+	}
+	snprintf(p->cluster, sizeof(p->cluster), "%s", cluster);
+	p->refresh_ms = o->refresh_ms ? o->refresh_ms : 500;
+	p->token_bytes = o->token_bytes;
+	p->max_fill = o->max_fill > 0 ? o->max_fill : 0.9;
+	nelssa_placer_refresh(p);	/* a failure leaves the view empty, and says so */
+	*out = p;
+	return 0;
+}
+
+void nelssa_placer_close(struct nelssa_placer *p)
+{
+	if (!p)
+		return;
+	nelssa_etcd_close(p->etcd);
+	for (uint32_t i = 0; i < p->n; i++)
+		free(p->node[i].rec.held);
+	free(p->node);
+	free(p);
+}
+
+uint64_t nelssa_placer_view_age_ms(const struct nelssa_placer *p)
+{
+	return p->read_ms ? nelssa_now_ms() - p->read_ms : UINT64_MAX;
+}
+
+uint32_t nelssa_placer_count(const struct nelssa_placer *p)
+{
+	return p->n;
+}
+
+static uint64_t cap_tokens(const struct nelssa_placer *p, const struct pnode *n)
+{
+	return (uint64_t)((double)n->rec.kv_bytes_total * p->max_fill / (double)p->token_bytes);
+}
+
+/* The record's tokens, less what it lists under our sessions, plus ours at final length. */
+static uint64_t used_tokens(const struct pnode *n)
+{
+	uint64_t mine = 0;
+
+	for (uint32_t h = 0; h < n->rec.n_held; h++)
+		if (ours(n, n->rec.held[h].session))
+			mine += n->rec.held[h].tokens;
+	return (n->rec.tokens_held > mine ? n->rec.tokens_held - mine : 0) + n->placed;
+}
+
+int nelssa_placer_node(const struct nelssa_placer *p, uint32_t i, struct nelssa_placer_node *out)
+{
+	const struct pnode *n;
+	const char *colon;
+	size_t hl;
+
+	if (i >= p->n)
+		return -ENOENT;
+	n = &p->node[i];
+	memset(out, 0, sizeof(*out));
+	snprintf(out->id, sizeof(out->id), "%s", n->rec.id);
+	/* HOST:PORT, a v6 host in brackets (the record was checked whole). */
+	colon = strrchr(n->rec.control, ':');
+	hl = (size_t)(colon - n->rec.control);
+	if (n->rec.control[0] == '[' && hl >= 2 && n->rec.control[hl - 1] == ']')
+		snprintf(out->host, sizeof(out->host), "%.*s", (int)(hl - 2), n->rec.control + 1);
+	else
+		snprintf(out->host, sizeof(out->host), "%.*s", (int)hl, n->rec.control);
+	out->port = (uint16_t)atoi(colon + 1);
+	out->data_port = n->rec.data_port;
+	out->devices = n->rec.devices;
+	out->kv_bytes_total = n->rec.kv_bytes_total;
+	out->cap_tokens = cap_tokens(p, n);
+	out->used_tokens = used_tokens(n);
+	out->placed_tokens = n->placed;
+	out->step_us = n->rec.step_us;
+	out->steps_in_flight = n->rec.steps_in_flight;
+	out->listed = n->listed;
+	out->excluded = n->excluded;
+	return 0;
+}
+
+int nelssa_placer_find(const struct nelssa_placer *p, const char *id, uint32_t *i)
+{
+	for (uint32_t k = 0; k < p->n; k++)
+		if (!strcmp(p->node[k].rec.id, id)) {
+			*i = k;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+int nelssa_placer_place(struct nelssa_placer *p, uint64_t tokens, uint32_t *node)
+{
+	int best = -1;
+	double best_score = 0;
+
+	if (!tokens)
+		return -EINVAL;
+	if (nelssa_placer_view_age_ms(p) >= p->refresh_ms)
+		nelssa_placer_refresh(p);	/* else the last view: etcd away stops nothing */
+	for (uint32_t i = 0; i < p->n; i++) {
+		const struct pnode *n = &p->node[i];
+		uint64_t after = used_tokens(n) + tokens;
+		double score;
+
+		if (!n->listed || n->excluded || !n->rec.devices || after > cap_tokens(p, n))
+			continue;
+		score = (double)after / n->rec.devices;
+		if (best < 0 || score < best_score ||
+		    (score == best_score &&
+		     (n->rec.steps_in_flight < p->node[best].rec.steps_in_flight ||
+		      (n->rec.steps_in_flight == p->node[best].rec.steps_in_flight &&
+		       strcmp(n->rec.id, p->node[best].rec.id) < 0)))) {
+			best = (int)i;
+			best_score = score;
+		}
+	}
+	if (best < 0) {
+		snprintf(p->err, sizeof(p->err), "no node of cluster '%s' has room for %llu tokens "
+			 "(%u known)", p->cluster, (unsigned long long)tokens, p->n);
+		return -ENOSPC;
+	}
+	p->node[best].placed += tokens;
+	*node = (uint32_t)best;
+	return 0;
+}
+
+int nelssa_placer_release(struct nelssa_placer *p, uint32_t node, uint64_t tokens)
+{
+	if (node >= p->n)
+		return -ENOENT;
+	if (tokens > p->node[node].placed)
+		return -EINVAL;
+	p->node[node].placed -= tokens;
+	return 0;
+}
+
+int nelssa_placer_own_session(struct nelssa_placer *p, uint32_t node, uint64_t session)
+{
+	struct pnode *n;
+
+	if (node >= p->n)
+		return -ENOENT;
+	n = &p->node[node];
+	if (ours(n, session))
+		return 0;
+	if (n->n_sessions == PLACER_SESSIONS)
+		return -ENOSPC;
+	n->sessions[n->n_sessions++] = session;
+	return 0;
+}
+
+int nelssa_placer_disown_session(struct nelssa_placer *p, uint32_t node, uint64_t session)
+{
+	struct pnode *n;
+
+	if (node >= p->n)
+		return -ENOENT;
+	n = &p->node[node];
+	for (uint32_t i = 0; i < n->n_sessions; i++)
+		if (n->sessions[i] == session) {
+			n->sessions[i] = n->sessions[--n->n_sessions];
+			return 0;
+		}
+	return -ENOENT;
+}
+
+int nelssa_placer_exclude(struct nelssa_placer *p, uint32_t node)
+{
+	if (node >= p->n)
+		return -ENOENT;
+	p->node[node].excluded = true;
+	p->node[node].excluded_lease = p->node[node].rec.lease;
+	return 0;
+}
