@@ -182,7 +182,8 @@ static int write_retire(struct nelssa_client *c, struct kv_writes *w)
 		return ret;
 	memmove(w->op, w->op + 1, sizeof(w->op[0]) * --w->n);
 	if (op->status != UCS_OK)
-		ret = nc_fail(c, -EIO, "%s failed: %s", what(w), ucs_status_string(op->status));
+		ret = nc_fail(c, nc_ucs_errno(op->status), "%s failed: %s", what(w),
+			      ucs_status_string(op->status));
 	ucp_request_free(op->req);
 	nc_op_free(op);
 	return ret;
@@ -325,7 +326,8 @@ static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, ui
 	}
 	if (!UCS_PTR_IS_PTR(sp)) {
 		nc_op_free(op);
-		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, -EIO, "%s failed: %s", what(w),
+		return UCS_PTR_IS_ERR(sp) ? nc_fail(c, nc_ucs_errno(UCS_PTR_STATUS(sp)),
+						    "%s failed: %s", what(w),
 						    ucs_status_string(UCS_PTR_STATUS(sp))) : 0;
 	}
 	op->req = sp;
@@ -581,7 +583,7 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 		/* Every put has landed in the daemon's memory before the commit names it. */
 		ret = nc_ep_flush(c, w.deadline, &st);
 		if (!ret && st != UCS_OK)
-			ret = nc_fail(c, -EIO, "flushing RMA writes failed: %s",
+			ret = nc_fail(c, nc_ucs_errno(st), "flushing RMA writes failed: %s",
 				      ucs_status_string(st));
 	}
 	if (ret)

@@ -174,6 +174,21 @@ const char *nc_refusal(int status)
 	return strerror(-status);
 }
 
+int nc_ucs_errno(ucs_status_t st)
+{
+	switch (st) {
+	case UCS_ERR_CONNECTION_RESET:
+	case UCS_ERR_ENDPOINT_TIMEOUT:
+	case UCS_ERR_UNREACHABLE:
+	case UCS_ERR_REJECTED:
+		return -ECONNRESET;
+	case UCS_ERR_TIMED_OUT:
+		return -ETIMEDOUT;
+	default:
+		return -EIO;
+	}
+}
+
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
 	struct nelssa_client *c = arg;
@@ -212,7 +227,7 @@ static void reply_recvd(void *request, ucs_status_t status, size_t length, void 
 	p->done = 1;
 	p->receiving = 0;
 	if (status != UCS_OK)
-		p->status = -EIO;
+		p->status = nc_ucs_errno(status);
 	if (request)
 		ucp_request_free(request);
 }
@@ -371,7 +386,7 @@ int nc_am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t
 	if (!UCS_PTR_IS_PTR(sp)) {
 		free(op);
 		if (UCS_PTR_IS_ERR(sp))
-			return nc_fail(c, -EIO, "send failed: %s",
+			return nc_fail(c, nc_ucs_errno(UCS_PTR_STATUS(sp)), "send failed: %s",
 				    ucs_status_string(UCS_PTR_STATUS(sp)));
 		return 0;
 	}
@@ -393,7 +408,8 @@ int nc_am_send(struct nelssa_client *c, unsigned int id, const void *hdr, size_t
 		}
 	}
 	if (!ret && op->status != UCS_OK)
-		ret = nc_fail(c, -EIO, "send failed: %s", ucs_status_string(op->status));
+		ret = nc_fail(c, nc_ucs_errno(op->status), "send failed: %s",
+			      ucs_status_string(op->status));
 	ucp_request_free(sp);
 	free(op);
 	return ret;

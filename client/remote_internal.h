@@ -136,6 +136,13 @@ struct nelssa_client {
 /* Records @fmt as the connection's last error, logs it, returns @err. */
 int nc_fail(struct nelssa_client *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/*
+ * The errno of a UCX operation's failure: a peer gone (reset, unreachable,
+ * its endpoint timed out) is -ECONNRESET, as the endpoint's own error
+ * callback says, so a caller tells a lost daemon from a local fault
+ * (-EIO) whichever call noticed first.
+ */
+int nc_ucs_errno(ucs_status_t st);
 /* A control request and its reply; an ERROR reply becomes its code. */
 int nc_ctl_call(struct nelssa_client *c, struct nelssa_msg *m, struct nelssa_msg *r);
 /* Progresses the worker until *@done, the deadline or the daemon's end. */
