@@ -3,8 +3,12 @@
 free loopback port with sim devices, reference math in float64, and one
 TAP line per test for the meson runner (check-python.sh)."""
 
+import base64
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -271,3 +275,115 @@ def check_step(reqs, layer, items, q, o, lse):
     by_id = {r.id: r for r in reqs}
     for i, (rid, h, sel) in enumerate(items):
         assert_attn(o[i], lse[i], by_id[rid].ref(layer, h, list(sel), q[i]))
+
+
+# --- etcd and registered nodes (test_cluster.py, test_serve_cluster.py) ------
+
+ETCD = shutil.which("etcd")
+ETCDCTL = shutil.which("etcdctl")
+TTL = 2             # --etcd-ttl of the daemons here, s
+UPDATE_MS = 100     # --etcd-update-ms
+
+
+def nelssactl():
+    exe = os.path.join(os.path.dirname(os.environ.get("NELSSAD", "")), "..", "tools",
+                       "nelssactl", "nelssactl")
+    if not os.path.exists(exe):
+        pytest.skip("nelssactl not built beside nelssad")
+    return exe
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, cond, timeout=30.0):
+    """cond() until it returns something true, polled; fails after @timeout s."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            pytest.fail("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+class Etcd:
+    def __init__(self, port=None):
+        self.dir = tempfile.mkdtemp(prefix="nelssa-etcd-")
+        self.port = port or free_port()
+        self.peer = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.proc = None
+        self.start()
+
+    def start(self, wipe=False):
+        if wipe:
+            shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
+        peer = "http://127.0.0.1:%d" % self.peer
+        self.log = open(os.path.join(self.dir, "etcd.log"), "a")
+        self.proc = subprocess.Popen(
+            [ETCD, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "t=" + peer],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("etcd to serve", lambda: self.ctl("endpoint", "health", check=False)
+                 .returncode == 0)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def ctl(self, *args, check=True, user=None, stdin=None):
+        cmd = [ETCDCTL, "--endpoints", self.url, "--command-timeout=5s"]
+        if user:
+            cmd += ["--user", user]
+        r = subprocess.run(cmd + list(args), capture_output=True, text=True, input=stdin,
+                           env=dict(os.environ, ETCDCTL_API="3"), timeout=30)
+        if check and r.returncode:
+            pytest.fail("etcdctl %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def records(self, cluster="t", user=None):
+        """{node id: (record, lease)} as etcdctl reads them."""
+        out = self.ctl("get", "--prefix", "/nelssa/%s/nodes/" % cluster, "-w", "json",
+                       user=user).stdout
+        kvs = json.loads(out).get("kvs", [])
+        return {base64.b64decode(kv["key"]).decode().rsplit("/", 1)[1]:
+                (json.loads(base64.b64decode(kv.get("value", "")) or b"null"), kv.get("lease"))
+                for kv in kvs}
+
+
+@pytest.fixture
+def etcd():
+    e = Etcd()
+    yield e
+    e.stop()
+
+
+@pytest.fixture
+def nodes():
+    made = []
+
+    def make(etcd_url, node_id, *extra, env=None, devices="sim:2"):
+        d = Daemon(env=env, devices=devices,
+                   args=["--etcd", etcd_url, "--cluster", "t", "--node-id", node_id,
+                         "--etcd-ttl", str(TTL), "--etcd-update-ms", str(UPDATE_MS)] +
+                   list(extra))
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.stop()
+        assert "Sanitizer" not in d.read_log(), d.read_log()[-3000:]

@@ -10,133 +10,20 @@ independent client, as well as with 'nelssactl cluster'.
 Every wait polls a condition against a deadline well past the documented
 bound: no assertion depends on how fast this machine is."""
 
-import base64
 import errno
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from conftest import Daemon, Req, open_session
+from conftest import (ETCD, ETCDCTL, TTL, Etcd, Req, free_port, nelssactl, open_session,
+                      wait_for)
 
-ETCD = shutil.which("etcd")
-ETCDCTL = shutil.which("etcdctl")
 pytestmark = pytest.mark.skipif(not ETCD or not ETCDCTL,
                                 reason="etcd and etcdctl not installed (etcd-server, etcd-client)")
-
-TTL = 2             # --etcd-ttl of the daemons here, s
-UPDATE_MS = 100     # --etcd-update-ms
-
-
-def nelssactl():
-    exe = os.path.join(os.path.dirname(os.environ.get("NELSSAD", "")), "..", "tools",
-                       "nelssactl", "nelssactl")
-    if not os.path.exists(exe):
-        pytest.skip("nelssactl not built beside nelssad")
-    return exe
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what, cond, timeout=30.0):
-    """cond() until it returns something true, polled; fails after @timeout s."""
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            pytest.fail("timed out waiting for " + what)
-        time.sleep(0.05)
-
-
-class Etcd:
-    def __init__(self, port=None):
-        self.dir = tempfile.mkdtemp(prefix="nelssa-etcd-")
-        self.port = port or free_port()
-        self.peer = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.proc = None
-        self.start()
-
-    def start(self, wipe=False):
-        if wipe:
-            shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
-        peer = "http://127.0.0.1:%d" % self.peer
-        self.log = open(os.path.join(self.dir, "etcd.log"), "a")
-        self.proc = subprocess.Popen(
-            [ETCD, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
-             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "t=" + peer],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for("etcd to serve", lambda: self.ctl("endpoint", "health", check=False)
-                 .returncode == 0)
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait()
-        self.log.close()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def ctl(self, *args, check=True, user=None, stdin=None):
-        cmd = [ETCDCTL, "--endpoints", self.url, "--command-timeout=5s"]
-        if user:
-            cmd += ["--user", user]
-        r = subprocess.run(cmd + list(args), capture_output=True, text=True, input=stdin,
-                           env=dict(os.environ, ETCDCTL_API="3"), timeout=30)
-        if check and r.returncode:
-            pytest.fail("etcdctl %s: %s" % (" ".join(args), r.stderr))
-        return r
-
-    def records(self, cluster="t", user=None):
-        """{node id: (record, lease)} as etcdctl reads them."""
-        out = self.ctl("get", "--prefix", "/nelssa/%s/nodes/" % cluster, "-w", "json",
-                       user=user).stdout
-        kvs = json.loads(out).get("kvs", [])
-        return {base64.b64decode(kv["key"]).decode().rsplit("/", 1)[1]:
-                (json.loads(base64.b64decode(kv.get("value", "")) or b"null"), kv.get("lease"))
-                for kv in kvs}
-
-
-@pytest.fixture
-def etcd():
-    e = Etcd()
-    yield e
-    e.stop()
-
-
-@pytest.fixture
-def nodes():
-    made = []
-
-    def make(etcd_url, node_id, *extra, env=None, devices="sim:2"):
-        d = Daemon(env=env, devices=devices,
-                   args=["--etcd", etcd_url, "--cluster", "t", "--node-id", node_id,
-                         "--etcd-ttl", str(TTL), "--etcd-update-ms", str(UPDATE_MS)] +
-                   list(extra))
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.stop()
-        assert "Sanitizer" not in d.read_log(), d.read_log()[-3000:]
-
 
 def ctl_cluster(etcd_url, *extra, check=True):
     r = subprocess.run([nelssactl(), "--json", "cluster", "--etcd", etcd_url, "--cluster", "t"] +
@@ -203,7 +90,8 @@ def test_record_follows_requests(etcd, nodes, rng):
 
 
 def test_clean_exit_withdraws_at_once(etcd, nodes):
-    a, b = nodes(etcd.url, "a"), nodes(etcd.url, "b")
+    a = nodes(etcd.url, "a")
+    nodes(etcd.url, "b")
     wait_for("two records", lambda: len(etcd.records()) == 2)
     a.kill(signal.SIGTERM)
     assert a.proc.wait(timeout=30) == 0
@@ -471,3 +359,29 @@ def test_placer_bad_arguments(etcd):
     p.close()
     with pytest.raises(ValueError):
         p.place(1)
+
+
+def test_placer_skips_a_node_that_stopped_renewing(etcd, nodes, rng):
+    """A node that lost etcd but not its clients: its record expires, nothing
+    new is placed on it, and the session it holds is still served."""
+    import nelssa
+    from conftest import LAYERS, check_step, random_items
+    s_node = nodes(etcd.url, "s", env={"NELSSAD_TEST_REGISTRY_STALL": "1"})
+    nodes(etcd.url, "n", devices="sim:1")
+    wait_for("two records", lambda: len(etcd.records()) == 2)
+    with nelssa.Placer(etcd.url, cluster="t", token_bytes=1 << 10, refresh_ms=100) as p:
+        s_i, n_i = p.find("s"), p.find("n")
+        assert p.place(100) == s_i                # two devices against one
+        with s_node.client() as c:
+            sess = open_session(c)
+            p.own_session(s_i, sess)
+            r = Req(rng, c, sess, 1, 300)
+            wait_for("s's record to expire", lambda: "s" not in etcd.records(),
+                     timeout=10 * TTL)
+            p.refresh()
+            assert not p.nodes()[s_i]["listed"]
+            assert all(p.place(100) == n_i for _ in range(5))
+            for layer in range(LAYERS):
+                items, q = random_items(rng, [r], layer)
+                o, lse = c.step(sess, layer, items, q)
+                check_step([r], layer, items, q, o, lse)

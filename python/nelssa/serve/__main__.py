@@ -30,7 +30,11 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="python3 -m nelssa.serve", description=__doc__.split("\n")[0])
     a = p.add_argument
     a("--host", default="127.0.0.1", help="nelssad's control address")
-    a("--port", type=int, default=0, help="nelssad's control port (NELSSA mode needs it)")
+    a("--port", type=int, default=0, help="nelssad's control port (NELSSA mode needs it, "
+      "or --etcd)")
+    a("--etcd", help="a cluster's etcd registry (URL[,URL...]): place long requests on "
+      "the nodes it lists instead of --host:--port (Documentation/cluster.rst)")
+    a("--cluster", default="default", help="the cluster's name in the registry")
     a("--modes", default="gpu,nelssa", help="modes to run, in order: gpu, nelssa or both")
     a("--model", default="tiny", help="model preset: tiny or llama3-8b")
     a("--layers", type=int, help="layers (fewer than the preset's)")
@@ -76,8 +80,8 @@ def parse(argv):
             p.error("--modes: unknown mode %r (gpu, nelssa)" % m)
     if args.sim_out and sorted(args.modes) != ["gpu", "nelssa"]:
         p.error("--sim-out fits both modes' steps: give --modes gpu,nelssa")
-    if "nelssa" in args.modes and not args.port:
-        p.error("NELSSA mode needs --port (nelssad's control port)")
+    if "nelssa" in args.modes and not args.port and not args.etcd:
+        p.error("NELSSA mode needs --port (nelssad's control port) or --etcd (a cluster)")
     try:
         lo, hi = (int(x) for x in args.long_len.split(","))
     except ValueError:
@@ -123,6 +127,7 @@ def ecfg(args, mode):
                         select=args.select,
                         estimate=not args.no_estimate, migrate=not args.no_migrate,
                         accuracy_every=args.accuracy_every, host=args.host, port=args.port,
+                        etcd=args.etcd, cluster=args.cluster,
                         capacity_tokens=args.capacity_tokens,
                         prefill_elsewhere=args.prefill_elsewhere)
 
@@ -160,9 +165,9 @@ def serve(args):
         finally:
             e.close()
         say("   done in %.1f s" % (time.time() - t))
-        if e.lost:
-            say("   nelssad was lost mid-run (%s): %d requests recomputed on the GPU"
-                % (e.lost, e.lost_requests))
+        for loss in e.node_losses:
+            say("   node %s lost at %.2f s (%s): requests %s prefilled again"
+                % (loss["node"], loss["t"], loss["why"], loss["requests"]))
         engines.append(e)
     cut = long_cut if long_cut is not None else float("inf")
     for e in engines:

@@ -39,10 +39,7 @@ import nelssa
 
 from .kvpool import KVPool
 from .model import dense_attn
-
-# What a client call answers when nelssad is gone or cannot be reached.
-LOST_ERRNOS = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
-                         errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED))
+from .nodes import LOST_ERRNOS, NodeLost, Nodes  # noqa: F401 (LOST_ERRNOS: for callers)
 
 
 @dataclasses.dataclass
@@ -67,6 +64,10 @@ class EngineConfig:
     accuracy_every: int = 4         # compare PNM attention with dense every N steps (0: never)
     host: str = "127.0.0.1"
     port: int = 0
+    etcd: str = None                # a cluster's registry (URLs): its nodes instead of host:port
+    cluster: str = "default"
+    max_fill: float = 0.9           # a node filled to at most this share of its memory
+    tenant: int = 0                 # the sessions' tenant label (0..255)
     timeout_ms: int = 30000
     capacity_tokens: int = 131072   # the nelssad session's capacity, tokens
     kmeans_iters: int = 10
@@ -82,8 +83,8 @@ class EngineConfig:
             raise ValueError("engine: select must be in (0, 1], not %r" % (self.select,))
         if self.sink < 0 or self.recent < 1 or self.chunk < 1 or self.prefill_chunk < 1:
             raise ValueError("engine: sink >= 0, recent >= 1, chunk >= 1, prefill_chunk >= 1")
-        if self.mode == "nelssa" and not self.port:
-            raise ValueError("engine: NELSSA mode needs nelssad's port")
+        if self.mode == "nelssa" and not self.port and not self.etcd:
+            raise ValueError("engine: NELSSA mode needs nelssad's port, or a cluster's etcd")
         if not self.timeout_ms > 0:
             raise ValueError("engine: timeout_ms must be > 0 (the most a step is waited for)")
         return self
@@ -157,9 +158,20 @@ class Engine:
         if cfg.mode == "nelssa" and self._window_blocks(cfg.block) > self.pool.blocks:
             raise ValueError("engine: a %d-token pool cannot hold a NELSSA request's window "
                              "and centroids" % cfg.pool_tokens)
-        self.client = self.session = self.router = self.ctl = None
+        self.nodes = self.router = self.ctl = None
+        self.node_losses = []           # dict(node, t, why, requests) a lost node each
         if cfg.mode == "nelssa":
             self._connect()
+
+    @property
+    def client(self):
+        """The nelssad client of a single-node engine (None once lost)."""
+        n = self.nodes.single if self.nodes is not None else None
+        return n.client if n is not None else None
+
+    @client.setter
+    def client(self, c):
+        self.nodes.single.client = c
 
     # --- set-up -------------------------------------------------------------
 
@@ -170,9 +182,11 @@ class Engine:
                                     select=cfg.select, devices=cfg.devices)
         self.router.gpu_kv = self.pool.blocks * cfg.block * self.m.kv_bytes_per_token
         self.router.window = cfg.sink + cfg.recent + cfg.chunk
-        # nelssad's session holds capacity_tokens: the tier's memory cap.
-        self.router.cap_pnm_mem = min(self.router.cap_pnm_mem, cfg.capacity_tokens * (
-            self.router.kv_bytes_per_token / (self.router.pnm_mem * cfg.devices)))
+        # nelssad's session holds capacity_tokens: the tier's memory cap (a
+        # cluster's nodes are capped each by the placer).
+        if not cfg.etcd:
+            self.router.cap_pnm_mem = min(self.router.cap_pnm_mem, cfg.capacity_tokens * (
+                self.router.kv_bytes_per_token / (self.router.pnm_mem * cfg.devices)))
         if cfg.threshold is not None:
             self.router.t_input = cfg.threshold
         if cfg.adaptive:
@@ -180,16 +194,15 @@ class Engine:
             # a run of this engine lasts a minute or two.
             self.ctl = nelssa.ThresholdCtl(self.router.t_input)
             self.ctl.period, self.ctl.hold = cfg.adapt_period, 2 * cfg.adapt_period
-        self.client = nelssa.Client(cfg.host, cfg.port, timeout_ms=cfg.timeout_ms,
-                                    name="nelssa-serve")
-        self.session = self.client.open_session(
-            self.L, self.Hq, self.Hkv, self.D, max_batch=cfg.max_batch,
-            max_sel=65536, capacity_tokens=cfg.capacity_tokens)
+        self.nodes = Nodes(cfg, (self.L, self.Hq, self.Hkv, self.D),
+                           dict(max_batch=cfg.max_batch, max_sel=65536,
+                                capacity_tokens=cfg.capacity_tokens, tenant=cfg.tenant),
+                           self.m.kv_bytes_per_token, self.log)
 
     def close(self):
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        if self.nodes is not None:
+            self.nodes.close()
+            self.nodes = None
 
     # --- PNM tier -----------------------------------------------------------
 
@@ -225,7 +238,7 @@ class Engine:
             kb = _bits(st.host_k[layer][h, :n_off])
             vb = _bits(st.host_v[layer][h, :n_off])
             ix = self._kmeans(kb)
-            self.client.offload(self.session, seq.req.rid, layer, h, ix, kb, vb)
+            self.nodes.of[seq.req.rid].call("offload", seq.req.rid, layer, h, ix, kb, vb)
             st.ix[layer][h] = ix
             st.n_off = n_off
             self._refresh(st, layer, h)
@@ -259,9 +272,9 @@ class Engine:
             for h in range(self.Hkv):
                 ix = st.ix[layer][h]
                 old = ix.append(_bits(st.host_k[layer][h, a:b]), iters=c.kmeans_iters)
-                self.client.append(self.session, seq.req.rid, layer, h, ix,
-                                   _bits(st.host_k[layer][h, :b]),
-                                   _bits(st.host_v[layer][h, :b]), old)
+                self.nodes.of[seq.req.rid].call("append", seq.req.rid, layer, h, ix,
+                                                _bits(st.host_k[layer][h, :b]),
+                                                _bits(st.host_v[layer][h, :b]), old)
         st.n_off = b
         for layer in range(self.L):
             for h in range(self.Hkv):
@@ -391,14 +404,10 @@ class Engine:
         return "pnm" if r == nelssa.ROUTE_PNM else "gpu"
 
     def _alloc_pnm(self, seq, n):
-        """Room on nelssad for seq; False (the router's count undone) when
-        its session is full: the request waits, as for any other cap."""
-        try:
-            self.client.alloc_request(self.session, seq.req.rid, seq.req.final_len,
-                                      seq.req.final_len)
-        except nelssa.Error as e:
-            if e.errno != errno.ENOSPC:
-                raise
+        """Room on a node for seq; False (the router's count undone) when
+        no node has room (its session, or every node of the cluster full):
+        the request waits, as for any other cap."""
+        if self.nodes.alloc(seq.req.rid, seq.req.final_len) is None:
             self.router.leave(n, seq.req.final_len)
             return False
         return True
@@ -458,50 +467,59 @@ class Engine:
         if seq.where == "pnm":
             self.router.leave(seq.kv_len, seq.req.final_len)
             self._free_indices(seq.pnm)
-            try:
-                self.client.free_request(self.session, seq.req.rid)
-            except nelssa.Error as e:
-                # A lost node is noticed by the next call that needs it.
-                if e.errno not in LOST_ERRNOS:
-                    raise
+            # A lost node is noticed by the next call that needs it.
+            self.nodes.free(seq.req.rid)
         self._abort_move(seq)
 
-    def _lose_node(self, err, running):
-        """nelssad is gone: its requests are recomputed on the GPU.
+    def _lose_node(self, lost, running):
+        """A node is gone (lost: NodeLost): its requests are prefilled again.
 
-        Every request on NELSSA (running, in prefill or migrating there)
-        goes back to the head of the queue, to be prefilled again from its
-        prompt and the tokens it produced -- preemption by recompute -- and
-        routing stops: from now on the engine runs GPU-only, refusing what
+        Every request it held (running, in prefill or migrating there) goes
+        back to the head of the queue, to be prefilled again from its prompt
+        and the tokens it produced -- preemption by recompute -- and routed
+        again: onto another node of the cluster, or the GPU.  When no node
+        is left (a single nelssad, or every node of the cluster lost),
+        routing stops: from then on the engine runs GPU-only, refusing what
         the pool cannot hold.
         """
-        self.lost = "%s (errno %d)" % (err.strerror or err, err.errno)
-        for s in [s for s in running if s.done]:
+        err, node = lost.err, lost.node
+        self.lost = "%s: %s (errno %d)" % (node.name, err.strerror or err, err.errno)
+        rids = set(self.nodes.lose(node))
+        for s in [s for s in running if s.done and s.req.rid in rids]:
             # Its tokens are all there: finished, not recomputed.
             running.remove(s)
-            self.pool.release(s.req.rid)
-            self.finished.append(s)
-        back = [s for s in running if s.where == "pnm"] + \
-            [s for s in self.prefilling if s.where == "pnm"]
-        self.log("nelssad lost: %s; %d requests on NELSSA are recomputed on the GPU, "
-                 "and the engine runs GPU-only from now on" % (self.lost, len(back)))
-        try:
-            self.client.close()
-        except nelssa.Error:
-            pass
-        self.client = self.router = self.ctl = None
-        for s in running:
+            self._finish(s)
+        back = [s for s in running + self.prefilling
+                if s.req.rid in rids and (s.where == "pnm" or s.moving is not None)]
+        left = self.nodes.any_left()
+        self.node_losses.append(dict(node=node.name, t=self._now(), mono=time.monotonic(),
+                                     why=self.lost, requests=sorted(s.req.rid for s in back)))
+        self.log("node %s lost: %s; its %d requests are prefilled again%s" % (
+            node.name, self.lost, len(back),
+            "" if left else ", and the engine runs GPU-only from now on"))
+        for s in back:
             if s.moving is not None:
+                # Still on the GPU: the move is dropped, the request stays.
                 self._free_indices(s.moving["st"])
+                self.router.leave(s.moving["n"], s.req.final_len)
                 s.moving = None
+        back = [s for s in back if s.where == "pnm"]
         for s in sorted(back, key=lambda s: s.admitted, reverse=True):
             (running if s in running else self.prefilling).remove(s)
+            self.router.leave(s.kv_len if s.pf is None else len(s.tokens), s.req.final_len)
             if s.pnm is not None:
                 self._free_indices(s.pnm)
             self.pool.release(s.req.rid)
             s.pnm, s.pf, s.where, s.prev, s.due = None, None, None, None, 0.0
             self.lost_requests += 1
             self.waiting.insert(0, s)
+        if not left:
+            for s in running:
+                if s.moving is not None:
+                    self._free_indices(s.moving["st"])
+                    s.moving = None
+            self.nodes.close()
+            self.nodes = self.router = self.ctl = None
 
     @staticmethod
     def _free_indices(st):
@@ -547,26 +565,35 @@ class Engine:
                 st = s.pnm
                 st.tail_k[layer] = torch.cat([st.tail_k[layer], k[i][:, None]], 1)
                 st.tail_v[layer] = torch.cat([st.tail_v[layer], v[i][:, None]], 1)
-            pending = None
-            if pnm:
-                items, qs = self._pnm_items(pnm, q, layer)
-                pending = self.client.step_send(self.session, layer, items, qs)
+            # The split batch: each node's share sent before the GPU's attention.
+            sent = []
+            for node, group in self._by_node(pnm):
+                items, qs = self._pnm_items(group, q, layer)
+                sent.append((node, group, items, qs,
+                             node.call("step_send", layer, items, qs)))
             for i, s in gpu:
                 self.pool.put(s.req.rid, layer, s.kv_len, k[i], v[i])
                 kk, vv = self.pool.read(s.req.rid, layer)
                 out[i] = dense_attn(q[i], kk, vv)[0]
-            if pending is not None:
-                po, pl = self._collect(pending, layer)
-                self._pnm_merge(pnm, qs, layer, items, po, pl, out)
-                if check:
-                    t = time.perf_counter()
-                    for i, s in pnm:
-                        kk, vv = self._full_kv(s, layer)
-                        od = dense_attn(q[i], kk, vv)[0].view(self.Hkv, -1)
-                        err = (out[i].view(self.Hkv, -1) - od).norm(dim=1) / od.norm(dim=1)
-                        for h, e in enumerate(err.tolist()):
-                            self.errors[layer][h].append(e)
-                    self.overhead += time.perf_counter() - t
+            for j, (node, group, items, qs, pending) in enumerate(sent):
+                try:
+                    po, pl = self._collect(pending, layer)
+                except nelssa.Error as e:
+                    for rest in sent[j + 1:]:
+                        rest[4].cancel()    # the other nodes' replies are not waited for
+                    if e.errno in LOST_ERRNOS:
+                        raise NodeLost(node, e) from e
+                    raise
+                self._pnm_merge(group, qs, layer, items, po, pl, out)
+            if pnm and check:
+                t = time.perf_counter()
+                for i, s in pnm:
+                    kk, vv = self._full_kv(s, layer)
+                    od = dense_attn(q[i], kk, vv)[0].view(self.Hkv, -1)
+                    err = (out[i].view(self.Hkv, -1) - od).norm(dim=1) / od.norm(dim=1)
+                    for h, e in enumerate(err.tolist()):
+                        self.errors[layer][h].append(e)
+                self.overhead += time.perf_counter() - t
             x = self.m.finish(layer, x, out.view(B, -1))
         nxt = self.m.logits(x).argmax(-1).tolist()
         t = self._now()
@@ -576,6 +603,15 @@ class Engine:
             if s.where == "pnm":
                 self.router.grow(1, s.req.final_len)
         self.steps += 1
+
+    def _by_node(self, pnm):
+        """pnm's (index, seq) pairs grouped by the node holding them, in
+        the order each node first appears."""
+        groups = {}
+        for i, s in pnm:
+            n = self.nodes.of[s.req.rid]
+            groups.setdefault(id(n), (n, []))[1].append((i, s))
+        return list(groups.values())
 
     def _pace(self, stepped):
         """Spaces the tokens of requests only the PNM tier can hold.
@@ -613,9 +649,9 @@ class Engine:
             return
         seq.moving = None
         self._free_indices(mv["st"])
-        if self.client is not None:
+        if self.nodes is not None:
             self.router.leave(mv["n"], seq.req.final_len)
-            self.client.free_request(self.session, seq.req.rid)
+            self.nodes.free(seq.req.rid)
 
     def _migrate(self, running):
         if not (self.cfg.migrate and self.router is not None):
@@ -689,9 +725,7 @@ class Engine:
             try:
                 if not self._iteration(running, pending):
                     continue
-            except nelssa.Error as e:
-                if self.client is None or e.errno not in LOST_ERRNOS:
-                    raise
+            except NodeLost as e:
                 self._lose_node(e, running)
                 continue
             self.timeline.append(dict(

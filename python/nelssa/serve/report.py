@@ -59,6 +59,7 @@ def summary(engine, long_cut):
         pnm_requests=sum(r["where"] == "pnm" for r in rows),
         migrations=engine.migrations, preemptions=engine.preemptions,
         nelssa_lost=engine.lost, requests_recomputed_after_loss=engine.lost_requests,
+        node_losses=engine.node_losses,
         attn_rel_err_median=[e[0] for e in errs], attn_rel_err_max=[e[1] for e in errs],
         retrieval_heads_err_median=[e[0] for e in retr],
         other_heads_err_median=[e[0] for e in rest],
