@@ -101,6 +101,9 @@ bench: userspace
 	@echo "== the serving engine against nelssa-sim: fitted, held-out workload (about 4 min) =="
 	@scripts/deps.sh demo
 	@scripts/serve-vs-sim.sh $(BUILD)
+	@echo "== scale-out: placement rate, the cluster layer's step cost, a node killed (about 1 min) =="
+	@scripts/deps.sh test
+	@scripts/cluster-bench.sh $(BUILD)
 	@echo "== nelssa-sim sweep: NELSSA never more than 5% behind GPU-only? =="
 	@scripts/sim-sweep.sh $(BUILD) | tail -5
 	@echo "== ... and with the adaptive threshold off =="
