@@ -18,6 +18,7 @@
 
 #include <nelssa/log.h>
 #include <nelssa/placement.h>
+#include <nelssa/policy.h>
 #include <nelssa/registry.h>
 #include <nelssa/util.h>
 
@@ -237,30 +238,29 @@ int nelssa_placer_find(const struct nelssa_placer *p, const char *id, uint32_t *
 
 int nelssa_placer_place(struct nelssa_placer *p, uint64_t tokens, uint32_t *node)
 {
-	int best = -1;
-	double best_score = 0;
+	struct nelssa_place_node *v;
+	int best;
 
 	if (!tokens)
 		return -EINVAL;
 	if (nelssa_placer_view_age_ms(p) >= p->refresh_ms)
 		nelssa_placer_refresh(p);	/* else the last view: etcd away stops nothing */
+	v = calloc(p->n ? p->n : 1, sizeof(*v));
+	if (!v) {
+		snprintf(p->err, sizeof(p->err), "out of memory");
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < p->n; i++) {
 		const struct pnode *n = &p->node[i];
-		uint64_t after = used_tokens(n) + tokens;
-		double score;
 
-		if (!n->listed || n->excluded || !n->rec.devices || after > cap_tokens(p, n))
-			continue;
-		score = (double)after / n->rec.devices;
-		if (best < 0 || score < best_score ||
-		    (score == best_score &&
-		     (n->rec.steps_in_flight < p->node[best].rec.steps_in_flight ||
-		      (n->rec.steps_in_flight == p->node[best].rec.steps_in_flight &&
-		       strcmp(n->rec.id, p->node[best].rec.id) < 0)))) {
-			best = (int)i;
-			best_score = score;
-		}
+		v[i] = (struct nelssa_place_node){
+			.used_tokens = (double)used_tokens(n), .cap_tokens = (double)cap_tokens(p, n),
+			.devices = n->rec.devices, .steps_in_flight = n->rec.steps_in_flight,
+			.eligible = n->listed && !n->excluded, .id = n->rec.id,
+		};
 	}
+	best = nelssa_place_pick(v, p->n, (double)tokens);
+	free(v);
 	if (best < 0) {
 		snprintf(p->err, sizeof(p->err), "no node of cluster '%s' has room for %llu tokens "
 			 "(%u known)", p->cluster, (unsigned long long)tokens, p->n);

@@ -510,3 +510,33 @@ double nelssa_threshold_update(struct nelssa_threshold_ctl *c, double u_gpu, dou
 	}
 	return c->base * exp2(c->x);
 }
+
+int nelssa_place_pick(const struct nelssa_place_node *nodes, uint32_t n, double tokens)
+{
+	int best = -1;
+	double best_score = 0.0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nelssa_place_node *x = &nodes[i], *b;
+		const double after = x->used_tokens + tokens;
+		double score;
+
+		if (!x->eligible || !x->devices || !(after <= x->cap_tokens))
+			continue;
+		score = after / x->devices;
+		if (best < 0 || score < best_score) {
+			best = (int)i;
+			best_score = score;
+			continue;
+		}
+		b = &nodes[best];
+		if (score == best_score &&
+		    (x->steps_in_flight < b->steps_in_flight ||
+		     (x->steps_in_flight == b->steps_in_flight && x->id && b->id &&
+		      strcmp(x->id, b->id) < 0))) {
+			best = (int)i;
+			best_score = score;
+		}
+	}
+	return best < 0 ? -ENOSPC : best;
+}

@@ -551,6 +551,44 @@ static void threshold_ignores_noise_at_balance(void **state)
 	assert_true(c.x == x);
 }
 
+/* Placement across nodes: known answers for each rule of nelssa_place_pick(). */
+static void place_pick_known_answers(void **state)
+{
+	struct nelssa_place_node v[4] = {
+		{ .used_tokens = 1000, .cap_tokens = 10000, .devices = 1, .eligible = 1, .id = "a" },
+		{ .used_tokens = 3000, .cap_tokens = 10000, .devices = 4, .eligible = 1, .id = "b" },
+		{ .used_tokens = 0, .cap_tokens = 10000, .devices = 2, .eligible = 0, .id = "c" },
+		{ .used_tokens = 9000, .cap_tokens = 10000, .devices = 8, .eligible = 1, .id = "d" },
+	};
+
+	(void)state;
+	/* Per device after: a 2000, b 1000, d 1250 (c not eligible). */
+	assert_int_equal(nelssa_place_pick(v, 4, 1000), 1);
+	/* d lacks room for 2000; a 3000, b 1250. */
+	assert_int_equal(nelssa_place_pick(v, 4, 2000), 1);
+	/* Nobody has room. */
+	assert_int_equal(nelssa_place_pick(v, 4, 9500), -ENOSPC);
+	assert_int_equal(nelssa_place_pick(v, 0, 1), -ENOSPC);
+	/* Exactly the cap fits. */
+	v[1].used_tokens = 10000;
+	v[3].used_tokens = 0;
+	assert_int_equal(nelssa_place_pick(v, 4, 10000), 3);
+	/* Ties: fewer steps in flight, then the id, then the index. */
+	v[0] = (struct nelssa_place_node){ 0, 100, 1, 2, 1, "z" };
+	v[1] = (struct nelssa_place_node){ 0, 100, 1, 1, 1, "y" };
+	v[2] = (struct nelssa_place_node){ 0, 100, 1, 1, 1, "x" };
+	assert_int_equal(nelssa_place_pick(v, 3, 10), 2);
+	v[2].steps_in_flight = 3;
+	assert_int_equal(nelssa_place_pick(v, 3, 10), 1);
+	v[0].id = v[1].id = NULL;
+	v[1].steps_in_flight = 2;
+	assert_int_equal(nelssa_place_pick(v, 2, 10), 0);
+	/* No devices, or a NaN cap: never placed on. */
+	v[0].devices = 0;
+	v[1].cap_tokens = NAN;
+	assert_int_equal(nelssa_place_pick(v, 2, 10), -ENOSPC);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -567,6 +605,7 @@ int main(void)
 		cmocka_unit_test(profiles_builtin_and_files),
 		cmocka_unit_test(threshold_follows_load_steps_without_oscillating),
 		cmocka_unit_test(threshold_ignores_noise_at_balance),
+		cmocka_unit_test(place_pick_known_answers),
 	};
 
 	tu_init("policy");

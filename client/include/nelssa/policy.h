@@ -477,6 +477,38 @@ void nelssa_threshold_init(struct nelssa_threshold_ctl *c, double base);
 double nelssa_threshold_update(struct nelssa_threshold_ctl *c, double u_gpu, double u_pnm,
 			       double dt);
 
+/**
+ * struct nelssa_place_node - one NELSSA node, as placement sees it.
+ * @used_tokens: tokens it holds (others' as reported, ours at final length).
+ * @cap_tokens: the most it may hold.
+ * @devices: its PNM devices (0: never placed on).
+ * @steps_in_flight: its decode steps being served now (ties).
+ * @eligible: it may take requests (listed, not found dead).
+ * @id: its name (ties after @steps_in_flight; NULL: index order).
+ */
+struct nelssa_place_node {
+	double used_tokens, cap_tokens;
+	uint32_t devices, steps_in_flight;
+	int eligible;
+	const char *id;
+};
+
+/**
+ * nelssa_place_pick() - the node a request of @tokens goes to.
+ * @nodes: the nodes.
+ * @n: how many.
+ * @tokens: the request's tokens at its end.
+ *
+ * Among the eligible nodes with room (used + @tokens <= cap), the one whose
+ * decode step would stream the fewest tokens per device afterwards,
+ * (used + @tokens) / devices; ties to fewer steps in flight, then the id
+ * (or the index).  The one rule of the client library's placement
+ * (<nelssa/placement.h>) and of nelssa-sim's cluster (Documentation/cluster.rst).
+ *
+ * Return: the node's index, or -ENOSPC when none has room.
+ */
+int nelssa_place_pick(const struct nelssa_place_node *nodes, uint32_t n, double tokens);
+
 #ifdef __cplusplus
 }
 #endif
