@@ -477,6 +477,82 @@ else
 	echo "not ok $((n += 1)) - where the PNM tier serves nobody, the run says its options did nothing"
 fi
 
+# --- Clusters (issue 22): M GPU nodes sharing K NELSSA nodes, long
+# requests placed with the client library's rule.
+# shellcheck disable=SC2086
+t "one GPU node and one NELSSA node given as a cluster" 0 "$sim" $small --json --gpu-nodes 1 \
+	--pnm-nodes 1
+if cmp -s "$out/stdout" "$out/first.json"; then
+	echo "ok $((n += 1)) - --gpu-nodes 1 --pnm-nodes 1 is the single node, to the byte"
+else
+	echo "not ok $((n += 1)) - --gpu-nodes 1 --pnm-nodes 1 is the single node, to the byte"
+fi
+cl="--synthetic 1000 --long-frac 0.3 --long-len 65536 --out-len 64 --quiet"
+# shellcheck disable=SC2086
+t "4 GPU nodes, 3 NELSSA nodes" 0 "$sim" $cl --rps 40 --gpu-nodes 4 --pnm-nodes 3 --json
+json_check "cluster: nothing lost, every token once, KV within capacity" \
+	"all(r['lost'] == 0 and r['done'] == j['requests'] and r['tokens'] == r['tokens_expected'] \
+	 and r['max_kv_util'] <= 1.0 for r in (g, s)) and j['gpu_nodes'] == 4 and j['pnm_nodes'] == 3"
+json_check "cluster: every admission on one node, none over 90 % of its memory, all nodes used" \
+	"sum(s['node_admissions']) == s['pnm_requests'] > 0 and 0 < s['max_node_fill'] <= 0.9 \
+	 and len(s['node_admissions']) == 3 and min(s['node_admissions']) > 0"
+# Ties go to the first node, so a lightly loaded cluster leans on it; loaded, shares even out.
+# shellcheck disable=SC2086
+t "4 x 3 nodes, loaded with 128K-token requests" 0 "$sim" $cl --long-len 131072 --rps 40 \
+	--gpu-nodes 4 --pnm-nodes 3 --json --mode nelssa
+JSON_PRELUDE="s=j['runs']['nelssa']"
+json_check "loaded, equal nodes take shares within 15 % of the mean" \
+	"max(abs(a - s['pnm_requests'] / 3) for a in s['node_admissions']) <= 0.15 * s['pnm_requests'] / 3"
+# shellcheck disable=SC2086
+t "--max-fill 0.02 on 4 x 3 nodes" 0 "$sim" $cl --rps 40 --gpu-nodes 4 --pnm-nodes 3 --json \
+	--max-fill 0.02 --mode nelssa
+json_check "--max-fill: no node past it, nothing lost" \
+	"0 < s['max_node_fill'] <= 0.02 and s['lost'] == 0 and s['tokens'] == s['tokens_expected']"
+# shellcheck disable=SC2086
+t "one GPU and one NELSSA node at 20 req/s" 0 "$sim" $cl --rps 20 --mode nelssa --json
+cp "$out/stdout" "$out/one.json"
+# shellcheck disable=SC2086
+t "two GPU and two NELSSA nodes at 40 req/s" 0 "$sim" $cl --rps 40 --mode nelssa --json \
+	--gpu-nodes 2 --pnm-nodes 2
+json_check "twice the nodes serve twice the load at about twice the throughput (within 10 %)" \
+	"1.8 <= s['throughput'] / json.load(open('$out/one.json'))['runs']['nelssa']['throughput'] <= 2.2"
+# shellcheck disable=SC2086
+t "2 GPU nodes sharing 1 NELSSA node at 40 req/s" 0 "$sim" $cl --rps 40 --mode nelssa --json \
+	--gpu-nodes 2 --pnm-nodes 1
+cp "$out/stdout" "$out/shared.json"
+json_check "sharing one NELSSA node is no faster than having two, and still loses nothing" \
+	"s['lost'] == 0 and s['throughput'] <= 1.001 * json.load(open('$out/one.json'))['runs']['nelssa']['throughput'] * 2"
+# shellcheck disable=SC2086
+t "a request longer than one NELSSA node holds" 0 "$sim" --synthetic 60 --long-frac 0.5 \
+	--long-len 2000000 --rps 5 --gpu-nodes 2 --pnm-nodes 2 --devices 1 --mode nelssa --json --quiet
+json_check "... is refused, saying so, though two nodes together could hold it" \
+	"s['refused'] > 0 and 'one NELSSA node' in s['refused_why'] and s['lost'] == 0"
+# shellcheck disable=SC2086
+t "--size-pnm-nodes 5 for 4 GPU nodes" 0 "$sim" $cl --rps 40 --gpu-nodes 4 --size-pnm-nodes 5 \
+	--json
+JSON_PRELUDE="w=j['sweep']; b=max(x['throughput'] for x in w); p=min(x['p99_tpot_q_ms'] for x in w); lo=min(x['lost'] for x in w)"
+json_check "the answer is the documented rule applied to the sweep" \
+	"[x['pnm_nodes'] for x in w] == [1, 2, 3, 4, 5] and j['pnm_nodes_needed'] == min(x['pnm_nodes'] \
+	 for x in w if x['lost'] == lo and x['throughput'] >= 0.95 * b and x['p99_tpot_q_ms'] <= 1.05 * p) \
+	 and abs(j['pnm_nodes_per_gpu_node'] - j['pnm_nodes_needed'] / 4) < 1e-3"
+# shellcheck disable=SC2086
+t "--size-pnm-nodes as a table" 0 "$sim" $cl --rps 40 --gpu-nodes 4 --size-pnm-nodes 2
+if grep -q "^needed: [12] NELSSA node" "$out/stdout"; then
+	echo "ok $((n += 1)) - the table ends with the answer"
+else
+	echo "not ok $((n += 1)) - the table ends with the answer"
+fi
+JSON_PRELUDE="g=j['runs']['gpu-only']; s=j['runs']['nelssa']"
+t "--pnm-nodes 0 is a usage error" 2 "$sim" --synthetic 5 --pnm-nodes 0
+t "--gpu-nodes 2000 is a usage error" 2 "$sim" --synthetic 5 --gpu-nodes 2000
+t "--max-fill on a single node is a usage error" 2 "$sim" --synthetic 5 --max-fill 0.5
+t "--max-fill 1.5 is a usage error" 2 "$sim" --synthetic 5 --pnm-nodes 2 --max-fill 1.5
+t "--size-pnm-nodes with --mode gpu is a usage error" 2 "$sim" --synthetic 5 --mode gpu \
+	--size-pnm-nodes 3
+t "--size-pnm-nodes with --pnm-nodes is a usage error" 2 "$sim" --synthetic 5 --pnm-nodes 2 \
+	--size-pnm-nodes 3
+t "--pnm-nodes with --mode gpu is a usage error" 2 "$sim" --synthetic 5 --mode gpu --pnm-nodes 2
+
 # --- The property (issue 18), on random workloads and nodes: synthetic
 # mixes at 2-40 req/s with 0-45 % of long requests of 16K-1M tokens (fixed
 # or in ranges), growing contexts, bursts, and replays of the Mooncake

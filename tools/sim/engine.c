@@ -25,6 +25,16 @@
  * paused meanwhile); a preempted request is readmitted where the router
  * says -- only where it ran when migration is off -- and a move is
  * counted; the adaptive threshold follows the tiers' pressures.
+ *
+ * A cluster (--gpu-nodes M, --pnm-nodes K; Documentation/simulator.rst,
+ * "Clusters"): M such GPU nodes, each with its own pool, batch and router,
+ * the requests dealt to them round-robin in arrival order, share K NELSSA
+ * nodes of N devices each.  A long request is placed on one node by the
+ * client library's rule (nelssa_place_pick()) at its final length, or
+ * waits when no node has room; its attention takes the step time of its
+ * node's whole load -- every GPU node's requests there -- so nodes shared
+ * by many GPU nodes are slower.  The GPU nodes advance in time order, the
+ * earliest first, one step at a time.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -55,8 +65,25 @@ void sim_config_default(struct sim_config *c)
 	c->window_s = 1.0;
 }
 
+/* The NELSSA nodes of a cluster, shared by the GPU nodes' states. */
+struct cluster {
+	uint32_t k;
+	double cap_tokens;		/* a node's max_fill of its memory, in tokens */
+	double fill;			/* max_fill */
+	struct cnode {
+		double tokens, final;	/* of the requests placed there, now and at their ends */
+		uint32_t reqs;
+	} *n;
+	struct nelssa_place_node *view;	/* scratch for nelssa_place_pick() */
+};
+
 struct state {
 	const struct sim_config *c;
+	struct cluster *cl;		/* NULL: one GPU node, its own PNM tier */
+	uint32_t *ids, n_ids;		/* its requests, in arrival order */
+	int done;			/* no more work */
+	int stuck;			/* waits for room only other GPU nodes can make */
+	int series;			/* it records the time series */
 	struct sim_trace *t;
 	struct nelssa_router router;
 	struct nelssa_threshold_ctl ctl;
@@ -113,13 +140,64 @@ static void series_point(struct state *s, uint32_t pnm_batch)
 		.t_input = s->c->nelssa ? s->router.t_input : 0.0 };
 }
 
+/*
+ * Cluster: puts @q (routed to the PNM tier at @len tokens) on a node; 0,
+ * or -ENOSPC when no node has room.  One GPU node alone: always 0.
+ */
+static int place(struct state *s, struct sim_req *q, double len)
+{
+	struct cluster *cl = s->cl;
+	int k;
+
+	if (!cl)
+		return 0;
+	for (uint32_t i = 0; i < cl->k; i++)
+		cl->view[i] = (struct nelssa_place_node){
+			.used_tokens = cl->n[i].final, .cap_tokens = cl->cap_tokens,
+			.devices = s->c->n_dev, .eligible = 1 };
+	k = nelssa_place_pick(cl->view, cl->k, final_of(q));
+	if (k < 0)
+		return k;
+	q->pnm_node = k;
+	cl->n[k].tokens += len;
+	cl->n[k].final += final_of(q);
+	cl->n[k].reqs++;
+	/* What a node holds of its memory, at the requests' ends: never above max_fill. */
+	s->r->max_node_fill = fmax(s->r->max_node_fill, cl->n[k].final / cl->cap_tokens * cl->fill);
+	return 0;
+}
+
+static void unplace(struct state *s, struct sim_req *q)
+{
+	struct cnode *n;
+
+	if (!s->cl || q->pnm_node < 0)
+		return;
+	n = &s->cl->n[q->pnm_node];
+	n->tokens = fmax(0.0, n->tokens - len_of(q));
+	n->final = fmax(0.0, n->final - final_of(q));
+	if (!--n->reqs)
+		n->tokens = n->final = 0.0;	/* no rounding left over */
+	q->pnm_node = -1;
+}
+
+/* The step of @q's node: its devices stream every GPU node's requests there. */
+static double node_step(const struct state *s, const struct sim_req *q)
+{
+	const struct cnode *n = &s->cl->n[q->pnm_node];
+
+	return nelssa_pnm_step_time(&s->router, n->tokens, n->reqs);
+}
+
 /* Frees a request's GPU blocks (and its PNM share). */
 static void release(struct state *s, struct sim_req *q)
 {
 	s->used_blocks -= q->blocks;
 	q->blocks = 0;
-	if (q->on_pnm)
+	if (q->on_pnm) {
 		nelssa_router_leave(&s->router, len_of(q), final_of(q));
+		unplace(s, q);
+	}
 	q->on_pnm = 0;
 }
 
@@ -231,11 +309,20 @@ static void admit(struct state *s)
 				i++;
 				continue;
 			}
+			if (route == NELSSA_ROUTE_PNM && place(s, q, len)) {
+				/* No NELSSA node has room: as for any other cap of the tier. */
+				nelssa_router_leave(&s->router, len, final_of(q));
+				behind = 1;
+				i++;
+				continue;
+			}
 			q->on_pnm = route == NELSSA_ROUTE_PNM;
 			need = need_blocks(s, q, len + 1);
 			if (s->used_blocks + need > s->cap_blocks) {
-				if (q->on_pnm)
+				if (q->on_pnm) {
 					nelssa_router_leave(&s->router, len, final_of(q));
+					unplace(s, q);
+				}
 				q->on_pnm = 0;
 				if (!pass && preempt_extra(s)) {
 					i++;	/* the preempted one went in at the head */
@@ -246,8 +333,11 @@ static void admit(struct state *s)
 			}
 			if (route == NELSSA_ROUTE_GPU && s->router.why[0])
 				s->r->gpu_fallbacks++;	/* bound for the PNM tier, the GPU had room */
-			if (q->on_pnm)
+			if (q->on_pnm) {
 				s->r->pnm_requests++;
+				if (s->cl)
+					s->r->node_admissions[q->pnm_node]++;
+			}
 			if (q->tier >= 0 && q->tier != (int)route)
 				s->r->moved++;	/* preempted on one tier, readmitted to the other */
 			q->tier = (int)route;
@@ -294,8 +384,14 @@ static void migrate(struct state *s)
 		struct sim_req *q = &s->t->req[s->run[best]];
 		const struct nelssa_route_query rq = { .len = ctx[best], .final_len = fin[best],
 						       .prev = NELSSA_ROUTE_GPU };
+		enum nelssa_route route = nelssa_route(&s->router, &rq);
 
-		if (nelssa_route(&s->router, &rq) == NELSSA_ROUTE_PNM) {
+		if (route == NELSSA_ROUTE_PNM && place(s, q, ctx[best])) {
+			/* No NELSSA node has room for it: it stays. */
+			nelssa_router_leave(&s->router, ctx[best], fin[best]);
+			route = NELSSA_ROUTE_QUEUE;
+		}
+		if (route == NELSSA_ROUTE_PNM) {
 			uint64_t need;
 
 			s->used_blocks -= q->blocks;
@@ -308,6 +404,8 @@ static void migrate(struct state *s)
 			q->pnm_ready = s->now + len_of(q) * s->mkv / s->c->net_bw;
 			s->r->migrations++;
 			s->r->pnm_requests++;
+			if (s->cl)
+				s->r->node_admissions[q->pnm_node]++;
 		}
 	}
 	free(ctx);
@@ -343,6 +441,16 @@ static void pressures(const struct state *s, double *p_gpu, double *p_pnm)
 			wait_gpu = fmax(wait_gpu, w);
 	}
 	*p_gpu = fmax(over_knee((double)s->used_blocks / s->cap_blocks), wait_gpu / PRESSURE_WAIT_S);
+	if (s->cl) {
+		/* A cluster's PNM tier is as full as its fullest node. */
+		double fill = 0.0;
+
+		for (uint32_t k = 0; k < s->cl->k; k++)
+			fill = fmax(fill, s->cl->n[k].tokens * s->mkv /
+				    (s->c->n_dev * s->c->hw.pnm_mem));
+		*p_pnm = fmax(over_knee(fill), wait_pnm / PRESSURE_WAIT_S);
+		return;
+	}
 	*p_pnm = fmax(over_knee(s->router.pnm_tokens * s->mkv / (s->c->n_dev * s->c->hw.pnm_mem)),
 		      wait_pnm / PRESSURE_WAIT_S);
 }
@@ -376,7 +484,12 @@ static void arrive(struct state *s, uint32_t id)
 	const char *why = NULL;
 	char buf[200];
 
-	if (s->c->nelssa) {
+	if (s->c->nelssa && s->cl && final_of(q) > s->cl->cap_tokens &&
+	    !(nelssa_router_fits(&s->router, final_of(q)) & NELSSA_FITS_GPU)) {
+		snprintf(buf, sizeof(buf), "%.0f tokens fit neither the GPU's pool nor one NELSSA "
+			 "node (%.0f tokens)", final_of(q), s->cl->cap_tokens);
+		why = buf;
+	} else if (s->c->nelssa) {
 		if (!nelssa_router_fits(&s->router, final_of(q))) {
 			/* nelssa_route() says why in the router's words. */
 			const struct nelssa_route_query rq = { .len = q->input,
@@ -405,56 +518,285 @@ static void arrive(struct state *s, uint32_t id)
 /* Blocks the simulator counts at most: 2^40 blocks of 16 tokens (> 10^16 bytes of KV). */
 #define SIM_MAX_BLOCKS (1ull << 40)
 
-int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *r, int progress,
-	    char *err, size_t err_len)
-{
-	struct state s = { .c = c, .t = t, .r = r };
-	const double usable = 0.9 * c->hw.gpu_mem - c->model.weights;
-	uint32_t reported = 0;
-	uint64_t got = 0;
-	double *v;
+/* What turn() says of a GPU node. */
+enum { TURN_DONE, TURN_MOVED, TURN_STUCK };
 
-	memset(r, 0, sizeof(*r));
-	s.mkv = nelssa_kv_bytes_per_token(&c->model);
-	if (!t->n || !c->block || !c->max_batch) {
-		snprintf(err, err_len, "no requests, or no block size or batch");
-		return -EINVAL;
+/*
+ * One turn of a GPU node: arrivals, admission, migration, and one step or
+ * a jump in time to its next event.  TURN_STUCK: requests wait for room
+ * on the cluster's NELSSA nodes that only other GPU nodes can free, and
+ * nothing else will happen here.  A negative errno on an internal error.
+ */
+static int turn(struct state *s, char *err, size_t err_len)
+{
+	const struct sim_config *c = s->c;
+	struct sim_trace *t = s->t;
+	struct sim_result *r = s->r;
+	double t_gpu, t0, t_pnm = 0.0, t_pnm_x = 0.0, bytes, x_bytes = 0.0, due = INFINITY;
+	uint32_t n_pnm = 0, n_in = 0;
+
+	while (s->next < s->n_ids && t->req[s->ids[s->next]].arrival <= s->now)
+		arrive(s, s->ids[s->next++]);
+	admit(s);
+	if (c->nelssa && c->migrate)
+		migrate(s);
+	if (!s->n_run) {
+		/* Done, or waiting requests that can never run (lost) -- unless others may make room. */
+		if (s->next >= s->n_ids)
+			return s->cl && s->n_wait ? TURN_STUCK : TURN_DONE;
+		s->now = fmax(s->now, t->req[s->ids[s->next]].arrival);
+		return TURN_MOVED;
 	}
+	/*
+	 * The step's batch: the GPU requests, and the PNM requests whose
+	 * attention is back by the time the step without them ends (t0) --
+	 * a PNM request still waiting for its attention rejoins a later
+	 * batch, as in the client's split batch, and costs this step
+	 * nothing.  Only PNM requests, none of them due: the GPU idles
+	 * until the first is, or a request arrives.
+	 */
+	bytes = c->model.weights;
+	for (uint32_t i = 0; i < s->n_run; i++) {
+		const struct sim_req *q = &t->req[s->run[i]];
+
+		if (q->on_pnm) {
+			n_pnm++;
+		} else {
+			bytes += len_of(q) * s->mkv;
+			n_in++;
+		}
+	}
+	t0 = bytes / c->hw.gpu_bw + 2.0 * c->params * n_in / c->gpu_flops + s->extra;
+	if (n_pnm) {
+		/* Each class's step, at the load this step starts with. */
+		t_pnm = nelssa_pnm_step_of(&s->router, 0.0, t0);
+		t_pnm_x = nelssa_pnm_step_of(&s->router, INFINITY, t0);
+	}
+	for (uint32_t i = 0; i < s->n_run; i++) {
+		struct sim_req *q = &t->req[s->run[i]];
+		const double meta = (len_of(q) / c->model.compression + s->router.window) * s->mkv;
+
+		/* The same expression as the jump below: no rounding gap between them. */
+		q->in_step = !q->on_pnm || q->pnm_ready - t0 <= s->now;
+		if (q->on_pnm && q->in_step)
+			n_in++;
+		else if (q->on_pnm)
+			due = fmin(due, q->pnm_ready);
+		/*
+		 * A PNM request reads its centroids and window in the step
+		 * of its token -- but one paced to a token every t_pnm_x
+		 * does it layer by layer through that time, so each step
+		 * carries its share t0 / t_pnm_x of that read.
+		 */
+		if (q->on_pnm && q->extra)
+			x_bytes += meta * fmin(1.0, t0 / t_pnm_x);
+		else if (q->on_pnm && q->in_step)
+			bytes += meta;
+	}
+	if (!n_in) {
+		double at = due - t0;
+
+		if (s->next < s->n_ids && t->req[s->ids[s->next]].arrival < at)
+			at = t->req[s->ids[s->next]].arrival;
+		if (!(at > s->now)) {
+			snprintf(err, err_len, "internal error: no progress at %.6f s", s->now);
+			return -EFAULT;
+		}
+		s->now = at;
+		return TURN_MOVED;
+	}
+	bytes += x_bytes;
+	t_gpu = bytes / c->hw.gpu_bw + 2.0 * c->params * n_in / c->gpu_flops + s->extra;
+	s->extra = 0.0;
+	s->now += t_gpu;
+	for (uint32_t i = 0; i < s->n_run;) {
+		uint32_t id = s->run[i];
+		struct sim_req *q = &t->req[id];
+		uint64_t need;
+
+		if (q->on_pnm) {
+			double tq = q->extra ? t_pnm_x : t_pnm;
+
+			if (!q->in_step) {
+				i++;
+				continue;
+			}
+			/* In a cluster, its node's load -- every GPU node's there -- sets it too. */
+			if (s->cl)
+				tq = fmax(tq, node_step(s, q));
+			q->pnm_ready = s->now + tq;
+			nelssa_router_grow(&s->router, 1.0, final_of(q));
+			if (s->cl)
+				s->cl->n[q->pnm_node].tokens += 1.0;
+		}
+		if (!q->generated)
+			q->first = s->now;
+		q->generated++;
+		r->tokens++;
+		s->bucket_tokens++;
+		if (q->generated >= q->output) {
+			q->finish = s->now;
+			release(s, q);
+			q->state = SIM_DONE;
+			r->done++;
+			memmove(s->run + i, s->run + i + 1, sizeof(*s->run) * (s->n_run - i - 1));
+			s->n_run--;
+			continue;
+		}
+		need = need_blocks(s, q, len_of(q) + 1);
+		while (need > q->blocks && s->used_blocks + (need - q->blocks) > s->cap_blocks)
+			if (!preempt(s, id))
+				break;
+		/* run[] may have shifted under a preemption: find this request again. */
+		for (i = 0; i < s->n_run && s->run[i] != id; i++)
+			;
+		if (need > q->blocks && s->used_blocks + (need - q->blocks) > s->cap_blocks) {
+			/* Nothing else to evict: this request waits itself. */
+			if (!q->on_pnm && s->c->swap)
+				s->extra += 2.0 * len_of(q) * s->mkv / s->c->pcie_bw;
+			else
+				q->recompute = !q->on_pnm;
+			requeue(s, i);
+			continue;
+		}
+		if (need > q->blocks) {
+			s->used_blocks += need - q->blocks;
+			q->blocks = (uint32_t)need;
+		}
+		i++;
+	}
+	if ((double)s->used_blocks / s->cap_blocks > r->max_kv_util)
+		r->max_kv_util = (double)s->used_blocks / s->cap_blocks;
+	if (s->now - s->bucket_start >= c->window_s) {
+		if (c->nelssa && c->adaptive) {
+			double p_gpu, p_pnm;
+
+			pressures(s, &p_gpu, &p_pnm);
+			s->router.t_input = nelssa_threshold_update(&s->ctl, p_gpu, p_pnm,
+								    s->now - s->bucket_start);
+		}
+		if (s->series)
+			series_point(s, n_pnm);
+		s->bucket_start = s->now;
+		s->bucket_tokens = 0;
+	}
+	return TURN_MOVED;
+}
+
+/* A GPU node's state: its pool and router, and its requests (every @m-th from @first). */
+static int state_init(struct state *s, const struct sim_config *c, struct sim_trace *t,
+		      struct sim_result *r, uint32_t first, uint32_t m, char *err, size_t err_len)
+{
+	const double usable = 0.9 * c->hw.gpu_mem - c->model.weights;
+
+	s->c = c;
+	s->t = t;
+	s->r = r;
+	s->mkv = nelssa_kv_bytes_per_token(&c->model);
 	if (!(usable > 0)) {
 		snprintf(err, err_len, "no GPU memory for KV (%.3g GB usable after the weights)",
 			 usable / 1e9);
 		return -EINVAL;
 	}
-	if (!(usable / (c->block * s.mkv) <= (double)SIM_MAX_BLOCKS)) {
+	if (!(usable / (c->block * s->mkv) <= (double)SIM_MAX_BLOCKS)) {
 		snprintf(err, err_len, "a KV pool of %.3g bytes is more than the simulator counts "
 			 "(%llu blocks of %u tokens)", usable, SIM_MAX_BLOCKS, c->block);
 		return -ERANGE;
 	}
-	s.cap_blocks = (uint64_t)(usable / (c->block * s.mkv));
-	if (!s.cap_blocks) {
+	s->cap_blocks = (uint64_t)(usable / (c->block * s->mkv));
+	if (!s->cap_blocks) {
 		snprintf(err, err_len, "a KV pool of %.3g bytes holds no block", usable);
 		return -EINVAL;
 	}
-	if (nelssa_router_init(&s.router, &c->hw, &c->model, c->n_dev ? c->n_dev : 1)) {
+	if (nelssa_router_init(&s->router, &c->hw, &c->model, c->n_dev ? c->n_dev : 1)) {
 		snprintf(err, err_len, "the policy refuses this node (bandwidths must be > 0)");
 		return -EINVAL;
 	}
 	/* The pool a request must fit is the simulator's, to the block. */
-	s.router.gpu_kv = (double)s.cap_blocks * c->block * s.mkv;
-	s.router.net_bw = c->net_bw;
+	s->router.gpu_kv = (double)s->cap_blocks * c->block * s->mkv;
+	s->router.net_bw = c->net_bw;
 	if (c->threshold > 0)
-		s.router.t_input = c->threshold;
-	nelssa_threshold_init(&s.ctl, s.router.t_input);
-	s.run = calloc(t->n, sizeof(uint32_t));
-	s.wait = calloc(t->n, sizeof(uint32_t));
-	r->req = calloc(t->n, sizeof(*r->req));
-	if (!s.run || !s.wait || !r->req) {
-		free(s.run);
-		free(s.wait);
-		free(r->req);
-		r->req = NULL;
+		s->router.t_input = c->threshold;
+	nelssa_threshold_init(&s->ctl, s->router.t_input);
+	s->run = calloc(t->n, sizeof(uint32_t));
+	s->wait = calloc(t->n, sizeof(uint32_t));
+	s->ids = calloc(t->n, sizeof(uint32_t));
+	if (!s->run || !s->wait || !s->ids) {
 		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
+	}
+	for (uint32_t i = first; i < t->n; i += m)
+		s->ids[s->n_ids++] = i;
+	return 0;
+}
+
+static void state_fini(struct state *s)
+{
+	free(s->run);
+	free(s->wait);
+	free(s->ids);
+}
+
+/*
+ * The cluster's NELSSA nodes (more than one GPU or NELSSA node): memory for
+ * KV on each, max_fill of its devices', in tokens as the cards store them.
+ */
+static int cluster_init(struct cluster *cl, const struct sim_config *c, char *err,
+			size_t err_len)
+{
+	const double fill = c->max_fill > 0 ? c->max_fill : 0.9;
+
+	cl->k = c->pnm_nodes ? c->pnm_nodes : 1;
+	cl->fill = fill;
+	cl->cap_tokens = fill * (c->n_dev ? c->n_dev : 1) * c->hw.pnm_mem /
+			 nelssa_pnm_kv_bytes_per_token(&c->model);
+	cl->n = calloc(cl->k, sizeof(*cl->n));
+	cl->view = calloc(cl->k, sizeof(*cl->view));
+	if (!cl->n || !cl->view) {
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *r, int progress,
+	    char *err, size_t err_len)
+{
+	const uint32_t m = c->gpu_nodes ? c->gpu_nodes : 1;
+	const int clustered = m > 1 || c->pnm_nodes > 1;
+	struct cluster cl = { 0 };
+	struct state *st;
+	uint32_t reported = 0;
+	int ret = 0;
+	double *v;
+
+	memset(r, 0, sizeof(*r));
+	if (!t->n || !c->block || !c->max_batch) {
+		snprintf(err, err_len, "no requests, or no block size or batch");
+		return -EINVAL;
+	}
+	st = calloc(m, sizeof(*st));
+	r->req = calloc(t->n, sizeof(*r->req));
+	if (clustered && c->nelssa) {
+		r->n_nodes = c->pnm_nodes ? c->pnm_nodes : 1;
+		r->node_admissions = calloc(r->n_nodes, sizeof(*r->node_admissions));
+	}
+	if (!st || !r->req || (r->n_nodes && !r->node_admissions) ||
+	    (clustered && c->nelssa && cluster_init(&cl, c, err, err_len))) {
+		free(st);
+		free(r->req);
+		free(r->node_admissions);
+		free(cl.n);
+		free(cl.view);
+		r->req = NULL;
+		r->node_admissions = NULL;
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t g = 0; g < m && !ret; g++) {
+		ret = state_init(&st[g], c, t, r, g, m, err, err_len);
+		st[g].cl = cl.n ? &cl : NULL;
+		st[g].series = g == 0;	/* the first GPU node's time series */
 	}
 	r->n_req = t->n;
 	for (uint32_t i = 0; i < t->n; i++) {
@@ -464,154 +806,37 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		q->state = SIM_NEW;
 		q->on_pnm = 0;
 		q->tier = q->tier_first = -1;
+		q->pnm_node = -1;
 		q->blocks = 0;
 		q->start = q->first = q->finish = q->pnm_ready = 0.0;
 		q->preemptions = 0;
 		q->recompute = 0;
 		q->extra = 0;
 	}
-	for (;;) {
-		double t_gpu, t0, t_pnm = 0.0, t_pnm_x = 0.0, bytes, x_bytes = 0.0, due = INFINITY;
-		uint32_t n_pnm = 0, n_in = 0;
+	/* The GPU nodes in time order: the earliest takes its turn. */
+	while (!ret) {
+		struct state *s = NULL;
 
-		while (s.next < t->n && t->req[s.next].arrival <= s.now)
-			arrive(&s, s.next++);
-		admit(&s);
-		if (c->nelssa && c->migrate)
-			migrate(&s);
-		if (!s.n_run) {
-			if (s.next >= t->n)
-				break;	/* done, or waiting requests that can never run (lost) */
-			s.now = t->req[s.next].arrival > s.now ? t->req[s.next].arrival : s.now;
-			continue;
-		}
-		/*
-		 * The step's batch: the GPU requests, and the PNM requests whose
-		 * attention is back by the time the step without them ends (t0) --
-		 * a PNM request still waiting for its attention rejoins a later
-		 * batch, as in the client's split batch, and costs this step
-		 * nothing.  Only PNM requests, none of them due: the GPU idles
-		 * until the first is, or a request arrives.
-		 */
-		bytes = c->model.weights;
-		for (uint32_t i = 0; i < s.n_run; i++) {
-			const struct sim_req *q = &t->req[s.run[i]];
-
-			if (q->on_pnm) {
-				n_pnm++;
-			} else {
-				bytes += len_of(q) * s.mkv;
-				n_in++;
-			}
-		}
-		t0 = bytes / c->hw.gpu_bw + 2.0 * c->params * n_in / c->gpu_flops + s.extra;
-		if (n_pnm) {
-			/* Each class's step, at the load this step starts with. */
-			t_pnm = nelssa_pnm_step_of(&s.router, 0.0, t0);
-			t_pnm_x = nelssa_pnm_step_of(&s.router, INFINITY, t0);
-		}
-		for (uint32_t i = 0; i < s.n_run; i++) {
-			struct sim_req *q = &t->req[s.run[i]];
-			const double meta = (len_of(q) / c->model.compression + s.router.window) * s.mkv;
-
-			/* The same expression as the jump below: no rounding gap between them. */
-			q->in_step = !q->on_pnm || q->pnm_ready - t0 <= s.now;
-			if (q->on_pnm && q->in_step)
-				n_in++;
-			else if (q->on_pnm)
-				due = fmin(due, q->pnm_ready);
-			/*
-			 * A PNM request reads its centroids and window in the step
-			 * of its token -- but one paced to a token every t_pnm_x
-			 * does it layer by layer through that time, so each step
-			 * carries its share t0 / t_pnm_x of that read.
-			 */
-			if (q->on_pnm && q->extra)
-				x_bytes += meta * fmin(1.0, t0 / t_pnm_x);
-			else if (q->on_pnm && q->in_step)
-				bytes += meta;
-		}
-		if (!n_in) {
-			double at = due - t0;
-
-			if (s.next < t->n && t->req[s.next].arrival < at)
-				at = t->req[s.next].arrival;
-			if (!(at > s.now)) {
-				snprintf(err, err_len, "internal error: no progress at %.6f s", s.now);
-				free(s.run);
-				free(s.wait);
-				return -EFAULT;
-			}
-			s.now = at;
-			continue;
-		}
-		bytes += x_bytes;
-		t_gpu = bytes / c->hw.gpu_bw + 2.0 * c->params * n_in / c->gpu_flops + s.extra;
-		s.extra = 0.0;
-		s.now += t_gpu;
-		for (uint32_t i = 0; i < s.n_run;) {
-			uint32_t id = s.run[i];
-			struct sim_req *q = &t->req[id];
-			uint64_t need;
-
-			if (q->on_pnm) {
-				if (!q->in_step) {
-					i++;
-					continue;
+		for (uint32_t g = 0; g < m; g++)
+			if (!st[g].done && !st[g].stuck && (!s || st[g].now < s->now))
+				s = &st[g];
+		if (!s)
+			break;	/* every node done, or stuck with none to free room (lost) */
+		ret = turn(s, err, err_len);
+		if (ret == TURN_DONE) {
+			s->done = 1;
+		} else if (ret == TURN_STUCK) {
+			s->stuck = 1;
+		} else if (ret == TURN_MOVED) {
+			/* Room may have been made: the stuck try again from now. */
+			for (uint32_t g = 0; g < m; g++)
+				if (st[g].stuck) {
+					st[g].stuck = 0;
+					st[g].now = fmax(st[g].now, s->now);
 				}
-				q->pnm_ready = s.now + (q->extra ? t_pnm_x : t_pnm);
-				nelssa_router_grow(&s.router, 1.0, final_of(q));
-			}
-			if (!q->generated)
-				q->first = s.now;
-			q->generated++;
-			got++;
-			s.bucket_tokens++;
-			if (q->generated >= q->output) {
-				q->finish = s.now;
-				release(&s, q);
-				q->state = SIM_DONE;
-				r->done++;
-				memmove(s.run + i, s.run + i + 1, sizeof(*s.run) * (s.n_run - i - 1));
-				s.n_run--;
-				continue;
-			}
-			need = need_blocks(&s, q, len_of(q) + 1);
-			while (need > q->blocks && s.used_blocks + (need - q->blocks) > s.cap_blocks)
-				if (!preempt(&s, id))
-					break;
-			/* run[] may have shifted under a preemption: find this request again. */
-			for (i = 0; i < s.n_run && s.run[i] != id; i++)
-				;
-			if (need > q->blocks && s.used_blocks + (need - q->blocks) > s.cap_blocks) {
-				/* Nothing else to evict: this request waits itself. */
-				if (!q->on_pnm && s.c->swap)
-					s.extra += 2.0 * len_of(q) * s.mkv / s.c->pcie_bw;
-				else
-					q->recompute = !q->on_pnm;
-				requeue(&s, i);
-				continue;
-			}
-			if (need > q->blocks) {
-				s.used_blocks += need - q->blocks;
-				q->blocks = (uint32_t)need;
-			}
-			i++;
 		}
-		if ((double)s.used_blocks / s.cap_blocks > r->max_kv_util)
-			r->max_kv_util = (double)s.used_blocks / s.cap_blocks;
-		if (s.now - s.bucket_start >= c->window_s) {
-			if (c->nelssa && c->adaptive) {
-				double p_gpu, p_pnm;
-
-				pressures(&s, &p_gpu, &p_pnm);
-				s.router.t_input = nelssa_threshold_update(&s.ctl, p_gpu, p_pnm,
-									   s.now - s.bucket_start);
-			}
-			series_point(&s, n_pnm);
-			s.bucket_start = s.now;
-			s.bucket_tokens = 0;
-		}
+		if (ret > 0)
+			ret = 0;
 		if (progress && r->done * 20 / t->n > reported) {
 			reported = r->done * 20 / t->n;
 			fprintf(stderr, "\r  [%-20.*s] %3u%%", reported, "####################",
@@ -620,10 +845,22 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	}
 	if (progress)
 		fprintf(stderr, "\r%40s\r", "");
+	for (uint32_t g = 0; g < m; g++) {
+		r->makespan = fmax(r->makespan, st[g].now);
+		state_fini(&st[g]);
+	}
+	free(st);
+	free(cl.n);
+	free(cl.view);
+	if (ret) {
+		free(r->req);
+		free(r->node_admissions);
+		r->req = NULL;
+		r->node_admissions = NULL;
+		return ret;
+	}
 	r->lost = t->n - r->done - r->refused;
-	r->tokens = got;
-	r->makespan = s.now;
-	r->tput = s.now > 0 ? got / s.now : 0.0;
+	r->tput = r->makespan > 0 ? r->tokens / r->makespan : 0.0;
 	for (uint32_t i = 0; i < t->n; i++) {
 		const struct sim_req *q = &t->req[i];
 
@@ -656,8 +893,6 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	r->tpot_p50 = r->tpot.p50;
 	r->tpot_p95 = r->tpot.p95;
 	r->tpot_p99 = r->tpot.p99;
-	free(s.run);
-	free(s.wait);
 	return 0;
 }
 
@@ -711,5 +946,6 @@ void sim_result_free(struct sim_result *r)
 {
 	free(r->series);
 	free(r->req);
+	free(r->node_admissions);
 	memset(r, 0, sizeof(*r));
 }

@@ -64,6 +64,14 @@ static void usage(FILE *f)
 		"  --mode M          gpu, nelssa or both (default both)\n"
 		"  --swap            preempt by swap instead of recompute\n"
 		"  --no-migrate, --no-adaptive   turn off migration / the adaptive threshold\n"
+		"cluster (Documentation/simulator.rst, Clusters):\n"
+		"  --gpu-nodes M     M GPU nodes, requests dealt round-robin (default 1)\n"
+		"  --pnm-nodes K     K NELSSA nodes of --devices devices each, shared by the GPU\n"
+		"                    nodes; long requests placed as the client library does\n"
+		"                    (default 1)\n"
+		"  --max-fill F      a NELSSA node's memory filled to at most F (default 0.9)\n"
+		"  --size-pnm-nodes KMAX  run K = 1..KMAX NELSSA nodes for the M GPU nodes and\n"
+		"                    say how many this workload needs\n"
 		"output:\n"
 		"  --json            one JSON object\n"
 		"  --csv FILE        the time series of every run\n"
@@ -85,6 +93,7 @@ enum {
 	G_OUT_LEN = 1 << 4, G_BURST = 1 << 5, G_GROW = 1 << 6, G_PNM_BW = 1 << 7,
 	G_COMM = 1 << 8, G_DEVICES = 1 << 9, G_NO_MIGRATE = 1 << 10, G_NO_ADAPTIVE = 1 << 11,
 	G_SKIP_BAD = 1 << 12, G_OTHER = 1 << 13, G_PNM_KV = 1 << 14, G_THRESHOLD = 1 << 15,
+	G_PNM_NODES = 1 << 16, G_MAX_FILL = 1 << 17,
 };
 
 struct opts {
@@ -97,6 +106,8 @@ struct opts {
 	double burst[3];
 	int swap, migrate, adaptive, json, quiet, skip_bad;
 	unsigned given;
+	uint32_t gpu_nodes, pnm_nodes, size_k;
+	double max_fill;
 	uint32_t property;	/* --property N: cases */
 	uint32_t first_case;	/* --first-case K: start at case K */
 };
@@ -146,7 +157,8 @@ static void opts_default(struct opts *o)
 {
 	*o = (struct opts){ .profile = "h200", .mode = "both", .long_len = 131072, .out_len = 256,
 			    .seed = 1, .n_dev = 4, .max_batch = 256, .scale = 1.0, .long_frac = 0.1,
-			    .rps = 10.0, .comm = 1.0, .migrate = 1, .adaptive = 1 };
+			    .rps = 10.0, .comm = 1.0, .migrate = 1, .adaptive = 1, .gpu_nodes = 1,
+			    .pnm_nodes = 1, .max_fill = 0.9 };
 }
 
 /* Refuses an option given that does not act; 1 when it was. */
@@ -180,6 +192,10 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "pnm-kv-dtype", required_argument, NULL, 'D' },
 		{ "model", required_argument, NULL, 'O' },
 		{ "threshold", required_argument, NULL, 'H' },
+		{ "gpu-nodes", required_argument, NULL, 'N' },
+		{ "pnm-nodes", required_argument, NULL, 'Q' },
+		{ "max-fill", required_argument, NULL, 'F' },
+		{ "size-pnm-nodes", required_argument, NULL, 'Z' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -288,6 +304,20 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->given |= G_COMM;
 			bad |= parse_real(optarg, 0, 1e3, 1, &o->comm, "--comm-scale");
 			break;
+		case 'N':
+			bad |= tl_parse_u32(PROG, optarg, 1, 1024, &o->gpu_nodes, "--gpu-nodes");
+			break;
+		case 'Q':
+			o->given |= G_PNM_NODES;
+			bad |= tl_parse_u32(PROG, optarg, 1, 4096, &o->pnm_nodes, "--pnm-nodes");
+			break;
+		case 'F':
+			o->given |= G_MAX_FILL;
+			bad |= parse_real(optarg, 0, 1, 1, &o->max_fill, "--max-fill");
+			break;
+		case 'Z':
+			bad |= tl_parse_u32(PROG, optarg, 1, 4096, &o->size_k, "--size-pnm-nodes");
+			break;
 		case 'D':
 			o->given |= G_PNM_KV;
 			o->pnm_kv_dtype = tl_kv_dtype_parse(optarg);
@@ -356,7 +386,20 @@ static int parse(int argc, char **argv, struct opts *o)
 		bad |= refuse(o, G_NO_MIGRATE, "--no-migrate", nopnm);
 		bad |= refuse(o, G_NO_ADAPTIVE, "--no-adaptive", nopnm);
 		bad |= refuse(o, G_THRESHOLD, "--threshold", nopnm);
+		bad |= refuse(o, G_PNM_NODES, "--pnm-nodes", nopnm);
+		bad |= refuse(o, G_MAX_FILL, "--max-fill", nopnm);
+		if (o->size_k) {
+			fprintf(stderr, PROG ": --size-pnm-nodes %s\n", nopnm);
+			bad = 1;
+		}
 	}
+	if (o->size_k && (o->given & G_PNM_NODES)) {
+		fprintf(stderr, PROG ": --size-pnm-nodes runs its own --pnm-nodes\n");
+		bad = 1;
+	}
+	if (o->gpu_nodes == 1 && o->pnm_nodes == 1 && !o->size_k)
+		bad |= refuse(o, G_MAX_FILL, "--max-fill", "acts only in a cluster (--gpu-nodes or "
+			      "--pnm-nodes above 1)");
 	return bad ? 2 : 0;
 }
 
@@ -475,6 +518,9 @@ static int build(const struct opts *o, struct sim_config *cfg, struct sim_trace 
 	cfg->swap = o->swap;
 	cfg->migrate = o->migrate;
 	cfg->adaptive = o->adaptive;
+	cfg->gpu_nodes = o->gpu_nodes;
+	cfg->pnm_nodes = o->pnm_nodes;
+	cfg->max_fill = o->max_fill;
 	if (o->trace) {
 		ret = sim_trace_load(o->trace, o->scale, o->max, o->skip_bad, tr, err, sizeof(err));
 		if (ret) {
@@ -563,6 +609,14 @@ static void print_run(const char *name, const struct sim_result *r, uint64_t wan
 		jnum("makespan_s", 2, r->makespan, 1);
 		if (r->refused)
 			jstr("refused_why", r->refuse_why, 1);
+		if (r->n_nodes) {
+			jnum("max_node_fill", 4, r->max_node_fill, 1);
+			printf(",\"node_admissions\":[");
+			for (uint32_t k = 0; k < r->n_nodes; k++)
+				printf("%s%llu", k ? "," : "",
+				       (unsigned long long)r->node_admissions[k]);
+			printf("]");
+		}
 		printf("}");
 		return;
 	}
@@ -885,6 +939,99 @@ static int property(const struct opts *po)
 	return fail || errors ? 1 : 0;
 }
 
+/*
+ * --size-pnm-nodes KMAX: GPU-only on the M GPU nodes, then NELSSA with
+ * K = 1..KMAX NELSSA nodes; the answer is the smallest K that loses no more
+ * requests than the best K, and comes within 5 % of the best throughput
+ * and of the best P99 TPOT with queueing (Documentation/simulator.rst).
+ */
+#define SIZE_TOLERANCE 0.05
+
+static int size_nodes(const struct opts *o, struct sim_config *cfg, struct sim_trace *tr,
+		      int progress)
+{
+	const uint32_t kmax = o->size_k;
+	struct sim_result gpu, *res = calloc(kmax, sizeof(*res));
+	double best_tput = 0.0, best_p99 = INFINITY;
+	uint32_t min_lost = UINT32_MAX, pick = 0;
+	char err[256];
+
+	if (!res) {
+		fprintf(stderr, PROG ": out of memory\n");
+		return 1;
+	}
+	cfg->nelssa = 0;
+	if (sim_run(cfg, tr, &gpu, progress, err, sizeof(err))) {
+		fprintf(stderr, PROG ": the node cannot run this configuration: %s\n", err);
+		free(res);
+		return 1;
+	}
+	cfg->nelssa = 1;
+	for (uint32_t k = 1; k <= kmax; k++) {
+		cfg->pnm_nodes = k;
+		if (progress)
+			fprintf(stderr, "%u NELSSA nodes...\n", k);
+		if (sim_run(cfg, tr, &res[k - 1], progress, err, sizeof(err))) {
+			fprintf(stderr, PROG ": %u NELSSA nodes: %s\n", k, err);
+			for (uint32_t j = 0; j + 1 < k; j++)
+				sim_result_free(&res[j]);
+			sim_result_free(&gpu);
+			free(res);
+			return 1;
+		}
+	}
+	for (uint32_t k = 0; k < kmax; k++) {
+		best_tput = fmax(best_tput, res[k].tput);
+		best_p99 = fmin(best_p99, res[k].tpot_q.p99);
+		if (res[k].lost + res[k].refused < min_lost)
+			min_lost = res[k].lost + res[k].refused;
+	}
+	for (uint32_t k = 0; k < kmax && !pick; k++)
+		if (res[k].lost + res[k].refused == min_lost &&
+		    res[k].tput >= (1.0 - SIZE_TOLERANCE) * best_tput &&
+		    res[k].tpot_q.p99 <= (1.0 + SIZE_TOLERANCE) * best_p99)
+			pick = k + 1;
+	if (o->json) {
+		printf("{\"requests\":%u,\"rps\":%.3f,\"gpu_nodes\":%u,\"devices_per_node\":%u",
+		       tr->n, o->rps, o->gpu_nodes, o->n_dev);
+		jnum("gpu_only_throughput", 2, gpu.tput, 1);
+		jnum("gpu_only_p99_tpot_q_ms", 3, 1e3 * gpu.tpot_q.p99, 1);
+		printf(",\"gpu_only_lost\":%u,\"sweep\":[", gpu.lost + gpu.refused);
+		for (uint32_t k = 0; k < kmax; k++) {
+			printf("%s{\"pnm_nodes\":%u", k ? "," : "", k + 1);
+			jnum("throughput", 2, res[k].tput, 1);
+			jnum("p99_tpot_q_ms", 3, 1e3 * res[k].tpot_q.p99, 1);
+			jnum("throughput_ratio", 4, ratio(res[k].tput, gpu.tput), 1);
+			printf(",\"lost\":%u,\"pnm_requests\":%llu}", res[k].lost + res[k].refused,
+			       (unsigned long long)res[k].pnm_requests);
+		}
+		printf("],\"pnm_nodes_needed\":%u", pick);
+		jnum("pnm_nodes_per_gpu_node", 3, (double)pick / o->gpu_nodes, 1);
+		printf("}\n");
+	} else {
+		printf("%u requests at %.1f req/s on %u GPU nodes; NELSSA nodes of %u devices\n",
+		       tr->n, o->rps, o->gpu_nodes, o->n_dev);
+		printf("%-10s %9s %12s %7s %6s %8s\n", "NELSSA", "tokens/s", "P99 TPOT+q", "x GPU",
+		       "lost", "on PNM");
+		printf("%-10s %9.1f %10.2f ms %7s %6u %8s\n", "GPU-only", gpu.tput,
+		       1e3 * gpu.tpot_q.p99, "", gpu.lost + gpu.refused, "");
+		for (uint32_t k = 0; k < kmax; k++)
+			printf("%-10u %9.1f %10.2f ms %7.2f %6u %8llu\n", k + 1, res[k].tput,
+			       1e3 * res[k].tpot_q.p99, ratio(res[k].tput, gpu.tput),
+			       res[k].lost + res[k].refused,
+			       (unsigned long long)res[k].pnm_requests);
+		printf("needed: %u NELSSA node%s for %u GPU node%s (%.2f per GPU node): the fewest "
+		       "within %.0f %% of the best throughput and P99, losing no more\n", pick,
+		       pick == 1 ? "" : "s", o->gpu_nodes, o->gpu_nodes == 1 ? "" : "s",
+		       (double)pick / o->gpu_nodes, 100 * SIZE_TOLERANCE);
+	}
+	for (uint32_t k = 0; k < kmax; k++)
+		sim_result_free(&res[k]);
+	sim_result_free(&gpu);
+	free(res);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -910,6 +1057,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s: skipped %llu bad line%s (the first: %s)\n", o.trace,
 			(unsigned long long)tr.skipped, tr.skipped == 1 ? "" : "s", tr.first_skip);
 	progress = !o.quiet && isatty(STDERR_FILENO);
+	if (o.size_k) {
+		ret = size_nodes(&o, &cfg, &tr, progress);
+		sim_trace_free(&tr);
+		return ret;
+	}
 	{
 		struct nelssa_router r;
 
@@ -975,6 +1127,7 @@ int main(int argc, char **argv)
 
 		printf("{\"requests\":%u,\"rps\":%.3f,\"scale\":%.3f,\"devices\":%u", tr.n, o.rps,
 		       o.scale, o.n_dev);
+		printf(",\"gpu_nodes\":%u,\"pnm_nodes\":%u", o.gpu_nodes, o.pnm_nodes);
 		jstr("profile", cfg.hw.name, 1);
 		jnum("pnm_bw", -4, cfg.hw.pnm_bw, 1);
 		jstr("pnm_kv_dtype", cfg.model.pnm_kv_dtype ?
@@ -1002,6 +1155,10 @@ int main(int argc, char **argv)
 		       "T_input %.0f tokens, PNM step deadline %.2f ms\n", tr.n, o.rps, o.scale,
 		       cfg.hw.name, o.n_dev, o.threshold > 0 ? o.threshold :
 		       nelssa_crossover(&cfg.hw, &cfg.model, o.n_dev), 1e3 * deadline);
+		if (o.gpu_nodes > 1 || o.pnm_nodes > 1)
+			printf("cluster: %u GPU node%s, %u NELSSA node%s of %u devices each\n",
+			       o.gpu_nodes, o.gpu_nodes == 1 ? "" : "s", o.pnm_nodes,
+			       o.pnm_nodes == 1 ? "" : "s", o.n_dev);
 		printf("%-8s %9s %8s %8s %8s %8s %6s %6s %6s %7s %7s %6s\n", "", "tokens/s",
 		       "TPOT p50", "p99", "+queue", "TTFT", "done", "refuse", "lost", "preempt",
 		       "migrate", "max KV");

@@ -27,6 +27,7 @@ struct sim_req {
 	int in_step;			/* in the batch of the step being run */
 	int extra;			/* only the PNM tier can hold it (NELSSA) */
 	int tier_first;			/* where it was first admitted, -1 before */
+	int pnm_node;			/* in a cluster, the NELSSA node it is placed on; -1 */
 };
 
 /* NEW: not arrived yet; WAITING; RUNNING; DONE; REFUSED at arrival (fits no tier). */
@@ -105,6 +106,10 @@ struct sim_config {
 	double high_water;		/* GPU KV fraction that triggers migration */
 	double threshold;		/* routing threshold, tokens; 0: the crossover */
 	double window_s;		/* time-series bucket */
+	/* A cluster (Documentation/simulator.rst, "Clusters"); 0 or 1 each: one node. */
+	uint32_t gpu_nodes;		/* M GPU nodes, requests dealt round-robin */
+	uint32_t pnm_nodes;		/* K NELSSA nodes of n_dev devices each */
+	double max_fill;		/* a NELSSA node filled to at most this share (0: 0.9) */
 };
 
 struct sim_point {
@@ -144,6 +149,10 @@ struct sim_result {
 	uint32_t n_req;
 	struct sim_point *series;
 	uint32_t n_series;
+	/* A cluster: the fullest a NELSSA node got (final tokens over its memory), admissions per node. */
+	double max_node_fill;
+	uint64_t *node_admissions;	/* pnm_nodes entries, or NULL */
+	uint32_t n_nodes;
 };
 
 /*
