@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <curl/curl.h>
 #include <json-c/json.h>
 
@@ -38,6 +41,9 @@ struct nelssa_etcd {
 	/* The answer being read. */
 	char *buf;
 	size_t len, cap;
+	/* The watch's socket, for nelssa_etcd_watch_abort() from another thread. */
+	pthread_mutex_t sock_lock;
+	int sock;			/* -1: none */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -103,6 +109,8 @@ int nelssa_etcd_open(const struct nelssa_etcd_opts *o, struct nelssa_etcd **out,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	pthread_mutex_init(&e->sock_lock, NULL);
+	e->sock = -1;
 	e->timeout_ms = o->timeout_ms ? o->timeout_ms : 2000;
 	for (p = o->endpoints; *p;) {
 		size_t n = strcspn(p, ",");
@@ -166,6 +174,7 @@ void nelssa_etcd_close(struct nelssa_etcd *e)
 	free(e->cert);
 	free(e->key);
 	free(e->buf);
+	pthread_mutex_destroy(&e->sock_lock);
 	free(e);
 }
 
@@ -657,4 +666,199 @@ int nelssa_etcd_get_prefix(struct nelssa_etcd *e, const char *prefix, struct nel
 	*kvs = out;
 	*n = cnt;
 	return 0;
+}
+
+/* ---- watch: a stream of JSON messages, one a line ---- */
+
+struct watch {
+	struct nelssa_etcd *e;
+	int (*fn)(void *arg, int64_t revision, size_t events);
+	void *arg;
+	const volatile int *stop;
+	int ret;			/* what the stream said: 0, -ESTALE, -EPROTO */
+	int done;			/* @fn asked to stop */
+};
+
+/* One message of the stream: {"result": WatchResponse} or {"error": ...}. */
+static int watch_message(struct watch *w, const char *line, size_t len)
+{
+	struct json_tokener *tk = json_tokener_new();
+	struct json_object *o = tk ? json_tokener_parse_ex(tk, line, (int)len) : NULL, *r, *v, *h;
+	int64_t rev = 0;
+	size_t events = 0;
+	int bad = 0, stop = 0;
+
+	if (tk)
+		json_tokener_free(tk);
+	if (!o || !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		w->ret = fail(w->e, -EPROTO, "watch: not the etcd v3 gateway's JSON");
+		return 1;
+	}
+	if (!json_object_object_get_ex(o, "result", &r)) {
+		w->ret = etcd_status(w->e, "/v3/watch", o, 200);
+		if (!w->ret)
+			w->ret = fail(w->e, -EPROTO, "watch: a message with no result");
+		json_object_put(o);
+		return 1;
+	}
+	if (json_object_object_get_ex(r, "canceled", &v) && json_object_get_boolean(v)) {
+		json_object_put(o);
+		w->ret = fail(w->e, -ESTALE, "watch: etcd cancelled it");
+		return 1;
+	}
+	if (json_object_object_get_ex(r, "header", &h))
+		rev = json_i64(h, "revision", &bad);
+	if (json_object_object_get_ex(r, "events", &v) && json_object_is_type(v, json_type_array))
+		events = json_object_array_length(v);
+	json_object_put(o);
+	stop = w->fn(w->arg, rev, events);
+	w->done |= stop;
+	return stop;
+}
+
+static size_t on_watch_data(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct watch *w = arg;
+	struct nelssa_etcd *e = w->e;
+	size_t n = size * nmemb, start = 0;
+
+	if (on_data(p, size, nmemb, e) != n)
+		return 0;
+	for (size_t i = 0; i < e->len; i++) {
+		if (e->buf[i] != '\n')
+			continue;
+		if (i > start && watch_message(w, e->buf + start, i - start))
+			return 0;	/* stops the transfer */
+		start = i + 1;
+	}
+	memmove(e->buf, e->buf + start, e->len - start);
+	e->len -= start;
+	return n;
+}
+
+/* The watch's socket is made here, so that another thread can shut it down. */
+static curl_socket_t watch_open(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct nelssa_etcd *e = arg;
+	curl_socket_t fd;
+
+	(void)purpose;
+	fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+	if (fd < 0)
+		return CURL_SOCKET_BAD;
+	pthread_mutex_lock(&e->sock_lock);
+	e->sock = fd;
+	pthread_mutex_unlock(&e->sock_lock);
+	return fd;
+}
+
+static int watch_close(void *arg, curl_socket_t fd)
+{
+	struct nelssa_etcd *e = arg;
+
+	pthread_mutex_lock(&e->sock_lock);
+	if (e->sock == fd)
+		e->sock = -1;
+	close(fd);	/* under the lock: no one shuts down a number reused meanwhile */
+	pthread_mutex_unlock(&e->sock_lock);
+	return 0;
+}
+
+void nelssa_etcd_watch_abort(struct nelssa_etcd *e)
+{
+	pthread_mutex_lock(&e->sock_lock);
+	if (e->sock >= 0)
+		shutdown(e->sock, SHUT_RDWR);
+	pthread_mutex_unlock(&e->sock_lock);
+}
+
+static int on_watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+	const struct watch *w = arg;
+
+	(void)a;
+	(void)b;
+	(void)c;
+	(void)d;
+	return *w->stop ? 1 : 0;
+}
+
+int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
+		      int (*fn)(void *arg, int64_t revision, size_t events), void *arg,
+		      const volatile int *stop)
+{
+	struct json_object *req = json_object_new_object(), *cr = json_object_new_object();
+	struct watch w = { .e = e, .fn = fn, .arg = arg, .stop = stop };
+	struct curl_slist *hdr = NULL;
+	char url[1024], auth[sizeof(e->token) + 32];
+	char *body;
+	CURLcode rc;
+	int ret;
+
+	if (!req || !cr) {
+		json_object_put(req);
+		json_object_put(cr);
+		return fail(e, -ENOMEM, "out of memory");
+	}
+	json_object_object_add(cr, "key", new_bytes(prefix, strlen(prefix)));
+	json_object_object_add(cr, "range_end", prefix_end(prefix));
+	json_object_object_add(req, "create_request", cr);
+	body = strdup(json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+	json_object_put(req);
+	if (!body)
+		return fail(e, -ENOMEM, "out of memory");
+	if (e->user && !e->token[0]) {
+		ret = authenticate(e);
+		if (ret) {
+			free(body);
+			return ret;
+		}
+	}
+	snprintf(url, sizeof(url), "%s/v3/watch", e->url[e->cur]);
+	curl_easy_reset(e->curl);
+	hdr = curl_slist_append(hdr, "Content-Type: application/json");
+	if (e->token[0]) {
+		snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
+		hdr = curl_slist_append(hdr, auth);
+	}
+	e->len = 0;
+	curl_easy_setopt(e->curl, CURLOPT_URL, url);
+	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdr);
+	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_watch_data);
+	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &w);
+	curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(e->curl, CURLOPT_XFERINFOFUNCTION, on_watch_progress);
+	curl_easy_setopt(e->curl, CURLOPT_XFERINFODATA, &w);
+	curl_easy_setopt(e->curl, CURLOPT_OPENSOCKETFUNCTION, watch_open);
+	curl_easy_setopt(e->curl, CURLOPT_OPENSOCKETDATA, e);
+	curl_easy_setopt(e->curl, CURLOPT_CLOSESOCKETFUNCTION, watch_close);
+	curl_easy_setopt(e->curl, CURLOPT_CLOSESOCKETDATA, e);
+	/* A socket of its own each time: one curl keeps would outlive the callbacks' care. */
+	curl_easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 1L);
+	curl_easy_setopt(e->curl, CURLOPT_FRESH_CONNECT, 1L);
+	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
+	curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (e->cacert)
+		curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
+	if (e->cert)
+		curl_easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
+	if (e->key)
+		curl_easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
+	rc = curl_easy_perform(e->curl);
+	curl_slist_free_all(hdr);
+	free(body);
+	e->len = 0;
+	if (w.ret)
+		return w.ret;
+	if (w.done || *stop)
+		return 0;
+	if (rc == CURLE_OK)
+		return fail(e, -ECONNRESET, "watch: etcd ended the stream");
+	/* The next watch tries the next endpoint. */
+	e->cur = (e->cur + 1) % e->n_url;
+	return fail(e, rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EHOSTDOWN, "%s: %s", url,
+		    curl_easy_strerror(rc));
 }

@@ -89,6 +89,26 @@ int nelssa_etcd_get_prefix(struct nelssa_etcd *e, const char *prefix, struct nel
 			   size_t *n, int64_t *revision);
 void nelssa_etcd_kvs_free(struct nelssa_etcd_kv *kvs, size_t n);
 
+/*
+ * nelssa_etcd_watch() - watches every key under @prefix (etcd's watch,
+ * streamed) and calls @fn(@arg, revision, events) once the watch is made
+ * (events 0) and for each batch of changes after, until @fn returns
+ * non-zero or *@stop becomes non-zero (looked at every 100 ms or so).
+ * Blocks: a watch has no deadline, only its connection has.  Returns 0
+ * when stopped, -ECONNRESET when etcd ended the stream, -ESTALE when etcd
+ * cancelled the watch, or an error of the connection as for the calls
+ * above.  Use a handle of its own: it is busy until this returns.
+ */
+int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
+		      int (*fn)(void *arg, int64_t revision, size_t events), void *arg,
+		      const volatile int *stop);
+/*
+ * From another thread: ends @e's watch at once (its connection shut down),
+ * instead of at the next look at *stop.  Safe at any time, even with no
+ * watch under way.
+ */
+void nelssa_etcd_watch_abort(struct nelssa_etcd *e);
+
 /* ---- a NELSSA node's announcement ---- */
 
 #define NELSSA_NODE_SCHEMA "nelssa.node/1"
