@@ -9,12 +9,21 @@
  * there (at the requests' final lengths) -- so our requests count from
  * the moment they are placed, before the node's next record says so, and
  * others' as the node reports them.
+ *
+ * A thread of the placer's own watches the cluster's prefix in etcd (a
+ * handle of its own): any change, or the watch made again after it broke,
+ * marks the view stale, and the next placement reads it again.  The view
+ * is also read again when older than refresh_ms, whatever the watch says.
+ * The thread touches nothing but @changed and @stop.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nelssa/log.h>
 #include <nelssa/placement.h>
@@ -43,6 +52,14 @@ struct nelssa_placer {
 	struct pnode *node;
 	uint32_t n, cap;
 	char err[256];
+	/* The watch. */
+	struct nelssa_etcd *wetcd;
+	pthread_t watcher;
+	int watching;			/* @watcher runs */
+	atomic_int changed;		/* the watch saw a change: read the view again */
+	volatile int stop;		/* the watcher's cue */
+	pthread_mutex_t lock;		/* @wake, with @stop */
+	pthread_cond_t wake;
 };
 
 const char *nelssa_placer_error(const struct nelssa_placer *p)
@@ -124,6 +141,46 @@ int nelssa_placer_refresh(struct nelssa_placer *p)
 	return 0;
 }
 
+static int on_watch(void *arg, int64_t revision, size_t events)
+{
+	struct nelssa_placer *p = arg;
+
+	(void)revision;
+	(void)events;	/* made (events 0: what happened before it is unseen) or changed */
+	atomic_store(&p->changed, 1);
+	return p->stop;
+}
+
+/* Watches the cluster's prefix; after a broken watch, again within a second. */
+static void *watcher(void *arg)
+{
+	struct nelssa_placer *p = arg;
+	char prefix[128];
+
+	nelssa_node_key(prefix, sizeof(prefix), p->cluster, NULL);
+	while (!p->stop) {
+		struct timespec ts;
+
+		nelssa_etcd_watch(p->wetcd, prefix, on_watch, p, &p->stop);
+		atomic_store(&p->changed, 1);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += 1;
+		pthread_mutex_lock(&p->lock);
+		while (!p->stop && pthread_cond_timedwait(&p->wake, &p->lock, &ts) != ETIMEDOUT)
+			;
+		pthread_mutex_unlock(&p->lock);
+	}
+	return NULL;
+}
+
+int nelssa_placer_sync(struct nelssa_placer *p)
+{
+	if (!atomic_exchange(&p->changed, 0) && nelssa_placer_view_age_ms(p) < p->refresh_ms)
+		return 0;
+	/* A failed read leaves the last view; the next placement tries again. */
+	return nelssa_placer_refresh(p) ? 0 : 1;
+}
+
 int nelssa_placer_open(const struct nelssa_placer_opts *o, struct nelssa_placer **out)
 {
 	struct nelssa_etcd_opts eo = {
@@ -143,8 +200,11 @@ int nelssa_placer_open(const struct nelssa_placer_opts *o, struct nelssa_placer 
 	if (!p)
 		return -ENOMEM;
 	ret = nelssa_etcd_open(&eo, &p->etcd, why, sizeof(why));
+	if (!ret)
+		ret = nelssa_etcd_open(&eo, &p->wetcd, why, sizeof(why));
 	if (ret) {
 		nelssa_log(NELSSA_LOG_WARNING, "client", why);
+		nelssa_etcd_close(p->etcd);
 		free(p);
 		return ret;
 	}
@@ -153,6 +213,17 @@ int nelssa_placer_open(const struct nelssa_placer_opts *o, struct nelssa_placer 
 	p->token_bytes = o->token_bytes;
 	p->max_fill = o->max_fill > 0 ? o->max_fill : 0.9;
 	nelssa_placer_refresh(p);	/* a failure leaves the view empty, and says so */
+	pthread_mutex_init(&p->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&p->wake, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	/* Without the watch, the view is still read every refresh_ms. */
+	p->watching = !pthread_create(&p->watcher, NULL, watcher, p);
 	*out = p;
 	return 0;
 }
@@ -161,6 +232,17 @@ void nelssa_placer_close(struct nelssa_placer *p)
 {
 	if (!p)
 		return;
+	if (p->watching) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = 1;
+		pthread_cond_signal(&p->wake);
+		pthread_mutex_unlock(&p->lock);
+		nelssa_etcd_watch_abort(p->wetcd);
+		pthread_join(p->watcher, NULL);
+	}
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->lock);
+	nelssa_etcd_close(p->wetcd);
 	nelssa_etcd_close(p->etcd);
 	for (uint32_t i = 0; i < p->n; i++)
 		free(p->node[i].rec.held);
@@ -243,8 +325,7 @@ int nelssa_placer_place(struct nelssa_placer *p, uint64_t tokens, uint32_t *node
 
 	if (!tokens)
 		return -EINVAL;
-	if (nelssa_placer_view_age_ms(p) >= p->refresh_ms)
-		nelssa_placer_refresh(p);	/* else the last view: etcd away stops nothing */
+	nelssa_placer_sync(p);	/* else the last view: etcd away stops nothing */
 	v = calloc(p->n ? p->n : 1, sizeof(*v));
 	if (!v) {
 		snprintf(p->err, sizeof(p->err), "out of memory");

@@ -124,6 +124,21 @@ static PyObject *placer_refresh(PyObject *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+static PyObject *placer_sync(PyObject *self, PyObject *unused)
+{
+	struct npy_placer *o = (struct npy_placer *)self;
+	int rc;
+
+	(void)unused;
+	if (placer_enter(o))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = nelssa_placer_sync(o->p);
+	Py_END_ALLOW_THREADS
+	PyThread_release_lock(o->lock);
+	return PyBool_FromLong(rc);
+}
+
 static PyObject *node_dict(const struct nelssa_placer_node *n)
 {
 	return Py_BuildValue("{s:s,s:s,s:H,s:H,s:I,s:K,s:K,s:K,s:K,s:K,s:I,s:O,s:O}",
@@ -292,6 +307,7 @@ static PyObject *placer_exit_ctx(PyObject *self, PyObject *args)
 
 static PyMethodDef placer_methods[] = {
 	{ "refresh", placer_refresh, METH_NOARGS, "Read the registry now; raises when etcd cannot be read (the last view stays)." },
+	{ "sync", placer_sync, METH_NOARGS, "Read the registry if the watch saw a change or the view is older than refresh_ms; True when it was read." },
 	{ "nodes", placer_nodes, METH_NOARGS, "The nodes known, as dicts, in a stable order (list index = node index)." },
 	{ "place", placer_place, METH_VARARGS, "place(tokens) -> node index; raises nelssa.Error ENOSPC when no node has room." },
 	{ "release", placer_release, METH_VARARGS, "release(node, tokens): tokens placed there no longer held." },

@@ -4,7 +4,8 @@
  * (Documentation/cluster.rst, "Placement"): a GPU node's view of the nodes
  * an etcd registry lists, and the policy that picks one for a request.
  *
- * A placer does not connect to nodes: the caller opens a session on the
+ * A placer watches the registry (a thread of its own) and reads it again
+ * when it changed.  It does not connect to nodes: the caller opens a session on the
  * node a request is placed on (lazily, the first time), tells the placer
  * the session is its own (nelssa_placer_own_session()), and releases a
  * request's tokens when it frees it.  A placer is one thread's at a time.
@@ -58,6 +59,13 @@ const char *nelssa_placer_error(const struct nelssa_placer *p);
  * view stays (placement goes on with it) and the error is returned.
  */
 int nelssa_placer_refresh(struct nelssa_placer *p);
+/*
+ * nelssa_placer_sync() - reads the registry when the placer's watch saw a
+ * change in it, or the view is older than refresh_ms (as a placement
+ * does first).  Returns 1 when the view was read, 0 when it was fresh (or
+ * could not be read: the last view stays).
+ */
+int nelssa_placer_sync(struct nelssa_placer *p);
 /* Milliseconds since the view was last read successfully (UINT64_MAX: never). */
 uint64_t nelssa_placer_view_age_ms(const struct nelssa_placer *p);
 
