@@ -311,12 +311,37 @@ def wait_for(what, cond, timeout=30.0):
         time.sleep(0.05)
 
 
+def make_certs(d):
+    """A CA, a certificate for 127.0.0.1 (server and client use) signed by
+    it, and a second CA nobody trusts, in directory d (openssl)."""
+    def ssl(*a):
+        subprocess.run(["openssl"] + list(a), check=True, capture_output=True, timeout=60)
+    p = {k: os.path.join(d, k + ".pem") for k in ("ca", "ca-key", "crt", "key", "other")}
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+        "-keyout", p["ca-key"], "-out", p["ca"])
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=other",
+        "-keyout", os.path.join(d, "other-key.pem"), "-out", p["other"])
+    ext = os.path.join(d, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    csr = os.path.join(d, "req.csr")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", p["key"],
+        "-out", csr)
+    ssl("x509", "-req", "-in", csr, "-CA", p["ca"], "-CAkey", p["ca-key"], "-CAcreateserial",
+        "-days", "2", "-extfile", ext, "-out", p["crt"])
+    return p
+
+
 class Etcd:
-    def __init__(self, port=None):
+    """etcd on free loopback ports; with tls (make_certs()), https only, and
+    client certificates required."""
+
+    def __init__(self, port=None, tls=None):
         self.dir = tempfile.mkdtemp(prefix="nelssa-etcd-")
         self.port = port or free_port()
         self.peer = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.tls = tls
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.proc = None
         self.start()
 
@@ -329,7 +354,9 @@ class Etcd:
             [ETCD, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "t=" + peer],
+             "--initial-cluster", "t=" + peer] +
+            (["--cert-file", self.tls["crt"], "--key-file", self.tls["key"],
+              "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"] if self.tls else []),
             stdout=self.log, stderr=subprocess.STDOUT)
         wait_for("etcd to serve", lambda: self.ctl("endpoint", "health", check=False)
                  .returncode == 0)
@@ -346,6 +373,8 @@ class Etcd:
 
     def ctl(self, *args, check=True, user=None, stdin=None):
         cmd = [ETCDCTL, "--endpoints", self.url, "--command-timeout=5s"]
+        if self.tls:
+            cmd += ["--cacert", self.tls["ca"], "--cert", self.tls["crt"], "--key", self.tls["key"]]
         if user:
             cmd += ["--user", user]
         r = subprocess.run(cmd + list(args), capture_output=True, text=True, input=stdin,

@@ -385,3 +385,141 @@ def test_placer_skips_a_node_that_stopped_renewing(etcd, nodes, rng):
                 items, q = random_items(rng, [r], layer)
                 o, lse = c.step(sess, layer, items, q)
                 check_step([r], layer, items, q, o, lse)
+
+
+def test_two_clients_place_sixty_requests_checked_against_float64(etcd, nodes):
+    """3 nodes, 2 clients at once, 60 long requests: each placed with the
+    placer, its KV on one node only (sessions opened lazily), every step's
+    output checked against float64 attention; the registry ends up listing
+    each request on the node it was placed on."""
+    import threading
+    import numpy as np
+    import nelssa
+    from conftest import DIM, KV_HEADS, LAYERS, check_step, random_items
+    ds = {n: nodes(etcd.url, n) for n in ("n0", "n1", "n2")}
+    wait_for("three records", lambda: len(etcd.records()) == 3)
+    token_bytes = LAYERS * KV_HEADS * 2 * DIM * 2
+    placed, errors = [{}, {}], []
+
+    def client(i):
+        rng = np.random.default_rng(100 + i)
+        conns = {}
+        try:
+            with nelssa.Placer(etcd.url, cluster="t", token_bytes=token_bytes) as p:
+                ids = [x["id"] for x in p.nodes()]
+                for j in range(30):
+                    rid, n = 1000 * i + j, int(rng.integers(200, 600))
+                    k = p.place(n)
+                    if k not in conns:      # the first request there: connect, open a session
+                        c = ds[ids[k]].client()
+                        s = open_session(c, capacity_tokens=1 << 15, max_batch=64)
+                        p.own_session(k, s)
+                        conns[k] = (c, s, [])
+                    c, s, reqs = conns[k]
+                    reqs.append(Req(rng, c, s, rid, n))
+                    placed[i][rid] = ids[k]
+                for c, s, reqs in conns.values():
+                    for layer in range(LAYERS):
+                        items, q = random_items(rng, reqs, layer)
+                        o, lse = c.step(s, layer, items, q)
+                        check_step(reqs, layer, items, q, o, lse)
+                # Held until the registry shows all 60 (the test's thread watches).
+                done.wait(120)
+        except BaseException as e:          # reported by the test's thread
+            errors.append(e)
+        finally:
+            for c, s, _ in conns.values():
+                c.close()
+
+    done = threading.Event()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        def listed():
+            if errors:
+                return True
+            recs = {k: v[0] for k, v in etcd.records().items()}
+            held = {int(h["request"]): k for k, r in recs.items() for h in r["held"]}
+            return len(held) == 60 and held
+        held = wait_for("all 60 requests in the records", listed, timeout=120)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert not errors, errors
+    want = {**placed[0], **placed[1]}
+    assert held == want                      # each request on the node it was placed on, once
+    assert set(want.values()) == {"n0", "n1", "n2"}
+
+
+def test_placer_ignores_bad_records_with_a_log_line(etcd):
+    """Garbage and another schema's record: never placed on, each logged."""
+    import nelssa
+    put_record(etcd, record("good"))
+    etcd.ctl("put", "/nelssa/t/nodes/junk", "{not json")
+    etcd.ctl("put", "/nelssa/t/nodes/v2", json.dumps(dict(record("v2"), schema="nelssa.node/2")))
+    got = []
+    nelssa.set_log_fn(lambda level, source, msg: got.append((level, source, msg)))
+    try:
+        with nelssa.Placer(etcd.url, cluster="t", token_bytes=1 << 10) as p:
+            assert [n["id"] for n in p.nodes()] == ["good"]
+            assert p.place(10) == p.find("good")
+    finally:
+        nelssa.set_log_fn(None)
+    lines = [m for lvl, src, m in got if src == "client" and lvl == nelssa.LOG_WARNING]
+    assert any("ignoring /nelssa/t/nodes/junk: not a JSON object" in m for m in lines), got
+    assert any("ignoring /nelssa/t/nodes/v2: schema 'nelssa.node/2'" in m for m in lines), got
+
+
+def test_tls(nodes, tmp_path):
+    """etcd on https with client certificates: a node with the CA, its
+    certificate and key registers; one trusting another CA, or without a
+    client certificate, is refused and says why; nelssactl likewise."""
+    from conftest import make_certs
+    c = make_certs(str(tmp_path))
+    e = Etcd(tls=c)
+    try:
+        tls = ["--etcd-cacert", c["ca"], "--etcd-cert", c["crt"], "--etcd-key", c["key"]]
+        a = nodes(e.url, "a", *tls)
+        b = nodes(e.url, "b", "--etcd-cacert", c["other"], "--etcd-cert", c["crt"],
+                  "--etcd-key", c["key"])
+        d = nodes(e.url, "d", "--etcd-cacert", c["ca"])
+        wait_for("a's record", lambda: "a" in e.records())
+        wait_for("b refused", lambda: "cannot register" in b.read_log())
+        wait_for("d refused", lambda: "cannot register" in d.read_log())
+        assert "certificate" in b.read_log().lower(), b.read_log()
+        assert sorted(e.records()) == ["a"]
+        view, _ = ctl_cluster(e.url, *tls)
+        assert [n["id"] for n in view["nodes"]] == ["a"]
+        r = ctl_cluster(e.url, "--etcd-cacert", c["other"], check=False)
+        assert r.returncode == 3 and r.stderr
+        a.kill(signal.SIGTERM)
+        assert a.proc.wait(timeout=30) == 0
+        assert e.records() == {}
+    finally:
+        e.stop()
+
+
+def test_placer_watches_the_registry(etcd, nodes):
+    """With the periodic read off (refresh_ms huge), the placer's watch alone
+    brings in a node that registers, a node that dies, and -- after etcd is
+    killed and restarted -- a node that registers then."""
+    import nelssa
+    nodes(etcd.url, "a")
+    wait_for("a's record", lambda: "a" in etcd.records())
+    with nelssa.Placer(etcd.url, cluster="t", token_bytes=1 << 10, refresh_ms=1 << 30) as p:
+        def listed():
+            p.sync()                # reads the registry only if the watch saw a change
+            return [n["id"] for n in p.nodes() if n["listed"]]
+
+        assert listed() == ["a"]
+        b = nodes(etcd.url, "b")
+        wait_for("the watch to bring in b", lambda: listed() == ["a", "b"])
+        b.kill()
+        wait_for("the watch to see b's lease expire", lambda: listed() == ["a"],
+                 timeout=10 * TTL)
+        etcd.kill()
+        etcd.start()
+        nodes(etcd.url, "c")
+        wait_for("the watch, made again, to bring in c", lambda: "c" in listed())
