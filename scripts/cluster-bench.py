@@ -168,22 +168,22 @@ def overhead(model, port):
 
 
 def layer_cost(model, port):
-    from nelssa.serve.nodes import Node
+    from nelssa.serve.nodes import Node, Slot
     e = Engine(model, engine_cfg(etcd=ETCD_URL, cluster="solo"))
     rs = reqs(8, seed=5, lo=300, hi=400, new=2)
     try:
         e.run([workload.Request(r.rid, list(r.prompt), r.max_new) for r in rs])
         seqs = list(enumerate(e.finished))
+        node = Node("x", "h", 1)
+        slot = Slot(node, 1)
         for _, s in seqs:
-            e.nodes.of[s.req.rid] = next(iter(e.nodes.nodes.values()))
+            e.nodes.of[s.req.rid] = slot
         n = 20000
 
         class Bare:
             def step_send(self, session, *a):
                 return None
-        node = Node("x", "h", 1)
-        node.client, node.session = Bare(), 1
-        bare = node.client
+        node.client = bare = Bare()
         t = time.perf_counter()
         for _ in range(n):
             for _ in range(e.L):
@@ -192,8 +192,8 @@ def layer_cost(model, port):
         t = time.perf_counter()
         for _ in range(n):
             for _ in range(e.L):
-                for _, group in e._by_node(seqs):
-                    node.call("step_send", 0)
+                for slot_, group in e._by_session(seqs):
+                    slot_.call("step_send", 0)
         return max(0.0, time.perf_counter() - t - base) / n
     finally:
         e.close()

@@ -203,3 +203,45 @@ def test_all_nodes_lost_falls_back_to_the_gpu(etcd, nodes, model):
         e.close()
     assert len(e.node_losses) == 1 and e.router is None
     assert outputs(e) == want
+
+
+def test_full_sessions_grow_a_node_more(etcd, nodes, model, monkeypatch):
+    """A node whose sessions are full (each made to hold two requests here:
+    nelssad's arenas round small capacities up) gets another session of the
+    engine's, the placer told of each, instead of making requests wait."""
+    import errno
+    import nelssa
+    from nelssa.serve import nodes as nodes_mod
+    start_nodes(etcd, nodes, 1)
+    rs = reqs(8, seed=45)
+    want = dense(model, rs)
+    real_connect = nodes_mod.Nodes._connect
+
+    class TwoEach:
+        def __init__(self, c):
+            self.c, self.held = c, {}
+
+        def __getattr__(self, name):
+            return getattr(self.c, name)
+
+        def alloc_request(self, session, rid, *a):
+            if len(self.held.setdefault(session, set())) >= 2:
+                raise nelssa.Error(errno.ENOSPC, "session capacity exhausted")
+            self.c.alloc_request(session, rid, *a)
+            self.held[session].add(rid)
+
+        def free_request(self, session, rid):
+            self.held.get(session, set()).discard(rid)
+            return self.c.free_request(session, rid)
+
+    monkeypatch.setattr(nodes_mod.Nodes, "_connect", lambda self, n: TwoEach(real_connect(self, n)))
+    e = Engine(model, EngineConfig(**cluster_kw(etcd)))
+    most = []
+    try:
+        e.run(fresh(rs), progress=lambda eng: most.append(
+            max((len(n.slots) for n in eng.nodes.nodes.values()), default=0)))
+    finally:
+        e.close()
+    assert outputs(e) == want
+    assert max(most) >= 3, most
+    assert max(most) <= nodes_mod.SESSIONS_PER_NODE

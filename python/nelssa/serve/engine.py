@@ -565,24 +565,24 @@ class Engine:
                 st = s.pnm
                 st.tail_k[layer] = torch.cat([st.tail_k[layer], k[i][:, None]], 1)
                 st.tail_v[layer] = torch.cat([st.tail_v[layer], v[i][:, None]], 1)
-            # The split batch: each node's share sent before the GPU's attention.
+            # The split batch: each session's share sent before the GPU's attention.
             sent = []
-            for node, group in self._by_node(pnm):
+            for slot, group in self._by_session(pnm):
                 items, qs = self._pnm_items(group, q, layer)
-                sent.append((node, group, items, qs,
-                             node.call("step_send", layer, items, qs)))
+                sent.append((slot, group, items, qs,
+                             slot.call("step_send", layer, items, qs)))
             for i, s in gpu:
                 self.pool.put(s.req.rid, layer, s.kv_len, k[i], v[i])
                 kk, vv = self.pool.read(s.req.rid, layer)
                 out[i] = dense_attn(q[i], kk, vv)[0]
-            for j, (node, group, items, qs, pending) in enumerate(sent):
+            for j, (slot, group, items, qs, pending) in enumerate(sent):
                 try:
                     po, pl = self._collect(pending, layer)
                 except nelssa.Error as e:
                     for rest in sent[j + 1:]:
-                        rest[4].cancel()    # the other nodes' replies are not waited for
+                        rest[4].cancel()    # the other sessions' replies are not waited for
                     if e.errno in LOST_ERRNOS:
-                        raise NodeLost(node, e) from e
+                        raise NodeLost(slot.node, e) from e
                     raise
                 self._pnm_merge(group, qs, layer, items, po, pl, out)
             if pnm and check:
@@ -604,13 +604,13 @@ class Engine:
                 self.router.grow(1, s.req.final_len)
         self.steps += 1
 
-    def _by_node(self, pnm):
-        """pnm's (index, seq) pairs grouped by the node holding them, in
-        the order each node first appears."""
+    def _by_session(self, pnm):
+        """pnm's (index, seq) pairs grouped by the session holding them (a
+        step is a session's), in the order each first appears."""
         groups = {}
         for i, s in pnm:
-            n = self.nodes.of[s.req.rid]
-            groups.setdefault(id(n), (n, []))[1].append((i, s))
+            slot = self.nodes.of[s.req.rid]
+            groups.setdefault(id(slot), (slot, []))[1].append((i, s))
         return list(groups.values())
 
     def _pace(self, stepped):

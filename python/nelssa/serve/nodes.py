@@ -4,10 +4,13 @@
 lists (Documentation/cluster.rst), placed by nelssa.Placer with the C
 client's policy.
 
-A request's KV heads all stay on one node.  A cluster's nodes are
-connected, and a session opened on each, the first time a request is
-placed there.  A call that finds its node gone raises NodeLost, naming the
-node; the engine then takes back every request the node held.
+A request's KV heads all stay on one node, in one of the engine's sessions
+there.  A cluster's nodes are connected, and a session opened on each, the
+first time a request is placed there; a node whose sessions are full gets
+another (of capacity_tokens), up to 16.  One nelssad has one session:
+capacity_tokens is then the tier's memory cap.  A call that finds its node
+gone raises NodeLost, naming the node; the engine then takes back every
+request the node held.
 """
 
 import errno
@@ -18,6 +21,7 @@ import nelssa
 LOST_ERRNOS = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.ECONNREFUSED,
                          errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED, errno.EHOSTDOWN,
                          errno.EHOSTUNREACH))
+SESSIONS_PER_NODE = 16              # as the placer counts a node's sessions of ours
 
 
 class NodeLost(Exception):
@@ -31,16 +35,28 @@ class NodeLost(Exception):
 class Node:
     def __init__(self, name, host, port, index=None):
         self.name, self.host, self.port, self.index = name, host, port, index
-        self.client = self.session = None
+        self.client = None
+        self.slots = []                 # the engine's sessions there
         self.rids = {}                  # request id -> tokens placed (final length)
 
+
+class Slot:
+    """One of the engine's sessions on a node: a request's calls go through it."""
+
+    def __init__(self, node, session):
+        self.node, self.session = node, session
+
+    @property
+    def name(self):
+        return self.node.name
+
     def call(self, fn, *args, **kw):
-        """self.client's fn(session, ...); NodeLost when the node is gone."""
+        """The node's client's fn(session, ...); NodeLost when the node is gone."""
         try:
-            return getattr(self.client, fn)(self.session, *args, **kw)
+            return getattr(self.node.client, fn)(self.session, *args, **kw)
         except nelssa.Error as e:
             if e.errno in LOST_ERRNOS:
-                raise NodeLost(self, e) from e
+                raise NodeLost(self.node, e) from e
             raise
 
 
@@ -51,7 +67,7 @@ class Nodes:
 
     def __init__(self, cfg, shape, session_kw, token_bytes, log):
         self.cfg, self.shape, self.session_kw, self.log = cfg, shape, session_kw, log
-        self.of = {}                    # request id -> Node
+        self.of = {}                    # request id -> Slot
         self.nodes = {}                 # placer index (or 0) -> Node
         self.placer = None
         if cfg.etcd:
@@ -64,50 +80,83 @@ class Nodes:
                     else " (etcd not read)"))
         else:
             n = Node("%s:%d" % (cfg.host, cfg.port), cfg.host, cfg.port)
-            self._open(n)
+            n.client = self._connect(n)
+            try:
+                self._open(n)
+            except BaseException:
+                n.client.close()
+                raise
             self.nodes[0] = n
 
     @property
     def single(self):
         return None if self.placer else self.nodes.get(0)
 
+    def _connect(self, n):
+        return nelssa.Client(n.host, n.port, timeout_ms=self.cfg.timeout_ms,
+                             name="nelssa-serve")
+
     def _open(self, n):
-        n.client = nelssa.Client(n.host, n.port, timeout_ms=self.cfg.timeout_ms,
-                                 name="nelssa-serve")
+        """Another session of the engine's on n (NodeLost, or nelssa.Error
+        ENOSPC when the node has no room for one)."""
+        slot = Slot(n, None)
         try:
-            n.session = n.client.open_session(*self.shape, **self.session_kw)
-        except BaseException:
-            n.client.close()
-            n.client = None
+            slot.session = n.client.open_session(*self.shape, **self.session_kw)
+        except nelssa.Error as e:
+            if e.errno in LOST_ERRNOS:
+                raise NodeLost(n, e) from e
             raise
+        n.slots.append(slot)
+        if self.placer is not None:
+            self.placer.own_session(n.index, slot.session)
+        return slot
 
     def _node(self, index):
-        """The placer's node index, connected and with our session (lazily)."""
+        """The placer's node index, connected (lazily)."""
         n = self.nodes.get(index)
         if n is None:
             info = self.placer.nodes()[index]
             n = Node(info["id"], info["host"], info["port"], index)
-            self._open(n)
-            self.placer.own_session(index, n.session)
+            try:
+                n.client = self._connect(n)
+            except nelssa.Error as e:
+                if e.errno in LOST_ERRNOS:
+                    raise NodeLost(n, e) from e
+                raise
             self.nodes[index] = n
-            self.log("node %s (%s:%d) joined: session %d" % (n.name, n.host, n.port,
-                                                              n.session))
+            self.log("node %s (%s:%d) joined" % (n.name, n.host, n.port))
         return n
+
+    def _alloc_on(self, n, rid, final_len):
+        """rid's room in one of the engine's sessions on n, another opened
+        when they are full (a cluster); None when there is none."""
+        for slot in n.slots:
+            try:
+                slot.call("alloc_request", rid, final_len, final_len)
+                return slot
+            except nelssa.Error as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+        if self.placer is None or len(n.slots) >= SESSIONS_PER_NODE:
+            return None
+        try:
+            slot = self._open(n)
+            slot.call("alloc_request", rid, final_len, final_len)
+        except nelssa.Error as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            return None
+        return slot
 
     def alloc(self, rid, final_len):
         """Room for request rid on a node; None when no node has room now
         (the request waits).  A node that cannot be reached is excluded and
         the next one tried."""
         if self.placer is None:
-            n = self.nodes[0]
-            try:
-                n.call("alloc_request", rid, final_len, final_len)
-            except nelssa.Error as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                return None
-            self._bind(n, rid, final_len)
-            return n
+            slot = self._alloc_on(self.nodes[0], rid, final_len)
+            if slot is not None:
+                self._bind(slot, rid, final_len)
+            return slot
         for _ in range(len(self.placer.nodes()) + 1):
             try:
                 index = self.placer.place(final_len)
@@ -116,40 +165,36 @@ class Nodes:
                     raise
                 return None
             try:
-                n = self._node(index)
-                n.call("alloc_request", rid, final_len, final_len)
-            except (nelssa.Error, NodeLost) as e:
-                err = e.err if isinstance(e, NodeLost) else e
+                slot = self._alloc_on(self._node(index), rid, final_len)
+            except NodeLost as e:
                 self.placer.release(index, final_len)
-                if err.errno == errno.ENOSPC:
-                    return None         # its session is full: wait
-                if err.errno not in LOST_ERRNOS:
-                    raise
-                self.log("node %s unreachable (%s): excluded" % (
-                    self.placer.nodes()[index]["id"], err))
+                self.log("node %s unreachable (%s): excluded" % (e.node.name, e.err))
                 if index in self.nodes:
                     self.lose(self.nodes[index])
                 else:
                     self.placer.exclude(index)
                 continue
-            self._bind(n, rid, final_len)
-            return n
+            if slot is None:
+                self.placer.release(index, final_len)
+                return None             # its sessions are full and it has no room for more
+            self._bind(slot, rid, final_len)
+            return slot
         return None
 
-    def _bind(self, n, rid, final_len):
-        n.rids[rid] = final_len
-        self.of[rid] = n
+    def _bind(self, slot, rid, final_len):
+        slot.node.rids[rid] = final_len
+        self.of[rid] = slot
 
     def free(self, rid):
         """Frees rid's KV where it is; a gone node is noticed later."""
-        n = self.of.pop(rid, None)
-        if n is None:
+        slot = self.of.pop(rid, None)
+        if slot is None:
             return
-        tokens = n.rids.pop(rid)
+        tokens = slot.node.rids.pop(rid)
         if self.placer is not None:
-            self.placer.release(n.index, tokens)
+            self.placer.release(slot.node.index, tokens)
         try:
-            n.call("free_request", rid)
+            slot.call("free_request", rid)
         except NodeLost:
             pass
 
@@ -160,13 +205,15 @@ class Nodes:
             self.of.pop(rid, None)
         if self.placer is not None:
             self.placer.release(n.index, sum(n.rids.values()))
-            self.placer.disown_session(n.index, n.session)
+            for slot in n.slots:
+                self.placer.disown_session(n.index, slot.session)
             self.placer.exclude(n.index)
-        n.rids = {}
-        try:
-            n.client.close()
-        except nelssa.Error:
-            pass
+        n.rids, n.slots = {}, []
+        if n.client is not None:
+            try:
+                n.client.close()
+            except nelssa.Error:
+                pass
         n.client = None
         self.nodes = {k: v for k, v in self.nodes.items() if v is not n}
         return rids
