@@ -57,13 +57,13 @@ Package: libnelssa0
 Version: $ver
 Architecture: $arch
 Maintainer: NELSSA developers <nelssa@localhost>
-Depends: libc6, libucx0 (>= 1.13), liburing2
+Depends: libc6, libucx0 (>= 1.13), liburing2, libcurl4, libjson-c5, libopenblas0
 Section: libs
 Priority: optional
 Description: NELSSA libraries
  libnelssa (numeric core, PNM User Library), libnelssa-sim (the embedded
  sim device, loaded on demand) and libnelssa-client (GPU-node algorithms,
- placement policy, the client of nelssad).
+ placement policy and placement across a cluster, the client of nelssad).
 EOF2
 printf 'activate-noawait ldconfig\n' >"$r/DEBIAN/triggers"
 
