@@ -328,16 +328,16 @@ static int authenticate(struct nelssa_etcd *e)
 	return 0;
 }
 
-static int post_once(struct nelssa_etcd *e, const char *url, const char *body, uint64_t deadline,
-		     long *http)
+/*
+ * The handle set up for one POST of @body to @url: JSON, the token, TLS,
+ * the answer into e->buf.  Returns the headers, for the caller to free
+ * once the transfer is done.
+ */
+static struct curl_slist *post_setup(struct nelssa_etcd *e, const char *url, const char *body)
 {
 	struct curl_slist *hdr = NULL;
 	char auth[sizeof(e->token) + 32];
-	uint64_t now = nelssa_now_ms();
-	CURLcode rc;
 
-	if (now >= deadline)
-		return fail(e, -ETIMEDOUT, "etcd did not answer within %u ms", e->timeout_ms);
 	curl_easy_reset(e->curl);
 	hdr = curl_slist_append(hdr, "Content-Type: application/json");
 	if (e->token[0]) {
@@ -351,7 +351,6 @@ static int post_once(struct nelssa_etcd *e, const char *url, const char *body, u
 	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
 	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(deadline - now));
 	curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
 	if (e->cacert)
 		curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
@@ -359,6 +358,20 @@ static int post_once(struct nelssa_etcd *e, const char *url, const char *body, u
 		curl_easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
 	if (e->key)
 		curl_easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
+	return hdr;
+}
+
+static int post_once(struct nelssa_etcd *e, const char *url, const char *body, uint64_t deadline,
+		     long *http)
+{
+	struct curl_slist *hdr;
+	uint64_t now = nelssa_now_ms();
+	CURLcode rc;
+
+	if (now >= deadline)
+		return fail(e, -ETIMEDOUT, "etcd did not answer within %u ms", e->timeout_ms);
+	hdr = post_setup(e, url, body);
+	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(deadline - now));
 	rc = curl_easy_perform(e->curl);
 	curl_slist_free_all(hdr);
 	if (rc == CURLE_OPERATION_TIMEDOUT)
@@ -790,8 +803,8 @@ int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
 {
 	struct json_object *req = json_object_new_object(), *cr = json_object_new_object();
 	struct watch w = { .e = e, .fn = fn, .arg = arg, .stop = stop };
-	struct curl_slist *hdr = NULL;
-	char url[1024], auth[sizeof(e->token) + 32];
+	struct curl_slist *hdr;
+	char url[1024];
 	char *body;
 	CURLcode rc;
 	int ret;
@@ -816,16 +829,7 @@ int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
 		}
 	}
 	snprintf(url, sizeof(url), "%s/v3/watch", e->url[e->cur]);
-	curl_easy_reset(e->curl);
-	hdr = curl_slist_append(hdr, "Content-Type: application/json");
-	if (e->token[0]) {
-		snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
-		hdr = curl_slist_append(hdr, auth);
-	}
-	e->len = 0;
-	curl_easy_setopt(e->curl, CURLOPT_URL, url);
-	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdr);
+	hdr = post_setup(e, url, body);
 	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_watch_data);
 	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &w);
 	curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 0L);
@@ -838,15 +842,7 @@ int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
 	/* A socket of its own each time: one curl keeps would outlive the callbacks' care. */
 	curl_easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 1L);
 	curl_easy_setopt(e->curl, CURLOPT_FRESH_CONNECT, 1L);
-	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
-	curl_easy_setopt(e->curl, CURLOPT_PROTOCOLS_STR, "http,https");
-	if (e->cacert)
-		curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
-	if (e->cert)
-		curl_easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
-	if (e->key)
-		curl_easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
 	rc = curl_easy_perform(e->curl);
 	curl_slist_free_all(hdr);
 	free(body);

@@ -82,7 +82,9 @@ def test_record_follows_requests(etcd, nodes, rng):
         got = sorted((int(h["request"]), h["tokens"]) for h in rec["held"])
         assert got == [(100, 300), ((1 << 64) - 1, 500)]
         view, _ = ctl_cluster(etcd.url)
-        assert sorted(h["request"] for h in view["nodes"][0]["held"]) == [100, (1 << 64) - 1]
+        # Request ids as the record has them: decimal strings, all 64 bits.
+        assert sorted(h["request"] for h in view["nodes"][0]["held"]) == \
+            ["100", str((1 << 64) - 1)]
         c.free_request(s, 100)
         wait_for("one request left", lambda: etcd.records()["n0"][0]["requests"] == 1)
         c.close_session(s)

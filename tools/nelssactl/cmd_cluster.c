@@ -42,43 +42,18 @@ static uint64_t wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void add_u64(json_object *o, const char *k, uint64_t v)
-{
-	json_object_object_add(o, k, json_object_new_uint64(v));
-}
-
+/* The record as nelssad wrote it (nelssa_node_to_json()), and its age. */
 static json_object *node_json(const struct nelssa_node *n, uint64_t now)
 {
-	json_object *o = json_object_new_object(), *held = json_object_new_array();
+	char *s = nelssa_node_to_json(n);
+	json_object *o = s ? json_tokener_parse(s) : NULL;
 
-	json_object_object_add(o, "id", json_object_new_string(n->id));
-	json_object_object_add(o, "version", json_object_new_string(n->version));
-	json_object_object_add(o, "control", json_object_new_string(n->control));
-	add_u64(o, "data_port", n->data_port);
-	add_u64(o, "devices", n->devices);
-	add_u64(o, "kv_bytes_total", n->kv_bytes_total);
-	add_u64(o, "kv_bytes_free", n->kv_bytes_free);
-	add_u64(o, "tokens_held", n->tokens_held);
-	add_u64(o, "max_sessions", n->max_sessions);
-	add_u64(o, "sessions", n->sessions);
-	add_u64(o, "requests", n->requests);
-	add_u64(o, "steps_in_flight", n->steps_in_flight);
-	add_u64(o, "kv_in_flight", n->kv_in_flight);
-	add_u64(o, "step_us", n->step_us);
-	add_u64(o, "steps", n->steps);
-	add_u64(o, "updated_ms", n->updated_ms);
+	free(s);
+	if (!o)
+		return json_object_new_null();
+	json_object_object_del(o, "schema");
 	json_object_object_add(o, "age_ms", json_object_new_int64(now >= n->updated_ms ?
 				(int64_t)(now - n->updated_ms) : -(int64_t)(n->updated_ms - now)));
-	for (uint32_t i = 0; i < n->n_held; i++) {
-		json_object *h = json_object_new_object();
-
-		add_u64(h, "session", n->held[i].session);
-		add_u64(h, "request", n->held[i].request);
-		add_u64(h, "tokens", n->held[i].tokens);
-		json_object_array_add(held, h);
-	}
-	json_object_object_add(o, "held", held);
-	add_u64(o, "held_more", n->held_more);
 	return o;
 }
 
