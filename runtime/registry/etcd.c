@@ -41,9 +41,9 @@ struct nelssa_etcd {
 	/* The answer being read. */
 	char *buf;
 	size_t len, cap;
-	/* The watch's socket, for nelssa_etcd_watch_abort() from another thread. */
+	/* The watch's sockets (curl may try two at once), for nelssa_etcd_watch_abort(). */
 	pthread_mutex_t sock_lock;
-	int sock;			/* -1: none */
+	int sock[4];			/* -1: none */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -110,7 +110,8 @@ int nelssa_etcd_open(const struct nelssa_etcd_opts *o, struct nelssa_etcd **out,
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_init(&e->sock_lock, NULL);
-	e->sock = -1;
+	for (int i = 0; i < 4; i++)
+		e->sock[i] = -1;
 	e->timeout_ms = o->timeout_ms ? o->timeout_ms : 2000;
 	for (p = o->endpoints; *p;) {
 		size_t n = strcspn(p, ",");
@@ -395,12 +396,23 @@ static int etcd_status(struct nelssa_etcd *e, const char *path, struct json_obje
 			return fail(e, -EPROTO, "%s: HTTP status %ld", path, http);
 		return 0;
 	}
+	/* A streaming call's error: {"error": {"grpc_code", "message", ...}}. */
+	if (json_object_object_get_ex(ans, "error", &v) && json_object_is_type(v, json_type_object)) {
+		struct json_object *m;
+
+		code = json_i64(v, "grpc_code", &bad);
+		if (json_object_object_get_ex(v, "message", &m) &&
+		    json_object_is_type(m, json_type_string))
+			msg = json_object_get_string(m);
+		goto mapped;
+	}
 	code = json_i64(ans, "code", &bad);
 	if (json_object_object_get_ex(ans, "message", &v) && json_object_is_type(v, json_type_string))
 		msg = json_object_get_string(v);
 	else if (json_object_object_get_ex(ans, "error", &v) &&
 		 json_object_is_type(v, json_type_string))
 		msg = json_object_get_string(v);
+mapped:
 	if (code == GRPC_NOT_FOUND)
 		return fail(e, -ENOENT, "%s: %s", path, msg);
 	if (code == GRPC_PERMISSION_DENIED || code == GRPC_UNAUTHENTICATED)
@@ -413,6 +425,7 @@ static int call(struct nelssa_etcd *e, const char *path, struct json_object *req
 {
 	uint64_t deadline = nelssa_now_ms() + e->timeout_ms;
 	int ret = 0, retried = 0;
+	unsigned int first;
 	char *body = NULL;
 
 	*ans = NULL;
@@ -429,16 +442,28 @@ again:
 			goto out;
 	}
 	ret = -EHOSTDOWN;
-	for (unsigned int i = 0; i < e->n_url && ret == -EHOSTDOWN; i++) {
-		unsigned int u = (e->cur + i) % e->n_url;
+	first = e->cur;
+	for (unsigned int i = 0; i < e->n_url && (ret == -EHOSTDOWN || ret == -ETIMEDOUT); i++) {
+		unsigned int u = (first + i) % e->n_url;
+		uint64_t now = nelssa_now_ms(), share;
 		char url[1024];
 		long http = 0;
 		struct json_tokener *tk;
 
+		if (now >= deadline)
+			break;
+		/*
+		 * Each endpoint left gets an equal share of the time left: one
+		 * that is partitioned away (connections hang, not refused) must
+		 * not take it all from the healthy ones after it.
+		 */
+		share = (deadline - now) / (e->n_url - i);
 		snprintf(url, sizeof(url), "%s%s", e->url[u], path);
-		ret = post_once(e, url, body, deadline, &http);
-		if (ret)
+		ret = post_once(e, url, body, now + (share ? share : 1), &http);
+		if (ret) {
+			e->cur = (u + 1) % e->n_url;	/* the next call starts past it */
 			continue;
+		}
 		e->cur = u;
 		tk = json_tokener_new();
 		*ans = tk ? json_tokener_parse_ex(tk, e->buf ? e->buf : "", (int)e->len) : NULL;
@@ -716,8 +741,14 @@ static int watch_message(struct watch *w, const char *line, size_t len)
 		return 1;
 	}
 	if (json_object_object_get_ex(r, "canceled", &v) && json_object_get_boolean(v)) {
+		const char *why = json_object_object_get_ex(r, "cancel_reason", &v) &&
+				  json_object_is_type(v, json_type_string) ?
+				  json_object_get_string(v) : "";
+
+		/* A token etcd no longer knows cancels the watch as it is made. */
+		w->ret = fail(w->e, strstr(why, "auth") ? -EACCES : -ESTALE,
+			      "watch: etcd cancelled it%s%s", *why ? ": " : "", why);
 		json_object_put(o);
-		w->ret = fail(w->e, -ESTALE, "watch: etcd cancelled it");
 		return 1;
 	}
 	if (json_object_object_get_ex(r, "header", &h))
@@ -755,15 +786,18 @@ static curl_socket_t watch_open(void *arg, curlsocktype purpose, struct curl_soc
 {
 	struct nelssa_etcd *e = arg;
 	curl_socket_t fd;
+	int slot = -1;
 
 	(void)purpose;
-	fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-	if (fd < 0)
-		return CURL_SOCKET_BAD;
 	pthread_mutex_lock(&e->sock_lock);
-	e->sock = fd;
+	for (int i = 0; i < 4 && slot < 0; i++)
+		if (e->sock[i] < 0)
+			slot = i;
+	fd = slot < 0 ? CURL_SOCKET_BAD : socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+	if (fd >= 0)
+		e->sock[slot] = fd;
 	pthread_mutex_unlock(&e->sock_lock);
-	return fd;
+	return fd < 0 ? CURL_SOCKET_BAD : fd;
 }
 
 static int watch_close(void *arg, curl_socket_t fd)
@@ -771,8 +805,9 @@ static int watch_close(void *arg, curl_socket_t fd)
 	struct nelssa_etcd *e = arg;
 
 	pthread_mutex_lock(&e->sock_lock);
-	if (e->sock == fd)
-		e->sock = -1;
+	for (int i = 0; i < 4; i++)
+		if (e->sock[i] == fd)
+			e->sock[i] = -1;
 	close(fd);	/* under the lock: no one shuts down a number reused meanwhile */
 	pthread_mutex_unlock(&e->sock_lock);
 	return 0;
@@ -781,8 +816,9 @@ static int watch_close(void *arg, curl_socket_t fd)
 void nelssa_etcd_watch_abort(struct nelssa_etcd *e)
 {
 	pthread_mutex_lock(&e->sock_lock);
-	if (e->sock >= 0)
-		shutdown(e->sock, SHUT_RDWR);
+	for (int i = 0; i < 4; i++)
+		if (e->sock[i] >= 0)
+			shutdown(e->sock[i], SHUT_RDWR);
 	pthread_mutex_unlock(&e->sock_lock);
 }
 
@@ -847,6 +883,8 @@ int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
 	curl_slist_free_all(hdr);
 	free(body);
 	e->len = 0;
+	if (w.ret == -EACCES && e->user)
+		e->token[0] = 0;	/* stale (etcd restarted, or it expired): anew next time */
 	if (w.ret)
 		return w.ret;
 	if (w.done || *stop)

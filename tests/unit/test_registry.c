@@ -17,6 +17,12 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <json-c/json.h>
 
 #include <nelssa/registry.h>
@@ -260,6 +266,170 @@ static void open_refuses_bad_endpoints(void **state)
 	nelssa_etcd_close(e);
 }
 
+/*
+ * A fake etcd JSON gateway on loopback: one thread, one connection at a
+ * time, each request answered by @answer(path, n-th call of that path) and
+ * the connection closed -- or, with hang, never answered (a partitioned
+ * member: the connection stands, nothing comes back).
+ */
+struct fake {
+	int fd, hang;
+	uint16_t port;
+	pthread_t thread;
+	int auths, keepalives, watches;
+	int held[8], n_held;		/* connections left hanging */
+	const char *(*answer)(struct fake *f, const char *path);
+};
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+
+	for (;;) {
+		char req[8192], path[256] = "", reply[1024];
+		const char *body;
+		size_t have = 0;
+		int c = accept(f->fd, NULL, NULL);
+
+		if (c < 0)
+			return NULL;
+		if (f->hang) {
+			if (f->n_held < 8)
+				f->held[f->n_held++] = c;
+			continue;
+		}
+		/* The headers and a small body: enough to know the path. */
+		while (have < sizeof(req) - 1) {
+			ssize_t n = read(c, req + have, sizeof(req) - 1 - have);
+
+			if (n <= 0)
+				break;
+			have += (size_t)n;
+			req[have] = 0;
+			if (strstr(req, "\r\n\r\n") && strchr(strstr(req, "\r\n\r\n"), '}'))
+				break;
+		}
+		sscanf(req, "POST %255s", path);
+		body = f->answer(f, path);
+		snprintf(reply, sizeof(reply), "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", strlen(body), body);
+		if (write(c, reply, strlen(reply)) < 0)
+			perror("fake etcd");
+		close(c);
+	}
+}
+
+static void fake_start(struct fake *f)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+
+	f->fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(f->fd >= 0);
+	assert_int_equal(bind(f->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(f->fd, 8), 0);
+	getsockname(f->fd, (struct sockaddr *)&a, &len);
+	f->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->fd, SHUT_RDWR);
+	close(f->fd);
+	pthread_join(f->thread, NULL);
+	for (int i = 0; i < f->n_held; i++)
+		close(f->held[i]);
+}
+
+static const char *grant_ok(struct fake *f, const char *path)
+{
+	(void)f;
+	return strcmp(path, "/v3/lease/grant") ? "{}" : "{\"ID\":\"7\",\"TTL\":\"5\"}";
+}
+
+static void a_hung_member_does_not_take_the_whole_deadline(void **state)
+{
+	struct fake hung = { .hang = 1 }, good = { .answer = grant_ok };
+	struct nelssa_etcd_opts o = { .timeout_ms = 6000 };
+	struct nelssa_etcd *e;
+	char urls[128], why[256];
+	int64_t id = 0;
+	uint32_t ttl = 0;
+
+	(void)state;
+	fake_start(&hung);
+	fake_start(&good);
+	snprintf(urls, sizeof(urls), "http://127.0.0.1:%u,http://127.0.0.1:%u", hung.port,
+		 good.port);
+	o.endpoints = urls;
+	assert_int_equal(nelssa_etcd_open(&o, &e, why, sizeof(why)), 0);
+	/* The first member gets half the deadline, the second answers. */
+	assert_int_equal(nelssa_etcd_lease_grant(e, 5, &id, &ttl), 0);
+	assert_true(id == 7 && ttl == 5);
+	/* ... and the next call starts at the member that answered. */
+	assert_int_equal(nelssa_etcd_lease_grant(e, 5, &id, &ttl), 0);
+	assert_int_equal(hung.n_held, 1);
+	nelssa_etcd_close(e);
+	fake_stop(&hung);
+	fake_stop(&good);
+}
+
+/* Tokens: the first keep-alive's is stale (a nested streaming error), the watch's cancelled. */
+static const char *auth_script(struct fake *f, const char *path)
+{
+	if (!strcmp(path, "/v3/auth/authenticate"))
+		return ++f->auths == 1 ? "{\"token\":\"old\"}" : "{\"token\":\"new\"}";
+	if (!strcmp(path, "/v3/lease/keepalive"))
+		return ++f->keepalives == 1 ?
+		       "{\"error\":{\"grpc_code\":16,\"http_code\":401,"
+		       "\"message\":\"etcdserver: invalid auth token\"}}" :
+		       "{\"result\":{\"ID\":\"7\",\"TTL\":\"9\"}}";
+	if (!strcmp(path, "/v3/watch"))
+		return ++f->watches == 1 ?
+		       "{\"result\":{\"created\":true,\"canceled\":true,\"cancel_reason\":"
+		       "\"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token\"}}\n" :
+		       "{\"result\":{\"header\":{\"revision\":\"3\"},\"created\":true}}\n";
+	return "{}";
+}
+
+static int stop_at_once(void *arg, int64_t revision, size_t events)
+{
+	*(int64_t *)arg = revision + (int64_t)events;
+	return 1;
+}
+
+static void stale_tokens_are_renewed(void **state)
+{
+	struct fake f = { .answer = auth_script };
+	struct nelssa_etcd_opts o = { .user = "root", .password = "pw", .timeout_ms = 2000 };
+	struct nelssa_etcd *e;
+	char url[64], why[256];
+	static const int never = 0;
+	int64_t rev = 0;
+	uint32_t ttl = 0;
+
+	(void)state;
+	fake_start(&f);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u", f.port);
+	o.endpoints = url;
+	assert_int_equal(nelssa_etcd_open(&o, &e, why, sizeof(why)), 0);
+	/* Authenticates, is told the token is stale, authenticates again, renews. */
+	assert_int_equal(nelssa_etcd_lease_keepalive(e, 7, &ttl), 0);
+	assert_int_equal(ttl, 9);
+	assert_int_equal(f.auths, 2);
+	assert_int_equal(f.keepalives, 2);
+	/* The watch is cancelled for its token: -EACCES, and the next one authenticates anew. */
+	assert_int_equal(nelssa_etcd_watch(e, "/nelssa/t/nodes/", stop_at_once, &rev, &never),
+			 -EACCES);
+	assert_non_null(strstr(nelssa_etcd_error(e), "invalid auth token"));
+	assert_int_equal(nelssa_etcd_watch(e, "/nelssa/t/nodes/", stop_at_once, &rev, &never), 0);
+	assert_int_equal(f.auths, 3);
+	assert_true(rev == 3);
+	nelssa_etcd_close(e);
+	fake_stop(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -269,6 +439,8 @@ int main(void)
 		cmocka_unit_test(fields_checked),
 		cmocka_unit_test(held_bounds),
 		cmocka_unit_test(open_refuses_bad_endpoints),
+		cmocka_unit_test(a_hung_member_does_not_take_the_whole_deadline),
+		cmocka_unit_test(stale_tokens_are_renewed),
 	};
 
 	return cmocka_run_group_tests_name("registry", tests, NULL, NULL);

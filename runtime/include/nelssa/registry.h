@@ -34,7 +34,10 @@ struct nelssa_etcd_opts {
 	const char *user, *password;
 	/* TLS (https:// endpoints): CA bundle, client certificate and key; NULL: defaults. */
 	const char *cacert, *cert, *key;
-	/* Each call's deadline over all endpoints, in ms (0: 2000). */
+	/*
+	 * Each call's deadline over all endpoints, in ms (0: 2000); each endpoint
+	 * tried gets an equal share of what is left.
+	 */
 	uint32_t timeout_ms;
 };
 
@@ -93,7 +96,8 @@ void nelssa_etcd_kvs_free(struct nelssa_etcd_kv *kvs, size_t n);
  * nelssa_etcd_watch() - watches every key under @prefix (etcd's watch,
  * streamed) and calls @fn(@arg, revision, events) once the watch is made
  * (events 0) and for each batch of changes after, until @fn returns
- * non-zero or *@stop becomes non-zero (looked at every 100 ms or so).
+ * non-zero or *@stop becomes non-zero (looked at about once a second on
+ * an idle stream: nelssa_etcd_watch_abort() ends it at once).
  * Blocks: a watch has no deadline, only its connection has.  Returns 0
  * when stopped, -ECONNRESET when etcd ended the stream, -ESTALE when etcd
  * cancelled the watch, or an error of the connection as for the calls
