@@ -36,6 +36,8 @@
 struct pnode {
 	struct nelssa_node rec;		/* the last record read, its list of requests ours */
 	bool listed, excluded;
+	bool full;			/* nelssa_placer_full(): skipped until its record changes */
+	uint64_t full_free;		/* its free bytes then */
 	int64_t excluded_lease;		/* the lease it had when excluded */
 	uint64_t placed;		/* ours, at final lengths */
 	uint64_t sessions[PLACER_SESSIONS];
@@ -49,6 +51,8 @@ struct nelssa_placer {
 	uint64_t token_bytes;
 	double max_fill;
 	uint64_t read_ms;		/* when the view was read; 0: never */
+	uint64_t failed_ms;		/* when a read last failed; 0: the last read worked */
+	uint32_t backoff_ms;		/* reads wait this long after a failed one */
 	struct pnode *node;
 	uint32_t n, cap;
 	char err[256];
@@ -57,6 +61,7 @@ struct nelssa_placer {
 	pthread_t watcher;
 	int watching;			/* @watcher runs */
 	atomic_int changed;		/* the watch saw a change: read the view again */
+	atomic_int up;			/* a watch is made and running */
 	volatile int stop;		/* the watcher's cue */
 	pthread_mutex_t lock;		/* @wake, with @stop */
 	pthread_cond_t wake;
@@ -100,9 +105,19 @@ int nelssa_placer_refresh(struct nelssa_placer *p)
 
 	ret = nelssa_registry_nodes(p->etcd, p->cluster, &nodes, &cnt, NULL, on_bad, NULL);
 	if (ret) {
+		/*
+		 * etcd away: the last view goes on, and reads back off (refresh_ms,
+		 * doubling to 30 s) so that a partitioned etcd, which answers
+		 * nothing until the deadline, does not stall every placement.
+		 */
 		snprintf(p->err, sizeof(p->err), "%s", nelssa_etcd_error(p->etcd));
+		p->failed_ms = nelssa_now_ms();
+		p->backoff_ms = p->backoff_ms ? (p->backoff_ms >= 15000 ? 30000 : 2 * p->backoff_ms)
+					      : p->refresh_ms;
 		return ret;
 	}
+	p->failed_ms = 0;
+	p->backoff_ms = 0;
 	for (uint32_t i = 0; i < p->n; i++)
 		p->node[i].listed = false;
 	for (size_t k = 0; k < cnt; k++) {
@@ -128,6 +143,9 @@ int nelssa_placer_refresh(struct nelssa_placer *p)
 		/* A node excluded comes back only under a new lease (it registered again). */
 		if (n->excluded && r->lease != n->excluded_lease)
 			n->excluded = false;
+		/* One found full is tried again once it says it has more room. */
+		if (n->full && r->kv_bytes_free > n->full_free)
+			n->full = false;
 		free(n->rec.held);
 		n->rec = *r;		/* its list of requests moves here */
 		r->held = NULL;
@@ -147,6 +165,7 @@ static int on_watch(void *arg, int64_t revision, size_t events)
 
 	(void)revision;
 	(void)events;	/* made (events 0: what happened before it is unseen) or changed */
+	atomic_store(&p->up, 1);
 	atomic_store(&p->changed, 1);
 	return p->stop;
 }
@@ -162,6 +181,8 @@ static void *watcher(void *arg)
 		struct timespec ts;
 
 		nelssa_etcd_watch(p->wetcd, prefix, on_watch, p, &p->stop);
+		atomic_store(&p->up, 0);
+		/* Broken: whatever happened meanwhile was not seen. */
 		atomic_store(&p->changed, 1);
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += 1;
@@ -173,8 +194,15 @@ static void *watcher(void *arg)
 	return NULL;
 }
 
+int nelssa_placer_watching(const struct nelssa_placer *p)
+{
+	return atomic_load(&((struct nelssa_placer *)p)->up);
+}
+
 int nelssa_placer_sync(struct nelssa_placer *p)
 {
+	if (p->failed_ms && nelssa_now_ms() - p->failed_ms < p->backoff_ms)
+		return 0;	/* etcd failed us just now: the last view, not another wait */
 	if (!atomic_exchange(&p->changed, 0) && nelssa_placer_view_age_ms(p) < p->refresh_ms)
 		return 0;
 	/* A failed read leaves the last view; the next placement tries again. */
@@ -189,7 +217,7 @@ int nelssa_placer_open(const struct nelssa_placer_opts *o, struct nelssa_placer 
 	};
 	const char *cluster = o->cluster ? o->cluster : "default";
 	struct nelssa_placer *p;
-	char why[256];
+	char why[256] = "";
 	int ret;
 
 	*out = NULL;
@@ -203,7 +231,8 @@ int nelssa_placer_open(const struct nelssa_placer_opts *o, struct nelssa_placer 
 	if (!ret)
 		ret = nelssa_etcd_open(&eo, &p->wetcd, why, sizeof(why));
 	if (ret) {
-		nelssa_log(NELSSA_LOG_WARNING, "client", why);
+		if (why[0])
+			nelssa_log(NELSSA_LOG_WARNING, "client", why);
 		nelssa_etcd_close(p->etcd);
 		free(p);
 		return ret;
@@ -305,6 +334,7 @@ int nelssa_placer_node(const struct nelssa_placer *p, uint32_t i, struct nelssa_
 	out->steps_in_flight = n->rec.steps_in_flight;
 	out->listed = n->listed;
 	out->excluded = n->excluded;
+	out->full = n->full;
 	return 0;
 }
 
@@ -337,7 +367,7 @@ int nelssa_placer_place(struct nelssa_placer *p, uint64_t tokens, uint32_t *node
 		v[i] = (struct nelssa_place_node){
 			.used_tokens = (double)used_tokens(n), .cap_tokens = (double)cap_tokens(p, n),
 			.devices = n->rec.devices, .steps_in_flight = n->rec.steps_in_flight,
-			.eligible = n->listed && !n->excluded, .id = n->rec.id,
+			.eligible = n->listed && !n->excluded && !n->full, .id = n->rec.id,
 		};
 	}
 	best = nelssa_place_pick(v, p->n, (double)tokens);
@@ -359,6 +389,7 @@ int nelssa_placer_release(struct nelssa_placer *p, uint32_t node, uint64_t token
 	if (tokens > p->node[node].placed)
 		return -EINVAL;
 	p->node[node].placed -= tokens;
+	p->node[node].full = false;	/* our sessions there have room again */
 	return 0;
 }
 
@@ -390,6 +421,15 @@ int nelssa_placer_disown_session(struct nelssa_placer *p, uint32_t node, uint64_
 			return 0;
 		}
 	return -ENOENT;
+}
+
+int nelssa_placer_full(struct nelssa_placer *p, uint32_t node)
+{
+	if (node >= p->n)
+		return -ENOENT;
+	p->node[node].full = true;
+	p->node[node].full_free = p->node[node].rec.kv_bytes_free;
+	return 0;
 }
 
 int nelssa_placer_exclude(struct nelssa_placer *p, uint32_t node)

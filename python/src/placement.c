@@ -141,7 +141,7 @@ static PyObject *placer_sync(PyObject *self, PyObject *unused)
 
 static PyObject *node_dict(const struct nelssa_placer_node *n)
 {
-	return Py_BuildValue("{s:s,s:s,s:H,s:H,s:I,s:K,s:K,s:K,s:K,s:K,s:I,s:O,s:O}",
+	return Py_BuildValue("{s:s,s:s,s:H,s:H,s:I,s:K,s:K,s:K,s:K,s:K,s:I,s:O,s:O,s:O}",
 			     "id", n->id, "host", n->host, "port", n->port,
 			     "data_port", n->data_port, "devices", n->devices,
 			     "kv_bytes_total", (unsigned long long)n->kv_bytes_total,
@@ -151,7 +151,8 @@ static PyObject *node_dict(const struct nelssa_placer_node *n)
 			     "step_us", (unsigned long long)n->step_us,
 			     "steps_in_flight", n->steps_in_flight,
 			     "listed", n->listed ? Py_True : Py_False,
-			     "excluded", n->excluded ? Py_True : Py_False);
+			     "excluded", n->excluded ? Py_True : Py_False,
+			     "full", n->full ? Py_True : Py_False);
 }
 
 static PyObject *placer_nodes(PyObject *self, PyObject *unused)
@@ -259,6 +260,23 @@ static PyObject *placer_exclude(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+static PyObject *placer_full(PyObject *self, PyObject *args)
+{
+	struct npy_placer *o = (struct npy_placer *)self;
+	uint32_t node;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "O&", npy_conv_u32, &node))
+		return NULL;
+	if (placer_enter(o))
+		return NULL;
+	rc = nelssa_placer_full(o->p, node);
+	PyThread_release_lock(o->lock);
+	if (rc)
+		return npy_raisef(rc, "full: no node %u", node);
+	Py_RETURN_NONE;
+}
+
 static PyObject *placer_find(PyObject *self, PyObject *args)
 {
 	struct npy_placer *o = (struct npy_placer *)self;
@@ -292,6 +310,19 @@ static PyObject *placer_age(PyObject *self, void *unused)
 	return PyLong_FromUnsignedLongLong(age);
 }
 
+static PyObject *placer_watching(PyObject *self, void *unused)
+{
+	struct npy_placer *o = (struct npy_placer *)self;
+	int up;
+
+	(void)unused;
+	if (placer_enter(o))
+		return NULL;
+	up = nelssa_placer_watching(o->p);
+	PyThread_release_lock(o->lock);
+	return PyBool_FromLong(up);
+}
+
 static PyObject *placer_enter_ctx(PyObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -314,6 +345,7 @@ static PyMethodDef placer_methods[] = {
 	{ "own_session", placer_own, METH_VARARGS, "own_session(node, session): a session of ours on that node." },
 	{ "disown_session", placer_disown, METH_VARARGS, "disown_session(node, session): closed or lost." },
 	{ "exclude", placer_exclude, METH_VARARGS, "exclude(node): found dead; not placed on until registered again." },
+	{ "full", placer_full, METH_VARARGS, "full(node): refused room; skipped until its record shows more free memory." },
 	{ "find", placer_find, METH_VARARGS, "find(id) -> node index." },
 	{ "close", placer_close, METH_NOARGS, "Close (also on leaving a with block)." },
 	{ "__enter__", placer_enter_ctx, METH_NOARGS, NULL },
@@ -323,6 +355,7 @@ static PyMethodDef placer_methods[] = {
 
 static PyGetSetDef placer_getset[] = {
 	{ "view_age_ms", placer_age, NULL, "ms since the registry was read (None: never)", NULL },
+	{ "watching", placer_watching, NULL, "whether the watch on the registry is made and running", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 

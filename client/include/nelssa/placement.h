@@ -43,6 +43,7 @@ struct nelssa_placer_node {
 	uint32_t steps_in_flight;
 	bool listed;			/* in the last view read */
 	bool excluded;			/* nelssa_placer_exclude()d, not since registered again */
+	bool full;			/* nelssa_placer_full()ed, no more free memory since */
 };
 
 /*
@@ -56,7 +57,9 @@ const char *nelssa_placer_error(const struct nelssa_placer *p);
 
 /*
  * nelssa_placer_refresh() - reads the registry now.  On failure the last
- * view stays (placement goes on with it) and the error is returned.
+ * view stays (placement goes on with it) and the error is returned; then
+ * nelssa_placer_sync() reads again only after a backoff (refresh_ms,
+ * doubling up to 30 s), so a partitioned etcd does not stall placements.
  */
 int nelssa_placer_refresh(struct nelssa_placer *p);
 /*
@@ -66,6 +69,12 @@ int nelssa_placer_refresh(struct nelssa_placer *p);
  * could not be read: the last view stays).
  */
 int nelssa_placer_sync(struct nelssa_placer *p);
+/*
+ * Whether the placer's watch is made and running now (1), or broken and
+ * being made again (0): while it is broken, the view is read again about
+ * every second instead.
+ */
+int nelssa_placer_watching(const struct nelssa_placer *p);
 /* Milliseconds since the view was last read successfully (UINT64_MAX: never). */
 uint64_t nelssa_placer_view_age_ms(const struct nelssa_placer *p);
 
@@ -95,6 +104,12 @@ int nelssa_placer_release(struct nelssa_placer *p, uint32_t node, uint64_t token
 int nelssa_placer_own_session(struct nelssa_placer *p, uint32_t node, uint64_t session);
 /* Forgets session @session on @node (closed, or lost with the node). */
 int nelssa_placer_disown_session(struct nelssa_placer *p, uint32_t node, uint64_t session);
+/*
+ * The caller found @node full (it refused a session or a request for
+ * room): it is skipped until its record shows more free memory than now,
+ * or tokens placed there are released.
+ */
+int nelssa_placer_full(struct nelssa_placer *p, uint32_t node);
 /*
  * The caller found @node dead (its connection failed): nothing is placed
  * there until it registers again under a new lease.
