@@ -508,6 +508,14 @@ t "--max-fill 0.02 on 4 x 3 nodes" 0 "$sim" $cl --rps 40 --gpu-nodes 4 --pnm-nod
 	--max-fill 0.02 --mode nelssa
 json_check "--max-fill: no node past it, nothing lost" \
 	"0 < s['max_node_fill'] <= 0.02 and s['lost'] == 0 and s['tokens'] == s['tokens_expected']"
+# Nodes filled to 0.2 %: most long requests are over one node; they go to the GPU, which holds them.
+# shellcheck disable=SC2086
+t "--max-fill 0.002: requests longer than a node" 0 "$sim" --synthetic 400 --long-frac 0.3 \
+	--long-len 65536 --out-len 64 --rps 20 --gpu-nodes 2 --pnm-nodes 2 --max-fill 0.002 \
+	--threshold 4096 --no-adaptive --mode nelssa --json --quiet
+json_check "... run on the GPU, the rest on the nodes: nothing lost, nothing stuck" \
+	"s['lost'] == 0 and s['done'] == j['requests'] and s['pnm_requests'] > 0 and \
+	 s['max_node_fill'] <= 0.002"
 # shellcheck disable=SC2086
 t "one GPU and one NELSSA node at 20 req/s" 0 "$sim" $cl --rps 20 --mode nelssa --json
 cp "$out/stdout" "$out/one.json"

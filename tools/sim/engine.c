@@ -310,11 +310,16 @@ static void admit(struct state *s)
 				continue;
 			}
 			if (route == NELSSA_ROUTE_PNM && place(s, q, len)) {
-				/* No NELSSA node has room: as for any other cap of the tier. */
 				nelssa_router_leave(&s->router, len, final_of(q));
-				behind = 1;
-				i++;
-				continue;
+				if (final_of(q) <= s->cl->cap_tokens ||
+				    !(nelssa_router_fits(&s->router, final_of(q)) & NELSSA_FITS_GPU)) {
+					/* No NELSSA node has room: as for any other cap of the tier. */
+					behind = 1;
+					i++;
+					continue;
+				}
+				/* Longer than any one node holds, and the GPU can: the GPU. */
+				route = NELSSA_ROUTE_GPU;
 			}
 			q->on_pnm = route == NELSSA_ROUTE_PNM;
 			need = need_blocks(s, q, len + 1);
@@ -541,9 +546,16 @@ static int turn(struct state *s, char *err, size_t err_len)
 	if (c->nelssa && c->migrate)
 		migrate(s);
 	if (!s->n_run) {
-		/* Done, or waiting requests that can never run (lost) -- unless others may make room. */
+		/*
+		 * In a cluster, requests waiting here wait for room other GPU
+		 * nodes may make before this node's next arrival: it waits for
+		 * them (the scheduler wakes it at that arrival if no one moves).
+		 */
+		if (s->cl && s->n_wait)
+			return TURN_STUCK;
+		/* Done, or waiting requests that can never run (lost). */
 		if (s->next >= s->n_ids)
-			return s->cl && s->n_wait ? TURN_STUCK : TURN_DONE;
+			return TURN_DONE;
 		s->now = fmax(s->now, t->req[s->ids[s->next]].arrival);
 		return TURN_MOVED;
 	}
@@ -796,6 +808,12 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	for (uint32_t g = 0; g < m && !ret; g++) {
 		ret = state_init(&st[g], c, t, r, g, m, err, err_len);
 		st[g].cl = cl.n ? &cl : NULL;
+		/*
+		 * A GPU node's PNM requests spread over the cluster: its router's
+		 * memory cap is the K nodes' (placement keeps each node's own).
+		 */
+		if (cl.n)
+			st[g].router.cap_pnm_mem = cl.fill * cl.k;
 		st[g].series = g == 0;	/* the first GPU node's time series */
 	}
 	r->n_req = t->n;
@@ -820,8 +838,23 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		for (uint32_t g = 0; g < m; g++)
 			if (!st[g].done && !st[g].stuck && (!s || st[g].now < s->now))
 				s = &st[g];
-		if (!s)
-			break;	/* every node done, or stuck with none to free room (lost) */
+		if (!s) {
+			/*
+			 * Every node done or stuck: the stuck one whose next request
+			 * arrives first goes on from that arrival; none left, the
+			 * waiting are lost.
+			 */
+			for (uint32_t g = 0; g < m; g++)
+				if (st[g].stuck && st[g].next < st[g].n_ids &&
+				    (!s || t->req[st[g].ids[st[g].next]].arrival <
+					   t->req[s->ids[s->next]].arrival))
+					s = &st[g];
+			if (!s)
+				break;
+			s->stuck = 0;
+			s->now = fmax(s->now, t->req[s->ids[s->next]].arrival);
+			continue;
+		}
 		ret = turn(s, err, err_len);
 		if (ret == TURN_DONE) {
 			s->done = 1;
@@ -855,8 +888,10 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 	if (ret) {
 		free(r->req);
 		free(r->node_admissions);
+		free(r->series);
 		r->req = NULL;
 		r->node_admissions = NULL;
+		r->series = NULL;
 		return ret;
 	}
 	r->lost = t->n - r->done - r->refused;
