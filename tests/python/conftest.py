@@ -336,11 +336,12 @@ class Etcd:
     """etcd on free loopback ports; with tls (make_certs()), https only, and
     client certificates required."""
 
-    def __init__(self, port=None, tls=None):
+    def __init__(self, port=None, tls=None, extra=()):
         self.dir = tempfile.mkdtemp(prefix="nelssa-etcd-")
         self.port = port or free_port()
         self.peer = free_port()
-        self.tls = tls
+        self.tls, self.extra = tls, list(extra)
+        self.user = None                # USER:PASSWORD etcdctl passes, once auth is on
         self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.proc = None
         self.start()
@@ -356,7 +357,8 @@ class Etcd:
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", "t=" + peer] +
             (["--cert-file", self.tls["crt"], "--key-file", self.tls["key"],
-              "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"] if self.tls else []),
+              "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"] if self.tls else []) +
+            self.extra,
             stdout=self.log, stderr=subprocess.STDOUT)
         wait_for("etcd to serve", lambda: self.ctl("endpoint", "health", check=False)
                  .returncode == 0)
@@ -375,8 +377,8 @@ class Etcd:
         cmd = [ETCDCTL, "--endpoints", self.url, "--command-timeout=5s"]
         if self.tls:
             cmd += ["--cacert", self.tls["ca"], "--cert", self.tls["crt"], "--key", self.tls["key"]]
-        if user:
-            cmd += ["--user", user]
+        if user or self.user:
+            cmd += ["--user", user or self.user]
         r = subprocess.run(cmd + list(args), capture_output=True, text=True, input=stdin,
                            env=dict(os.environ, ETCDCTL_API="3"), timeout=30)
         if check and r.returncode:

@@ -325,6 +325,11 @@ def test_placer_views_excluded_gone_and_stale(etcd):
         p.refresh()
         assert not p.nodes()[a]["excluded"]
         assert p.place(10) == a
+        # Found full (it refused room): skipped until tokens placed there go.
+        p.full(a)
+        assert p.nodes()[a]["full"] and p.place(10) == b
+        p.release(a, 10)
+        assert not p.nodes()[a]["full"] and p.place(10) == a
         # Gone from the registry: not placed on; its index stays.
         etcd.ctl("del", "/nelssa/t/nodes/a")
         p.refresh()
@@ -516,6 +521,7 @@ def test_placer_watches_the_registry(etcd, nodes):
             return [n["id"] for n in p.nodes() if n["listed"]]
 
         assert listed() == ["a"]
+        wait_for("the watch", lambda: p.watching)
         b = nodes(etcd.url, "b")
         wait_for("the watch to bring in b", lambda: listed() == ["a", "b"])
         b.kill()
@@ -523,5 +529,40 @@ def test_placer_watches_the_registry(etcd, nodes):
                  timeout=10 * TTL)
         etcd.kill()
         etcd.start()
+        wait_for("the watch made again", lambda: p.watching)
         nodes(etcd.url, "c")
-        wait_for("the watch, made again, to bring in c", lambda: "c" in listed())
+        wait_for("the watch to bring in c", lambda: "c" in listed())
+
+
+def test_tokens_etcd_forgets_are_renewed(nodes, tmp_path):
+    """etcd with authentication forgets its tokens when it restarts (and
+    after --auth-token-ttl): the daemon's calls and the placer's watch
+    authenticate again instead of failing for good."""
+    import nelssa
+    e = Etcd(extra=["--auth-token-ttl", "1"])
+    try:
+        e.ctl("user", "add", "root", "--new-user-password", "s3cret")
+        e.ctl("auth", "enable")
+        e.user = "root:s3cret"
+        pw = tmp_path / "pw"
+        pw.write_text("s3cret\n")
+        who = ["--etcd-user", "root", "--etcd-password-file", str(pw)]
+        nodes(e.url, "a", *who)
+        wait_for("a's record", lambda: "a" in e.records(user="root:s3cret"))
+        with nelssa.Placer(e.url, cluster="t", token_bytes=1 << 10, refresh_ms=1 << 30,
+                           user="root", password="s3cret") as p:
+            def listed():
+                p.sync()
+                return [n["id"] for n in p.nodes() if n["listed"]]
+
+            assert listed() == ["a"]
+            wait_for("the watch", lambda: p.watching)
+            e.kill()
+            e.start()
+            # The watch is made again -- with a token etcd knows: it forgot the old one.
+            wait_for("the watch made again, authenticated", lambda: p.watching)
+            nodes(e.url, "b", *who)
+            wait_for("the watch, authenticated again, to bring in b",
+                     lambda: listed() == ["a", "b"])
+    finally:
+        e.stop()

@@ -245,3 +245,105 @@ def test_full_sessions_grow_a_node_more(etcd, nodes, model, monkeypatch):
     assert outputs(e) == want
     assert max(most) >= 3, most
     assert max(most) <= nodes_mod.SESSIONS_PER_NODE
+
+
+def test_requests_no_node_can_hold_run_on_the_gpu(etcd, nodes, model):
+    """Requests longer than a session holds (capacity_tokens 100): no node
+    can ever take them, so they run on the GPU instead of waiting."""
+    start_nodes(etcd, nodes, 1)
+    rs = reqs(4, seed=46)
+    e = Engine(model, EngineConfig(**cluster_kw(etcd, capacity_tokens=100)))
+    try:
+        e.run(fresh(rs))
+    finally:
+        e.close()
+    assert outputs(e) == dense(model, rs)
+    assert {s.where for s in e.finished} == {"gpu"} and not e.refused
+
+
+def test_a_cluster_with_no_node_runs_on_the_gpu(etcd, model):
+    rs = reqs(4, seed=47)
+    e = Engine(model, EngineConfig(**cluster_kw(etcd)))
+    try:
+        e.run(fresh(rs))
+    finally:
+        e.close()
+    assert outputs(e) == dense(model, rs)
+    assert {s.where for s in e.finished} == {"gpu"}
+
+
+class Refusing:
+    """A client whose node refuses every request (errno), as a full node or
+    one at its session limit does."""
+
+    def __init__(self, c, err):
+        self.c, self.err = c, err
+
+    def __getattr__(self, name):
+        return getattr(self.c, name)
+
+    def alloc_request(self, session, rid, *a):
+        import nelssa
+        raise nelssa.Error(self.err, "refused by the test")
+
+
+@pytest.mark.parametrize("err", ["ENOSPC", "EBUSY", "EDQUOT"])
+def test_nodes_with_no_room_leave_requests_to_the_idle_gpu(etcd, nodes, model, monkeypatch,
+                                                           err):
+    """Every node refuses room (memory, or its limits): the requests wait,
+    and with nothing running the idle GPU takes them; nothing crashes."""
+    import errno
+    from nelssa.serve import nodes as nodes_mod
+    start_nodes(etcd, nodes, 2)
+    rs = reqs(4, seed=48)
+    real = nodes_mod.Nodes._connect
+    monkeypatch.setattr(nodes_mod.Nodes, "_connect",
+                        lambda self, n: Refusing(real(self, n), getattr(errno, err)))
+    e = Engine(model, EngineConfig(**cluster_kw(etcd)))
+    try:
+        e.run(fresh(rs))
+    finally:
+        e.close()
+    assert outputs(e) == dense(model, rs)
+    assert {s.where for s in e.finished} == {"gpu"} and not e.refused
+
+
+def test_a_node_found_dead_when_placing_gives_back_its_requests(etcd, nodes, model,
+                                                               monkeypatch):
+    """The node a new request is placed on answers ECONNRESET while it holds
+    requests: the engine takes them back (prefilled again elsewhere), and
+    nothing is left behind."""
+    import errno
+    import nelssa
+    from nelssa.serve import nodes as nodes_mod
+    start_nodes(etcd, nodes, 2)
+    rs = reqs(10, seed=49)
+    real = nodes_mod.Nodes._connect
+    allocs = {}
+
+    class DiesOnThird:
+        def __init__(self, c, name):
+            self.c, self.name = c, name
+
+        def __getattr__(self, name):
+            return getattr(self.c, name)
+
+        def alloc_request(self, session, rid, *a):
+            allocs[self.name] = allocs.get(self.name, 0) + 1
+            if self.name == "n0" and allocs[self.name] == 3:
+                raise nelssa.Error(errno.ECONNRESET, "the test's node died")
+            return self.c.alloc_request(session, rid, *a)
+
+    monkeypatch.setattr(nodes_mod.Nodes, "_connect",
+                        lambda self, n: DiesOnThird(real(self, n), n.name))
+    e = Engine(model, EngineConfig(**cluster_kw(etcd, max_batch=10)))
+    try:
+        e.run(fresh(rs))
+    finally:
+        e.close()
+    assert allocs["n0"] == 3, allocs
+    assert len(e.node_losses) == 1 and e.node_losses[0]["node"] == "n0"
+    lost = e.node_losses[0]["requests"]
+    assert len(lost) == 2 and e.lost_requests == 2
+    assert outputs(e) == dense(model, rs)
+    assert sorted(s.req.rid for s in e.finished) == [r.rid for r in rs]

@@ -107,6 +107,8 @@ class Seq:
     pnm: object = None
     moving: object = None
     due: float = 0.0                # paced PNM request: no token before this time
+    pnm_wait: float = None          # since when it waits for room on NELSSA (None: not)
+    gpu_now: bool = False           # the idle GPU takes it instead
     dues: list = dataclasses.field(default_factory=list)   # every due set, for tests
     joins: list = dataclasses.field(default_factory=list)  # (time, due, estimate) it stepped
 
@@ -177,9 +179,16 @@ class Engine:
 
     def _connect(self):
         cfg = self.cfg
+        self.nodes = Nodes(cfg, (self.L, self.Hq, self.Hkv, self.D),
+                           dict(max_batch=cfg.max_batch, max_sel=65536,
+                                capacity_tokens=cfg.capacity_tokens, tenant=cfg.tenant),
+                           self.m.kv_bytes_per_token, self.log)
+        # A cluster's long requests spread over its nodes: the router sees
+        # their devices together (the placer caps each node's memory).
+        devices = cfg.devices * max(1, self.nodes.eligible())
         self.router = nelssa.Router(cfg.profile, layers=self.L, kv_heads=self.Hkv,
                                     head_dim=self.D, weights=self.m.weight_bytes,
-                                    select=cfg.select, devices=cfg.devices)
+                                    select=cfg.select, devices=devices)
         self.router.gpu_kv = self.pool.blocks * cfg.block * self.m.kv_bytes_per_token
         self.router.window = cfg.sink + cfg.recent + cfg.chunk
         # nelssad's session holds capacity_tokens: the tier's memory cap (a
@@ -194,10 +203,6 @@ class Engine:
             # a run of this engine lasts a minute or two.
             self.ctl = nelssa.ThresholdCtl(self.router.t_input)
             self.ctl.period, self.ctl.hold = cfg.adapt_period, 2 * cfg.adapt_period
-        self.nodes = Nodes(cfg, (self.L, self.Hq, self.Hkv, self.D),
-                           dict(max_batch=cfg.max_batch, max_sel=65536,
-                                capacity_tokens=cfg.capacity_tokens, tenant=cfg.tenant),
-                           self.m.kv_bytes_per_token, self.log)
 
     def close(self):
         if self.nodes is not None:
@@ -387,6 +392,16 @@ class Engine:
             running.append(seq)
 
     def _route(self, seq):
+        if self.router is not None and not self.nodes.can_hold(seq.req.final_len):
+            # No node of the cluster could ever hold it (a session's capacity,
+            # each node's cap, or no node at all): the GPU, or refused.
+            if self.pool.blocks_for(seq.req.final_len) <= self.pool.blocks:
+                return "gpu"
+            seq.refused = ("its KV (%d tokens) fits neither the pool nor any NELSSA node" %
+                           seq.req.final_len)
+            return None
+        if seq.gpu_now:
+            return "gpu"
         if self.router is None:
             if not self.pool.blocks_for(seq.req.final_len) <= self.pool.blocks:
                 seq.refused = "its KV (%d tokens) is larger than the pool" % seq.req.final_len
@@ -406,10 +421,19 @@ class Engine:
     def _alloc_pnm(self, seq, n):
         """Room on a node for seq; False (the router's count undone) when
         no node has room (its session, or every node of the cluster full):
-        the request waits, as for any other cap."""
-        if self.nodes.alloc(seq.req.rid, seq.req.final_len) is None:
+        the request waits, as for any other cap.  NodeLost (its count
+        undone too) when the node chosen is found gone."""
+        try:
+            slot = self.nodes.alloc(seq.req.rid, seq.req.final_len)
+        except NodeLost:
             self.router.leave(n, seq.req.final_len)
+            raise
+        if slot is None:
+            self.router.leave(n, seq.req.final_len)
+            if seq.pnm_wait is None:
+                seq.pnm_wait = self._now()
             return False
+        seq.pnm_wait = None
         return True
 
     def _admit(self, seq, running):
@@ -760,6 +784,8 @@ class Engine:
                 return False
             if pending and not self.waiting:
                 time.sleep(max(0.0, pending[0].req.arrival - self._now()))
+            elif self.waiting and self.waiting[0].pnm_wait is not None:
+                self._wait_for_room(self.waiting[0])
             elif self.waiting:
                 raise RuntimeError("request %d cannot be admitted with nothing running "
                                    "(pool %d blocks)" % (self.waiting[0].req.rid,
@@ -793,6 +819,21 @@ class Engine:
             self._adapt(self._now() - self.last_step)
         self.last_step = self._now()
         return True
+
+    def _wait_for_room(self, seq):
+        """Nothing runs and the head of the queue waits for room on NELSSA
+        nodes that other clients hold: the idle GPU takes it when its pool
+        can; else it waits, up to timeout_ms, and is then refused."""
+        if self.pool.blocks_for(seq.req.final_len) <= self.pool.blocks:
+            seq.gpu_now = True
+            return
+        if self._now() - seq.pnm_wait > self.cfg.timeout_ms / 1000:
+            self.waiting.pop(0)
+            seq.refused = "no NELSSA node had room for %d tokens within %d ms" % (
+                seq.req.final_len, self.cfg.timeout_ms)
+            self.refused.append(seq)
+            return
+        time.sleep(0.05)
 
     def _adapt(self, dt):
         """Feeds the threshold controller each tier's pressure over dt seconds.

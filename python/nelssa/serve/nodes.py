@@ -22,6 +22,9 @@ LOST_ERRNOS = frozenset((errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT, errno.E
                          errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED, errno.EHOSTDOWN,
                          errno.EHOSTUNREACH))
 SESSIONS_PER_NODE = 16              # as the placer counts a node's sessions of ours
+# What a node answers when it has no room for a session or a request now:
+# memory (ENOSPC), its session limits (EBUSY), ours there (EDQUOT).
+FULL_ERRNOS = frozenset((errno.ENOSPC, errno.EBUSY, errno.EDQUOT))
 
 
 class NodeLost(Exception):
@@ -135,15 +138,16 @@ class Nodes:
                 slot.call("alloc_request", rid, final_len, final_len)
                 return slot
             except nelssa.Error as e:
-                if e.errno != errno.ENOSPC:
+                if e.errno not in FULL_ERRNOS:
                     raise
-        if self.placer is None or len(n.slots) >= SESSIONS_PER_NODE:
+        if self.placer is None or len(n.slots) >= SESSIONS_PER_NODE or \
+                final_len > self.session_kw["capacity_tokens"]:
             return None
         try:
             slot = self._open(n)
             slot.call("alloc_request", rid, final_len, final_len)
         except nelssa.Error as e:
-            if e.errno != errno.ENOSPC:
+            if e.errno not in FULL_ERRNOS:
                 raise
             return None
         return slot
@@ -168,18 +172,41 @@ class Nodes:
                 slot = self._alloc_on(self._node(index), rid, final_len)
             except NodeLost as e:
                 self.placer.release(index, final_len)
+                n = self.nodes.get(index)
+                if n is not None and n.rids:
+                    raise               # it holds requests: the engine takes them back
                 self.log("node %s unreachable (%s): excluded" % (e.node.name, e.err))
-                if index in self.nodes:
-                    self.lose(self.nodes[index])
+                if n is not None:
+                    self.lose(n)
                 else:
                     self.placer.exclude(index)
                 continue
-            if slot is None:
+            except BaseException:
                 self.placer.release(index, final_len)
-                return None             # its sessions are full and it has no room for more
+                raise
+            if slot is None:
+                # Its sessions are full and it has no room for more: another node.
+                self.placer.release(index, final_len)
+                self.placer.full(index)
+                continue
             self._bind(slot, rid, final_len)
             return slot
         return None
+
+    def can_hold(self, final_len):
+        """Whether some node could ever take a request of final_len tokens
+        (a session's capacity, and a node's cap)."""
+        if self.placer is None:
+            return True
+        return final_len <= self.session_kw["capacity_tokens"] and any(
+            x["listed"] and not x["excluded"] and x["cap_tokens"] >= final_len
+            for x in self.placer.nodes())
+
+    def eligible(self):
+        """The nodes a request may be placed on now (one nelssad: 1)."""
+        if self.placer is None:
+            return 1
+        return sum(x["listed"] and not x["excluded"] for x in self.placer.nodes())
 
     def _bind(self, slot, rid, final_len):
         slot.node.rids[rid] = final_len
@@ -219,10 +246,10 @@ class Nodes:
         return rids
 
     def any_left(self):
-        """Whether a node may still take requests."""
+        """Whether a node may still take requests, or holds some."""
         if self.placer is None:
             return bool(self.nodes)
-        return any(x["listed"] and not x["excluded"] for x in self.placer.nodes())
+        return self.eligible() > 0 or any(n.rids for n in self.nodes.values())
 
     def close(self):
         for n in list(self.nodes.values()):
