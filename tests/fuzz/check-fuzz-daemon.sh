@@ -82,7 +82,7 @@ esac
 mk="$dir/Makefile"
 {
 	echo "CC = clang"
-	echo "BASE = -std=c11 -O1 -g -MMD -MP $warn $(pkg-config --cflags ucx liburing) $inc"
+	echo "BASE = -std=c11 -O1 -g -MMD -MP $warn $(pkg-config --cflags ucx liburing json-c libcurl) $inc"
 	echo "-include obj/*.d"	# objects kept from a run before are remade when a header changed
 	objs=
 	rule() {	# rule OBJ SRC FLAGS...
@@ -91,8 +91,12 @@ mk="$dir/Makefile"
 		objs="$objs $o"
 		printf '%s: %s\n\t$(CC) $(BASE) %s -c %s -o %s\n' "$o" "$s" "$*" "$s" "$o"
 	}
-	for f in conn control jobs dataplane ep_table dispatch partition fdlimit; do
-		rule "obj/d_$f.o" "$src/daemon/$f.c" "$san $cov"
+	for f in conn control jobs dataplane ep_table dispatch partition fdlimit registry; do
+		rule "obj/d_$f.o" "$src/daemon/$f.c" "$san $cov -DNELSSA_VERSION='\"fuzz\"'"
+	done
+	# The registry (no --etcd here: linked, never started).
+	for f in etcd node view; do
+		rule "obj/r_$f.o" "$src/runtime/registry/$f.c" "$san"
 	done
 	rule obj/proto.o "$src/runtime/proto/proto.c" "$san $cov"
 	rule obj/link.o "$src/runtime/ucx/link.c" "$san $cov"
@@ -117,7 +121,8 @@ mk="$dir/Makefile"
 	done
 	echo "fuzz_daemon:$objs"
 	echo "	\$(CC) -fsanitize=fuzzer,address,undefined -o \$@ $objs" \
-		"-Wl,--export-dynamic-symbol=accept $(pkg-config --libs ucx liburing) -lpthread -lm"
+		"-Wl,--export-dynamic-symbol=accept $(pkg-config --libs ucx liburing json-c libcurl)" \
+		"-lpthread -lm"
 } >"$mk"
 jobs=$(nproc 2>/dev/null || echo 2)
 t0=$(date +%s)
