@@ -513,21 +513,21 @@ class Engine:
             # Its tokens are all there: finished, not recomputed.
             running.remove(s)
             self._finish(s)
-        back = [s for s in running + self.prefilling
-                if s.req.rid in rids and (s.where == "pnm" or s.moving is not None)]
+        mine = [s for s in running + self.prefilling if s.req.rid in rids]
+        back = [s for s in mine if s.where == "pnm"]
+        moves = [s for s in mine if s.where != "pnm" and s.moving is not None]
         left = self.nodes.any_left()
         self.node_losses.append(dict(node=node.name, t=self._now(), mono=time.monotonic(),
-                                     why=self.lost, requests=sorted(s.req.rid for s in back)))
-        self.log("node %s lost: %s; its %d requests are prefilled again%s" % (
-            node.name, self.lost, len(back),
-            "" if left else ", and the engine runs GPU-only from now on"))
-        for s in back:
-            if s.moving is not None:
-                # Still on the GPU: the move is dropped, the request stays.
-                self._free_indices(s.moving["st"])
-                self.router.leave(s.moving["n"], s.req.final_len)
-                s.moving = None
-        back = [s for s in back if s.where == "pnm"]
+                                     why=self.lost, requests=sorted(s.req.rid for s in back),
+                                     moves_dropped=sorted(s.req.rid for s in moves)))
+        self.log("node %s lost: %s; its %d requests are prefilled again, %d moves there "
+                 "dropped%s" % (node.name, self.lost, len(back), len(moves),
+                                "" if left else ", and the engine runs GPU-only from now on"))
+        for s in moves:
+            # Still on the GPU: the move is dropped, the request stays.
+            self._free_indices(s.moving["st"])
+            self.router.leave(s.moving["n"], s.req.final_len)
+            s.moving = None
         for s in sorted(back, key=lambda s: s.admitted, reverse=True):
             (running if s in running else self.prefilling).remove(s)
             self.router.leave(s.kv_len if s.pf is None else len(s.tokens), s.req.final_len)
