@@ -113,7 +113,7 @@ int nelssa_placer_refresh(struct nelssa_placer *p)
 		snprintf(p->err, sizeof(p->err), "%s", nelssa_etcd_error(p->etcd));
 		p->failed_ms = nelssa_now_ms();
 		p->backoff_ms = p->backoff_ms ? (p->backoff_ms >= 15000 ? 30000 : 2 * p->backoff_ms)
-					      : p->refresh_ms;
+					      : (p->refresh_ms < 30000 ? p->refresh_ms : 30000);
 		return ret;
 	}
 	p->failed_ms = 0;
@@ -143,9 +143,15 @@ int nelssa_placer_refresh(struct nelssa_placer *p)
 		/* A node excluded comes back only under a new lease (it registered again). */
 		if (n->excluded && r->lease != n->excluded_lease)
 			n->excluded = false;
-		/* One found full is tried again once it says it has more room. */
-		if (n->full && r->kv_bytes_free > n->full_free)
+		/*
+		 * One found full is tried again once it says it has more room,
+		 * or registered again; the view it was found full in may have
+		 * been stale, so the mark follows what it says since.
+		 */
+		if (n->full && (r->kv_bytes_free > n->full_free || r->lease != n->rec.lease))
 			n->full = false;
+		else if (n->full)
+			n->full_free = r->kv_bytes_free;
 		free(n->rec.held);
 		n->rec = *r;		/* its list of requests moves here */
 		r->held = NULL;
@@ -201,8 +207,10 @@ int nelssa_placer_watching(const struct nelssa_placer *p)
 
 int nelssa_placer_sync(struct nelssa_placer *p)
 {
-	if (p->failed_ms && nelssa_now_ms() - p->failed_ms < p->backoff_ms)
-		return 0;	/* etcd failed us just now: the last view, not another wait */
+	/* etcd failed us just now: the last view, not another wait -- unless the watch is back. */
+	if (p->failed_ms && nelssa_now_ms() - p->failed_ms < p->backoff_ms &&
+	    !(atomic_load(&p->up) && atomic_load(&p->changed)))
+		return 0;
 	if (!atomic_exchange(&p->changed, 0) && nelssa_placer_view_age_ms(p) < p->refresh_ms)
 		return 0;
 	/* A failed read leaves the last view; the next placement tries again. */
