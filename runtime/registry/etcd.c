@@ -883,7 +883,7 @@ int nelssa_etcd_watch(struct nelssa_etcd *e, const char *prefix,
 	curl_slist_free_all(hdr);
 	free(body);
 	e->len = 0;
-	if (w.ret == -EACCES && e->user)
+	if (w.ret == -EACCES && e->user && strstr(e->err, "invalid auth token"))
 		e->token[0] = 0;	/* stale (etcd restarted, or it expired): anew next time */
 	if (w.ret)
 		return w.ret;
