@@ -861,11 +861,18 @@ int sim_run(const struct sim_config *c, struct sim_trace *t, struct sim_result *
 		} else if (ret == TURN_STUCK) {
 			s->stuck = 1;
 		} else if (ret == TURN_MOVED) {
-			/* Room may have been made: the stuck try again from now. */
+			/*
+			 * Room may have been made: the stuck try again from now --
+			 * or from their next arrival, if that came first.
+			 */
 			for (uint32_t g = 0; g < m; g++)
 				if (st[g].stuck) {
+					double at = s->now;
+
+					if (st[g].next < st[g].n_ids)
+						at = fmin(at, t->req[st[g].ids[st[g].next]].arrival);
 					st[g].stuck = 0;
-					st[g].now = fmax(st[g].now, s->now);
+					st[g].now = fmax(st[g].now, at);
 				}
 		}
 		if (ret > 0)
