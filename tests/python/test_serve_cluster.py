@@ -347,3 +347,22 @@ def test_a_node_found_dead_when_placing_gives_back_its_requests(etcd, nodes, mod
     assert len(lost) == 2 and e.lost_requests == 2
     assert outputs(e) == dense(model, rs)
     assert sorted(s.req.rid for s in e.finished) == [r.rid for r in rs]
+
+
+def test_nodes_that_join_later_are_used(etcd, nodes, model):
+    """An engine made while the cluster has no node serves on the GPU; a node
+    registers, the placer's watch brings it in, and the same engine's next
+    requests are placed there."""
+    first, later = reqs(3, seed=50), reqs(3, seed=51, rid0=10)
+    e = Engine(model, EngineConfig(**cluster_kw(etcd)))
+    try:
+        e.run(fresh(first))
+        assert {s.where for s in e.finished} == {"gpu"}
+        assert outputs(e) == dense(model, first)
+        nodes(etcd.url, "late")
+        wait_for("the engine's placer to see the node", lambda: e.nodes.can_hold(500))
+        e.run(fresh(later))
+    finally:
+        e.close()
+    assert {s.where for s in e.finished} == {"pnm"}
+    assert outputs(e) == dense(model, later)

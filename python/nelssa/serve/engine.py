@@ -183,12 +183,19 @@ class Engine:
                            dict(max_batch=cfg.max_batch, max_sel=65536,
                                 capacity_tokens=cfg.capacity_tokens, tenant=cfg.tenant),
                            self.m.kv_bytes_per_token, self.log)
-        # A cluster's long requests spread over its nodes: the router sees
-        # their devices together (the placer caps each node's memory).
-        devices = cfg.devices * max(1, self.nodes.eligible())
-        self.router = nelssa.Router(cfg.profile, layers=self.L, kv_heads=self.Hkv,
-                                    head_dim=self.D, weights=self.m.weight_bytes,
-                                    select=cfg.select, devices=devices)
+        try:
+            self.router = nelssa.Router(cfg.profile, layers=self.L, kv_heads=self.Hkv,
+                                        head_dim=self.D, weights=self.m.weight_bytes,
+                                        select=cfg.select, devices=cfg.devices)
+        except BaseException:
+            self.nodes.close()
+            self.nodes = None
+            raise
+        # A request's KV stays on one node (the router's devices), but the
+        # engine's long requests spread over a cluster's nodes: its memory
+        # cap covers them all (the placer keeps each node's own).
+        if cfg.etcd:
+            self.router.cap_pnm_mem *= max(1, self.nodes.eligible())
         self.router.gpu_kv = self.pool.blocks * cfg.block * self.m.kv_bytes_per_token
         self.router.window = cfg.sink + cfg.recent + cfg.chunk
         # nelssad's session holds capacity_tokens: the tier's memory cap (a
@@ -739,6 +746,7 @@ class Engine:
         self.steps = self.preemptions = self.migrations = self.admissions = 0
         self.t0, self.overhead = time.perf_counter(), 0.0
         self.last_step, self.lost, self.lost_requests = 0.0, None, 0
+        self.idle_since = None          # since when nothing runs while the head waits for room
         self.step_log = []
         self.prefill_log = []           # (chunk tokens, tokens before it, seconds)
         self.paced = 0
@@ -811,6 +819,7 @@ class Engine:
         for s in active:
             if s.due:
                 s.joins.append((now, s.due, est))
+        self.idle_since = None          # something runs: no one waits idle
         self._step(active)
         self._pace(active)
         self._maintain(running)
@@ -823,11 +832,14 @@ class Engine:
     def _wait_for_room(self, seq):
         """Nothing runs and the head of the queue waits for room on NELSSA
         nodes that other clients hold: the idle GPU takes it when its pool
-        can; else it waits, up to timeout_ms, and is then refused."""
+        can; else it waits, up to timeout_ms of nothing running, and is
+        then refused."""
         if self.pool.blocks_for(seq.req.final_len) <= self.pool.blocks:
             seq.gpu_now = True
             return
-        if self._now() - seq.pnm_wait > self.cfg.timeout_ms / 1000:
+        if self.idle_since is None:
+            self.idle_since = self._now()
+        if self._now() - self.idle_since > self.cfg.timeout_ms / 1000:
             self.waiting.pop(0)
             seq.refused = "no NELSSA node had room for %d tokens within %d ms" % (
                 seq.req.final_len, self.cfg.timeout_ms)

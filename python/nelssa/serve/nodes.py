@@ -161,6 +161,8 @@ class Nodes:
             if slot is not None:
                 self._bind(slot, rid, final_len)
             return slot
+        if not self.can_hold(final_len):
+            return None                 # no node could: never marks one full
         for _ in range(len(self.placer.nodes()) + 1):
             try:
                 index = self.placer.place(final_len)
@@ -198,6 +200,7 @@ class Nodes:
         (a session's capacity, and a node's cap)."""
         if self.placer is None:
             return True
+        self.placer.sync()              # nodes may have joined since (the watch says so)
         return final_len <= self.session_kw["capacity_tokens"] and any(
             x["listed"] and not x["excluded"] and x["cap_tokens"] >= final_len
             for x in self.placer.nodes())
@@ -206,6 +209,7 @@ class Nodes:
         """The nodes a request may be placed on now (one nelssad: 1)."""
         if self.placer is None:
             return 1
+        self.placer.sync()
         return sum(x["listed"] and not x["excluded"] for x in self.placer.nodes())
 
     def _bind(self, slot, rid, final_len):
