@@ -225,9 +225,10 @@ static int mem_copy(struct nelssa_pnm *pnm, uint32_t handle, uint64_t offset, vo
 		return npnm_priv_error(-EINVAL, "range [%llu, +%zu) outside region %u of %llu bytes",
 				 (unsigned long long)offset, len, handle, (unsigned long long)size);
 	}
-	if (to_device)
+	/* Nothing to copy: @buf may then be NULL, which memcpy() may not be given. */
+	if (len && to_device)
 		memcpy(p + offset, buf, len);
-	else
+	else if (len)
 		memcpy(buf, p + offset, len);
 	return pnm->ops->mem_unmap(pnm, p);
 }

@@ -18,6 +18,7 @@ the input (any slot's), or by a literal id (0xe0 + id, id < 16), or
 
     python3 tests/fuzz/corpus-daemon.py [DIR]   (default: next to this file)
 """
+import base64
 import os
 import struct
 import sys
@@ -394,6 +395,13 @@ SEEDS = {
         hello(0, "v2", addr=bytes([0x06, 0x00]) + bytes(range(1, 31))) + create(0) +
         alloc(0, 0, 0) + kv(0, 0) + step(0, 0) + connect(1) +
         hello(1, "v2", addr=bytes([0x0f]) + bytes(40)) + create(1) + step(1, 1),
+    # A KV_ROWS part of no bytes, received by rendezvous: copied into device
+    # memory from no buffer (memcpy() given NULL, UBSan).  libFuzzer's input, as found.
+    "finding-kv-rows-empty-part": base64.b64decode(
+        "AAABAAEAAgAAAQEDAAEHAwAGAQIBAAICAAEBAwABBwMDAAAABAMDAgEABAMIAgAAAAAAAABAAAAABADEAggAAABr"
+        "AAAAAEAAAAAEAMQACAAAAAAAAAAAQAAAAAQAwAAIAAAAAAAAAAAAAEAABADQAggAAAAAAAAAAEAAAAAEAMYCCAAA"
+        "AAAAAAAAQAAAAAQAzgAIAAAAAAAAAABAAAAABAHIAggAAAAAAACgD0AAAAAEAOQACAAAAAMAAAAAQAAAAAQAxAII"
+        "AAAAAAAAAABAAAAABADENQAOAA=="),
     "hello-twice": connect(0) + hello(0) + hello(0) + create(0),
     "hello-versions": connect(0) + hello(0, "tcp", version="future") + connect(1) +
         hello(1, version="range") + connect(2) + hello(2, version="old"),
