@@ -243,7 +243,9 @@ static PyObject *placer_disown(PyObject *self, PyObject *args)
 	return node_call(self, args, nelssa_placer_disown_session, "disown_session");
 }
 
-static PyObject *placer_exclude(PyObject *self, PyObject *args)
+/* The methods taking a node and marking it (dead, full). */
+static PyObject *node_mark(PyObject *self, PyObject *args,
+			   int (*fn)(struct nelssa_placer *, uint32_t), const char *what)
 {
 	struct npy_placer *o = (struct npy_placer *)self;
 	uint32_t node;
@@ -253,28 +255,21 @@ static PyObject *placer_exclude(PyObject *self, PyObject *args)
 		return NULL;
 	if (placer_enter(o))
 		return NULL;
-	rc = nelssa_placer_exclude(o->p, node);
+	rc = fn(o->p, node);
 	PyThread_release_lock(o->lock);
 	if (rc)
-		return npy_raisef(rc, "exclude: no node %u", node);
+		return npy_raisef(rc, "%s: no node %u", what, node);
 	Py_RETURN_NONE;
+}
+
+static PyObject *placer_exclude(PyObject *self, PyObject *args)
+{
+	return node_mark(self, args, nelssa_placer_exclude, "exclude");
 }
 
 static PyObject *placer_full(PyObject *self, PyObject *args)
 {
-	struct npy_placer *o = (struct npy_placer *)self;
-	uint32_t node;
-	int rc;
-
-	if (!PyArg_ParseTuple(args, "O&", npy_conv_u32, &node))
-		return NULL;
-	if (placer_enter(o))
-		return NULL;
-	rc = nelssa_placer_full(o->p, node);
-	PyThread_release_lock(o->lock);
-	if (rc)
-		return npy_raisef(rc, "full: no node %u", node);
-	Py_RETURN_NONE;
+	return node_mark(self, args, nelssa_placer_full, "full");
 }
 
 static PyObject *placer_find(PyObject *self, PyObject *args)
