@@ -133,6 +133,8 @@ void nfw_attn_item_avx512(const struct nfw_attn_args *a, float *scratch);
 void nfw_attn_item_neon(const struct nfw_attn_args *a, float *scratch);
 /* NEON built with BFDOT (Armv8.6 BF16), for NPNM_ATTN_F_BF16_DOTS. */
 void nfw_attn_item_neon_bf16(const struct nfw_attn_args *a, float *scratch);
+/* AVX-512 built with VDPBF16PS (AVX512_BF16), for NPNM_ATTN_F_BF16_DOTS. */
+void nfw_attn_item_avx512_bf16(const struct nfw_attn_args *a, float *scratch);
 
 /* nfw_attn_peak_flags() of each vector kernel (attn_vec.h). */
 uint64_t nfw_attn_item_avx2_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
@@ -143,6 +145,8 @@ uint64_t nfw_attn_item_neon_peak(uint32_t head_dim, uint32_t group, uint8_t kv_d
 				 uint32_t flags, uint64_t passes);
 uint64_t nfw_attn_item_neon_bf16_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
 				      uint32_t flags, uint64_t passes);
+uint64_t nfw_attn_item_avx512_bf16_peak(uint32_t head_dim, uint32_t group, uint8_t kv_dtype,
+					uint32_t flags, uint64_t passes);
 
 /*
  * The kernel for @isa at @head_dim and SPARSE_ATTN @flags (scalar when the

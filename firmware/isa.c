@@ -43,8 +43,27 @@ static int has_bf16_dot(void)
 }
 #endif
 
-#ifdef NFW_HAVE_AVX2
+#if defined(NFW_HAVE_AVX2) || defined(NFW_HAVE_AVX512_BF16)
 #include <cpuid.h>
+#endif
+
+#ifdef NFW_HAVE_AVX512_BF16
+/*
+ * AVX512_BF16 (VDPBF16PS): CPUID.(EAX=7,ECX=1):EAX bit 5.  The kernel is
+ * built with AVX512BW too (its 16-bit unpacks); every CPU with the former
+ * has the latter (Cooper Lake, Sapphire Rapids, Zen 4), but both are
+ * asked.
+ */
+static int has_avx512_bf16(void)
+{
+	unsigned int a, b, c, d;
+
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+#endif
+
+#ifdef NFW_HAVE_AVX2
 
 /* CPUID.1:ECX bit 29; Clang's __builtin_cpu_supports() does not know "f16c". */
 static int has_f16c(void)
@@ -97,9 +116,13 @@ nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim, uint32_t f
 	if (isa == NFW_ISA_NEON && !(head_dim % 8) && (flags & NPNM_ATTN_F_BF16_DOTS) &&
 	    has_bf16_dot())
 		return nfw_attn_item_neon_bf16;
-#else
-	(void)flags;
 #endif
+#ifdef NFW_HAVE_AVX512_BF16
+	if (isa == NFW_ISA_AVX512 && !(head_dim % 32) && (flags & NPNM_ATTN_F_BF16_DOTS) &&
+	    has_avx512_bf16())
+		return nfw_attn_item_avx512_bf16;
+#endif
+	(void)flags;
 	switch (isa) {
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:

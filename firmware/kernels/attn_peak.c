@@ -122,6 +122,10 @@ uint64_t nfw_attn_peak_flags(enum nfw_isa isa, uint32_t head_dim, uint32_t group
 	if (fn == nfw_attn_item_neon)
 		return nfw_attn_item_neon_peak(head_dim, group, kv_dtype, flags, passes);
 #endif
+#ifdef NFW_HAVE_AVX512_BF16
+	if (fn == nfw_attn_item_avx512_bf16)
+		return nfw_attn_item_avx512_bf16_peak(head_dim, group, kv_dtype, flags, passes);
+#endif
 #ifdef NFW_HAVE_NEON_BF16
 	if (fn == nfw_attn_item_neon_bf16)
 		return nfw_attn_item_neon_bf16_peak(head_dim, group, kv_dtype, flags, passes);

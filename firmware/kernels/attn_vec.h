@@ -45,9 +45,9 @@
 #endif
 /*
  * NFW_BF16_NATIVE: the including file is built with the ISA's bf16 dot
- * product (Arm BFDOT), which NPNM_ATTN_F_BF16_DOTS over bf16 KV uses
- * (KIND_BF16_DOT below); elsewhere that flag rounds the operands and
- * keeps the binary32 FMAs.
+ * product (Arm BFDOT, x86 AVX512_BF16's VDPBF16PS), which
+ * NPNM_ATTN_F_BF16_DOTS over bf16 KV uses (KIND_BF16_DOT below);
+ * elsewhere that flag rounds the operands and keeps the binary32 FMAs.
  */
 #ifndef NFW_BF16_NATIVE
 #define NFW_BF16_NATIVE 0
@@ -127,6 +127,115 @@ static inline void widen2_fp16(const uint16_t *p, vf *even, vf *odd)
 	*even = fp16_lanes(u & 0xffffu);
 	*odd = fp16_lanes(u >> 16);
 }
+
+#if NFW_BF16_NATIVE
+/*
+ * The native bf16 dot product, the same operation on both ISAs: lane i
+ * of the accumulator (VW fp32 lanes) gains x[2i] y[2i] + x[2i+1] y[2i+1]
+ * of two vectors of 2 * VW bf16 elements -- BFDOT on Arm, VDPBF16PS on
+ * x86.  bdot_zip() puts chunk @j of two V rows side by side, so each
+ * 32-bit lane holds one channel of both rows (the pair of tokens a weight
+ * word holds): NEON's zip keeps the channels in order; x86's unpacks work
+ * within 128-bit blocks, so there the two accumulators of a chunk hold its
+ * channels in blocks of four, alternately -- bacc_load() and bacc_store()
+ * convert from and to natural order, once per tile and register block.
+ */
+#if VW == 4 && defined(__ARM_NEON)
+typedef float32x4_t bacc;
+typedef bfloat16x8_t bvec;
+
+static inline bacc bacc_zero(void)
+{
+	return vdupq_n_f32(0.0f);
+}
+
+static inline bvec bload(const uint16_t *p)
+{
+	return vreinterpretq_bf16_u16(vld1q_u16(p));
+}
+
+static inline bacc bdot(bacc acc, bvec x, bvec y)
+{
+	return vbfdotq_f32(acc, x, y);
+}
+
+static inline bvec bpair(uint32_t w)
+{
+	return vreinterpretq_bf16_u32(vdupq_n_u32(w));
+}
+
+static inline void bdot_zip(const uint16_t *a, const uint16_t *b, bvec *lo, bvec *hi)
+{
+	uint16x8_t x = vld1q_u16(a), y = vld1q_u16(b);
+
+	*lo = vreinterpretq_bf16_u16(vzip1q_u16(x, y));
+	*hi = vreinterpretq_bf16_u16(vzip2q_u16(x, y));
+}
+
+static inline void bacc_load(const float *p, bacc *lo, bacc *hi)
+{
+	*lo = vld1q_f32(p);
+	*hi = vld1q_f32(p + VW);
+}
+
+static inline void bacc_store(float *p, bacc lo, bacc hi)
+{
+	vst1q_f32(p, lo);
+	vst1q_f32(p + VW, hi);
+}
+#elif VW == 16 && defined(__AVX512BF16__) && defined(__AVX512BW__)
+typedef __m512 bacc;
+typedef __m512bh bvec;
+
+static inline bacc bacc_zero(void)
+{
+	return _mm512_setzero_ps();
+}
+
+static inline bvec bload(const uint16_t *p)
+{
+	return (bvec)_mm512_loadu_si512(p);
+}
+
+static inline bacc bdot(bacc acc, bvec x, bvec y)
+{
+	return _mm512_dpbf16_ps(acc, x, y);
+}
+
+static inline bvec bpair(uint32_t w)
+{
+	return (bvec)_mm512_set1_epi32((int)w);
+}
+
+/* lo: channels 8b + 0..3 of 128-bit block b; hi: 8b + 4..7. */
+static inline void bdot_zip(const uint16_t *a, const uint16_t *b, bvec *lo, bvec *hi)
+{
+	__m512i x = _mm512_loadu_si512(a), y = _mm512_loadu_si512(b);
+
+	*lo = (bvec)_mm512_unpacklo_epi16(x, y);
+	*hi = (bvec)_mm512_unpackhi_epi16(x, y);
+}
+
+/* Natural blocks n0..n7 (four channels each) -> lo (n0 n2 n4 n6), hi (n1 n3 n5 n7). */
+static inline void bacc_load(const float *p, bacc *lo, bacc *hi)
+{
+	__m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + VW);
+
+	*lo = _mm512_shuffle_f32x4(a, b, 0x88);
+	*hi = _mm512_shuffle_f32x4(a, b, 0xdd);
+}
+
+static inline void bacc_store(float *p, bacc lo, bacc hi)
+{
+	__m512 a = _mm512_shuffle_f32x4(lo, hi, 0x44), b = _mm512_shuffle_f32x4(lo, hi, 0xee);
+
+	_mm512_storeu_ps(p, _mm512_shuffle_f32x4(a, a, 0xd8));
+	_mm512_storeu_ps(p + VW, _mm512_shuffle_f32x4(b, b, 0xd8));
+}
+#else
+#error "NFW_BF16_NATIVE: no bf16 dot product for this ISA and width"
+#endif
+#endif
 
 /*
  * The 8-bit types need no de-interleaving: one sign- or zero-extending
@@ -574,45 +683,48 @@ static ALWAYS_INLINE void logits_tokens(const float *qp, uint32_t d, const struc
 
 #if NFW_BF16_NATIVE
 /*
- * logits_tokens() with BFDOT: the queries are bf16 in natural order (at
- * @qp), each K row goes in unwidened, and one instruction takes 8
- * products into 4 lanes -- lane i holds elements 2i and 2i + 1 of each 8
- * -- so the lanes still sum to the dot product and put_logits() applies.
+ * logits_tokens() with the native bf16 dot product: the queries are bf16
+ * in natural order (at @qp), each K row goes in unwidened, and one
+ * instruction takes 2 * VW products into VW lanes -- lane i holds
+ * elements 2i and 2i + 1 of each 2 * VW -- so the lanes still sum to the
+ * dot product and put_logits() applies.
  */
-_Static_assert(VW == 4, "BFDOT: 8 bf16 products into 4 fp32 lanes");
 static ALWAYS_INLINE void logits_bfdot(const float *qp, uint32_t d, const struct tile *t,
 				       uint32_t qb, uint32_t tb, uint32_t r0, uint32_t t0,
 				       float *logit)
 {
 	const uint16_t *qh = (const uint16_t *)(const void *)qp;
-	float32x4_t acc[VW];
+	bacc acc[VW];
 	vf sums[VW];
 	const uint16_t *kr[VW];
-	const uint8_t *pn[VW];
+	const uint8_t *pn[VW], *pfar[VW];
 
 #pragma GCC unroll 16
 	for (uint32_t i = 0; i < qb * tb; i++)
-		acc[i] = vdupq_n_f32(0.0f);
+		acc[i] = bacc_zero();
 #pragma GCC unroll 16
 	for (uint32_t u = 0; u < tb; u++) {
 		kr[u] = (const uint16_t *)(const void *)t->cur->k[t0 + u];
 		pn[u] = t->next->pf[t0 + u];
+		pfar[u] = t->far->pf[t0 + u];
 	}
-	for (uint32_t j = 0; j < d; j += 8) {
-		bfloat16x8_t k[VW];
+	for (uint32_t j = 0; j < d; j += 2 * VW) {
+		bvec k[VW];
 
 #pragma GCC unroll 16
 		for (uint32_t u = 0; u < tb; u++) {
 			__builtin_prefetch(pn[u] + j * 2, 0, 3);
-			k[u] = vreinterpretq_bf16_u16(vld1q_u16(kr[u] + j));
+			if (NFW_FAR_PREFETCH)
+				__builtin_prefetch(pfar[u] + j * 2, 0, 0);
+			k[u] = bload(kr[u] + j);
 		}
 #pragma GCC unroll 16
 		for (uint32_t r = 0; r < qb; r++) {
-			bfloat16x8_t q = vreinterpretq_bf16_u16(vld1q_u16(qh + (size_t)(r0 + r) * d + j));
+			bvec q = bload(qh + (size_t)(r0 + r) * d + j);
 
 #pragma GCC unroll 16
 			for (uint32_t u = 0; u < tb; u++)
-				acc[r * tb + u] = vbfdotq_f32(acc[r * tb + u], q, k[u]);
+				acc[r * tb + u] = bdot(acc[r * tb + u], q, k[u]);
 		}
 	}
 #pragma GCC unroll 16
@@ -666,7 +778,7 @@ static inline vf bf16_round(vf x)
  * weights as computed and P.V their bf16 roundings, as FlashAttention
  * casts P for its P.V product.  With @pairs (KIND_BF16_DOT) the bf16
  * weights also go there as pairs of tokens 2i and 2i + 1 in one 32-bit
- * word, the operand BFDOT takes in P.V.
+ * word, the operand bdot() takes in P.V.
  */
 static void softmax_row(float *logit, float *p, uint32_t n, float scale, float *m, vf *lv,
 			float *o, uint32_t d, int bf16, uint32_t *pairs)
@@ -758,24 +870,25 @@ static ALWAYS_INLINE void pv_block(float *op, const float *p, uint32_t d, const 
 
 #if NFW_BF16_NATIVE
 /*
- * pv_block() with BFDOT: tokens go in pairs, the two V rows' chunks
- * interleaved (zip) so that each 32-bit lane holds one channel of both,
- * against the pair's bf16 weights (@p: the words softmax_row() put in
- * @pairs, NFW_TILE of them per row); an odd last token pairs with the
- * zero row past the tile and a zero weight.  The output stays in natural
- * order, 2 * VW channels per chunk in two accumulators.
+ * pv_block() with the native bf16 dot product: tokens go in pairs, the
+ * two V rows' chunks zipped (bdot_zip()) so that each 32-bit lane holds
+ * one channel of both, against the pair's bf16 weights (@p: the words
+ * softmax_row() put in @pairs, NFW_TILE of them per row); an odd last
+ * token pairs with the zero row past the tile and a zero weight.  Each
+ * chunk of 2 * VW channels has two accumulators, in bdot_zip()'s order.
  */
 static ALWAYS_INLINE void pv_bfdot(float *op, const float *p, uint32_t d, const struct tile *t,
 				   uint32_t r0, uint32_t rb, uint32_t j0, uint32_t jb)
 {
 	const uint32_t *pairs = (const uint32_t *)(const void *)p;
-	float32x4_t acc[PV_ROWS][2 * PV_CHUNKS];
+	bacc acc[PV_ROWS][2 * PV_CHUNKS];
 
 #pragma GCC unroll 8
 	for (uint32_t r = 0; r < rb; r++)
 #pragma GCC unroll 8
-		for (uint32_t c = 0; c < 2 * jb; c++)
-			acc[r][c] = vld1q_f32(op + (size_t)(r0 + r) * d + j0 + c * VW);
+		for (uint32_t c = 0; c < jb; c++)
+			bacc_load(op + (size_t)(r0 + r) * d + j0 + c * 2 * VW, &acc[r][2 * c],
+				  &acc[r][2 * c + 1]);
 	for (uint32_t u = 0; u < t->cur->n; u += 2) {
 		const uint16_t *va = (const uint16_t *)(const void *)t->cur->v[u];
 		const uint16_t *vb = (const uint16_t *)(const void *)t->cur->v[u + 1];
@@ -783,27 +896,26 @@ static ALWAYS_INLINE void pv_bfdot(float *op, const float *p, uint32_t d, const 
 #pragma GCC unroll 8
 		for (uint32_t c = 0; c < jb; c++) {
 			const uint32_t j = j0 + c * 2 * VW;
-			uint16x8_t a = vld1q_u16(va + j), b = vld1q_u16(vb + j);
-			bfloat16x8_t lo = vreinterpretq_bf16_u16(vzip1q_u16(a, b));
-			bfloat16x8_t hi = vreinterpretq_bf16_u16(vzip2q_u16(a, b));
+			bvec lo, hi;
 
+			bdot_zip(va + j, vb + j, &lo, &hi);
 			pf_line(t, NFW_TILE + u, j * 2);
 			pf_line(t, NFW_TILE + u + 1, j * 2);
 #pragma GCC unroll 8
 			for (uint32_t r = 0; r < rb; r++) {
-				bfloat16x8_t w = vreinterpretq_bf16_u32(
-					vdupq_n_u32(pairs[(r0 + r) * NFW_TILE + u / 2]));
+				bvec w = bpair(pairs[(r0 + r) * NFW_TILE + u / 2]);
 
-				acc[r][2 * c] = vbfdotq_f32(acc[r][2 * c], lo, w);
-				acc[r][2 * c + 1] = vbfdotq_f32(acc[r][2 * c + 1], hi, w);
+				acc[r][2 * c] = bdot(acc[r][2 * c], lo, w);
+				acc[r][2 * c + 1] = bdot(acc[r][2 * c + 1], hi, w);
 			}
 		}
 	}
 #pragma GCC unroll 8
 	for (uint32_t r = 0; r < rb; r++)
 #pragma GCC unroll 8
-		for (uint32_t c = 0; c < 2 * jb; c++)
-			vst1q_f32(op + (size_t)(r0 + r) * d + j0 + c * VW, acc[r][c]);
+		for (uint32_t c = 0; c < jb; c++)
+			bacc_store(op + (size_t)(r0 + r) * d + j0 + c * 2 * VW, acc[r][2 * c],
+				   acc[r][2 * c + 1]);
 }
 #endif
 
@@ -1045,7 +1157,7 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 	uint8_t *zero = (uint8_t *)(p + (size_t)g * NFW_TILE);
 	struct kstate s = { .qp = qp, .op = op, .logit = logit, .p = p };
 	const int bf16_dots = !!(a->flags & NPNM_ATTN_F_BF16_DOTS);
-	/* BFDOT takes bf16 KV as it is; other types are widened as always. */
+	/* The native products take bf16 KV as it is; other types are widened. */
 	const int native = NFW_BF16_NATIVE && bf16_dots && a->kv_dtype == NPNM_DTYPE_BF16;
 	const int natural = native || a->kv_dtype == NPNM_DTYPE_FP8_E4M3 ||
 			    a->kv_dtype == NPNM_DTYPE_INT8;
@@ -1107,8 +1219,9 @@ void NFW_VEC_FN(const struct nfw_attn_args *a, float *scratch)
 
 #if NFW_BF16_NATIVE
 /*
- * The BFDOT logit loop's mix (logits_bfdot()): per 8 KV elements one
- * load, and per query row a load and one BFDOT; @q is read as bf16.
+ * The native logit loop's mix (logits_bfdot()): per 2 * VW KV elements
+ * one load, and per query row a load and one bf16 dot product; @q is read
+ * as bf16.
  */
 static ALWAYS_INLINE void peak_bfdot(const float *q, const uint8_t *kv, uint32_t d, uint32_t qb,
 				     vf *sink)
@@ -1118,24 +1231,24 @@ static ALWAYS_INLINE void peak_bfdot(const float *q, const uint8_t *kv, uint32_t
 	const uint16_t *kh = (const uint16_t *)(const void *)kv;
 
 	for (uint32_t t0 = 0; t0 < PEAK_TOKENS; t0 += tb) {
-		float32x4_t acc[PEAK_ACC];
+		bacc acc[PEAK_ACC];
 
 #pragma GCC unroll 16
 		for (int i = 0; i < PEAK_ACC; i++)
-			acc[i] = vdupq_n_f32(0.0f);
-		for (uint32_t j = 0; j < d; j += 8) {
-			bfloat16x8_t k[PEAK_ACC];
+			acc[i] = bacc_zero();
+		for (uint32_t j = 0; j < d; j += 2 * VW) {
+			bvec k[PEAK_ACC];
 
 #pragma GCC unroll 16
 			for (uint32_t u = 0; u < tb; u++)
-				k[u] = vreinterpretq_bf16_u16(vld1q_u16(kh + (size_t)(t0 + u) * d + j));
+				k[u] = bload(kh + (size_t)(t0 + u) * d + j);
 #pragma GCC unroll 16
 			for (uint32_t r = 0; r < qb; r++) {
-				bfloat16x8_t qv = vreinterpretq_bf16_u16(vld1q_u16(qh + (size_t)r * d + j));
+				bvec qv = bload(qh + (size_t)r * d + j);
 
 #pragma GCC unroll 16
 				for (uint32_t u = 0; u < tb; u++)
-					acc[r * tb + u] = vbfdotq_f32(acc[r * tb + u], qv, k[u]);
+					acc[r * tb + u] = bdot(acc[r * tb + u], qv, k[u]);
 			}
 		}
 #pragma GCC unroll 16

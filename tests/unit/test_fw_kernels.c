@@ -19,6 +19,7 @@
 #include <nelssa/half.h>
 
 #include "fwfixture.h"
+#include "../../firmware/fw_internal.h"
 
 struct attn_case {
 	enum nfw_isa isa;
@@ -304,6 +305,83 @@ static void attn_bf16_dots(void **state)
 			fx_free(&f);
 		}
 	}
+}
+
+/*
+ * The CPU's own word on AVX512_BF16, read apart from isa.c's CPUID
+ * check: the kernel's "avx512_bf16" flag in /proc/cpuinfo.
+ */
+static int cpuinfo_has(const char *flag)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[8192];
+	int found = 0;
+
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		char *tok, *save = NULL;
+
+		if (strncmp(line, "flags", 5))
+			continue;
+		for (tok = strtok_r(strchr(line, ':'), " \t\n:", &save); tok && !found;
+		     tok = strtok_r(NULL, " \t\n", &save))
+			found = !strcmp(tok, flag);
+		break;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/*
+ * x86's native bf16 dot products (VDPBF16PS): NPNM_ATTN_F_BF16_DOTS over
+ * bf16 KV takes that kernel on a CPU with AVX512_BF16 (and only for that
+ * flag, KV type and a dim that tiles), and it matches float64 over the
+ * rounded queries at every dim and at groups that use the 4-, 2- and
+ * 1-row blocks, odd token counts (a token paired with the zero row)
+ * included; its compute ceiling counts the same flops.  Skipped where the
+ * CPU lacks it (attn_bf16_dots covers the rounding kernel there).
+ */
+static void attn_bf16_dots_vdpbf16ps(void **state)
+{
+	static const uint32_t dims[] = { 32, 64, 128, 256 }, groups[] = { 1, 3, 4, 6, 8 };
+	nfw_attn_item_fn fn;
+
+	(void)state;
+	if (!nfw_isa_supported(NFW_ISA_AVX512) || !cpuinfo_has("avx512_bf16"))
+		skip();
+#ifdef NFW_HAVE_AVX512_BF16
+	fn = nfw_attn_kernel(NFW_ISA_AVX512, 128, NPNM_ATTN_F_BF16_DOTS);
+	assert_ptr_equal(fn, nfw_attn_item_avx512_bf16);
+	assert_ptr_equal(nfw_attn_kernel(NFW_ISA_AVX512, 128, 0), nfw_attn_item_avx512);
+	assert_ptr_equal(nfw_attn_kernel(NFW_ISA_AVX512, 48, NPNM_ATTN_F_BF16_DOTS),
+			 nfw_attn_item_scalar);
+	assert_int_equal(nfw_attn_peak_flags(NFW_ISA_AVX512, 128, 4, NPNM_DTYPE_BF16,
+					     NPNM_ATTN_F_BF16_DOTS, 3), 3ull * 2 * 4 * 128 * 48);
+	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
+		for (size_t gi = 0; gi < sizeof(groups) / sizeof(groups[0]); gi++) {
+			const uint32_t d = dims[di], g = groups[gi];
+			struct tu_rng rng;
+			struct fx f;
+			char what[64];
+
+			tu_rng_for(&rng, __func__, d * 100u + g);
+			fx_init(&f, 16ull << 20, d, g, NPNM_DTYPE_BF16);
+			f.flags = NPNM_ATTN_F_BF16_DOTS;
+			fx_add_item(&f, &rng, 1500, 16, 400);
+			fx_add_item(&f, &rng, 333, 5, 1000);	/* odd clusters, odd tiles */
+			fx_add_item(&f, &rng, 1, 1, 1000);
+			fx_finish(&f);
+			run_ok(&f, NFW_ISA_AVX512);
+			for (uint32_t i = 0; i < 3; i++) {
+				snprintf(what, sizeof(what), "vdpbf16ps d%u g%u item %u", d, g, i);
+				assert_int_equal(fx_check(&f, i, what), 0);
+			}
+			fx_free(&f);
+		}
+#else
+	(void)fn;
+	fail_msg("the CPU has AVX512_BF16 but the compiler built no VDPBF16PS kernel");
+#endif
 }
 
 /*
@@ -986,6 +1064,7 @@ int main(void)
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled_all_codes);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_dots);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_dots_vdpbf16ps);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_weights_rounded);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_writes_only_outputs);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_then_attn);

@@ -218,7 +218,8 @@ static const char help[] =
 	"  --kv-dtype T    bf16 (default), fp16, fp8 or int8; GB/s count the bytes\n"
 	"                  the type stores (scales included), Mtok/s the tokens\n"
 	"  --attn-dots D   fp32 (default) or bf16: NPNM_ATTN_F_BF16_DOTS (the query and\n"
-	"                  the weights rounded to bf16; BFDOT where the CPU has it)\n"
+	"                  the weights rounded to bf16; BFDOT or VDPBF16PS where\n"
+	"                  the CPU has it)\n"
 	"  --json          one JSON object\n";
 
 static int parse(int argc, char **argv, struct opts *o)
