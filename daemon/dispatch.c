@@ -81,17 +81,37 @@ static void send_done(void *request, ucs_status_t status, void *user_data)
 }
 
 /*
+ * Messages to a client over shared memory go eagerly, never by
+ * rendezvous.  Such an endpoint has no error handling, hence no forced
+ * close, and UCX 1.13 destroys it after a flushed close with a rendezvous
+ * send still waiting for the client to fetch its data -- and aborts
+ * (ucp_ep.c:437): a client that leaves a reply unfetched and closes its
+ * connection took the daemon down (fuzz sequence reply-unfetched).  An
+ * eager send is done once its fragments are in the client's queue; one
+ * that does not fit there waits in UCX's pending queue, which a close
+ * upon the client's death, or the worker's destruction, empties.
+ */
+static unsigned int send_flags(struct nelssad *nd, ucp_ep_h ep)
+{
+	const struct nd_ep *e = nd_ep_table_find(&nd->ep_table, ep);
+
+	return e && e->peer->shm ? UCP_AM_SEND_FLAG_EAGER : 0;
+}
+
+/*
  * Hands @x's message to UCX: the header at @hdr, then @count items of
- * @dt at @data.  UCS_OK once UCX has it, in flight or already sent, with
- * @x then its; else the error, with @x freed.
+ * @dt at @data, with UCP_AM_SEND_FLAG_* @flags.  UCS_OK once UCX has it,
+ * in flight or already sent, with @x then its; else the error, with @x
+ * freed.
  */
 static ucs_status_t send_post(ucp_ep_h ep, unsigned int id, struct send_ctx *x,
 			      const void *hdr, size_t hdr_len, const void *data, size_t count,
-			      ucp_datatype_t dt)
+			      ucp_datatype_t dt, unsigned int flags)
 {
 	ucp_request_param_t prm = {
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-				UCP_OP_ATTR_FIELD_DATATYPE,
+				UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS,
+		.flags = flags,
 		.cb.send = send_done,
 		.user_data = x,
 		.datatype = dt,
@@ -132,7 +152,8 @@ void nd_send(struct nelssad *nd, ucp_ep_h ep, unsigned int id, const void *hdr, 
 			memcpy(copy + hdr_len, data, len);
 		data = copy + hdr_len;
 	}
-	st = send_post(ep, id, x, copy, hdr_len, data, len, ucp_dt_make_contig(1));
+	st = send_post(ep, id, x, copy, hdr_len, data, len, ucp_dt_make_contig(1),
+		       send_flags(nd, ep));
 	if (st != UCS_OK)
 		nd_log(nd, "send of message %u failed: %s", id, ucs_status_string(st));
 }
@@ -203,7 +224,7 @@ static int send_iov_reply(struct nelssad *nd, ucp_ep_h ep, struct nd_step *st, c
 			x->iov[n++] = (ucp_dt_iov_t){ .buffer = p, .length = out_slot };
 	}
 	status = send_post(ep, NELSSA_AM_STEP_REPLY, x, copy, NELSSA_REPLY_HDR_BYTES, x->iov, n,
-			   ucp_dt_make_iov());
+			   ucp_dt_make_iov(), send_flags(nd, ep));
 	if (status != UCS_OK)
 		nd_log(nd, "session %llu: the reply to step %llu failed: %s",
 		       (unsigned long long)s->id, (unsigned long long)st->id,
