@@ -44,7 +44,9 @@ cli_asan="$ASAN_OPTIONS:detect_leaks=0"
 # client killed in it, messages sent after the control connection closed
 # (which aborted the daemon over shared memory in UCX 1.13.1,
 # ucp_worker.inl:92, until it set UCX_PROTO_INDIRECT_ID=on:
-# Documentation/daemon.rst, UCX's assertions).
+# Documentation/daemon.rst, UCX's assertions), a step reply's rendezvous
+# left unfetched (which aborted it over shared memory, ucp_ep.c:437, until
+# it sent to such clients eagerly).
 #
 # A client whose worker goes *during* its wire-up to the listener has
 # aborted the daemon's UCX 1.13.1 now and then under load (tcp_ep.c:478,
@@ -54,7 +56,7 @@ cli_asan="$ASAN_OPTIONS:detect_leaks=0"
 # only with NELSSA_FUZZ_UCX_FIXED=1, which also lifts --gentle
 # (tests/fuzz/README.md).
 sequences=
-for name in wireup-vanish wireup-kill send-after-close wireup-close; do
+for name in wireup-vanish wireup-kill send-after-close wireup-close reply-unfetched; do
 	sequences="$sequences $name@tcp $name@shm,tcp"
 done
 gentle=--gentle

@@ -324,6 +324,12 @@ struct lworker {
 	ucs_status_ptr_t flushes[16];
 	uint32_t n_flushes;
 	int stuck;		/* a flush no longer looked at: never to be destroyed */
+	/*
+	 * Step replies that come by rendezvous are kept unfetched (the AM
+	 * callback returns UCS_INPROGRESS): sequence reply-unfetched.
+	 */
+	int hold_rndv;
+	uint32_t held;
 	struct lworker *next;	/* buried */
 };
 
@@ -954,6 +960,10 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 					length != (uint64_t)r->nr_items * r->out_bytes)))
 			violation("a%d: step %" PRIu64 " of %u items answered with %u, %zu bytes",
 				  a->idx, h.step, r->nr_items, h.nr_items, length);
+		if (lw->hold_rndv && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+			lw->held++;
+			return UCS_INPROGRESS;	/* never fetched: the daemon's send waits */
+		}
 		/* Rendezvous data is not fetched: UCX drops it. */
 		return UCS_OK;
 	}
@@ -2404,6 +2414,109 @@ static int seq_send_after_close(void)
 	return 0;
 }
 
+/*
+ * reply-unfetched: a client that leaves a step's reply, sent by
+ * rendezvous, unfetched and closes its control connection, 8 times:
+ * HELLO (asking for shared memory, granted where the transports have it),
+ * a session of 32 query heads of 256 over 4 KV heads and a request, its
+ * endpoint up, a step of 16 items that select nothing (a reply of 16 x 8
+ * x 256 outputs and their LSEs, 131,584 bytes: past UCX's rendezvous
+ * threshold), the reply's announcement kept by its callback
+ * (UCS_INPROGRESS), the control connection closed, the worker kept alive
+ * and holding it.  The daemon must close its end of the endpoint with its
+ * reply's send unfinished: forced over TCP, which ends the send.  Over
+ * shared memory its UCX 1.13.1 aborted there (ucp_ep.c:437,
+ * "ucs_hlist_is_empty(&ucp_ep_ext_gen(ep)->proto_reqs)": an endpoint
+ * without error handling has no forced close, and the flushed close
+ * destroyed it with the send still registered) until the daemon sent to
+ * such clients eagerly (daemon/dispatch.c): the reply comes whole then.
+ */
+static int seq_reply_unfetched(void)
+{
+	struct actor *a = &actors[0];
+	const uint32_t g = 8, d = 256, kvh = 4, items = 16;
+	uint32_t rndv = 0;
+
+	for (uint32_t i = 0; i < 8; i++) {
+		struct nelssa_msg m = { .type = NELSSA_MSG_SESSION_CREATE };
+		struct nelssa_step_hdr h = { 0 };
+		const size_t len = (size_t)items * NELSSA_STEP_ITEM_BYTES + 4ull * items * g * d;
+		struct step_rec *rec;
+		uint64_t session, token, end, replies;
+		uint8_t *buf;
+		uint32_t held;
+
+		n_actions++;
+		note("reply-unfetched %u: HELLO (shm), session, request, endpoint up, step, reply "
+		     "held, FIN", i);
+		if (seq_hello(a, 1)) {
+			printf("# reply-unfetched %u: no HELLO_OK\n", i);
+			return 1;
+		}
+		m.u.create.shape = (struct nelssa_shape){ 1, (uint16_t)(g * kvh), (uint16_t)kvh,
+							  (uint16_t)d, 1, 0 };
+		m.u.create.max_batch = items / kvh;
+		m.u.create.max_sel = 4;
+		m.u.create.capacity_tokens = 1024;
+		if (ctl_msg(a, &m, 0, 0) || !n_known) {
+			printf("# reply-unfetched %u: no session\n", i);
+			return 1;
+		}
+		session = known[(n_known - 1) % MAX_KNOWN].id;
+		token = known[(n_known - 1) % MAX_KNOWN].token;
+		m = (struct nelssa_msg){ .type = NELSSA_MSG_REQ_ALLOC };
+		m.u.req.session = session;
+		m.u.req.request = 1;
+		m.u.req.max_tokens = 64;
+		m.u.req.max_clusters = 4;
+		if (ctl_msg(a, &m, 0, 0) || own_worker(a) ||
+		    lep_open(&a->ep[0], &a->own, a, a->shm, LEP_WAIT) || !a->ep[0].up) {
+			printf("# reply-unfetched %u: no request or no endpoint\n", i);
+			return 1;
+		}
+		a->own.hold_rndv = 1;
+		held = a->own.held;
+		replies = st.step_replies;
+		buf = calloc(1, NELSSA_STEP_HDR_BYTES + len);
+		if (!buf)
+			return 1;
+		h.session = session;
+		h.token = token;
+		h.step = rnd() | 1;
+		h.nr_items = items;
+		nelssa_step_hdr_put(buf, &h);
+		for (uint32_t k = 0; k < items; k++) {
+			struct nelssa_step_item it = { .request = 1, .head = (uint16_t)(k % kvh) };
+
+			nelssa_step_item_put(buf + NELSSA_STEP_HDR_BYTES + k * NELSSA_STEP_ITEM_BYTES,
+					     &it);
+		}
+		rec = &steps_sent[n_steps_sent++ % STEP_RING];
+		*rec = (struct step_rec){ .id = h.step, .nr_items = items,
+					  .out_bytes = 4 * g * d + 4 * g, .valid_pair = 1,
+					  .gen = a->own.gen };
+		st.steps_sent++;
+		am_send(&a->ep[0], NELSSA_AM_STEP, buf, NELSSA_STEP_HDR_BYTES, len);
+		for (end = now_ms() + REPLY_WAIT_MS; st.step_replies == replies && now_ms() < end;)
+			pump(1);
+		if (st.step_replies == replies) {
+			printf("# reply-unfetched %u: no reply in %u s\n", i, REPLY_WAIT_MS / 1000);
+			return 1;
+		}
+		note("reply-unfetched %u: the reply came %s", i,
+		     a->own.held == held ? "eagerly" : "by rendezvous, held");
+		actor_close_fd(a, 0);
+		pump(20);
+		/* It holds the reply's announcement: kept, never destroyed. */
+		lep_reset(&a->ep[0]);
+		bury(&a->own);
+		a->own.hold_rndv = 0;
+		rndv += a->own.held != held;
+	}
+	printf("# reply-unfetched: %u of 8 replies by rendezvous, held\n", rndv);
+	return 0;
+}
+
 /* Fixed sequences: the fuzzer's findings, minimised (README.md). */
 static int run_sequence(const char *name)
 {
@@ -2416,6 +2529,7 @@ static int run_sequence(const char *name)
 		{ "wireup-kill", seq_wireup_kill },
 		{ "wireup-close", seq_wireup_close },
 		{ "send-after-close", seq_send_after_close },
+		{ "reply-unfetched", seq_reply_unfetched },
 	};
 
 	for (size_t i = 0; i < sizeof(seqs) / sizeof(seqs[0]); i++) {
