@@ -440,25 +440,28 @@ static PyObject *py_attn_dense(PyObject *mod, PyObject *args, PyObject *kw)
 }
 
 PyDoc_STRVAR(estimate_attn_doc,
-"estimate_attn(q, centroids, vsum, sizes, ids, *, scale=None, out=None,\n"
-"              lse_out=None) -> (o, lse)\n--\n\n"
+"estimate_attn(q, centroids, vsum, sizes, ids, *, m2=None, scale=None,\n"
+"              out=None, lse_out=None) -> (o, lse)\n--\n\n"
 "Approximate attention over the clusters ids (nelssa_estimate_attn()):\n"
 "each stands in for its members as its centroid weighted by its size;\n"
-"vsum from ClusterIndex.value_sums().  Merges like any other state; no\n"
-"ids give (0, -inf).");
+"vsum from ClusterIndex.value_sums().  With m2 (ClusterIndex.key_spread())\n"
+"each is weighted by its members' mean weight to second order instead\n"
+"(nelssa_estimate_attn_spread(), the shipped selection's estimate).\n"
+"Merges like any other state; no ids give (0, -inf).");
 
 static PyObject *py_estimate_attn(PyObject *mod, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "q", "centroids", "vsum", "sizes", "ids", "scale", "out",
+	static char *kwlist[] = { "q", "centroids", "vsum", "sizes", "ids", "m2", "scale", "out",
 				  "lse_out", NULL };
-	PyObject *qo, *co, *vo, *so, *io, *scale_o = NULL, *out = NULL, *lse_out = NULL, *o, *lse;
-	struct npy_buf q, c, vs, s, ids, ob, lb;
+	PyObject *qo, *co, *vo, *so, *io, *m2o = Py_None, *scale_o = NULL, *out = NULL;
+	PyObject *lse_out = NULL, *o, *lse;
+	struct npy_buf q, c, vs, s, ids, m2 = { 0 }, ob, lb;
 	struct nelssa_attn_geom g;
 	int ret;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$OOO:estimate_attn", kwlist, &qo, &co,
-					 &vo, &so, &io, &scale_o, &out, &lse_out) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$OOOO:estimate_attn", kwlist, &qo, &co,
+					 &vo, &so, &io, &m2o, &scale_o, &out, &lse_out) ||
 	    get_q(qo, &q) < 0)
 		return NULL;
 	if (get_clusters(co, so, (uint32_t)q.shape[1], &c, &s) < 0) {
@@ -474,6 +477,10 @@ static PyObject *py_estimate_attn(PyObject *mod, PyObject *args, PyObject *kw)
 		release4(&q, &c, &s, &vs);
 		return NULL;
 	}
+	if (m2o != Py_None &&
+	    (npy_buf_get(m2o, "m2", NPY_E_F32, 0, &m2) < 0 ||
+	     npy_buf_shape(&m2, "m2 (n_clusters, head_dim)", 2, c.shape) < 0))
+		goto fail;
 	for (Py_ssize_t i = 0; i < ids.len; i++)
 		if (((const uint32_t *)ids.ptr)[i] >= c.shape[0]) {
 			PyErr_Format(PyExc_ValueError, "ids[%zd] = %u beyond the %zd clusters", i,
@@ -486,15 +493,17 @@ static PyObject *py_estimate_attn(PyObject *mod, PyObject *args, PyObject *kw)
 	    attn_outputs(&q, out, lse_out, &o, &lse, &ob, &lb) < 0)
 		goto fail;
 	Py_BEGIN_ALLOW_THREADS
-	ret = nelssa_estimate_attn(&g, q.ptr, c.ptr, vs.ptr, s.ptr, ids.ptr, (uint32_t)ids.len,
-				   ob.ptr, lb.ptr);
+	ret = nelssa_estimate_attn_spread(&g, q.ptr, c.ptr, m2.ptr, vs.ptr, s.ptr, ids.ptr,
+					  (uint32_t)ids.len, ob.ptr, lb.ptr);
 	Py_END_ALLOW_THREADS
 	release4(&q, &c, &s, &vs);
 	npy_buf_release(&ids);
-	return attn_result(ret, "nelssa_estimate_attn", o, lse, &ob, &lb);
+	npy_buf_release(&m2);
+	return attn_result(ret, "nelssa_estimate_attn_spread", o, lse, &ob, &lb);
 fail:
 	release4(&q, &c, &s, &vs);
 	npy_buf_release(&ids);
+	npy_buf_release(&m2);
 	return NULL;
 }
 

@@ -284,6 +284,18 @@ static PyObject *index_far_keys(struct npy_index *self, PyObject *arg)
 	return per_cluster(self, arg, "k", nelssa_cluster_far_keys);
 }
 
+PyDoc_STRVAR(key_spread_doc,
+"key_spread(k) -> float32 array (n_clusters, head_dim)\n--\n\n"
+"Each cluster's per-channel key spread (nelssa_cluster_key_spread()):\n"
+"the mean over its members of (k - centroid)^2, k in token order; the m2=\n"
+"of estimate_attn(), which then weighs a cluster by its members' mean\n"
+"weight instead of its mean key's.");
+
+static PyObject *index_key_spread(struct npy_index *self, PyObject *arg)
+{
+	return per_cluster(self, arg, "k", nelssa_cluster_key_spread);
+}
+
 /* Property getters: copies taken under the lock. */
 static PyObject *get_u32(struct npy_index *self, int which)
 {
@@ -406,6 +418,7 @@ static PyMethodDef index_methods[] = {
 	{ "reorder", (PyCFunction)index_reorder, METH_O, reorder_doc },
 	{ "value_sums", (PyCFunction)index_value_sums, METH_O, value_sums_doc },
 	{ "far_keys", (PyCFunction)index_far_keys, METH_O, far_keys_doc },
+	{ "key_spread", (PyCFunction)index_key_spread, METH_O, key_spread_doc },
 	{ NULL, NULL, 0, NULL },
 };
 

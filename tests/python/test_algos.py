@@ -203,6 +203,43 @@ def test_estimate(rng):
     assert (np.asarray(lse) == -np.inf).all()
 
 
+@pytest.mark.parametrize("fp16", [False, True])
+def test_key_spread_and_spread_estimate(rng, fp16):
+    """key_spread() and estimate_attn(m2=) against float64, and what they are for."""
+    k, v = keys(rng, 600, fp16=fp16), keys(rng, 600, fp16=fp16)
+    ix = nelssa.ClusterIndex(k, cluster_tokens=16)
+    m2, cen, sizes, vsum = ix.key_spread(k), ix.centroids, ix.sizes, ix.value_sums(v)
+    assert m2.shape == (ix.n_clusters, 64) and m2.dtype == np.float32
+    kf, perm, table = kv_float(k), ix.perm, ix.table
+    for c in range(ix.n_clusters):
+        members = kf[perm[table[c, 0]:table[c, 0] + table[c, 1]]]
+        want = ((members - cen[c].astype(np.float64)) ** 2).mean(axis=0)
+        np.testing.assert_allclose(m2[c], want, rtol=1e-5, atol=1e-6)
+    q = rng.standard_normal((4, 64)).astype(np.float32)
+    ids = np.arange(0, ix.n_clusters, 3, dtype=np.uint32)
+    o, lse = nelssa.estimate_attn(q, cen, vsum, sizes, ids, m2=m2)
+    qd, scale = q.astype(np.float64), 0.125
+    s = scale * qd @ cen[ids].astype(np.float64).T + scale ** 2 / 2 * (qd ** 2) @ m2[ids].T
+    w = np.exp(s)
+    ro = (w @ vsum[ids].astype(np.float64)) / (w * sizes[ids]).sum(axis=1, keepdims=True)
+    assert_attn(o, lse, (ro, np.log((w * sizes[ids]).sum(axis=1))))
+    # No spread is the mean estimate; m2=None too.
+    om, lm = nelssa.estimate_attn(q, cen, vsum, sizes, ids)
+    o0, l0 = nelssa.estimate_attn(q, cen, vsum, sizes, ids, m2=np.zeros_like(m2))
+    np.testing.assert_array_equal(o0, om)
+    np.testing.assert_array_equal(l0, lm)
+    # The members' true log-mass: the mean key underweighs each cluster
+    # (Jensen), the second-order mean comes closer on every row.
+    members = np.concatenate([perm[table[c, 0]:table[c, 0] + table[c, 1]] for c in ids])
+    true = np.log(np.exp(scale * qd @ kf[members].T).sum(axis=1))
+    err_spread = np.abs(np.asarray(lse, np.float64) - true)
+    err_mean = np.abs(np.asarray(lm, np.float64) - true)
+    assert (np.asarray(lm) < true).all()
+    assert (err_spread < err_mean).all(), (err_spread, err_mean)
+    with pytest.raises(ValueError, match="m2"):
+        nelssa.estimate_attn(q, cen, vsum, sizes, ids, m2=m2[1:])
+
+
 def test_merges_rebuild_dense(rng):
     """Window + cluster states merged equal attention over their union."""
     q = rng.standard_normal((4, 64)).astype(np.float32)
