@@ -189,7 +189,7 @@ def nelssa_kw(daemon, **kw):
     return base
 
 
-@pytest.mark.parametrize("estimate", [False, True])
+@pytest.mark.parametrize("estimate", ["none", "mean", "spread"])
 def test_full_selection_equals_dense(daemon, model, estimate):
     """select = 100 %: every cluster on PNM is read, so the split step is exact."""
     rs = reqs([400, 60, 520, 90], [40, 8, 36, 8], seed=8)
@@ -565,6 +565,11 @@ def test_bad_weight_files_and_engine_configs(tmp_path, capsys):
         EngineConfig(mode="nelssa").check()
     with pytest.raises(ValueError, match="pool_tokens"):
         EngineConfig(mode="gpu", pool_tokens=4).check()
+    with pytest.raises(ValueError, match="estimate must be one of mean, spread, none"):
+        EngineConfig(mode="gpu", estimate=True).check()
+    with pytest.raises(SystemExit):
+        serve_main(["--modes", "gpu", "--estimate", "median"])
+    assert "invalid choice: 'median'" in capsys.readouterr().err
 
 
 def test_pool_never_exceeds_its_budget(daemon, model):

@@ -61,7 +61,11 @@ def parse(argv):
     a("--adaptive", action="store_true", help="load-adaptive threshold")
     a("--adapt-period", type=float, default=10.0, help="its decision period, seconds")
     a("--select", type=float, default=0.04, help="sparse budget, fraction of a head's tokens")
-    a("--no-estimate", action="store_true", help="no estimate over unselected clusters")
+    a("--estimate", choices=("mean", "spread", "none"), default="mean",
+      help="what stands in for the unselected clusters: the centroid (default), the "
+      "centroid weighted by its members' key spread, or nothing")
+    a("--no-estimate", dest="estimate", action="store_const", const="none",
+      help="the same as --estimate none")
     a("--no-migrate", action="store_true", help="no background migration")
     a("--accuracy-every", type=int, default=4, help="check PNM attention every N steps")
     a("--prefill-elsewhere", action="store_true",
@@ -125,7 +129,7 @@ def ecfg(args, mode):
                         threshold=args.threshold, profile=args.profile, devices=args.devices,
                         adaptive=args.adaptive, adapt_period=args.adapt_period,
                         select=args.select,
-                        estimate=not args.no_estimate, migrate=not args.no_migrate,
+                        estimate=args.estimate, migrate=not args.no_migrate,
                         accuracy_every=args.accuracy_every, host=args.host, port=args.port,
                         etcd=args.etcd, cluster=args.cluster,
                         capacity_tokens=args.capacity_tokens,

@@ -42,6 +42,15 @@ from .model import dense_attn
 from .nodes import LOST_ERRNOS, NodeLost, Nodes  # noqa: F401 (LOST_ERRNOS: for callers)
 
 
+# What stands in for the clusters a step does not select: the centroid
+# (nelssa_estimate_attn()), the centroid weighted by its members' key
+# spread (nelssa_estimate_attn_spread(), the client library's shipped
+# default), or nothing.  "mean" is the default here: on the random
+# model's retrieval heads the spread's second-order term overstates the
+# unselected clusters by orders of magnitude (Documentation/serve.rst).
+ESTIMATES = ("mean", "spread", "none")
+
+
 @dataclasses.dataclass
 class EngineConfig:
     mode: str = "nelssa"            # "gpu" or "nelssa"
@@ -55,7 +64,7 @@ class EngineConfig:
     adapt_period: float = 10.0      # its decision period, seconds (hold: twice that)
     select: float = 0.04            # token budget, fraction of what a head stored
     min_select: int = 64            # at least this many tokens a head
-    estimate: bool = True           # the estimate over unselected clusters
+    estimate: str = "mean"          # over unselected clusters: "mean", "spread" or "none"
     sink: int = 4
     recent: int = 64
     chunk: int = 64                 # decode-time tokens clustered and appended together
@@ -87,6 +96,9 @@ class EngineConfig:
             raise ValueError("engine: NELSSA mode needs nelssad's port, or a cluster's etcd")
         if not self.timeout_ms > 0:
             raise ValueError("engine: timeout_ms must be > 0 (the most a step is waited for)")
+        if self.estimate not in ESTIMATES:
+            raise ValueError("engine: estimate must be one of %s, not %r"
+                             % (", ".join(ESTIMATES), self.estimate))
         return self
 
 
@@ -221,11 +233,13 @@ class Engine:
     def _window_blocks(self, final_len):
         """Pool blocks a PNM request holds for its end: its window, and per
         layer and KV head its clusters' centroids, far-member keys and (with
-        the estimate) value sums, float32, for final_len tokens in clusters
-        of 16 (and a sixteenth more for outliers)."""
+        an estimate) value sums and (with "spread") key spreads, float32,
+        for final_len tokens in clusters of 16 (and a sixteenth more for
+        outliers)."""
         c = self.cfg
         clusters = math.ceil(final_len / 16 * 17 / 16) + 1
-        meta = self.L * self.Hkv * clusters * self.D * 4 * (3 if c.estimate else 2)
+        arrays = 2 + (c.estimate != "none") + (c.estimate == "spread")
+        meta = self.L * self.Hkv * clusters * self.D * 4 * arrays
         return self.pool.blocks_for(c.sink + c.recent + c.chunk) + math.ceil(
             meta / (self.m.kv_bytes_per_token * c.block))
 
@@ -233,8 +247,10 @@ class Engine:
         ix = st.ix[layer][h]
         k = _bits(st.host_k[layer][h, :st.n_off])
         v = _bits(st.host_v[layer][h, :st.n_off])
+        est = self.cfg.estimate
         st.meta[layer][h] = (ix.centroids, ix.sizes, ix.far_keys(k),
-                             ix.value_sums(v) if self.cfg.estimate else None)
+                             ix.value_sums(v) if est != "none" else None,
+                             ix.key_spread(k) if est == "spread" else None)
 
     def _kmeans(self, k):
         return nelssa.ClusterIndex(k, iters=self.cfg.kmeans_iters)
@@ -299,7 +315,7 @@ class Engine:
             budget = max(self.cfg.min_select, math.ceil(self.cfg.select * st.n_off))
             for h in range(self.Hkv):
                 qh = np.ascontiguousarray(q[i, h * self.G:(h + 1) * self.G].numpy())
-                cent, sizes, far, _ = st.meta[layer][h]
+                cent, sizes, far = st.meta[layer][h][:3]
                 ids, _ = nelssa.select(qh, cent, sizes, budget, far=far)
                 items.append((s.req.rid, h, ids))
                 qs.append(qh)
@@ -336,10 +352,10 @@ class Engine:
                 wo, wl = nelssa.window_attn(qh, _bits(k), _bits(v), sink=st.sink_k[0].shape[1],
                                             recent=st.tail_k[layer].shape[1])
                 states_o, states_l = [po[it]], [pl[it]]
-                cent, sizes, _, vsum = st.meta[layer][h]
+                cent, sizes, _, vsum, m2 = st.meta[layer][h]
                 if vsum is not None:
                     rest = nelssa.unselected(items[it][2], sizes)
-                    eo, el = nelssa.estimate_attn(qh, cent, vsum, sizes, rest)
+                    eo, el = nelssa.estimate_attn(qh, cent, vsum, sizes, rest, m2=m2)
                     states_o.append(eo)
                     states_l.append(el)
                 o, _ = nelssa.final_merge(wo, wl, states_o, states_l)
