@@ -14,6 +14,8 @@
 
 #include <nelssa/sparse.h>
 
+#include "estimate_rule.h"
+
 void nelssa_cluster_value_sums(const struct nelssa_cluster_index *ix, enum nelssa_kv_dtype dtype,
 			       const void *v, float *vsum)
 {
@@ -86,20 +88,21 @@ int nelssa_estimate_attn(const struct nelssa_attn_geom *geom, const float *q,
 }
 
 /*
- * log E[exp(scale q.k)] over a cluster's members, to second order: the
+ * log E[exp(scale q.k)] over a cluster's @n members, to second order: the
  * centroid's logit plus half the variance of the members' logits, that
  * variance taken as scale^2 sum_i q_i^2 m2_i (the channels' spreads about
  * the centroid; cross-channel terms are not kept).  For members spread
- * normally about the centroid this is exact (the log-normal mean).
- * @q2h is the row's scale^2/2 q_i^2, computed once per row, so the spread
- * costs one more fp32 dot product per cluster.
+ * normally about the centroid this is exact (the log-normal mean) as long
+ * as their spread is small beside their number; nelssa_spread_gain()
+ * bounds it past that.  @q2h is the row's scale^2/2 q_i^2, computed once
+ * per row, so the spread costs one more fp32 dot product per cluster.
  */
 static float log_mean_weight(const float *qr, const float *q2h, const float *cen,
-			     const float *m2, uint32_t d, float scale)
+			     const float *m2, uint32_t d, float scale, uint32_t n)
 {
 	float s = scale * nelssa_dot_f32(qr, cen, d);
 
-	return m2 ? s + nelssa_dot_f32(q2h, m2, d) : s;
+	return m2 ? s + nelssa_spread_gain(nelssa_dot_f32(q2h, m2, d), n) : s;
 }
 
 int nelssa_estimate_attn_spread(const struct nelssa_attn_geom *geom, const float *q,
@@ -133,7 +136,7 @@ int nelssa_estimate_attn_spread(const struct nelssa_attn_geom *geom, const float
 			if (!sizes[id])
 				continue;
 			s = log_mean_weight(qr, q2h, centroids + (size_t)id * d,
-					    m2 ? m2 + (size_t)id * d : NULL, d, geom->scale);
+					    m2 ? m2 + (size_t)id * d : NULL, d, geom->scale, sizes[id]);
 			if (!isfinite(s))
 				return -EINVAL;
 			l = s + logf((float)sizes[id]);

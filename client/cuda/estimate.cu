@@ -22,6 +22,7 @@
 #include <nelssa/sparse_cuda.h>
 
 #include "common.cuh"
+#include "../estimate_rule.h"
 
 #define ROWS_PER_BLOCK 4u
 #define CHUNK 128u	/* ids per warp in the first pass */
@@ -70,9 +71,9 @@ __global__ void estimate_part_kernel(struct nelssa_attn_geom g, const float *q,
 			}
 		}
 		s = g.scale * nc_warp_sum(s);
-		/* The CPU's log_mean_weight(): half the members' logit variance. */
+		/* The CPU's log_mean_weight(): half the members' logit variance, bounded. */
 		if (m2)
-			s += 0.5f * g.scale * g.scale * nc_warp_sum(v);
+			s += nelssa_spread_gain(0.5f * g.scale * g.scale * nc_warp_sum(v), sizes[c]);
 		l = s + logf((float)sizes[c]);
 		alpha = l > m ? expf(m - l) : 1.0f;
 		m = fmaxf(m, l);

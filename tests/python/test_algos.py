@@ -219,7 +219,10 @@ def test_key_spread_and_spread_estimate(rng, fp16):
     ids = np.arange(0, ix.n_clusters, 3, dtype=np.uint32)
     o, lse = nelssa.estimate_attn(q, cen, vsum, sizes, ids, m2=m2)
     qd, scale = q.astype(np.float64), 0.125
-    s = scale * qd @ cen[ids].astype(np.float64).T + scale ** 2 / 2 * (qd ** 2) @ m2[ids].T
+    # The gain: half the logit variance, bounded past 2 ln n (sparse.h).
+    hv, ln = scale ** 2 / 2 * (qd ** 2) @ m2[ids].T, np.log(sizes[ids].astype(np.float64))
+    gain = np.where(hv <= ln, hv, np.sqrt(2 * hv) * np.sqrt(2 * ln) - ln)
+    s = scale * qd @ cen[ids].astype(np.float64).T + gain
     w = np.exp(s)
     ro = (w @ vsum[ids].astype(np.float64)) / (w * sizes[ids]).sum(axis=1, keepdims=True)
     assert_attn(o, lse, (ro, np.log((w * sizes[ids]).sum(axis=1))))

@@ -516,6 +516,17 @@ static void estimate_exact_for_identical_keys(void **state)
 }
 
 /*
+ * The spread's gain as sparse.h defines it, in float64: half the logit
+ * variance, or past 2 ln n of variance sigma sqrt(2 ln n) - ln n.
+ */
+static double ref_gain(double half_var, uint32_t n)
+{
+	const double ln = log((double)n);
+
+	return half_var <= ln ? half_var : sqrt(2.0 * half_var) * sqrt(2.0 * ln) - ln;
+}
+
+/*
  * Clusters of members spread a little about their mean: the key spread
  * against float64, and the spread-weighted estimate against the float64
  * second-order formula and against the members' true LSE, which it must
@@ -591,7 +602,7 @@ static void estimate_spread_weighs_the_members(void **state)
 		double w = 0.0, ws[D] = { 0 }, m = -INFINITY, tm = -INFINITY, tsum = 0.0;
 		double lw[N_CL], tl[N_CL * MAX_SZ];
 
-		/* The formula, float64: log w_c = s q.c + s^2/2 sum q_i^2 m2_ci. */
+		/* The formula, float64: log w_c = s q.c + gain(s^2/2 sum q_i^2 m2_ci, n_c). */
 		for (uint32_t c = 0; c < N_CL; c++) {
 			double dot = 0.0, v = 0.0;
 
@@ -601,7 +612,7 @@ static void estimate_spread_weighs_the_members(void **state)
 				dot += (double)qr[i] * cen[c * D + i];
 				v += (double)qr[i] * qr[i] * m2[c * D + i];
 			}
-			lw[c] = 0.125 * dot + 0.5 * 0.125 * 0.125 * v;
+			lw[c] = 0.125 * dot + ref_gain(0.5 * 0.125 * 0.125 * v, sizes[c]);
 			m = fmax(m, lw[c]);
 		}
 		for (uint32_t c = 0; c < N_CL; c++) {
@@ -662,6 +673,85 @@ static void estimate_spread_weighs_the_members(void **state)
 	free(kv.v);
 }
 
+/*
+ * A peaked head: 16-token clusters whose members' logits spread by 7
+ * about the centroid's (one channel carries them, the query is along it).
+ * The log-normal mean would put each cluster e^24 above its centroid,
+ * some 14 nats above even its largest member; the bounded gain must stay
+ * between the mean key's weight (Jensen) and that log-normal figure and
+ * come closer to the members' true log mean weight than the log-normal
+ * does, on every cluster.
+ */
+static void estimate_spread_bounds_peaked_clusters(void **state)
+{
+	enum { N_CL = 12, SZ = 16 };
+	const double sigma = 7.0, a = 8.0;	/* q = a e_0; logits = 0.125 a k_0 */
+	struct nelssa_cluster_index ix;
+	struct nelssa_cluster table[N_CL];
+	struct nelssa_attn_geom g = { .head_dim = D, .group = 1, .kv_dtype = NELSSA_KV_BF16,
+				      .scale = 0.125f };
+	uint32_t perm[N_CL * SZ], sizes[N_CL], ids[1];
+	float *cen = tu_alloc(sizeof(float) * N_CL * D), *m2 = tu_alloc(sizeof(float) * N_CL * D);
+	float *vsum = tu_alloc(sizeof(float) * N_CL * D), q[D] = { 0 }, o[D], lse, po[D], pl;
+	uint16_t *k = tu_alloc(sizeof(uint16_t) * N_CL * SZ * D);
+	struct tu_rng rng;
+
+	(void)state;
+	tu_rng_for(&rng, __func__, 0);
+	q[0] = (float)a;
+	for (uint32_t t = 0; t < N_CL * SZ; t++) {
+		perm[t] = t;
+		for (uint32_t i = 0; i < D; i++)
+			k[(size_t)t * D + i] = tu_to_kv(i ? 0.01 * tu_normal(&rng) :
+						      sigma / (0.125 * a) * tu_normal(&rng),
+						      NELSSA_KV_BF16);
+	}
+	for (uint32_t c = 0; c < N_CL; c++) {
+		table[c] = (struct nelssa_cluster){ c * SZ, SZ };
+		sizes[c] = SZ;
+		for (uint32_t i = 0; i < D; i++) {
+			double m = 0.0;
+
+			for (uint32_t j = 0; j < SZ; j++)
+				m += tu_from_kv(k[(size_t)(c * SZ + j) * D + i], NELSSA_KV_BF16);
+			cen[c * D + i] = (float)(m / SZ);
+		}
+	}
+	ix = (struct nelssa_cluster_index){ .head_dim = D, .n_tokens = N_CL * SZ,
+					    .n_clusters = N_CL, .perm = perm, .table = table,
+					    .centroids = cen };
+	nelssa_cluster_key_spread(&ix, NELSSA_KV_BF16, k, m2);
+	nelssa_cluster_value_sums(&ix, NELSSA_KV_BF16, k, vsum);
+	for (uint32_t c = 0; c < N_CL; c++) {
+		double mu = 0.125 * a * cen[c * D], half_var = 0.0, tm = -INFINITY, ts = 0.0, truth;
+		double lognormal;
+
+		for (uint32_t i = 0; i < D; i++)
+			half_var += 0.5 * 0.125 * 0.125 * (double)q[i] * q[i] * m2[c * D + i];
+		for (uint32_t j = 0; j < SZ; j++)
+			tm = fmax(tm, 0.125 * a * tu_from_kv(k[(size_t)(c * SZ + j) * D],
+							      NELSSA_KV_BF16));
+		for (uint32_t j = 0; j < SZ; j++)
+			ts += exp(0.125 * a * tu_from_kv(k[(size_t)(c * SZ + j) * D], NELSSA_KV_BF16) -
+				  tm);
+		truth = tm + log(ts / SZ);
+		lognormal = mu + half_var;
+		ids[0] = c;
+		assert_int_equal(0, nelssa_estimate_attn_spread(&g, q, cen, m2, vsum, sizes, ids, 1,
+								o, &lse));
+		assert_int_equal(0, nelssa_estimate_attn(&g, q, cen, vsum, sizes, ids, 1, po, &pl));
+		/* lse = log(size * mean weight): the gain is lse - pl. */
+		assert_true(half_var > log((double)SZ));
+		assert_true(fabs((lse - pl) - ref_gain(half_var, SZ)) <= 1e-3 * (1.0 + half_var));
+		assert_true(pl < lse && mu + ref_gain(half_var, SZ) < lognormal);
+		assert_true(fabs(mu + ref_gain(half_var, SZ) - truth) < fabs(lognormal - truth));
+	}
+	free(k);
+	free(cen);
+	free(m2);
+	free(vsum);
+}
+
 /* The clusters a selection left: a known answer, hostile ids included. */
 static void unselected_known_answer(void **state)
 {
@@ -715,6 +805,7 @@ int main(void)
 		cmocka_unit_test(window_plus_clusters_equals_union),
 		cmocka_unit_test(estimate_exact_for_identical_keys),
 		cmocka_unit_test(estimate_spread_weighs_the_members),
+		cmocka_unit_test(estimate_spread_bounds_peaked_clusters),
 		cmocka_unit_test(unselected_known_answer),
 		cmocka_unit_test(merge_with_empty_states),
 	};

@@ -449,14 +449,18 @@ void nelssa_cluster_key_spread(const struct nelssa_cluster_index *ix, enum nelss
  * As nelssa_estimate_attn() with s_c raised to the second-order mean of
  * the members' logits,
  *
- *	s_c = scale q.c_c + scale^2 / 2 * sum_i q_i^2 m2_ci,
+ *	h_c = scale^2 / 2 * sum_i q_i^2 m2_ci,
+ *	s_c = scale q.c_c + h_c,
  *
  * the log-normal mean: exp(q.c) alone is the weight of the mean key,
  * which by Jensen's inequality is below the members' mean weight by about
  * exp(var / 2) -- a factor of 4 when the members' logits spread by 1.7
- * about the centroid's.  Exact for members spread normally and
+ * about the centroid's.  Exact for many members spread normally and
  * independently per channel; it can overstate a cluster (it is an
- * estimate, no longer a lower bound).
+ * estimate, no longer a lower bound).  Past h_c = ln n_c, for a cluster
+ * of n_c members, the gain is sqrt(2 h_c) sqrt(2 ln n_c) - ln n_c
+ * instead: so few members' mean weight is carried by the largest of them
+ * (Documentation/client.rst).
  *
  * Return: 0 or -EINVAL (bad shape, non-finite weight).
  */
