@@ -46,8 +46,8 @@ from .nodes import LOST_ERRNOS, NodeLost, Nodes  # noqa: F401 (LOST_ERRNOS: for 
 # (nelssa_estimate_attn()), the centroid weighted by its members' key
 # spread (nelssa_estimate_attn_spread(), the client library's shipped
 # default), or nothing.  "mean" is the default here: on the random
-# model's retrieval heads the spread's second-order term overstates the
-# unselected clusters by orders of magnitude (Documentation/serve.rst).
+# model's retrieval heads the spread estimate is ten times less accurate
+# (Documentation/serve.rst).
 ESTIMATES = ("mean", "spread", "none")
 
 
