@@ -235,25 +235,45 @@ out:
 typedef void (*per_cluster_fn)(const struct nelssa_cluster_index *ix,
 			       enum nelssa_kv_dtype dtype, const void *rows, float *out);
 
-/* fp32 [n_clusters][head_dim] from K or V rows in token order. */
-static PyObject *per_cluster(struct npy_index *self, PyObject *arg, const char *name,
-			     per_cluster_fn fn)
+/*
+ * fp32 [n_clusters - first][head_dim] from K or V rows in token order:
+ * @fn over the clusters from @first on (keyword first=, default 0), as a
+ * view of the index that starts there -- each cluster's result depends on
+ * its own members alone, so after append() only the new ones need it.
+ */
+static PyObject *per_cluster(struct npy_index *self, PyObject *args, PyObject *kw,
+			     const char *name, per_cluster_fn fn)
 {
-	struct nelssa_cluster_index *ix = npy_index_lock((PyObject *)self);
+	static char *kwlist_k[] = { "k", "first", NULL }, *kwlist_v[] = { "v", "first", NULL };
+	struct nelssa_cluster_index *ix, sub;
 	struct npy_buf src, dst;
-	PyObject *res = NULL;
+	PyObject *arg, *res = NULL;
 	Py_ssize_t dims[2];
+	uint32_t first = 0;
 
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$O&", name[0] == 'k' ? kwlist_k : kwlist_v,
+					 &arg, npy_conv_u32, &first))
+		return NULL;
+	ix = npy_index_lock((PyObject *)self);
 	if (!ix)
 		return NULL;
+	if (first > ix->n_clusters) {
+		PyErr_Format(PyExc_ValueError, "first (%u) beyond the %u clusters", first,
+			     ix->n_clusters);
+		goto out;
+	}
 	if (rows_of(ix, arg, name, NPY_E_KV, &src) < 0)
 		goto out;
-	dims[0] = ix->n_clusters;
+	sub = *ix;
+	sub.table += first;
+	sub.centroids += (size_t)first * ix->head_dim;
+	sub.n_clusters -= first;
+	dims[0] = sub.n_clusters;
 	dims[1] = ix->head_dim;
 	res = npy_buf_out(NULL, "result", 'f', 2, dims, &dst);
 	if (res) {
 		Py_BEGIN_ALLOW_THREADS
-		fn(ix, src.kv, src.ptr, dst.ptr);
+		fn(&sub, src.kv, src.ptr, dst.ptr);
 		Py_END_ALLOW_THREADS
 		npy_buf_release(&dst);
 	}
@@ -264,36 +284,38 @@ out:
 }
 
 PyDoc_STRVAR(value_sums_doc,
-"value_sums(v) -> float32 array (n_clusters, head_dim)\n--\n\n"
+"value_sums(v, *, first=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
 "Per-cluster sums of the member V rows (nelssa_cluster_value_sums()),\n"
 "v in token order (n_tokens, head_dim): with the centroids and sizes,\n"
-"what estimate_attn() needs.");
+"what estimate_attn() needs.  first: the clusters from there on only\n"
+"(after append(), the new ones: the others' sums do not change).");
 
-static PyObject *index_value_sums(struct npy_index *self, PyObject *arg)
+static PyObject *index_value_sums(struct npy_index *self, PyObject *args, PyObject *kw)
 {
-	return per_cluster(self, arg, "v", nelssa_cluster_value_sums);
+	return per_cluster(self, args, kw, "v", nelssa_cluster_value_sums);
 }
 
 PyDoc_STRVAR(far_keys_doc,
-"far_keys(k) -> float32 array (n_clusters, head_dim)\n--\n\n"
+"far_keys(k, *, first=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
 "Each cluster's member key farthest from its centroid\n"
-"(nelssa_cluster_far_keys()), k in token order: the far= of select().");
+"(nelssa_cluster_far_keys()), k in token order: the far= of select();\n"
+"first as for value_sums().");
 
-static PyObject *index_far_keys(struct npy_index *self, PyObject *arg)
+static PyObject *index_far_keys(struct npy_index *self, PyObject *args, PyObject *kw)
 {
-	return per_cluster(self, arg, "k", nelssa_cluster_far_keys);
+	return per_cluster(self, args, kw, "k", nelssa_cluster_far_keys);
 }
 
 PyDoc_STRVAR(key_spread_doc,
-"key_spread(k) -> float32 array (n_clusters, head_dim)\n--\n\n"
+"key_spread(k, *, first=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
 "Each cluster's per-channel key spread (nelssa_cluster_key_spread()):\n"
 "the mean over its members of (k - centroid)^2, k in token order; the m2=\n"
 "of estimate_attn(), which then weighs a cluster by its members' mean\n"
-"weight instead of its mean key's.");
+"weight instead of its mean key's.  first as for value_sums().");
 
-static PyObject *index_key_spread(struct npy_index *self, PyObject *arg)
+static PyObject *index_key_spread(struct npy_index *self, PyObject *args, PyObject *kw)
 {
-	return per_cluster(self, arg, "k", nelssa_cluster_key_spread);
+	return per_cluster(self, args, kw, "k", nelssa_cluster_key_spread);
 }
 
 /* Property getters: copies taken under the lock. */
@@ -416,9 +438,12 @@ static PyMethodDef index_methods[] = {
 	  append_doc },
 	{ "free", (PyCFunction)index_free, METH_NOARGS, free_doc },
 	{ "reorder", (PyCFunction)index_reorder, METH_O, reorder_doc },
-	{ "value_sums", (PyCFunction)index_value_sums, METH_O, value_sums_doc },
-	{ "far_keys", (PyCFunction)index_far_keys, METH_O, far_keys_doc },
-	{ "key_spread", (PyCFunction)index_key_spread, METH_O, key_spread_doc },
+	{ "value_sums", (PyCFunction)(void (*)(void))index_value_sums,
+	  METH_VARARGS | METH_KEYWORDS, value_sums_doc },
+	{ "far_keys", (PyCFunction)(void (*)(void))index_far_keys, METH_VARARGS | METH_KEYWORDS,
+	  far_keys_doc },
+	{ "key_spread", (PyCFunction)(void (*)(void))index_key_spread,
+	  METH_VARARGS | METH_KEYWORDS, key_spread_doc },
 	{ NULL, NULL, 0, NULL },
 };
 

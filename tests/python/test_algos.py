@@ -243,6 +243,31 @@ def test_key_spread_and_spread_estimate(rng, fp16):
         nelssa.estimate_attn(q, cen, vsum, sizes, ids, m2=m2[1:])
 
 
+def test_per_cluster_arrays_from_a_cluster_on(rng):
+    """first=: the full result's rows from there, bit for bit; after
+    append() the clusters before it keep theirs."""
+    k, v = keys(rng, 700), keys(rng, 700)
+    ix = nelssa.ClusterIndex(k[:500])
+    rows = {"far_keys": k, "value_sums": v, "key_spread": k}
+    before = {m: getattr(ix, m)(r[:500]) for m, r in rows.items()}
+    n0 = ix.append(k[500:])
+    assert 0 < n0 < ix.n_clusters
+    for m, r in rows.items():
+        full = getattr(ix, m)(r)
+        assert full.shape == (ix.n_clusters, 64)
+        np.testing.assert_array_equal(full[:n0], before[m])
+        for first in (0, 1, n0, ix.n_clusters - 1, ix.n_clusters):
+            part = getattr(ix, m)(r, first=first)
+            assert part.shape == (ix.n_clusters - first, 64)
+            np.testing.assert_array_equal(part, full[first:])
+        with pytest.raises(ValueError, match="beyond the"):
+            getattr(ix, m)(r, first=ix.n_clusters + 1)
+        with pytest.raises((ValueError, OverflowError, TypeError)):
+            getattr(ix, m)(r, first=-1)
+        with pytest.raises(TypeError):
+            getattr(ix, m)(r, 3)  # first is keyword-only
+
+
 def test_merges_rebuild_dense(rng):
     """Window + cluster states merged equal attention over their union."""
     q = rng.standard_normal((4, 64)).astype(np.float32)
