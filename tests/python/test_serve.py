@@ -207,6 +207,28 @@ def test_full_selection_equals_dense(daemon, model, estimate):
     assert st.n_off > 400 - 16
 
 
+def test_appends_refresh_only_the_new_clusters(daemon, model, monkeypatch):
+    """After each decode-time append the selection and estimate arrays,
+    recomputed from the first new cluster on, equal a full recompute."""
+    checked = []
+    refresh = Engine._refresh
+
+    def both(self, st, layer, h, first=0):
+        refresh(self, st, layer, h, first)
+        if first:
+            got = st.meta[layer][h]
+            refresh(self, st, layer, h)
+            assert len(got) == len(st.meta[layer][h]) == 5
+            for g, w in zip(got, st.meta[layer][h]):
+                np.testing.assert_array_equal(g, w)
+            checked.append(first)
+
+    monkeypatch.setattr(Engine, "_refresh", both)
+    rs = reqs([600, 50], [40, 10], seed=12)
+    run(model, rs, **nelssa_kw(daemon, select=0.04, estimate="spread", accuracy_every=0))
+    assert len(checked) >= 2 * 2 * 2  # two appends at least, every layer and KV head
+
+
 def test_sparse_selection_reads_a_budget(daemon, model):
     rs = reqs([700, 50], [10, 10], seed=9)
     e = run(model, rs, **nelssa_kw(daemon, select=0.04))

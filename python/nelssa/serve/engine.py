@@ -243,14 +243,21 @@ class Engine:
         return self.pool.blocks_for(c.sink + c.recent + c.chunk) + math.ceil(
             meta / (self.m.kv_bytes_per_token * c.block))
 
-    def _refresh(self, st, layer, h):
+    def _refresh(self, st, layer, h, first=0):
+        """The head's selection and estimate arrays; after an append, from
+        cluster first on only (the clusters before keep their members)."""
         ix = st.ix[layer][h]
         k = _bits(st.host_k[layer][h, :st.n_off])
         v = _bits(st.host_v[layer][h, :st.n_off])
         est = self.cfg.estimate
-        st.meta[layer][h] = (ix.centroids, ix.sizes, ix.far_keys(k),
-                             ix.value_sums(v) if est != "none" else None,
-                             ix.key_spread(k) if est == "spread" else None)
+        new = (ix.far_keys(k, first=first),
+               ix.value_sums(v, first=first) if est != "none" else None,
+               ix.key_spread(k, first=first) if est == "spread" else None)
+        if first:
+            old = st.meta[layer][h][2:]
+            new = tuple(n if n is None else np.concatenate([o[:first], n])
+                        for o, n in zip(old, new))
+        st.meta[layer][h] = (ix.centroids, ix.sizes) + new
 
     def _kmeans(self, k):
         return nelssa.ClusterIndex(k, iters=self.cfg.kmeans_iters)
@@ -292,6 +299,7 @@ class Engine:
         if st.tail_k[0].shape[1] < c.recent + c.chunk:
             return
         a, b = st.n_off, st.n_off + c.chunk
+        firsts = [[0] * self.Hkv for _ in range(self.L)]
         for layer in range(self.L):
             st.host_k[layer][:, a:b] = st.tail_k[layer][:, :c.chunk]
             st.host_v[layer][:, a:b] = st.tail_v[layer][:, :c.chunk]
@@ -303,10 +311,11 @@ class Engine:
                 self.nodes.of[seq.req.rid].call("append", seq.req.rid, layer, h, ix,
                                                 _bits(st.host_k[layer][h, :b]),
                                                 _bits(st.host_v[layer][h, :b]), old)
+                firsts[layer][h] = old
         st.n_off = b
         for layer in range(self.L):
             for h in range(self.Hkv):
-                self._refresh(st, layer, h)
+                self._refresh(st, layer, h, firsts[layer][h])
 
     def _pnm_items(self, seqs, q, layer):
         items, qs = [], []
