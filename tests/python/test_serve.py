@@ -207,6 +207,29 @@ def test_full_selection_equals_dense(daemon, model, estimate):
     assert st.n_off > 400 - 16
 
 
+def test_prefilled_kv_goes_to_pnm_a_layer_an_iteration(daemon, model, monkeypatch):
+    """A long prompt's layers are clustered and offloaded in separate
+    iterations, the running requests decoding in between, and it decodes
+    only once all are there (its tokens still equal the dense run's)."""
+    seen = []
+    offload = Engine._offload_layer
+
+    def record(self, seq, st, layer, k, v, n_keep):
+        seen.append((seq.req.rid, layer, self.steps))
+        return offload(self, seq, st, layer, k, v, n_keep)
+
+    monkeypatch.setattr(Engine, "_offload_layer", record)
+    rs = reqs([60, 90, 800], [30, 30, 6], seed=13)
+    dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
+    e = run(model, rs, **nelssa_kw(daemon, select=1.0, migrate=False))
+    long = [x for x in seen if x[0] == 2]
+    assert [x[1] for x in long] == [0, 1]
+    assert long[0][2] < long[1][2], long  # a decode step between the two layers
+    s = [s for s in e.finished if s.req.rid == 2][0]
+    assert s.where == "pnm" and len(s.t_tokens) == 6
+    assert outputs(e) == outputs(dense)
+
+
 def test_appends_refresh_only_the_new_clusters(daemon, model, monkeypatch):
     """After each decode-time append the selection and estimate arrays,
     recomputed from the first new cluster on, equal a full recompute."""

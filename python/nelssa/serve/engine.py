@@ -282,16 +282,28 @@ class Engine:
         """Tokens kept at the end of a context of n when it moves to PNM."""
         return max(self.cfg.sink, n - self.cfg.recent)
 
-    def _to_pnm(self, seq, ks, vs):
-        """Prefilled KV (lists per layer of (Hkv, n, D)) goes to the PNM tier."""
-        n = ks[0].shape[1]
-        st = PnmState(self.L, self.Hkv, self.D, seq.req.final_len)
-        keep = self._pnm_split(n)
-        for layer in range(self.L):
-            self._offload_layer(seq, st, layer, ks[layer], vs[layer], keep)
-            st.tail_k[layer] = ks[layer][:, keep:].clone()
-            st.tail_v[layer] = vs[layer][:, keep:].clone()
-        return st
+    def _offload_next_layer(self, seq):
+        """One layer of a prefilled PNM request's KV (pf's lists per layer
+        of (Hkv, n, D)) to the PNM tier; True once every layer is there.
+
+        A layer an iteration, as a migration moves: clustering and sending
+        a long prompt's every layer at once stalled the running requests'
+        decode for all of it.  seq.pnm is the state being filled, so that a
+        node lost meanwhile frees its indices.
+        """
+        pf = seq.pf
+        if seq.pnm is None:
+            pf["layer"], pf["keep"] = 0, self._pnm_split(pf["ks"][0].shape[1])
+            seq.pnm = PnmState(self.L, self.Hkv, self.D, seq.req.final_len)
+        layer, keep, st = pf["layer"], pf["keep"], seq.pnm
+        self._offload_layer(seq, st, layer, pf["ks"][layer], pf["vs"][layer], keep)
+        st.tail_k[layer] = pf["ks"][layer][:, keep:].clone()
+        st.tail_v[layer] = pf["vs"][layer][:, keep:].clone()
+        pf["layer"] += 1
+        if pf["layer"] < self.L:
+            return False
+        st.reserved = len(self.pool.reserved.get(seq.req.rid, []))
+        return True
 
     def _append_chunk(self, seq):
         """Moves the window's oldest chunk to the PNM tier when it is complete."""
@@ -391,29 +403,33 @@ class Engine:
         """
         seq = self.prefilling[0]
         pf = seq.pf
-        off_clock = self.cfg.prefill_elsewhere and seq.t_first is None
+        pf.setdefault("off_clock", self.cfg.prefill_elsewhere and seq.t_first is None)
         t0 = time.perf_counter()
-        toks = seq.tokens[pf["pos"]:pf["pos"] + self.cfg.prefill_chunk]
-        logits, pf["ks"], pf["vs"] = self.m.prefill_chunk(toks, pf["ks"], pf["vs"])
-        self.prefill_log.append((len(toks), pf["pos"], time.perf_counter() - t0))
-        pf["pos"] += len(toks)
-        done = pf["pos"] >= len(seq.tokens)
         try:
-            if done:
-                # Placed first: if nelssad fails here the request is still in prefill.
+            if "first" in pf:
+                # Prefilled: its KV goes to the PNM tier, a layer a call.
+                if not self._offload_next_layer(seq):
+                    return
+            else:
+                toks = seq.tokens[pf["pos"]:pf["pos"] + self.cfg.prefill_chunk]
+                logits, pf["ks"], pf["vs"] = self.m.prefill_chunk(toks, pf["ks"], pf["vs"])
+                self.prefill_log.append((len(toks), pf["pos"], time.perf_counter() - t0))
+                pf["pos"] += len(toks)
+                if pf["pos"] < len(seq.tokens):
+                    return
+                pf["first"] = int(logits.argmax())
                 if seq.where == "gpu":
                     self.pool.write_prompt(seq.req.rid, pf["ks"], pf["vs"])
-                else:
-                    seq.pnm = self._to_pnm(seq, pf["ks"], pf["vs"])
-                    seq.pnm.reserved = len(self.pool.reserved.get(seq.req.rid, []))
+                elif not self._offload_next_layer(seq):
+                    return
         finally:
-            if off_clock:
+            if pf["off_clock"]:
                 self.overhead += time.perf_counter() - t0
-        if not done:
-            return
+        # Placed: its first token counts from here (if nelssad failed before,
+        # the request was still in prefill).
         self.prefilling.pop(0)
         seq.pf = None
-        seq.tokens.append(int(logits.argmax()))
+        seq.tokens.append(pf["first"])
         t = self._now()
         if seq.t_first is None:
             seq.t_first = t
@@ -808,7 +824,8 @@ class Engine:
         if self.prefilling:
             self._prefill_step(running)
         # A request the prefill node prepared arrives with its KV (as in
-        # nelssa-sim): all first prefills done before the step.
+        # nelssa-sim): all first prefills done, offload included, before
+        # the step.
         while self.cfg.prefill_elsewhere and self.prefilling and \
                 self.prefilling[0].t_first is None:
             self._prefill_step(running)
