@@ -162,6 +162,8 @@ for s in $sequences; do
 		--pid "$pid" >"$out/seqout" 2>&1
 	rc=$?
 	clean_log "$out/seq.log" || rc=98
+	# What a sequence says of itself ("# NAME: ..."), pass or fail.
+	grep "^# $name: " "$out/seqout" | head -3
 	[ $rc = 0 ] || { sed 's/^/# /' "$out/seqout" | tail -20; show_log "$out/seq.log"; }
 	ok $rc "regression $name ($tls): the daemon lives through it and serves (exit $rc)"
 	kill -9 "$pid" 2>/dev/null
