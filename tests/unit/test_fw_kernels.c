@@ -1042,7 +1042,27 @@ int main(void)
 	static char names[3 * 10][32];
 	static const enum nfw_isa isas[] = { NFW_ISA_SCALAR, NFW_ISA_AVX2, NFW_ISA_AVX512 };
 	static const uint32_t dims[] = { 64, 128 }, groups[] = { 1, 3, 4, 6, 8 };
-	struct CMUnitTest tests[3 * 10 + 17];
+	static const struct CMUnitTest fixed[] = {
+		cmocka_unit_test(attn_cluster_sizes),
+		cmocka_unit_test(attn_logit_ramp),
+		cmocka_unit_test(vector_matches_scalar),
+		cmocka_unit_test(attn_odd_head_dim),
+		cmocka_unit_test(attn_fp16),
+		cmocka_unit_test(attn_tiled),
+		cmocka_unit_test(attn_tiled_all_codes),
+		cmocka_unit_test(attn_bf16_dots),
+		cmocka_unit_test(attn_bf16_dots_vdpbf16ps),
+		cmocka_unit_test(attn_bf16_weights_rounded),
+		cmocka_unit_test(attn_writes_only_outputs),
+		cmocka_unit_test(kv_write_then_attn),
+		cmocka_unit_test(kv_write_tiled_then_attn),
+		cmocka_unit_test(tiled_bounds_exact),
+		cmocka_unit_test(fill_and_copy),
+		cmocka_unit_test(exp_accuracy),
+		cmocka_unit_test(selftest_passes),
+		cmocka_unit_test(attn_peak_counts),
+	};
+	struct CMUnitTest tests[3 * 10 + sizeof(fixed) / sizeof(fixed[0])];
 	size_t n = 0;
 
 	for (int i = 0; i < 3; i++)
@@ -1056,24 +1076,8 @@ int main(void)
 				tests[n] = (struct CMUnitTest){ names[n], attn_shape, NULL, NULL, c };
 				n++;
 			}
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_cluster_sizes);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_logit_ramp);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(vector_matches_scalar);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_odd_head_dim);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_fp16);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_tiled_all_codes);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_dots);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_dots_vdpbf16ps);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_bf16_weights_rounded);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_writes_only_outputs);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_then_attn);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(kv_write_tiled_then_attn);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(tiled_bounds_exact);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(fill_and_copy);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(exp_accuracy);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(selftest_passes);
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test(attn_peak_counts);
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		tests[n++] = fixed[i];
 
 	tu_init("fw_kernels");
 	return _cmocka_run_group_tests("fw_kernels", tests, n, NULL, NULL);
