@@ -14,6 +14,7 @@ static const char *const names[] = {
 	[NFW_ISA_AVX2] = "avx2",
 	[NFW_ISA_AVX512] = "avx512",
 	[NFW_ISA_NEON] = "neon",
+	[NFW_ISA_AVX512_BF16] = "avx512-bf16",
 };
 
 const char *nfw_isa_name(enum nfw_isa isa)
@@ -61,6 +62,16 @@ static int has_avx512_bf16(void)
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 	       __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
 }
+
+/* CPUID traps to the hypervisor in a VM: asked once. */
+static int avx512_bf16(void)
+{
+	static int known = -1;
+
+	if (known < 0)
+		known = has_avx512_bf16();
+	return known;
+}
 #endif
 
 #ifdef NFW_HAVE_AVX2
@@ -93,6 +104,10 @@ int nfw_isa_supported(enum nfw_isa isa)
 	case NFW_ISA_NEON:
 		return 1;	/* Advanced SIMD is baseline on AArch64 */
 #endif
+#ifdef NFW_HAVE_AVX512_BF16
+	case NFW_ISA_AVX512_BF16:
+		return avx512_bf16();
+#endif
 	default:
 		return 0;
 	}
@@ -117,13 +132,15 @@ nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim, uint32_t f
 	    has_bf16_dot())
 		return nfw_attn_item_neon_bf16;
 #endif
-#ifdef NFW_HAVE_AVX512_BF16
-	if (isa == NFW_ISA_AVX512 && !(head_dim % 32) && (flags & NPNM_ATTN_F_BF16_DOTS) &&
-	    has_avx512_bf16())
-		return nfw_attn_item_avx512_bf16;
-#endif
 	(void)flags;
 	switch (isa) {
+#ifdef NFW_HAVE_AVX512_BF16
+	case NFW_ISA_AVX512_BF16:
+		if (head_dim % 32)
+			return nfw_attn_item_scalar;
+		return flags & NPNM_ATTN_F_BF16_DOTS ? nfw_attn_item_avx512_bf16 :
+						       nfw_attn_item_avx512;
+#endif
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:
 		return head_dim % 32 ? nfw_attn_item_scalar : nfw_attn_item_avx512;

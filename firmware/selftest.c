@@ -187,7 +187,7 @@ static int check_attn(const struct nfw_mem *m, struct nfw_scratch *sc, uint8_t d
 	if (nelssa_attn_clusters(&geom, (const float *)in, kv, kv + n * d * 2, n, ntab, nc, sel, ns,
 				 ro, rl))
 		return 1;
-	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+	for (int isa = NFW_ISA_SCALAR; isa < NFW_ISA_COUNT; isa++) {
 		if (!nfw_isa_supported((enum nfw_isa)isa))
 			continue;
 		memset(out, 0xff, 65536);
@@ -245,7 +245,7 @@ static int check_bf16_weights(const struct nfw_mem *m, struct nfw_scratch *sc)
 		.kv_dtype = NPNM_DTYPE_BF16, .scale_f32 = nelssa_f32_bits(1.0f),
 		.flags = NPNM_ATTN_F_BF16_DOTS,
 	});
-	for (int isa = NFW_ISA_SCALAR; isa <= NFW_ISA_NEON; isa++) {
+	for (int isa = NFW_ISA_SCALAR; isa < NFW_ISA_COUNT; isa++) {
 		if (!nfw_isa_supported((enum nfw_isa)isa))
 			continue;
 		memset(o, 0xff, 4096);

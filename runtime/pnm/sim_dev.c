@@ -85,8 +85,8 @@ int sim_parse(const char *spec, struct sim_opts *o)
 			int isa = nfw_isa_parse(val);
 
 			if (isa < 0)
-				return npnm_priv_error(-EINVAL, "%s: isa=%s: need auto, scalar, avx2, avx512 "
-						 "or neon", spec, val);
+				return npnm_priv_error(-EINVAL, "%s: isa=%s: need auto, scalar, avx2, avx512, "
+						 "avx512-bf16 or neon", spec, val);
 			if (!nfw_isa_supported((enum nfw_isa)isa))
 				return npnm_priv_error(-EOPNOTSUPP, "%s: isa=%s: not supported by this "
 						 "CPU or build", spec, val);

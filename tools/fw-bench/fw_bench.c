@@ -218,8 +218,8 @@ static const char help[] =
 	"  --kv-dtype T    bf16 (default), fp16, fp8 or int8; GB/s count the bytes\n"
 	"                  the type stores (scales included), Mtok/s the tokens\n"
 	"  --attn-dots D   fp32 (default) or bf16: NPNM_ATTN_F_BF16_DOTS (the query and\n"
-	"                  the weights rounded to bf16; BFDOT or VDPBF16PS where\n"
-	"                  the CPU has it)\n"
+	"                  the weights rounded to bf16; BFDOT where the CPU has it,\n"
+	"                  and a row for VDPBF16PS, avx512-bf16, where it has that)\n"
 	"  --json          one JSON object\n";
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -288,8 +288,8 @@ static int parse(int argc, char **argv, struct opts *o)
 
 int main(int argc, char **argv)
 {
-	static const enum nfw_isa isas[] = { NFW_ISA_AVX512, NFW_ISA_AVX2, NFW_ISA_NEON,
-					     NFW_ISA_SCALAR };
+	static const enum nfw_isa isas[] = { NFW_ISA_AVX512, NFW_ISA_AVX512_BF16, NFW_ISA_AVX2,
+					     NFW_ISA_NEON, NFW_ISA_SCALAR };
 	struct tl_attn_store rst, sst;
 	struct setup rnd, res;
 	struct opts o;
@@ -330,7 +330,9 @@ int main(int argc, char **argv)
 		struct result a, b;
 		double peak, compute, roof;
 
-		if (!nfw_isa_supported(isas[i]))
+		/* The VDPBF16PS build differs from AVX-512's only for bf16 dots. */
+		if (!nfw_isa_supported(isas[i]) ||
+		    (isas[i] == NFW_ISA_AVX512_BF16 && !(o.attn_flags & NPNM_ATTN_F_BF16_DOTS)))
 			continue;
 		peak = peak_gflops(isas[i], o.head_dim, o.group, o.kv_dtype, o.attn_flags);
 		/*

@@ -54,6 +54,11 @@ static inline void nfw_cpu_relax(void)
  * @NFW_ISA_AVX2: x86-64 AVX2 + FMA (head_dim a multiple of 16).
  * @NFW_ISA_AVX512: x86-64 AVX-512F (head_dim a multiple of 32).
  * @NFW_ISA_NEON: AArch64 Advanced SIMD (head_dim a multiple of 8).
+ * @NFW_ISA_AVX512_BF16: AVX-512F whose NPNM_ATTN_F_BF16_DOTS items over
+ *	bf16 KV take VDPBF16PS (AVX512_BF16) -- chosen only by name: it
+ *	measured no faster than AVX-512's rounding kernel
+ *	(Documentation/performance.rst), so @NFW_ISA_AUTO never picks it.
+ * @NFW_ISA_COUNT: one past the last.
  *
  * A vector path falls back to scalar for a head_dim it cannot tile.
  */
@@ -63,6 +68,8 @@ enum nfw_isa {
 	NFW_ISA_AVX2,
 	NFW_ISA_AVX512,
 	NFW_ISA_NEON,
+	NFW_ISA_AVX512_BF16,
+	NFW_ISA_COUNT
 };
 
 /* Name of an ISA ("scalar", "avx2", ...); parse one back (-1 if unknown). */
