@@ -4,6 +4,7 @@
 import os
 import subprocess
 import sys
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -219,9 +220,12 @@ def test_key_spread_and_spread_estimate(rng, fp16):
     ids = np.arange(0, ix.n_clusters, 3, dtype=np.uint32)
     o, lse = nelssa.estimate_attn(q, cen, vsum, sizes, ids, m2=m2)
     qd, scale = q.astype(np.float64), 0.125
-    # The gain: half the logit variance, bounded past 2 ln n (sparse.h).
-    hv, ln = scale ** 2 / 2 * (qd ** 2) @ m2[ids].T, np.log(sizes[ids].astype(np.float64))
-    gain = np.where(hv <= ln, hv, np.sqrt(2 * hv) * np.sqrt(2 * ln) - ln)
+    # The gain: half the logit variance, bounded past sigma = a_n, the
+    # expected largest of n normal draws (Blom's position; sparse.h).
+    hv = scale ** 2 / 2 * (qd ** 2) @ m2[ids].T
+    n = sizes[ids].astype(np.float64)
+    an = np.array([NormalDist().inv_cdf((x - 0.375) / (x + 0.25)) for x in n])
+    gain = np.where(hv <= an ** 2 / 2, hv, an * np.sqrt(2 * hv) - an ** 2 / 2)
     s = scale * qd @ cen[ids].astype(np.float64).T + gain
     w = np.exp(s)
     ro = (w @ vsum[ids].astype(np.float64)) / (w * sizes[ids]).sum(axis=1, keepdims=True)

@@ -457,8 +457,9 @@ void nelssa_cluster_key_spread(const struct nelssa_cluster_index *ix, enum nelss
  * exp(var / 2) -- a factor of 4 when the members' logits spread by 1.7
  * about the centroid's.  Exact for many members spread normally and
  * independently per channel; it can overstate a cluster (it is an
- * estimate, no longer a lower bound).  Past h_c = ln n_c, for a cluster
- * of n_c members, the gain is sqrt(2 h_c) sqrt(2 ln n_c) - ln n_c
+ * estimate, no longer a lower bound).  A cluster of n_c members spread by
+ * sigma = sqrt(2 h_c) past a_n, the expected largest of n_c normal draws
+ * (Blom: Phi^-1((n - 0.375) / (n + 0.25))), gains a_n sigma - a_n^2 / 2
  * instead: so few members' mean weight is carried by the largest of them
  * (Documentation/client.rst).
  *

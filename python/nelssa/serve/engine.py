@@ -45,9 +45,9 @@ from .nodes import LOST_ERRNOS, NodeLost, Nodes  # noqa: F401 (LOST_ERRNOS: for 
 # What stands in for the clusters a step does not select: the centroid
 # (nelssa_estimate_attn()), the centroid weighted by its members' key
 # spread (nelssa_estimate_attn_spread(), the client library's shipped
-# default), or nothing.  "mean" is the default here: on the random
-# model's retrieval heads the spread estimate is ten times less accurate
-# (Documentation/serve.rst).
+# default), or nothing.  "mean" is the default here: on the random model
+# it is as accurate on the retrieval heads and a little ahead on the
+# others (Documentation/serve.rst).
 ESTIMATES = ("mean", "spread", "none")
 
 
