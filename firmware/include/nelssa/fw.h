@@ -55,9 +55,9 @@ static inline void nfw_cpu_relax(void)
  * @NFW_ISA_AVX512: x86-64 AVX-512F (head_dim a multiple of 32).
  * @NFW_ISA_NEON: AArch64 Advanced SIMD (head_dim a multiple of 8).
  * @NFW_ISA_AVX512_BF16: AVX-512F whose NPNM_ATTN_F_BF16_DOTS items over
- *	bf16 KV take VDPBF16PS (AVX512_BF16) -- chosen only by name: it
- *	measured no faster than AVX-512's rounding kernel
- *	(Documentation/performance.rst), so @NFW_ISA_AUTO never picks it.
+ *	bf16 KV take VDPBF16PS (AVX512_BF16); @NFW_ISA_AUTO picks it where
+ *	the CPU has it, and @NFW_ISA_AVX512 keeps binary32 FMAs on the
+ *	rounded operands for those items, to compare against.
  * @NFW_ISA_COUNT: one past the last.
  *
  * A vector path falls back to scalar for a head_dim it cannot tile.
