@@ -134,14 +134,14 @@ nfw_attn_item_fn nfw_attn_kernel(enum nfw_isa isa, uint32_t head_dim, uint32_t f
 	    has_bf16_dot())
 		return nfw_attn_item_neon_bf16;
 #endif
-	(void)flags;
+	(void)flags;	/* where no bf16 build was made */
 	switch (isa) {
 #ifdef NFW_HAVE_AVX512_BF16
 	case NFW_ISA_AVX512_BF16:
-		if (head_dim % 32)
-			return nfw_attn_item_scalar;
-		return flags & NPNM_ATTN_F_BF16_DOTS ? nfw_attn_item_avx512_bf16 :
-						       nfw_attn_item_avx512;
+		if (!(head_dim % 32) && (flags & NPNM_ATTN_F_BF16_DOTS))
+			return nfw_attn_item_avx512_bf16;
+		/* Every other item as AVX-512 runs it. */
+		__attribute__((fallthrough));
 #endif
 #ifdef NFW_HAVE_AVX512
 	case NFW_ISA_AVX512:
