@@ -57,6 +57,9 @@ static int resolve(struct npnm_context *ctx, struct npnm_kcmd *kc)
 	/* A flag the rules know but this device does not report would fail on it. */
 	if (c->opcode == NPNM_OP_SPARSE_ATTN && (c->p.attn.flags & ~ctx->ndev->attn_flags))
 		return -EOPNOTSUPP;
+	/* Older firmware reads a stride as a reserved word and fails the command. */
+	if (npnm_rules_kv_stride(c) && !(ctx->ndev->caps & NPNM_CAP_KV_STRIDE))
+		return -EOPNOTSUPP;
 	for (i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
 		struct npnm_operand *op = &c->op[i];
 		struct npnm_region *r;

@@ -118,45 +118,32 @@ static u32 mock_copy(struct npnm_device *ndev, const struct npnm_cmd *c)
 }
 
 /*
- * KV_WRITE, with the firmware's rules (firmware/kern_kv.c): the whole store
- * at capacity inside the destination, rows and table entries inside the
- * capacities, and scatter indices read once and checked where used.
+ * KV_WRITE, with the firmware's rules (npnm_kv_write_geom() and
+ * firmware/kern_kv.c) for the 16-bit types: the whole store at capacity
+ * inside the destination, rows and table entries inside the capacities,
+ * and scatter indices read once and checked where used.
  */
-static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c, u64 *src_idx)
+static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c,
+			 struct npnm_kv_write_geom *g)
 {
 	const struct npnm_kv_write_params *p = &c->p.kv_write;
-	const struct npnm_operand *src = &c->op[NPNM_KV_SRC], *dst = &c->op[NPNM_KV_DST];
-	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
-	u64 src_table = 2 * row * p->nr_tokens, src_len;
+	const u8 *src = ndev->mem + c->op[NPNM_KV_SRC].offset;
 	const struct npnm_cluster *table;
-	u32 i;
+	u32 st, i;
 
-	if (!npnm_kv_elem_bytes(p->kv_dtype) || !p->head_dim ||
-	    p->head_dim > NPNM_MOCK_MAX_HEAD_DIM)
+	if (!npnm_kv_elem_bytes(p->kv_dtype))
 		return NPNM_ST_BAD_PARAM;
-	*src_idx = src_table + (u64)p->nr_clusters * sizeof(*table);
-	src_len = *src_idx + ((p->flags & NPNM_KV_F_SCATTER) ? 4ULL * p->nr_tokens : 0);
-	if (src_len > src->len ||
-	    p->k_off > dst->len || row * p->max_tokens > dst->len - p->k_off ||
-	    p->v_off > dst->len || row * p->max_tokens > dst->len - p->v_off ||
-	    p->table_off > dst->len ||
-	    (u64)p->max_clusters * sizeof(*table) > dst->len - p->table_off)
-		return NPNM_ST_BAD_OPERAND;
-	if ((dst->offset + p->k_off) % 2 || (dst->offset + p->v_off) % 2 ||
-	    (dst->offset + p->table_off) % 4 || src->offset % 4 || src_table % 4)
-		return NPNM_ST_BAD_PARAM;
-	if (!(p->flags & NPNM_KV_F_SCATTER) && (u64)p->first_token + p->nr_tokens > p->max_tokens)
-		return NPNM_ST_BAD_PARAM;
-	if ((u64)p->first_cluster + p->nr_clusters > p->max_clusters)
-		return NPNM_ST_BAD_PARAM;
+	st = npnm_kv_write_geom(c, NPNM_MOCK_MAX_HEAD_DIM, g);
+	if (st)
+		return st;
 	if (p->flags & NPNM_KV_F_SCATTER) {
-		const u32 *idx = ndev->mem + src->offset + *src_idx;
+		const u32 *idx = (const u32 *)(src + g->src_index);
 
 		for (i = 0; i < p->nr_tokens; i++)
 			if (READ_ONCE(idx[i]) >= p->max_tokens)
 				return NPNM_ST_BAD_PARAM;
 	}
-	table = ndev->mem + src->offset + src_table;
+	table = (const struct npnm_cluster *)(src + g->src_table);
 	for (i = 0; i < p->nr_clusters; i++) {
 		u32 first = READ_ONCE(table[i].first), count = READ_ONCE(table[i].count);
 
@@ -166,36 +153,53 @@ static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c, u64
 	return NPNM_ST_OK;
 }
 
+/* @n rows from @src to tokens @t on of the array @arr, a piece per block. */
+static void mock_put_rows(const struct npnm_kv_write_params *p, u8 *arr, const u8 *src, u64 t,
+			  u64 n)
+{
+	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
+
+	while (n) {
+		u64 take = min_t(u64, n, NPNM_KV_QTILE - t % NPNM_KV_QTILE);
+
+		memmove(arr + npnm_kv_row_offset(p->kv_dtype, p->head_dim, p->kv_stride, t), src,
+			take * row);
+		src += take * row;
+		t += take;
+		n -= take;
+	}
+}
+
 static u32 mock_kv_write(struct npnm_device *ndev, const struct npnm_cmd *c)
 {
 	const struct npnm_kv_write_params *p = &c->p.kv_write;
 	u8 *src = ndev->mem + c->op[NPNM_KV_SRC].offset;
 	u8 *dst = ndev->mem + c->op[NPNM_KV_DST].offset;
-	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype), src_idx;
-	u32 st = mock_kv_check(ndev, c, &src_idx), i;
+	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
+	struct npnm_kv_write_geom g;
+	u32 st = mock_kv_check(ndev, c, &g), i;
 
 	if (st)
 		return st;
 	if (p->flags & NPNM_KV_F_SCATTER) {
-		const u32 *idx = (const u32 *)(src + src_idx);
+		const u32 *idx = (const u32 *)(src + g.src_index);
 
 		for (i = 0; i < p->nr_tokens; i++) {
-			u64 to = READ_ONCE(idx[i]);
+			u64 to = READ_ONCE(idx[i]), at;
 
 			/* Rewritten by the host since the check: skip, never overflow. */
 			if (to >= p->max_tokens)
 				continue;
-			memcpy(dst + p->k_off + to * row, src + i * row, row);
-			memcpy(dst + p->v_off + to * row, src + (p->nr_tokens + i) * row, row);
+			at = npnm_kv_row_offset(p->kv_dtype, p->head_dim, p->kv_stride, to);
+			memcpy(dst + p->k_off + at, src + i * row, row);
+			memcpy(dst + p->v_off + at, src + g.rows + i * row, row);
 		}
 	} else {
-		memmove(dst + p->k_off + p->first_token * row, src, row * p->nr_tokens);
-		memmove(dst + p->v_off + p->first_token * row, src + row * p->nr_tokens,
-			row * p->nr_tokens);
+		mock_put_rows(p, dst + p->k_off, src, p->first_token, p->nr_tokens);
+		mock_put_rows(p, dst + p->v_off, src + g.rows, p->first_token, p->nr_tokens);
 	}
 	memmove(dst + p->table_off + (u64)p->first_cluster * sizeof(struct npnm_cluster),
-		src + 2 * row * p->nr_tokens,
-		(u64)p->nr_clusters * sizeof(struct npnm_cluster));
+		src + g.src_table, (u64)p->nr_clusters * sizeof(struct npnm_cluster));
 	return NPNM_ST_OK;
 }
 
@@ -347,7 +351,7 @@ int npnm_mock_create(int index, u64 mem_bytes, struct npnm_device **out)
 	ndev->opcodes = BIT_ULL(NPNM_OP_NOP) | BIT_ULL(NPNM_OP_FILL) | BIT_ULL(NPNM_OP_COPY) |
 			BIT_ULL(NPNM_OP_KV_WRITE);
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
-		     NPNM_CAP_KV_SCATTER;
+		     NPNM_CAP_KV_SCATTER | NPNM_CAP_KV_STRIDE;
 	ndev->kv_dtypes = BIT(NPNM_DTYPE_BF16) | BIT(NPNM_DTYPE_FP16);
 	ndev->max_head_dim = NPNM_MOCK_MAX_HEAD_DIM;
 	ndev->mem = vzalloc(mem_bytes);

@@ -106,7 +106,7 @@ enum npnm_rule_id {
 #define NPNM_RULES_ATTN_FLAGS	NPNM_ATTN_F_BF16_DOTS
 
 /* Most reserved fields one parameter structure has. */
-#define NPNM_RULES_MAX_FIELDS	2
+#define NPNM_RULES_MAX_FIELDS	3
 
 /**
  * struct npnm_rules_field - a reserved field inside the parameter area.
@@ -247,6 +247,97 @@ static inline __u64 npnm_kv_bytes(unsigned int dtype, unsigned int head_dim, __u
 }
 
 /**
+ * npnm_kv_block_bytes() - bytes of one block of NPNM_KV_QTILE tokens, packed
+ * @dtype: enum npnm_kv_dtype.
+ * @head_dim: Elements per row.
+ *
+ * NPNM_KV_QTILE rows of a 16-bit type, one tile of an 8-bit type: the
+ * stride of the packed layout (kv_stride 0).
+ *
+ * Return: the size in bytes, or 0 for an unknown type.
+ */
+static inline __u64 npnm_kv_block_bytes(unsigned int dtype, unsigned int head_dim)
+{
+	return npnm_kv_bytes(dtype, head_dim, NPNM_KV_QTILE);
+}
+
+/**
+ * npnm_kv_stride_valid() - can a kv_stride describe a KV array
+ * @dtype: enum npnm_kv_dtype, known.
+ * @head_dim: Elements per row.
+ * @kv_stride: &npnm_kv_write_params.kv_stride or
+ *	&npnm_sparse_attn_params.kv_stride.
+ *
+ * Return: 1 for 0 (packed) and for a multiple of NPNM_KV_STRIDE_ALIGN of at
+ * least one block's bytes, else 0.
+ */
+static inline int npnm_kv_stride_valid(unsigned int dtype, unsigned int head_dim,
+				       __u32 kv_stride)
+{
+	return !kv_stride || (kv_stride % NPNM_KV_STRIDE_ALIGN == 0 &&
+			      kv_stride >= npnm_kv_block_bytes(dtype, head_dim));
+}
+
+/**
+ * npnm_kv_stride() - the block stride a kv_stride field stands for
+ * @dtype: enum npnm_kv_dtype.
+ * @head_dim: Elements per row.
+ * @kv_stride: The field: 0 for the packed layout.
+ *
+ * Return: bytes from one block to the next.
+ */
+static inline __u64 npnm_kv_stride(unsigned int dtype, unsigned int head_dim, __u32 kv_stride)
+{
+	return kv_stride ? kv_stride : npnm_kv_block_bytes(dtype, head_dim);
+}
+
+/**
+ * npnm_kv_row_offset() - where token @t's row starts in a K or V array
+ * @dtype: enum npnm_kv_dtype, known.
+ * @head_dim: Elements per row.
+ * @kv_stride: The array's kv_stride (0 for packed).
+ * @t: Token index.
+ *
+ * Its block's start plus the rows before it in the block (a tiled type's
+ * scales follow the block's NPNM_KV_QTILE rows of @head_dim bytes).
+ *
+ * Return: the byte offset from the array's start.
+ */
+static inline __u64 npnm_kv_row_offset(unsigned int dtype, unsigned int head_dim,
+				       __u32 kv_stride, __u64 t)
+{
+	__u64 row = (__u64)head_dim * (npnm_kv_is_tiled(dtype) ? 1 : npnm_kv_elem_bytes(dtype));
+
+	return t / NPNM_KV_QTILE * npnm_kv_stride(dtype, head_dim, kv_stride) +
+	       t % NPNM_KV_QTILE * row;
+}
+
+/**
+ * npnm_kv_span() - bytes a K or V array of some tokens reaches
+ * @dtype: enum npnm_kv_dtype.
+ * @head_dim: Elements per row.
+ * @kv_stride: The array's kv_stride (0 for packed).
+ * @tokens: Tokens, counted from token 0 of the array.
+ *
+ * From the array's start to the end of its last block's data (the gap a
+ * stride leaves after the last block is not counted).  With kv_stride 0
+ * this is npnm_kv_bytes(): the one bound every access is checked against.
+ *
+ * Return: the size in bytes, or 0 for an unknown type.
+ */
+static inline __u64 npnm_kv_span(unsigned int dtype, unsigned int head_dim, __u32 kv_stride,
+				 __u64 tokens)
+{
+	__u64 full;
+
+	if (!kv_stride || !tokens)
+		return npnm_kv_bytes(dtype, head_dim, tokens);
+	full = (tokens - 1) / NPNM_KV_QTILE;
+	return full * kv_stride +
+	       npnm_kv_bytes(dtype, head_dim, tokens - full * NPNM_KV_QTILE);
+}
+
+/**
  * npnm_kv_align() - alignment an array of a KV type needs in device memory
  * @dtype: enum npnm_kv_dtype.
  *
@@ -306,6 +397,9 @@ static inline const struct npnm_rule *npnm_rule(unsigned int opcode)
 				  .offset = NPNM_RULES_POFF(kv_write.flags),
 				  .size = NPNM_RULES_PSIZE(kv_write.flags),
 				  .allowed = NPNM_KV_F_SCATTER },
+				{ .name = "p.kv_write.reserved",
+				  .offset = NPNM_RULES_POFF(kv_write.reserved),
+				  .size = NPNM_RULES_PSIZE(kv_write.reserved) },
 			},
 		},
 		[NPNM_OP_SPARSE_ATTN] = {
@@ -550,6 +644,26 @@ static inline int npnm_rules_submit_errno(enum npnm_status status)
 }
 
 /**
+ * npnm_rules_kv_stride() - the KV block stride a command asks for
+ * @c: The command.
+ *
+ * A submitter refuses a non-zero stride with -EOPNOTSUPP on a device
+ * without NPNM_CAP_KV_STRIDE, as it refuses attention flags the device does
+ * not report: older firmware reads the field as a reserved word.
+ *
+ * Return: &npnm_kv_write_params.kv_stride or
+ * &npnm_sparse_attn_params.kv_stride; 0 for other opcodes.
+ */
+static inline __u32 npnm_rules_kv_stride(const struct npnm_cmd *c)
+{
+	if (c->opcode == NPNM_OP_KV_WRITE)
+		return c->p.kv_write.kv_stride;
+	if (c->opcode == NPNM_OP_SPARSE_ATTN)
+		return c->p.attn.kv_stride;
+	return 0;
+}
+
+/**
  * npnm_rules_strerror() - a broken rule in words
  * @rule: enum npnm_rule_id.
  *
@@ -571,6 +685,89 @@ static inline const char *npnm_rules_strerror(unsigned int rule)
 	};
 
 	return rule < NPNM_RULE_NR ? words[rule] : "unknown rule";
+}
+
+/**
+ * DOC: KV_WRITE geometry
+ *
+ * The checks of a KV_WRITE's parameters that need no device memory, in the
+ * order a device applies them, for both devices that run the opcode: the
+ * firmware and the in-kernel mock.  What follows them needs the source's
+ * bytes (scatter indices, table entries), which each device reads its own
+ * way (once, and checked again where used).
+ */
+
+/**
+ * struct npnm_kv_write_geom - where a KV_WRITE's parts are
+ * @rows: Bytes of the source's K (or V) part.
+ * @src_table: The source's table entries, from its start.
+ * @src_index: Its scatter indices (NPNM_KV_F_SCATTER).
+ * @src_len: Bytes of the source the command reads.
+ */
+struct npnm_kv_write_geom {
+	__u64 rows;
+	__u64 src_table;
+	__u64 src_index;
+	__u64 src_len;
+};
+
+/* Do @len bytes at @off lie inside an operand of @op_len bytes. */
+static inline int npnm_fits(__u64 op_len, __u64 off, __u64 len)
+{
+	return off <= op_len && len <= op_len - off;
+}
+
+/**
+ * npnm_kv_write_geom() - check a KV_WRITE's parameters and place its parts
+ * @c: The command, with operand offsets resolved to device memory.
+ * @max_head_dim: The device's largest head dimension.
+ * @g: Out: the source's layout, valid when NPNM_ST_OK is returned.
+ *
+ * A device that takes only some types (the mock: the 16-bit ones) refuses
+ * the others before calling this.  The destination must hold the whole
+ * store at capacity (@max_tokens rows in the command's blocks, and
+ * @max_clusters table entries), so that later appends are checked against
+ * the same bound.
+ *
+ * Return: NPNM_ST_OK; NPNM_ST_BAD_PARAM for a type, head dimension, stride,
+ * alignment or range the device cannot take; NPNM_ST_BAD_OPERAND for a part
+ * outside its operand.
+ */
+static inline enum npnm_status npnm_kv_write_geom(const struct npnm_cmd *c,
+						  unsigned int max_head_dim,
+						  struct npnm_kv_write_geom *g)
+{
+	const struct npnm_kv_write_params *p = &c->p.kv_write;
+	const struct npnm_operand *src = &c->op[NPNM_KV_SRC], *dst = &c->op[NPNM_KV_DST];
+	unsigned int align = npnm_kv_align(p->kv_dtype);
+	__u64 cap;
+
+	if (!npnm_kv_known(p->kv_dtype) || !p->head_dim || p->head_dim > max_head_dim)
+		return NPNM_ST_BAD_PARAM;
+	if (npnm_kv_is_tiled(p->kv_dtype) &&
+	    ((p->flags & NPNM_KV_F_SCATTER) || p->first_token % NPNM_KV_QTILE))
+		return NPNM_ST_BAD_PARAM;
+	if (!npnm_kv_stride_valid(p->kv_dtype, p->head_dim, p->kv_stride))
+		return NPNM_ST_BAD_PARAM;
+	g->rows = npnm_kv_bytes(p->kv_dtype, p->head_dim, p->nr_tokens);
+	g->src_table = 2 * g->rows;
+	g->src_index = g->src_table + (__u64)p->nr_clusters * sizeof(struct npnm_cluster);
+	g->src_len = g->src_index + ((p->flags & NPNM_KV_F_SCATTER) ? 4ULL * p->nr_tokens : 0);
+	if (!npnm_fits(src->len, 0, g->src_len))
+		return NPNM_ST_BAD_OPERAND;
+	cap = npnm_kv_span(p->kv_dtype, p->head_dim, p->kv_stride, p->max_tokens);
+	if (!npnm_fits(dst->len, p->k_off, cap) || !npnm_fits(dst->len, p->v_off, cap) ||
+	    !npnm_fits(dst->len, p->table_off,
+		       (__u64)p->max_clusters * sizeof(struct npnm_cluster)))
+		return NPNM_ST_BAD_OPERAND;
+	if ((dst->offset + p->k_off) % align || (dst->offset + p->v_off) % align ||
+	    (dst->offset + p->table_off) % 4 || src->offset % 4 || g->src_table % 4)
+		return NPNM_ST_BAD_PARAM;
+	if (!(p->flags & NPNM_KV_F_SCATTER) && (__u64)p->first_token + p->nr_tokens > p->max_tokens)
+		return NPNM_ST_BAD_PARAM;
+	if ((__u64)p->first_cluster + p->nr_clusters > p->max_clusters)
+		return NPNM_ST_BAD_PARAM;
+	return NPNM_ST_OK;
 }
 
 #endif /* _NPNM_RULES_H */

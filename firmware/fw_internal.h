@@ -99,6 +99,8 @@ struct nfw_attn_args {
 	const uint8_t *k, *v;		/* the K and V arrays (enum npnm_kv_dtype) */
 	uint64_t row_bytes;		/* a row-addressed type's row, else 0 */
 	uint64_t tile_bytes;		/* a tiled type's tile, else 0 */
+	uint64_t stride;		/* block of NPNM_KV_QTILE tokens to the next */
+	uint32_t kv_stride;		/* the command's field: 0 when packed */
 	const struct npnm_cluster *table;
 	const uint32_t *sel;
 	float *o, *lse;

@@ -53,7 +53,7 @@ static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *d
 	memcpy(it, nfw_ptr(mem, desc, NPNM_ATTN_ITEMS, (uint64_t)i * sizeof(*it)), sizeof(*it));
 	if (it->reserved)
 		return NPNM_ST_BAD_RESERVED;
-	kv_bytes = npnm_kv_bytes(p->kv_dtype, p->head_dim, it->nr_tokens);
+	kv_bytes = npnm_kv_span(p->kv_dtype, p->head_dim, p->kv_stride, it->nr_tokens);
 	if (!nfw_fits(kv_len, it->k_off, kv_bytes) || !nfw_fits(kv_len, it->v_off, kv_bytes) ||
 	    !nfw_fits(kv_len, it->table_off, (uint64_t)it->nr_clusters * sizeof(struct npnm_cluster)) ||
 	    !nfw_fits(in_len, it->q_off, qbytes) ||
@@ -74,6 +74,8 @@ static uint32_t resolve_item(const struct nfw_mem *mem, const struct npnm_cmd *d
 	a->v = nfw_ptr(mem, desc, NPNM_ATTN_KV, it->v_off);
 	a->row_bytes = (uint64_t)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
 	a->tile_bytes = npnm_kv_is_tiled(p->kv_dtype) ? npnm_kv_tile_bytes(p->head_dim) : 0;
+	a->stride = npnm_kv_stride(p->kv_dtype, p->head_dim, p->kv_stride);
+	a->kv_stride = p->kv_stride;
 	a->table = (const struct npnm_cluster *)nfw_ptr(mem, desc, NPNM_ATTN_KV, it->table_off);
 	a->sel = (const uint32_t *)nfw_ptr(mem, desc, NPNM_ATTN_IN, it->sel_off);
 	a->o = (float *)nfw_ptr(mem, desc, NPNM_ATTN_OUT, it->o_off);
@@ -100,6 +102,8 @@ uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *des
 		return NPNM_ST_BAD_PARAM;
 	if (p->head_dim == 0 || p->head_dim > NFW_MAX_HEAD_DIM || p->group == 0 ||
 	    p->group > NFW_MAX_GROUP)
+		return NPNM_ST_BAD_PARAM;
+	if (!npnm_kv_stride_valid(p->kv_dtype, p->head_dim, p->kv_stride))
 		return NPNM_ST_BAD_PARAM;
 	scale = attn_scale(p);
 	if (!(scale > 0.0f) || !isfinite(scale))
@@ -137,6 +141,30 @@ uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *des
 	return NPNM_ST_OK;
 }
 
+/*
+ * Tokens [@first, @first + @n) of @a's store into @run: at once when the
+ * store is packed, else block by block (a block is a packed store of its
+ * own, NPNM_KV_QTILE tokens long).
+ */
+static void feed_tokens(struct nelssa_attn_run *run, const struct nfw_attn_args *a,
+			uint32_t first, uint32_t n)
+{
+	if (!a->kv_stride) {
+		nelssa_attn_feed_at(run, a->k, a->v, first, n);
+		return;
+	}
+	while (n) {
+		uint32_t in = first % NPNM_KV_QTILE, take = NPNM_KV_QTILE - in;
+		size_t at = (size_t)(first / NPNM_KV_QTILE) * a->stride;
+
+		if (take > n)
+			take = n;
+		nelssa_attn_feed_at(run, a->k + at, a->v + at, in, take);
+		first += take;
+		n -= take;
+	}
+}
+
 /* Scalar fallback: the numeric core's streaming kernel, cluster by cluster. */
 void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 {
@@ -157,7 +185,7 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 
 		if (nfw_attn_cluster(a, s, &c))
 			continue;
-		nelssa_attn_feed_at(&run, a->k, a->v, c.first, c.count);
+		feed_tokens(&run, a, c.first, c.count);
 	}
 	nelssa_attn_end(&run, a->lse);
 }

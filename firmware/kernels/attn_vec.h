@@ -1043,17 +1043,16 @@ struct token_iter {
 /* Next NFW_TILE tokens into @r (fewer at the end, n == 0 when done). */
 /*
  * Token @t of the K or V array at @base, and its scales for a tiled type
- * (enum npnm_kv_dtype has the layout).  The scale line is a miss of its
+ * (enum npnm_kv_dtype has the layout, blocks a->stride apart).  The scale line is a miss of its
  * own, once per tile: fetch it when its tile's first row is taken.
  */
 static inline const uint8_t *row_at(const struct nfw_attn_args *a, const uint8_t *base,
 				    uint32_t t, int first, const float **sc)
 {
-	const uint8_t *tile;
+	const uint8_t *tile = base + (size_t)(t / NPNM_KV_QTILE) * a->stride;
 
 	if (!a->tile_bytes)
-		return base + (size_t)t * a->row_bytes;
-	tile = base + (size_t)(t / NPNM_KV_QTILE) * a->tile_bytes;
+		return tile + (size_t)(t % NPNM_KV_QTILE) * a->row_bytes;
 	*sc = (const float *)(tile + (size_t)NPNM_KV_QTILE * a->head_dim);
 	if (first || t % NPNM_KV_QTILE == 0)
 		__builtin_prefetch(*sc, 0, 3);

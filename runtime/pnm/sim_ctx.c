@@ -251,7 +251,7 @@ static int sim_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 
 	info->abi_version = NPNM_ABI_VERSION;
 	info->fw_version = NFW_FW_VERSION;
-	info->caps = NPNM_CAP_MMAP | NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
+	info->caps = NPNM_CAP_MMAP | NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER | NPNM_CAP_KV_STRIDE;
 	info->opcodes = (1ull << NPNM_OP_MAX) - 1;
 	info->mem_size = d->alloc.size - SIM_ALIGN;	/* less the reserved granule */
 	info->mem_align = SIM_ALIGN;

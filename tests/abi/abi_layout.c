@@ -65,7 +65,7 @@ OFF(npnm_fill_params, pattern, 0);
 OFF(npnm_fill_params, width, 8);
 OFF(npnm_fill_params, pad, 12);
 
-SIZE(npnm_kv_write_params, 56);
+SIZE(npnm_kv_write_params, 64);
 OFF(npnm_kv_write_params, k_off, 0);
 OFF(npnm_kv_write_params, v_off, 8);
 OFF(npnm_kv_write_params, table_off, 16);
@@ -79,6 +79,8 @@ OFF(npnm_kv_write_params, head_dim, 48);
 OFF(npnm_kv_write_params, kv_dtype, 50);
 OFF(npnm_kv_write_params, pad, 51);
 OFF(npnm_kv_write_params, flags, 52);
+OFF(npnm_kv_write_params, kv_stride, 56);
+OFF(npnm_kv_write_params, reserved, 60);
 
 SIZE(npnm_sparse_attn_params, 24);
 OFF(npnm_sparse_attn_params, nr_items, 0);
@@ -87,7 +89,8 @@ OFF(npnm_sparse_attn_params, group, 6);
 OFF(npnm_sparse_attn_params, kv_dtype, 7);
 OFF(npnm_sparse_attn_params, scale_f32, 8);
 OFF(npnm_sparse_attn_params, flags, 12);
-OFF(npnm_sparse_attn_params, reserved, 16);
+OFF(npnm_sparse_attn_params, kv_stride, 16);
+OFF(npnm_sparse_attn_params, reserved, 20);
 
 SIZE(npnm_attn_item, 72);
 OFF(npnm_attn_item, k_off, 0);

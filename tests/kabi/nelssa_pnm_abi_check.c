@@ -20,7 +20,7 @@ static_assert(sizeof(struct npnm_mem_alloc) == 48);
 static_assert(sizeof(struct npnm_mem_free) == 16);
 static_assert(sizeof(struct npnm_operand) == 24);
 static_assert(sizeof(struct npnm_cluster) == 8);
-static_assert(sizeof(struct npnm_kv_write_params) == 56);
+static_assert(sizeof(struct npnm_kv_write_params) == 64);
 static_assert(sizeof(struct npnm_sparse_attn_params) == 24);
 static_assert(sizeof(struct npnm_attn_item) == 72);
 static_assert(sizeof(struct npnm_cmd) == 192);

@@ -28,8 +28,8 @@ t "list" 0 "$ctl" list
 t "info sim:0 --json" 0 "$ctl" info sim:0,mem=64M,cores=2 --json
 json_check "info JSON fields" \
 	"j['backend'] == 'sim' and j['nr_cores'] == 2 and j['abi_version'] == 1 and j['opcodes'] == 63 and 0 < j['mem_size'] < 64 << 20"
-json_check "info says the dot products SPARSE_ATTN offers (firmware 1.1: bf16 too)" \
-	"j['fw_version'] == (1 << 16 | 1) and j['attn_flags'] == 1 and j['attn_dots'] == ['fp32', 'bf16']"
+json_check "info says the dot products SPARSE_ATTN offers and kv_stride (firmware 1.2)" \
+	"j['fw_version'] == (1 << 16 | 2) and j['attn_flags'] == 1 and j['attn_dots'] == ['fp32', 'bf16'] and j['caps'] & (1 << 6)"
 # KV capacity per type: the tiles' size rule worked out here on its own
 # (16 rows of d codes, a 4-byte scale per 32 channels, 64-byte padding).
 t "info --head-dim 80 --json" 0 "$ctl" info sim:0,mem=64M --head-dim 80 --json

@@ -52,13 +52,22 @@ void fx_add_item(struct fx *f, struct tu_rng *rng, uint32_t n_tokens, uint32_t m
 	enum nelssa_kv_dtype dt = (enum nelssa_kv_dtype)f->dtype;
 	uint8_t *kv = f->mem.base + FX_KV_OFF, *in = f->mem.base + in_off(f);
 	const uint64_t bytes = (nelssa_kv_bytes(dt, f->d, n_tokens) + 63) & ~63ull;
+	const uint64_t packed = nelssa_kv_bytes(dt, f->d, n_tokens);
+	const uint64_t block = nelssa_kv_bytes(dt, f->d, NPNM_KV_QTILE);
+	const uint64_t nblk = (n_tokens + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE;
 	struct npnm_cluster *table;
 	uint32_t *sel, *ids;
+	uint8_t *pk, *pv;
 
 	it->n_tokens = n_tokens;
 	it->k = f->kv_used;
-	it->v = it->k + bytes;
-	it->table = it->v + bytes;
+	if (f->kv_stride) {
+		it->v = it->k + f->kv_stride / 2 / 64 * 64;
+		it->table = it->k + nblk * f->kv_stride;
+	} else {
+		it->v = it->k + bytes;
+		it->table = it->v + bytes;
+	}
 	table = (struct npnm_cluster *)(kv + it->table);
 	for (uint32_t t = 0; t < n_tokens;) {
 		uint32_t c = 1 + tu_below(rng, max_cluster);
@@ -71,19 +80,33 @@ void fx_add_item(struct fx *f, struct tu_rng *rng, uint32_t n_tokens, uint32_t m
 	f->kv_used = (it->table + it->n_clusters * sizeof(*table) + 63) & ~63ull;
 	if (FX_KV_OFF + f->kv_used > in_off(f))
 		too_small("KV stores");
+	pk = f->kv_stride ? tu_alloc(packed + 1) : kv + it->k;
+	pv = f->kv_stride ? tu_alloc(packed + 1) : kv + it->v;
 	if (nelssa_kv_is_tiled(dt)) {
 		float *x = tu_alloc(sizeof(*x) * n_tokens * f->d);
 
 		tu_fill_f32(rng, x, (size_t)n_tokens * f->d, 2.0);
-		if (nelssa_kv_quantize(dt, f->d, x, n_tokens, kv + it->k))
+		if (nelssa_kv_quantize(dt, f->d, x, n_tokens, pk))
 			abort();	/* finite input, a tiled type: cannot fail */
 		tu_fill_f32(rng, x, (size_t)n_tokens * f->d, 1.0);
-		if (nelssa_kv_quantize(dt, f->d, x, n_tokens, kv + it->v))
+		if (nelssa_kv_quantize(dt, f->d, x, n_tokens, pv))
 			abort();
 		free(x);
 	} else {
-		tu_fill_kv(rng, (uint16_t *)(kv + it->k), (size_t)n_tokens * f->d, 2.0, dt);
-		tu_fill_kv(rng, (uint16_t *)(kv + it->v), (size_t)n_tokens * f->d, 1.0, dt);
+		tu_fill_kv(rng, (uint16_t *)pk, (size_t)n_tokens * f->d, 2.0, dt);
+		tu_fill_kv(rng, (uint16_t *)pv, (size_t)n_tokens * f->d, 1.0, dt);
+	}
+	if (f->kv_stride) {
+		/* Block b of K at k + b * stride, of V at v + b * stride (the uapi's words). */
+		memset(kv + it->k, 0xff, it->table - it->k);
+		for (uint64_t b = 0; b < nblk; b++) {
+			uint64_t n = packed - b * block < block ? packed - b * block : block;
+
+			memcpy(kv + it->k + b * f->kv_stride, pk + b * block, n);
+			memcpy(kv + it->v + b * f->kv_stride, pv + b * block, n);
+		}
+		free(pk);
+		free(pv);
 	}
 
 	it->q = f->in_used;
@@ -137,6 +160,7 @@ void fx_finish(struct fx *f)
 	f->cmd.p.attn = (struct npnm_sparse_attn_params){
 		.nr_items = f->nr_items, .head_dim = (uint16_t)f->d, .group = (uint8_t)f->g,
 		.kv_dtype = f->dtype, .scale_f32 = nelssa_f32_bits(f->scale), .flags = f->flags,
+		.kv_stride = f->kv_stride,
 	};
 }
 
@@ -152,15 +176,32 @@ int fx_check(const struct fx *f, uint32_t i, const char *what)
 	const uint16_t *k = (const uint16_t *)(kv + it->k), *v = (const uint16_t *)(kv + it->v);
 	uint32_t *tok = tu_alloc(sizeof(uint32_t) * (it->n_tokens + 1));
 	float *kf = NULL, *vf = NULL;
+	uint8_t *pk = NULL, *pv = NULL;
 	size_t n = 0;
 	int ret;
 
+	if (f->kv_stride) {
+		/* Back to the packed layout, block by block, as the uapi states it. */
+		const uint64_t packed = nelssa_kv_bytes(g.kv_dtype, f->d, it->n_tokens);
+		const uint64_t block = nelssa_kv_bytes(g.kv_dtype, f->d, NPNM_KV_QTILE);
+
+		pk = tu_alloc(packed + 1);
+		pv = tu_alloc(packed + 1);
+		for (uint64_t b = 0; b * block < packed; b++) {
+			uint64_t len = packed - b * block < block ? packed - b * block : block;
+
+			memcpy(pk + b * block, kv + it->k + b * f->kv_stride, len);
+			memcpy(pv + b * block, kv + it->v + b * f->kv_stride, len);
+		}
+		k = (const uint16_t *)(const void *)pk;
+		v = (const uint16_t *)(const void *)pv;
+	}
 	if (nelssa_kv_is_tiled(g.kv_dtype)) {
 		/* Decoded by the test, from the layout the uapi header states. */
 		kf = tu_alloc(sizeof(*kf) * it->n_tokens * f->d);
 		vf = tu_alloc(sizeof(*vf) * it->n_tokens * f->d);
-		tu_decode_tiled(kv + it->k, it->n_tokens, f->d, g.kv_dtype, kf);
-		tu_decode_tiled(kv + it->v, it->n_tokens, f->d, g.kv_dtype, vf);
+		tu_decode_tiled((const uint8_t *)k, it->n_tokens, f->d, g.kv_dtype, kf);
+		tu_decode_tiled((const uint8_t *)v, it->n_tokens, f->d, g.kv_dtype, vf);
 		k = (const uint16_t *)(const void *)kf;
 		v = (const uint16_t *)(const void *)vf;
 		g.kv_dtype = TU_KV_F32;
@@ -174,5 +215,7 @@ int fx_check(const struct fx *f, uint32_t i, const char *what)
 	free(tok);
 	free(kf);
 	free(vf);
+	free(pk);
+	free(pv);
 	return ret;
 }

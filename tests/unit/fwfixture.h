@@ -25,6 +25,13 @@ struct fx {
 	uint32_t d, g, nr_items;
 	uint8_t dtype;
 	uint32_t flags;		/* NPNM_ATTN_F_*, 0 from fx_init() */
+	/*
+	 * The command's kv_stride, 0 (packed) from fx_init(); set before
+	 * adding items.  Each item's V blocks then start half a stride
+	 * (rounded down to 64 bytes) after its K blocks, and the gaps hold
+	 * 0xff bytes, NaN in every type, which a stray read would show.
+	 */
+	uint32_t kv_stride;
 	float scale;
 	struct fx_item it[FX_MAX_ITEMS];
 	uint64_t kv_used, in_used, out_used;

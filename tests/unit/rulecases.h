@@ -157,6 +157,9 @@ static inline size_t rule_cases(uint32_t dst, uint32_t src, struct rule_case *ou
 		c = rc_base(NPNM_OP_KV_WRITE, dst, src);
 		c.p.kv_write.flags = NPNM_KV_F_SCATTER | 2;
 		n = rc_add(out, n, max, &c, "p.kv_write.flags", "kv_write.flags bit 1");
+		c = rc_base(NPNM_OP_KV_WRITE, dst, src);
+		c.p.kv_write.reserved = 1u << 31;
+		n = rc_add(out, n, max, &c, "p.kv_write.reserved", "kv_write.reserved");
 		c = rc_base(NPNM_OP_SPARSE_ATTN, dst, src);
 		c.p.attn.flags = 1u << 31;
 		n = rc_add(out, n, max, &c, "p.attn.flags", "attn.flags");

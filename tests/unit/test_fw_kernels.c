@@ -265,6 +265,57 @@ static void attn_tiled(void **state)
 }
 
 /*
+ * kv_stride on every ISA and KV type: K and V blocks adjacent (the
+ * gathering layout), and blocks spaced wider than both with odd gaps.
+ * Clusters of 1..40 tokens start anywhere, so they cross blocks; the gaps
+ * hold NaN, so a row read from a packed-layout address poisons the output.
+ * Also with NPNM_ATTN_F_BF16_DOTS (bf16 only).
+ */
+static void attn_kv_stride(void **state)
+{
+	static const uint8_t types[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_FP16,
+					 NPNM_DTYPE_FP8_E4M3, NPNM_DTYPE_INT8 };
+	static const uint32_t dims[] = { 128, 64, 80 };
+
+	(void)state;
+	for (int isa = NFW_ISA_SCALAR; isa < NFW_ISA_COUNT; isa++) {
+		if (!nfw_isa_supported((enum nfw_isa)isa))
+			continue;
+		for (unsigned int t = 0; t < sizeof(types); t++)
+			for (unsigned int di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
+				for (unsigned int mode = 0; mode < 3; mode++) {
+					const uint64_t block = nelssa_kv_bytes((enum nelssa_kv_dtype)types[t],
+									      dims[di], NPNM_KV_QTILE);
+					const uint64_t b64 = (block + 63) / 64 * 64;
+					struct tu_rng rng;
+					char what[80];
+					struct fx f;
+
+					if (mode == 2 && types[t] != NPNM_DTYPE_BF16)
+						continue;
+					tu_rng_for(&rng, __func__,
+						   (uint64_t)isa * 1000 + t * 100 + di * 10 + mode);
+					fx_init(&f, 32ull << 20, dims[di], 4, types[t]);
+					f.kv_stride = (uint32_t)(mode == 1 ? 2 * b64 + 384 : 2 * b64);
+					if (mode == 2)
+						f.flags = NPNM_ATTN_F_BF16_DOTS;
+					fx_add_item(&f, &rng, 1999, 40, 300);
+					fx_add_item(&f, &rng, 333, 5, 1000);
+					fx_add_item(&f, &rng, 17, 3, 1000);
+					fx_finish(&f);
+					run_ok(&f, (enum nfw_isa)isa);
+					for (uint32_t i = 0; i < 3; i++) {
+						snprintf(what, sizeof(what), "%s %s d%u stride %u item %u",
+							 nfw_isa_name(isa), types[t] == NPNM_DTYPE_BF16 ?
+							 "bf16" : "other", dims[di], f.kv_stride, i);
+						assert_int_equal(fx_check(&f, i, what), 0);
+					}
+					fx_free(&f);
+				}
+	}
+}
+
+/*
  * NPNM_ATTN_F_BF16_DOTS on every ISA and KV type, against float64 over the
  * bf16-rounded queries with the weights' rounding in the bound
  * (tu_attn_tol()).  The same outputs must fail the binary32 reference:
@@ -713,6 +764,152 @@ static void kv_write_then_attn(void **state)
 	fx_free(&f);
 }
 
+/* One KV_WRITE of @p from the source at @src into the store at @store. */
+static uint32_t kv_write(struct fx *f, uint64_t src, uint64_t store,
+			 const struct npnm_kv_write_params *p)
+{
+	struct npnm_cmd c;
+	uint32_t detail;
+
+	memset(&c, 0, sizeof(c));
+	c.opcode = NPNM_OP_KV_WRITE;
+	c.op[NPNM_KV_SRC] = (struct npnm_operand){ 1, 0, src, 1ull << 20 };
+	c.op[NPNM_KV_DST] = (struct npnm_operand){ 1, 0, store, 2ull << 20 };
+	c.p.kv_write = *p;
+	return nfw_run(&f->mem, &c, NFW_ISA_SCALAR, &f->scratch, &detail);
+}
+
+/*
+ * The same KV_WRITEs -- a scattered prefill and appends that start inside
+ * a block for bf16, tile-aligned writes for int8 -- into a packed store and
+ * into one with K and V blocks adjacent: every row must land where the
+ * uapi's block formula puts it, no byte between blocks may change, and
+ * SPARSE_ATTN over the two stores must give the same bits.
+ */
+static void kv_write_strided_matches_packed(void **state)
+{
+	static const uint8_t types[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_INT8 };
+	const uint32_t d = 128, max_tokens = 700, max_clusters = 64;
+	const uint64_t a_off = 1ull << 20, b_off = 3ull << 20, src = 5ull << 20;
+
+	(void)state;
+	for (unsigned int ti = 0; ti < 2; ti++) {
+		const uint8_t dt = types[ti];
+		const int tiled = nelssa_kv_is_tiled((enum nelssa_kv_dtype)dt);
+		const uint64_t block = nelssa_kv_bytes((enum nelssa_kv_dtype)dt, d, NPNM_KV_QTILE);
+		const uint64_t rowb = tiled ? d : 2ull * d, stride = 2 * block;
+		const uint64_t cap = nelssa_kv_bytes((enum nelssa_kv_dtype)dt, d, max_tokens);
+		const uint32_t firsts[] = { 0, tiled ? 304 : 300, tiled ? 416 : 421,
+					    tiled ? 576 : 555 };
+		const uint32_t counts[] = { tiled ? 304 : 300, tiled ? 112 : 121,
+					    tiled ? 160 : 134, 100 };
+		uint8_t *mem, *before;
+		struct npnm_cluster tab[64];
+		uint32_t nc = 0, sel[16], ns = 0, written = 0;
+		struct tu_rng rng;
+		struct fx f;
+
+		tu_rng_for(&rng, __func__, ti);
+		fx_init(&f, 16ull << 20, d, 4, dt);
+		mem = f.mem.base;
+		memset(mem + b_off, 0xee, 2ull << 20);
+		for (unsigned int w = 0; w < 4; w++) {
+			const uint32_t n = counts[w];
+			const uint64_t rows = nelssa_kv_bytes((enum nelssa_kv_dtype)dt, d, n);
+			const int scatter = !tiled && w == 0;
+			struct npnm_kv_write_params p = {
+				.k_off = 0, .v_off = cap, .table_off = 2 * cap,
+				.first_token = firsts[w], .nr_tokens = n, .first_cluster = nc,
+				.nr_clusters = 4, .max_tokens = max_tokens, .max_clusters = max_clusters,
+				.head_dim = (uint16_t)d, .kv_dtype = dt,
+				.flags = scatter ? NPNM_KV_F_SCATTER : 0,
+			};
+
+			/* Random bytes; the 8-bit scales as a tile's layout wants them. */
+			tu_fill_kv(&rng, (uint16_t *)(mem + src), rows, 1.0, NELSSA_KV_BF16);
+			if (tiled)
+				for (uint64_t t = 0; t < 2 * rows; t += block)
+					for (uint32_t g = 0; g < d / NPNM_KV_QGROUP; g++) {
+						float sc = 0.01f * (float)(1 + g);
+
+						memcpy(mem + src + t + NPNM_KV_QTILE * d + 4 * g, &sc, 4);
+					}
+			for (uint32_t i = 0; i < 4; i++) {
+				uint32_t q = n / 4;
+
+				tab[nc + i] = (struct npnm_cluster){ firsts[w] + i * q,
+								     i == 3 ? n - 3 * q : q };
+			}
+			memcpy(mem + src + 2 * rows, tab + nc, 4 * sizeof(tab[0]));
+			if (scatter) {
+				uint32_t *idx = (uint32_t *)(mem + src + 2 * rows + 4 * sizeof(tab[0]));
+
+				for (uint32_t i = 0; i < n; i++)
+					idx[i] = i;
+				for (uint32_t i = n - 1; i > 0; i--) {
+					uint32_t j = tu_below(&rng, i + 1), x = idx[i];
+
+					idx[i] = idx[j];
+					idx[j] = x;
+				}
+			}
+			assert_int_equal(kv_write(&f, src, a_off, &p), NPNM_ST_OK);
+			p.v_off = block;
+			p.table_off = (max_tokens + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE * stride;
+			p.kv_stride = (uint32_t)stride;
+			assert_int_equal(kv_write(&f, src, b_off, &p), NPNM_ST_OK);
+			nc += 4;
+			written = firsts[w] + n;
+		}
+		/* Row by row (int8: its last tile is written whole), nothing between blocks. */
+		before = tu_alloc(2ull << 20);
+		memset(before, 0xee, 2ull << 20);
+		if (tiled)
+			written = (written + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE * NPNM_KV_QTILE;
+		for (uint32_t t = 0; t < written; t++) {
+			uint64_t pa = tiled ? t / 16 * block + t % 16 * rowb : t * rowb;
+			uint64_t pb = t / 16 * stride + t % 16 * rowb;
+
+			assert_memory_equal(mem + a_off + pa, mem + b_off + pb, rowb);
+			assert_memory_equal(mem + a_off + cap + pa, mem + b_off + block + pb, rowb);
+			memcpy(before + pb, mem + a_off + pa, rowb);
+			memcpy(before + block + pb, mem + a_off + cap + pa, rowb);
+			if (tiled && t % 16 == 0) {
+				const uint64_t sc = NPNM_KV_QTILE * d, n = block - sc;
+
+				assert_memory_equal(mem + a_off + pa + sc, mem + b_off + pb + sc, n);
+				memcpy(before + pb + sc, mem + b_off + pb + sc, n);
+				memcpy(before + block + pb + sc, mem + b_off + block + pb + sc, n);
+			}
+		}
+		{
+			const uint64_t tb = (max_tokens + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE * stride;
+
+			memcpy(before + tb, mem + b_off + tb, nc * sizeof(tab[0]));
+			assert_memory_equal(mem + b_off + tb, mem + a_off + 2 * cap, nc * sizeof(tab[0]));
+			assert_memory_equal(mem + b_off, before, 2ull << 20);
+		}
+		free(before);
+		/* Attention over both stores: the same bits. */
+		for (uint32_t c = 0; c < nc; c += 1 + tu_below(&rng, 3))
+			sel[ns++] = c;
+		tu_fill_f32(&rng, (float *)(mem + (8ull << 20)), 4ull * d, 2.0);
+		{
+			const uint64_t tb = (max_tokens + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE * stride;
+			float oa[4 * 128 + 4];
+
+			run_one_item(&f, dt, a_off, cap, 2 * cap, written, nc, sel, ns);
+			memcpy(oa, mem + (9ull << 20), sizeof(oa));
+			one_item_cmd(&f, dt, b_off, block, tb, written, nc, sel, ns);
+			f.cmd.p.attn.kv_stride = (uint32_t)stride;
+			f.cmd.op[NPNM_ATTN_KV].len = tb + nc * sizeof(tab[0]);
+			run_ok(&f, nfw_isa_resolve(NFW_ISA_AUTO));
+			assert_memory_equal(oa, mem + (9ull << 20), sizeof(oa));
+		}
+		fx_free(&f);
+	}
+}
+
 /*
  * The 8-bit types through KV_WRITE as the client writes them: a prefill
  * of 500 tokens, then appends of 37, each written from the tile its first
@@ -1061,12 +1258,14 @@ int main(void)
 		cmocka_unit_test(attn_fp16),
 		cmocka_unit_test(attn_tiled),
 		cmocka_unit_test(attn_tiled_all_codes),
+		cmocka_unit_test(attn_kv_stride),
 		cmocka_unit_test(attn_bf16_dots),
 		cmocka_unit_test(attn_bf16_dots_vdpbf16ps),
 		cmocka_unit_test(attn_bf16_weights_rounded),
 		cmocka_unit_test(attn_writes_only_outputs),
 		cmocka_unit_test(kv_write_then_attn),
 		cmocka_unit_test(kv_write_tiled_then_attn),
+		cmocka_unit_test(kv_write_strided_matches_packed),
 		cmocka_unit_test(tiled_bounds_exact),
 		cmocka_unit_test(fill_and_copy),
 		cmocka_unit_test(exp_accuracy),

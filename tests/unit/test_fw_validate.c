@@ -179,6 +179,14 @@ BREAK(kv_dense_past_capacity, { CMD(f)->p.kv_write.flags = 0; CMD(f)->p.kv_write
 BREAK(kv_clusters_past_capacity, CMD(f)->p.kv_write.first_cluster = 63)
 BREAK(kv_table_entry_past_tokens, ((struct npnm_cluster *)(f->mem.base + 2 * 10 * 128))[1].count = 251)
 BREAK(kv_misaligned, CMD(f)->p.kv_write.v_off = 65537)
+/* d 64 bf16: a block of 16 rows is 2048 bytes. */
+BREAK(kv_stride_below_block, CMD(f)->p.kv_write.kv_stride = 1984)
+BREAK(kv_stride_unaligned, CMD(f)->p.kv_write.kv_stride = 4096 + 32)
+BREAK(kv_stride_past_dst, CMD(f)->p.kv_write.kv_stride = 65536)
+BREAK(kv_reserved, CMD(f)->p.kv_write.reserved = 1)
+BREAK(attn_stride_below_block, CMD(f)->p.attn.kv_stride = 1024)
+BREAK(attn_stride_unaligned, CMD(f)->p.attn.kv_stride = 2048 + 32)
+BREAK(attn_stride_past_kv, CMD(f)->p.attn.kv_stride = 1u << 20)
 BREAK(attn_flags, CMD(f)->p.attn.flags = 2)
 BREAK(attn_reserved, CMD(f)->p.attn.reserved = 1)
 BREAK(attn_dtype, CMD(f)->p.attn.kv_dtype = 0)
@@ -260,6 +268,13 @@ static const struct vcase cases[] = {
 	C(kv_clusters_past_capacity, B_KV, NPNM_ST_BAD_PARAM),
 	C(kv_table_entry_past_tokens, B_KV, NPNM_ST_BAD_CLUSTER),
 	C(kv_misaligned, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_stride_below_block, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_stride_unaligned, B_KV, NPNM_ST_BAD_PARAM),
+	C(kv_stride_past_dst, B_KV, NPNM_ST_BAD_OPERAND),
+	C(kv_reserved, B_KV, NPNM_ST_BAD_RESERVED),
+	C(attn_stride_below_block, B_ATTN, NPNM_ST_BAD_PARAM),
+	C(attn_stride_unaligned, B_ATTN, NPNM_ST_BAD_PARAM),
+	C(attn_stride_past_kv, B_ATTN, NPNM_ST_BAD_OPERAND),
 	C(attn_flags, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(attn_reserved, B_ATTN, NPNM_ST_BAD_RESERVED),
 	C(attn_dtype, B_ATTN, NPNM_ST_BAD_PARAM),

@@ -31,7 +31,7 @@ struct want {
 	size_t param_bytes;
 	unsigned int used;			/* bit per operand slot */
 	enum npnm_access access[NPNM_CMD_MAX_OPERANDS];
-	struct want_field resv[2];
+	struct want_field resv[3];
 	unsigned int nr_resv;
 };
 
@@ -51,8 +51,9 @@ static const struct want WANT[NPNM_OP_MAX] = {
 		sizeof(struct npnm_kv_write_params), (1u << NPNM_KV_SRC) | (1u << NPNM_KV_DST),
 		{ [NPNM_KV_SRC] = NPNM_ACCESS_READ, [NPNM_KV_DST] = NPNM_ACCESS_WRITE },
 		{ FIELD(struct npnm_kv_write_params, pad, 0, "p.kv_write.pad"),
-		  FIELD(struct npnm_kv_write_params, flags, NPNM_KV_F_SCATTER, "p.kv_write.flags") },
-		2,
+		  FIELD(struct npnm_kv_write_params, flags, NPNM_KV_F_SCATTER, "p.kv_write.flags"),
+		  FIELD(struct npnm_kv_write_params, reserved, 0, "p.kv_write.reserved") },
+		3,
 	},
 	[NPNM_OP_SPARSE_ATTN] = {
 		sizeof(struct npnm_sparse_attn_params),
@@ -371,25 +372,102 @@ static void order_of_rules(void **state)
 	c.op[1].flags = 0;
 	expect(&c, NPNM_ST_BAD_OPCODE, NPNM_RULE_OPCODE, "opcode before params");
 	/* The tail before the fields, the fields in order. */
-	c = base(NPNM_OP_KV_WRITE);
-	c.p.kv_write.flags = 2;
-	c.p.kv_write.pad = 1;
+	c = base(NPNM_OP_SPARSE_ATTN);
+	c.p.attn.flags = 2;
+	c.p.attn.reserved = 1;
 	c.p.raw[7] = 1ull << 63;
 	expect(&c, NPNM_ST_BAD_RESERVED, NPNM_RULE_PARAM_TAIL, "tail first");
 	npnm_rules_check_why(&c, &why);
 	assert_int_equal(why.offset, 63);
 	c.p.raw[7] = 0;
-	expect(&c, NPNM_ST_BAD_RESERVED, NPNM_RULE_PARAM_RESERVED, "then pad");
+	expect(&c, NPNM_ST_BAD_RESERVED, NPNM_RULE_PARAM_RESERVED, "then flags");
+	npnm_rules_check_why(&c, &why);
+	assert_string_equal(why.field, "p.attn.flags");
+	c.p.attn.flags = 0;
+	npnm_rules_check_why(&c, &why);
+	assert_string_equal(why.field, "p.attn.reserved");
+	/* KV_WRITE's parameters fill the area: no tail, three fields. */
+	c = base(NPNM_OP_KV_WRITE);
+	c.p.kv_write.flags = 2;
+	c.p.kv_write.pad = 1;
+	c.p.kv_write.reserved = 1;
+	expect(&c, NPNM_ST_BAD_RESERVED, NPNM_RULE_PARAM_RESERVED, "pad first");
 	npnm_rules_check_why(&c, &why);
 	assert_string_equal(why.field, "p.kv_write.pad");
 	c.p.kv_write.pad = 0;
 	npnm_rules_check_why(&c, &why);
 	assert_string_equal(why.field, "p.kv_write.flags");
 	c.p.kv_write.flags = NPNM_KV_F_SCATTER;
-	expect(&c, NPNM_ST_OK, NPNM_RULE_OK, "scatter is defined");
+	npnm_rules_check_why(&c, &why);
+	assert_string_equal(why.field, "p.kv_write.reserved");
+	c.p.kv_write.reserved = 0;
+	c.p.kv_write.kv_stride = 8192;
+	expect(&c, NPNM_ST_OK, NPNM_RULE_OK, "scatter and a stride are defined");
+	assert_int_equal(npnm_rules_kv_stride(&c), 8192);
 	/* The fault may be left out. */
 	c.p.kv_write.flags = ~0u;
 	assert_int_equal(npnm_rules_check_why(&c, NULL), NPNM_ST_BAD_RESERVED);
+}
+
+/*
+ * The KV block layout against known answers: packed offsets are today's
+ * (t * row, or tile then row), and a span is the end of the farthest row
+ * (or tile, scales included) of the tokens, found by walking them.
+ */
+static void kv_layout(void **state)
+{
+	static const unsigned int dtypes[] = { NPNM_DTYPE_BF16, NPNM_DTYPE_FP16,
+					       NPNM_DTYPE_FP8_E4M3, NPNM_DTYPE_INT8 };
+	static const unsigned int dims[] = { 1, 32, 100, 128, 256 };
+	static const uint64_t counts[] = { 0, 1, 15, 16, 17, 33, 1000 };
+
+	(void)state;
+	for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+		for (size_t h = 0; h < sizeof(dims) / sizeof(dims[0]); h++) {
+			const unsigned int dt = dtypes[d], hd = dims[h];
+			const int tiled = dt >= NPNM_DTYPE_FP8_E4M3;
+			const uint64_t block = npnm_kv_block_bytes(dt, hd);
+			const uint64_t rup = (block + 63) / 64 * 64;
+			const uint32_t strides[] = { 0, (uint32_t)rup + 64, 2 * (uint32_t)rup,
+						     3 * (uint32_t)rup + 192 };
+
+			assert_int_equal(block, tiled ? npnm_kv_tile_bytes(hd) : 32ull * hd);
+			assert_true(npnm_kv_stride_valid(dt, hd, 0));
+			assert_int_equal(npnm_kv_stride_valid(dt, hd, (uint32_t)rup), 1);
+			assert_false(npnm_kv_stride_valid(dt, hd, (uint32_t)rup + 1));
+			if (rup > 64)
+				assert_false(npnm_kv_stride_valid(dt, hd, (uint32_t)rup - 64));
+			for (size_t si = 0; si < sizeof(strides) / sizeof(strides[0]); si++) {
+				const uint32_t st = strides[si];
+				const uint64_t step = st ? st : block;
+
+				assert_true(npnm_kv_stride_valid(dt, hd, st));
+				assert_int_equal(npnm_kv_stride(dt, hd, st), step);
+				for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+					uint64_t end = 0;
+
+					for (uint64_t t = 0; t < counts[ci]; t++) {
+						uint64_t at = npnm_kv_row_offset(dt, hd, st, t);
+						uint64_t e = tiled ? (t / 16) * step + block :
+							     at + 2ull * hd;
+
+						if (!st)
+							assert_int_equal(at, tiled ?
+									 t / 16 * block + t % 16 * hd :
+									 t * 2ull * hd);
+						else
+							assert_int_equal(at, t / 16 * st +
+									 t % 16 * (tiled ? 1 : 2) * hd);
+						end = e > end ? e : end;
+					}
+					assert_int_equal(npnm_kv_span(dt, hd, st, counts[ci]), end);
+					if (!st)
+						assert_int_equal(end, npnm_kv_bytes(dt, hd, counts[ci]));
+				}
+			}
+		}
+	}
+	assert_int_equal(npnm_kv_block_bytes(0, 128), 0);
 }
 
 static void accessors(void **state)
@@ -474,6 +552,7 @@ int main(void)
 		cmocka_unit_test(every_header_byte),
 		cmocka_unit_test(order_of_rules),
 		cmocka_unit_test(accessors),
+		cmocka_unit_test(kv_layout),
 		cmocka_unit_test(statuses_and_words),
 	};
 

@@ -112,7 +112,7 @@ static void info_text(struct nelssa_pnm *p, const struct npnm_info *in, uint32_t
 	static const char *const ops[] = { "nop", "fill", "copy", "kv_write", "sparse_attn",
 					   "selftest" };
 	static const char *const caps[] = { "uring_cmd", "cqe32_status", "mmap", "compute",
-					    "kv_scatter" };
+					    "kv_scatter", "dax", "kv_stride" };
 	char size[32];
 
 	printf("%s (backend %s)\n", nelssa_pnm_name(p), nelssa_pnm_backend(p));

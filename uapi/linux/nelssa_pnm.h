@@ -42,6 +42,7 @@
 #define NPNM_CAP_COMPUTE	_BITULL(3) /* runs compute kernels (not a mock) */
 #define NPNM_CAP_KV_SCATTER	_BITULL(4) /* NPNM_KV_F_SCATTER supported */
 #define NPNM_CAP_DAX		_BITULL(5) /* a device-dax carve-out: NPNM_MEM_F_DAX */
+#define NPNM_CAP_KV_STRIDE	_BITULL(6) /* kv_stride of KV_WRITE and SPARSE_ATTN */
 
 /**
  * enum npnm_kv_dtype - element type of K and V rows (a __u8 field on the wire).
@@ -66,6 +67,19 @@
  * binary32 value scale[j / NPNM_KV_QGROUP] * code, rounded once to
  * binary32.  V is laid out the same way at v_off.  Documentation/
  * numeric-conventions.rst gives the quantisation the host library uses.
+ *
+ * Blocks and the kv_stride field: the tokens of every type go in blocks of
+ * NPNM_KV_QTILE (NPNM_KV_QTILE rows of a 16-bit type, one tile of an 8-bit
+ * one), and block i of the K array starts at k_off + i * kv_stride (V
+ * likewise at v_off).  kv_stride 0 means the packed layout above (the
+ * stride is the block's own size).  A larger stride leaves room between
+ * blocks, and with v_off = k_off + block bytes and kv_stride = 2 * block
+ * bytes each block of K lies next to its block of V: one 8 KiB run per 16
+ * tokens of a 128-wide bf16 head instead of two 4 KiB reads, which is what
+ * a gathering kernel reads fastest.  A stride is 0 or at least a block's
+ * bytes and a multiple of 64; a device that takes it reports
+ * NPNM_CAP_KV_STRIDE, and one that does not (firmware before 1.2) refuses a
+ * non-zero stride with NPNM_ST_BAD_RESERVED, the field having been reserved.
  */
 enum npnm_kv_dtype {
 	NPNM_DTYPE_BF16 = 1,
@@ -78,6 +92,7 @@ enum npnm_kv_dtype {
 #define NPNM_KV_QTILE		16	/* tokens per tile */
 #define NPNM_KV_QGROUP		32	/* channels per scale */
 #define NPNM_KV_QALIGN		64	/* tile size granularity, bytes */
+#define NPNM_KV_STRIDE_ALIGN	64	/* a non-zero kv_stride is a multiple */
 
 /**
  * struct npnm_info - NPNM_IOC_GET_INFO: what this device and driver offer.
@@ -230,6 +245,10 @@ struct npnm_fill_params {
  * @kv_dtype: enum npnm_kv_dtype.
  * @pad: Must be zero.
  * @flags: NPNM_KV_F_* bits.
+ * @kv_stride: Bytes from one block of NPNM_KV_QTILE tokens of the K (and V)
+ *	array to the next; 0 for the packed layout (enum npnm_kv_dtype).
+ *	Devices with NPNM_CAP_KV_STRIDE.
+ * @reserved: Must be zero.
  *
  * Source (operand NPNM_KV_SRC) layout, packed in this order: K rows
  * [@nr_tokens][@head_dim], V rows [@nr_tokens][@head_dim], @nr_clusters
@@ -254,7 +273,9 @@ struct npnm_kv_write_params {
 	__u8 kv_dtype;		/* 50 */
 	__u8 pad;		/* 51 */
 	__u32 flags;		/* 52 */
-};				/* 56 */
+	__u32 kv_stride;	/* 56 */
+	__u32 reserved;		/* 60 */
+};				/* 64 */
 
 /* Rows go to the positions listed after the table, not first_token + i. */
 #define NPNM_KV_F_SCATTER	_BITUL(0)
@@ -271,6 +292,9 @@ struct npnm_kv_write_params {
  *	A bit no NPNM_ATTN_F_* names fails submission with -EINVAL, one the
  *	device does not report with -EOPNOTSUPP (a device that gets it
  *	anyway completes with NPNM_ST_BAD_RESERVED).
+ * @kv_stride: Bytes from one block of NPNM_KV_QTILE tokens of an item's K
+ *	(and V) array to the next, the same for every item; 0 for the packed
+ *	layout (enum npnm_kv_dtype).  Devices with NPNM_CAP_KV_STRIDE.
  * @reserved: Must be zero.
  */
 struct npnm_sparse_attn_params {
@@ -280,7 +304,8 @@ struct npnm_sparse_attn_params {
 	__u8 kv_dtype;		/*  7 */
 	__u32 scale_f32;	/*  8 */
 	__u32 flags;		/* 12 */
-	__u64 reserved;		/* 16 */
+	__u32 kv_stride;	/* 16 */
+	__u32 reserved;		/* 20 */
 };				/* 24 */
 
 /*
@@ -305,8 +330,8 @@ struct npnm_sparse_attn_params {
  * @sel_off: Selected cluster ids, __u32 [@nr_sel], in NPNM_ATTN_IN.
  * @o_off: Output, fp32 [group][head_dim], in NPNM_ATTN_OUT.
  * @lse_off: Log-sum-exp, fp32 [group], in NPNM_ATTN_OUT.
- * @nr_tokens: Tokens stored at @k_off/@v_off; every table entry must lie
- *	inside them.
+ * @nr_tokens: Tokens stored at @k_off/@v_off (in blocks of the command's
+ *	kv_stride); every table entry must lie inside them.
  * @nr_clusters: Entries in the table; every selected id must be below it.
  * @nr_sel: Selected ids.  Zero gives o = 0, lse = -inf.  Duplicates are
  *	rejected.

@@ -45,7 +45,8 @@ static inline void nfw_cpu_relax(void)
 #define NFW_MAX_GROUP 16u
 /* SPARSE_ATTN flags this firmware accepts (&npnm_info.attn_flags): all it knows. */
 #define NFW_ATTN_FLAGS NPNM_ATTN_F_BF16_DOTS
-#define NFW_FW_VERSION ((1u << 16) | 1u)	/* interface 1.1: NPNM_ATTN_F_BF16_DOTS */
+/* Interface 1.1: NPNM_ATTN_F_BF16_DOTS; 1.2: kv_stride (NPNM_CAP_KV_STRIDE). */
+#define NFW_FW_VERSION ((1u << 16) | 2u)
 
 /**
  * enum nfw_isa - SPARSE_ATTN implementation.

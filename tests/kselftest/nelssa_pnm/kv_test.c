@@ -99,6 +99,60 @@ static void expect_status(struct __test_metadata *_metadata, int fd, const struc
 		ASSERT_EQ(0, d[i]);
 }
 
+/*
+ * kv_stride with K and V blocks adjacent (a block is 16 rows, 2048 bytes
+ * here): a scattered write, then an append that crosses a block boundary;
+ * every row must sit at its block's start (k_off + (t / 16) * stride) plus
+ * its place in the block.  A device without NPNM_CAP_KV_STRIDE refuses the
+ * stride at submission; an unaligned stride is a bad parameter.
+ */
+TEST_F(kv, stride_adjacent_blocks)
+{
+	const __u32 block = 16 * ROW, stride = 2 * block;
+	__u32 *idx = (__u32 *)(self->s + 2 * 10 * ROW + 16);
+	struct npnm_info info;
+	__u32 status = 0;
+
+	ASSERT_EQ(0, npnm_ioctl(self->fd, NPNM_IOC_GET_INFO, &info));
+	self->c.p.kv_write.v_off = block;
+	self->c.p.kv_write.table_off = MAXT / 16 * stride;
+	self->c.p.kv_write.kv_stride = stride;
+	if (!(info.caps & NPNM_CAP_KV_STRIDE)) {
+		EXPECT_EQ(-EOPNOTSUPP, npnm_exec(self->fd, &self->c, &status));
+		SKIP(return, "the device takes no kv_stride (refused at submission)");
+	}
+	self->c.p.kv_write.kv_stride = stride + 32;
+	expect_status(_metadata, self->fd, &self->c, self->d, NPNM_ST_BAD_PARAM);
+	self->c.p.kv_write.kv_stride = stride;
+	for (int i = 0; i < 10; i++)
+		idx[i] = (i * 3) % 10;
+	self->c.p.kv_write.flags = NPNM_KV_F_SCATTER;
+	ASSERT_EQ(0, npnm_exec(self->fd, &self->c, &status));
+	for (int i = 0; i < 10; i++) {
+		EXPECT_EQ(0, memcmp(self->d + idx[i] * ROW, self->s + i * ROW, ROW));
+		EXPECT_EQ(0, memcmp(self->d + block + idx[i] * ROW, self->s + (10 + i) * ROW,
+				    ROW));
+	}
+	/* 20 more rows from token 10: 6 in block 0, 14 in block 1. */
+	self->c.p.kv_write.flags = 0;
+	self->c.p.kv_write.first_token = 10;
+	self->c.p.kv_write.nr_tokens = 20;
+	self->c.p.kv_write.first_cluster = 2;
+	self->c.p.kv_write.nr_clusters = 0;
+	ASSERT_EQ(0, npnm_exec(self->fd, &self->c, &status));
+	for (int i = 0; i < 20; i++) {
+		int t = 10 + i;
+		__u32 at = t / 16 * stride + t % 16 * ROW;
+
+		EXPECT_EQ(0, memcmp(self->d + at, self->s + i * ROW, ROW));
+		EXPECT_EQ(0, memcmp(self->d + block + at, self->s + (20 + i) * ROW, ROW));
+	}
+	EXPECT_EQ(0, memcmp(self->d + MAXT / 16 * stride, self->s + 2 * 10 * ROW, 16));
+	/* The rest of V block 1 (tokens 30 and 31) was never written. */
+	for (__u32 b = 2 * stride - block + 14 * ROW; b < 2 * stride; b++)
+		ASSERT_EQ(0, self->d[b]);
+}
+
 TEST_F(kv, bad_dtype)
 {
 	self->c.p.kv_write.kv_dtype = 0;
@@ -149,6 +203,9 @@ TEST_F(kv, bad_reserved)
 	EXPECT_EQ(-EINVAL, npnm_exec(self->fd, &self->c, NULL));
 	self->c.p.kv_write.pad = 0;
 	self->c.p.kv_write.flags = 2;
+	EXPECT_EQ(-EINVAL, npnm_exec(self->fd, &self->c, NULL));
+	self->c.p.kv_write.flags = 0;
+	self->c.p.kv_write.reserved = 1;
 	EXPECT_EQ(-EINVAL, npnm_exec(self->fd, &self->c, NULL));
 	EXPECT_EQ(submitted, npnm_sysfs_read(npnm_sysfs("stats/submitted")));
 	for (int i = 0; i < 65536; i++)
