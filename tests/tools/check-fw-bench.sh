@@ -17,7 +17,7 @@ n=0
 . "$(dirname "$0")/tap-lib.sh"
 
 small="--context 4096 --items 2 --resident 256 --iters 2"
-echo "1..11"
+echo "1..16"
 t "--help exits 0" 0 "$bench" --help
 t "a zero selection is a usage error" 2 "$bench" --select 0
 t "a stray argument is a usage error" 2 "$bench" extra
@@ -50,3 +50,14 @@ t "JSON run, bf16 dot products" 0 "$bench" $small --attn-dots bf16 --json
 json_check "it says its dot products; every ISA within the weights' rounding of scalar" \
 	"j['attn_dots'] == 'bf16' and len(j['isas']) >= 1 and
 	 all(i['max_abs_err'] < 2 ** -7 and i['peak_gflops'] > 0 for i in j['isas'])"
+# K and V blocks adjacent (kv_stride): every ISA on that layout against the
+# scalar kernel on it, which the unit tests check against float64.
+t "an unknown KV layout is a usage error" 2 "$bench" --kv-layout interleaved
+# shellcheck disable=SC2086
+t "JSON run, adjacent K and V blocks" 0 "$bench" $small --kv-layout adjacent --json
+json_check "it says its layout; every ISA agrees with the scalar kernel" \
+	"j['kv_layout'] == 'adjacent' and len(j['isas']) >= 1 and
+	 all(i['max_abs_err'] < 1e-4 and i['random_gbps'] > 0 for i in j['isas'])"
+# shellcheck disable=SC2086
+t "JSON run, the default layout is packed" 0 "$bench" $small --kv-dtype int8 --json
+json_check "packed unless asked" "j['kv_layout'] == 'packed' and j['kv_dtype'] == 'int8'"

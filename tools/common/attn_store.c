@@ -41,10 +41,23 @@ const char *tl_attn_dots_name(uint32_t flags)
 	return flags & NPNM_ATTN_F_BF16_DOTS ? "bf16" : "fp32";
 }
 
+int tl_kv_layout_parse(const char *name)
+{
+	if (!strcmp(name, "packed"))
+		return 0;
+	return strcmp(name, "adjacent") ? -1 : 1;
+}
+
+const char *tl_kv_layout_name(const struct tl_attn_store *s)
+{
+	return s->kv_stride ? "adjacent" : "packed";
+}
+
 int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
-		       uint32_t context, uint32_t cluster)
+		       uint32_t context, uint32_t cluster, int adjacent)
 {
 	const uint64_t kv = npnm_kv_bytes(kv_dtype, head_dim, context);
+	const uint64_t block = npnm_kv_block_bytes(kv_dtype, head_dim);
 
 	if (!kv)
 		return -1;
@@ -55,8 +68,11 @@ int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_
 	s->nclusters = (context + cluster - 1) / cluster;
 	s->token_bytes = 2.0 * (double)npnm_kv_bytes(kv_dtype, head_dim, NPNM_KV_QTILE) /
 			 NPNM_KV_QTILE;
-	s->v_off = kv;
-	s->table_off = 2 * kv;
+	/* Blocks are whole: a 16-bit row type's block is 32 * head_dim bytes. */
+	s->kv_stride = adjacent && block % NPNM_KV_STRIDE_ALIGN == 0 ? (uint32_t)(2 * block) : 0;
+	s->v_off = s->kv_stride ? block : kv;
+	s->table_off = s->kv_stride ? (context + NPNM_KV_QTILE - 1) / NPNM_KV_QTILE * 2 * block :
+		       2 * kv;
 	s->bytes = (s->table_off + (uint64_t)s->nclusters * sizeof(struct npnm_cluster) + 4095) &
 		   ~4095ull;
 	return 0;

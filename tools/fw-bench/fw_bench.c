@@ -41,6 +41,7 @@ struct opts {
 	int json;
 	uint8_t kv_dtype;
 	uint32_t attn_flags;	/* NPNM_ATTN_F_BF16_DOTS with --attn-dots bf16 */
+	int adjacent;		/* --kv-layout adjacent */
 };
 
 /* One benchmark setting laid out in device memory: items | IN | OUT | stores. */
@@ -128,7 +129,7 @@ static int build(struct setup *s, const struct opts *o, uint32_t items,
 		c->p.attn = (struct npnm_sparse_attn_params){
 			.nr_items = items, .head_dim = (uint16_t)o->head_dim,
 			.group = (uint8_t)o->group, .kv_dtype = o->kv_dtype,
-			.flags = o->attn_flags,
+			.flags = o->attn_flags, .kv_stride = st->kv_stride,
 		};
 	}
 	s->clusters_per_cmd = items * nsel;
@@ -220,6 +221,8 @@ static const char help[] =
 	"  --attn-dots D   fp32 (default) or bf16: NPNM_ATTN_F_BF16_DOTS (the query and\n"
 	"                  the weights rounded to bf16; BFDOT where the CPU has it,\n"
 	"                  and a row for VDPBF16PS, avx512-bf16, where it has that)\n"
+	"  --kv-layout L   packed (default: all K blocks, then all V blocks) or adjacent\n"
+	"                  (each 16-token block of K next to its block of V: kv_stride)\n"
 	"  --json          one JSON object\n";
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -231,11 +234,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "cluster", required_argument, NULL, 'k' }, { "iters", required_argument, NULL, 'i' },
 		{ "kv-dtype", required_argument, NULL, 't' },
 		{ "attn-dots", required_argument, NULL, 'a' },
+		{ "kv-layout", required_argument, NULL, 'l' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	int c;
 
-	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0, NPNM_DTYPE_BF16, 0 };
+	*o = (struct opts){ 131072, 32, 1024, 128, 4, 16, 10, 0.04, 0, NPNM_DTYPE_BF16, 0, 0 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		char *end;
 		int bad = 0;
@@ -267,6 +271,14 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'a':
 			if (tl_attn_dots_parse(optarg, &o->attn_flags)) {
 				fprintf(stderr, "%s: --attn-dots %s: need fp32 or bf16\n", prog, optarg);
+				bad = -1;
+			}
+			break;
+		case 'l':
+			o->adjacent = tl_kv_layout_parse(optarg);
+			if (o->adjacent < 0) {
+				fprintf(stderr, "%s: --kv-layout %s: need packed or adjacent\n", prog,
+					optarg);
 				bad = -1;
 			}
 			break;
@@ -302,8 +314,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (!o.json)
 		fprintf(stderr, "preparing %u items of %u tokens...\n", o.items, o.context);
-	tl_attn_store_plan(&rst, o.kv_dtype, o.head_dim, o.context, o.cluster);
-	tl_attn_store_plan(&sst, o.kv_dtype, o.head_dim, o.resident_tokens, o.cluster);
+	tl_attn_store_plan(&rst, o.kv_dtype, o.head_dim, o.context, o.cluster, o.adjacent);
+	tl_attn_store_plan(&sst, o.kv_dtype, o.head_dim, o.resident_tokens, o.cluster, o.adjacent);
 	if (build(&rnd, &o, o.items, &rst, o.select) || build(&res, &o, 1, &sst, 1.0))
 		return 1;
 	resident_iters = (uint64_t)rnd.clusters_per_cmd * o.iters / res.clusters_per_cmd + 1;
@@ -313,19 +325,19 @@ int main(int argc, char **argv)
 	tl_cpu_model(cpu, sizeof(cpu));
 	if (o.json)
 		printf("{\"cpu_model\":\"%s\",\"head_dim\":%u,\"group\":%u,\"kv_dtype\":\"%s\","
-		       "\"attn_dots\":\"%s\",\"token_bytes\":%.6g,\"read_baseline_gbps\":%.6g,"
+		       "\"kv_layout\":\"%s\",\"attn_dots\":\"%s\",\"token_bytes\":%.6g,\"read_baseline_gbps\":%.6g,"
 		       "\"random\":{\"items\":%u,\"context\":%u,\"select\":%g},"
 		       "\"resident\":{\"tokens\":%u},\"isas\":[", cpu, o.head_dim, o.group,
-		       tl_kv_dtype_name(o.kv_dtype), tl_attn_dots_name(o.attn_flags), rst.token_bytes, stream, o.items, o.context,
+		       tl_kv_dtype_name(o.kv_dtype), tl_kv_layout_name(&rst), tl_attn_dots_name(o.attn_flags), rst.token_bytes, stream, o.items, o.context,
 		       o.select, o.resident_tokens);
 	else
-		printf("CPU %s; head dim %u, group %u, KV %s (%.1f bytes a token), %s dot products; "
-		       "streaming read %.2f GB/s (1 thread)\n"
+		printf("CPU %s; head dim %u, group %u, KV %s (%.1f bytes a token, %s blocks), "
+		       "%s dot products; streaming read %.2f GB/s (1 thread)\n"
 		       "ISA      random GB/s  Mtok/s  ns/cluster   resident GB/s  Mtok/s  ns/cluster   "
 		       "peak GFLOP/s  compute GB/s  roofline GB/s  random/roofline  "
 		       "resident/compute  max |err| vs scalar\n", cpu, o.head_dim, o.group,
-		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, tl_attn_dots_name(o.attn_flags),
-		       stream);
+		       tl_kv_dtype_name(o.kv_dtype), rst.token_bytes, tl_kv_layout_name(&rst),
+		       tl_attn_dots_name(o.attn_flags), stream);
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
 		struct result a, b;
 		double peak, compute, roof;

@@ -126,7 +126,7 @@ struct layout {
 static void plan(const struct attn_opts *o, struct layout *l)
 {
 	tl_attn_store_plan(&l->st, o->kv_dtype, (uint32_t)o->head_dim, (uint32_t)o->context,
-			   (uint32_t)o->cluster);
+			   (uint32_t)o->cluster, 0);
 	l->nsel = (uint64_t)llround(o->select * (double)l->st.nclusters);
 	l->kv_bytes = l->st.bytes * o->items;
 	l->q_bytes = o->items * o->group * o->head_dim * 4;
