@@ -662,9 +662,11 @@ class _Logged:
 
 
 def test_calibration_recovers_known_terms(model):
-    """Steps made from known terms (and 1 % noise) give those terms back."""
+    """Steps made from known terms (and 1 % noise) give those terms back;
+    the weights are the model's bytes, read at the fitted bandwidth."""
     rng = np.random.default_rng(20)
-    a, b, c = 3e-3, 4e-4, 2e-6
+    b, c = 4e-4, 2e-6
+    a = c * model.weight_bytes / model.kv_bytes_per_token
     gpu = [tuple(x) for x in ([(a + b * n + c * kv) * (1 + 0.01 * rng.standard_normal()),
                                 n, kv, 0, 0] for n, kv in
                                zip(rng.integers(1, 30, 200), rng.integers(100, 9000, 200)))]
@@ -681,7 +683,8 @@ def test_calibration_recovers_known_terms(model):
     terms = calibrate.fit(_Logged(model, gpu, prefill), _Logged(model, pnm, window=win),
                           devices=N, select=S)
     assert terms["gpu_bw"] == pytest.approx(mkv / c, rel=0.05)
-    assert terms["weights"] == pytest.approx(a * mkv / c, rel=0.05)
+    assert terms["weights"] == model.weight_bytes
+    assert terms["fixed_s"] == pytest.approx(a, rel=0.05)
     assert terms["gpu_flops"] == pytest.approx(2 * terms["params"] / b, rel=0.05)
     assert terms["t_base"] == pytest.approx(t_base, rel=0.15)
     assert terms["pnm_bw"] == pytest.approx(pnm_bw, rel=0.05)
@@ -689,10 +692,35 @@ def test_calibration_recovers_known_terms(model):
     assert terms["clamped"] == []
     with pytest.raises(ValueError, match="GPU-only steps"):
         calibrate.fit(_Logged(model, gpu[:5]))
-    # One batch size throughout: the fixed and per-request terms cannot be told apart.
-    flat = [(a + b * 8 + c * kv, 8, kv, 0, 0) for kv in range(1000, 9000, 500)]
+    # One batch and one context throughout: the two terms cannot be told apart.
+    flat = [(a + b * 8 + c * 4000, 8, 4000, 0, 0)] * 16
     with pytest.raises(ValueError, match="do not vary enough"):
         calibrate.fit(_Logged(model, flat))
+    # Steps that do not grow with the batch: the per-request term is fitted
+    # at zero (non-negative least squares), the bandwidth still right.
+    shrink = [(a + c * kv - 1e-4 * n, n, kv, 0, 0) for n, kv in
+              zip(rng.integers(1, 30, 50), rng.integers(100, 9000, 50))]
+    terms = calibrate.fit(_Logged(model, shrink))
+    assert terms["clamped"] == ["per_request_s"] and terms["per_request_s"] == 0
+    assert terms["gpu_flops"] > 1e15 and terms["weights"] == model.weight_bytes
+    # Steps of no duration (a broken clock): no bandwidth follows, refused
+    # rather than floored into an absurd one.
+    with pytest.raises(ValueError, match="no positive per-KV-token term"):
+        calibrate.fit(_Logged(model, [(0.0, *g[1:]) for g in gpu]))
+    # A PNM tier with no fixed cost: t_base is fitted at zero and said so.
+    flat_pnm = [(t - L * t_base, *rest) for t, *rest in pnm]
+    terms = calibrate.fit(_Logged(model, gpu), _Logged(model, flat_pnm, window=win),
+                          devices=N, select=S)
+    assert terms["t_base"] < 1e-5 and terms["pnm_bw"] == pytest.approx(pnm_bw, rel=0.05)
+    assert terms["clamped"] in ([], ["t_base"])
+    # A PNM tier whose steps get faster with more tokens: its per-token term
+    # at zero, its bandwidth "infinite", and said so.
+    per_tok = S * mkv / (N * pnm_bw)
+    odd = [(t - 2 * per_tok * kv, n_gpu, kv_gpu, n_pnm, kv, w)
+           for t, n_gpu, kv_gpu, n_pnm, kv, w in pnm]
+    terms = calibrate.fit(_Logged(model, gpu), _Logged(model, odd, window=win), devices=N,
+                          select=S)
+    assert "pnm_bw" in terms["clamped"] and terms["pnm_bw"] == 1e15
 
 
 def test_sim_out_files_feed_nelssa_sim(daemon, tmp_path):

@@ -11,7 +11,11 @@ and a PNM request's attention as the PNM tier's step,
 fits those terms to the steps an engine run logged (``Engine.step_log``:
 duration, GPU requests, their KV tokens, PNM requests, their KV tokens)
 by least squares -- the GPU terms on GPU-only steps, the PNM terms on the
-rest -- and the prefill's rate (charged to a recompute) to its prefill
+rest -- with the weights the model's own bytes: the step model has two
+free GPU terms, not three, and a fitted ``weights`` swung from 93 bytes
+to 18 MB between runs of one machine (a near-zero one made the policy's
+pacing, which scales with step / (weights / gpu_bw), stall nelssa-sim) --
+and the prefill's rate (charged to a recompute) to its prefill
 chunks (``Engine.prefill_log``), and writes them as the files nelssa-sim reads: a hardware profile
 (``--profile``), a model file (``--model``) and the workload as a
 Mooncake trace (``--trace``).  Documentation/serve.rst has the comparison
@@ -35,23 +39,59 @@ def _lstsq(rows, y, what):
     return coef
 
 
+def _nnls(rows, y, what):
+    """Least squares with every coefficient >= 0 (few columns: each set of
+    free columns is tried, the best feasible one kept).  The columns at
+    zero are returned as a list of indices."""
+    a = np.asarray(rows, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    best = None
+    _lstsq(a, y, what)      # refuses steps too uniform to separate the terms
+    for mask in range(1, 1 << a.shape[1]):
+        cols = [i for i in range(a.shape[1]) if mask >> i & 1]
+        coef = np.linalg.lstsq(a[:, cols], y, rcond=None)[0]
+        if np.any(coef <= 0):
+            continue
+        full = np.zeros(a.shape[1])
+        full[cols] = coef
+        err = float(np.sum((a @ full - y) ** 2))
+        if best is None or err < best[0]:
+            best = (err, full, [i for i in range(a.shape[1]) if i not in cols])
+    if best is None:
+        return np.zeros(a.shape[1]), list(range(a.shape[1]))
+    return best[1], best[2]
+
+
 def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=16.0):
-    """The fitted terms, a dict; nelssa_engine may be None (GPU terms only)."""
+    """The fitted terms, a dict; nelssa_engine may be None (GPU terms only).
+
+    The terms are fitted by non-negative least squares: a term the steps
+    put at zero is fitted there (the others refitted without it) and
+    fit.json's ``clamped`` names it: the per-request term (gpu_flops then
+    2 params / 1e-12 s, no cost), the PNM tier's fixed term or its per-token
+    one (pnm_bw then 1e15 B/s).  Raises ValueError for steps that cannot
+    give the model: too few, too uniform, or no positive per-KV-token term
+    on the GPU (no bandwidth follows, and the weights' read time, which the
+    policy's pacing divides by, would be zero)."""
     m = gpu_engine.m
     mkv = float(m.kv_bytes_per_token)
+    weights = float(m.weight_bytes)
     steps = [s for s in gpu_engine.step_log if s[3] == 0]
     if len(steps) < 8:
         raise ValueError("calibration: %d GPU-only steps, at least 8 needed" % len(steps))
-    a, b, c = _lstsq([(1.0, s[1], s[2]) for s in steps], [s[0] for s in steps], "GPU-only")
-    # A term the data cannot tell from zero would give an infinite rate: it
-    # is floored, and fit.json says which.
-    clamped = [n for n, v in (("fixed_s", a), ("per_request_s", b), ("per_kv_token_s", c))
-               if v <= 0]
-    a, b, c = max(a, 1e-7), max(b, 1e-9), max(c, 1e-12)
+    # t = (weights + M_kv KV) / gpu_bw + b n: c = M_kv / gpu_bw per KV token.
+    (b, c), zero = _nnls([(s[1], weights / mkv + s[2]) for s in steps],
+                         [s[0] for s in steps], "GPU-only")
+    if c <= 0:
+        raise ValueError("calibration: the GPU-only steps give no positive per-KV-token term: "
+                         "no GPU bandwidth follows (steps too noisy or too few; use more "
+                         "requests)")
+    a = c * weights / mkv
     params = m.weight_bytes / 2.0
-    out = dict(gpu_bw=mkv / c, weights=a * mkv / c, params=params,
-               gpu_flops=2.0 * params / b, gpu_steps=len(steps),
-               fixed_s=a, per_request_s=b, per_kv_token_s=c, clamped=clamped)
+    out = dict(gpu_bw=mkv / c, weights=weights, params=params,
+               gpu_flops=2.0 * params / max(b, 1e-12), gpu_steps=len(steps),
+               fixed_s=a, per_request_s=b, per_kv_token_s=c,
+               clamped=["per_request_s"] if 0 in zero else [])
     # A recompute's prefill: nelssa-sim charges 2 params tokens / prefill_flops.
     pre = gpu_engine.prefill_log + (nelssa_engine.prefill_log if nelssa_engine else [])
     if pre:
@@ -71,10 +111,10 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
     if len(rows) < 8:
         raise ValueError("calibration: %d steps with PNM requests, at least 8 needed"
                          % len(rows))
-    t0, slope = _lstsq(rows, res, "NELSSA")
-    out["clamped"] += [n for n, v in (("t_base", t0), ("pnm_bw", slope)) if v <= 0]
+    (t0, slope), zero = _nnls(rows, res, "NELSSA")
+    out["clamped"] += [("t_base", "pnm_bw")[i] for i in zero]
     layers = m.cfg.num_hidden_layers
-    out.update(t_base=max(t0, 1e-7) / layers,
+    out.update(t_base=t0 / layers,
                pnm_bw=select * mkv / (devices * slope) if slope > 0 else 1e15,
                pnm_steps=len(rows))
     return out
