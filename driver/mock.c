@@ -190,9 +190,10 @@ static u32 mock_kv_write(struct npnm_device *ndev, const struct npnm_cmd *c)
 			/* Rewritten by the host since the check: skip, never overflow. */
 			if (to >= p->max_tokens)
 				continue;
+			/* The operands may overlap (the host's choice): memmove. */
 			at = npnm_kv_row_offset(p->kv_dtype, p->head_dim, p->kv_stride, to);
-			memcpy(dst + p->k_off + at, src + i * row, row);
-			memcpy(dst + p->v_off + at, src + g.rows + i * row, row);
+			memmove(dst + p->k_off + at, src + i * row, row);
+			memmove(dst + p->v_off + at, src + g.rows + i * row, row);
 		}
 	} else {
 		mock_put_rows(p, dst + p->k_off, src, p->first_token, p->nr_tokens);

@@ -88,9 +88,10 @@ void nfw_exec_kv_write(const struct nfw_mem *mem, const struct npnm_cmd *desc)
 
 			if (to >= p->max_tokens)
 				continue;
+			/* The operands may overlap (the host's choice): memmove. */
 			at = npnm_kv_row_offset(p->kv_dtype, p->head_dim, p->kv_stride, to);
-			memcpy(k + at, src + i * row, row);
-			memcpy(v + at, src + g.rows + i * row, row);
+			memmove(k + at, src + i * row, row);
+			memmove(v + at, src + g.rows + i * row, row);
 		}
 	} else {
 		/* A tiled type starts on a tile boundary: its pieces are whole tiles. */
