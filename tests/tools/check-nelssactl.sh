@@ -17,7 +17,7 @@ n=0
 # shellcheck source=tap-lib.sh
 . "$(dirname "$0")/tap-lib.sh"
 
-echo "1..45"
+echo "1..49"
 t "--help exits 0" 0 "$ctl" --help
 t "no command is a usage error" 2 "$ctl"
 t "unknown command is a usage error" 2 "$ctl" frobnicate
@@ -52,6 +52,7 @@ json_check "bench attn JSON fields and arithmetic" \
 	"all(k in j for k in ('kv_bytes','seconds','effective_gbps','read_baseline_gbps','ratio','threads')) and j['threads'] == 2 and j['kv_bytes'] == 3 * 4 * 20 * 16 * 512 and abs(j['effective_gbps'] - j['kv_bytes'] / j['seconds'] / 1e9) < 1e-6 * j['effective_gbps'] and abs(j['ratio'] - j['effective_gbps'] / j['read_baseline_gbps']) < 1e-9 and j['max_abs_err_vs_reference'] < 1e-3 and j['gather_baseline_gbps'] > 0 and abs(j['gather_ratio'] - j['effective_gbps'] / j['gather_baseline_gbps']) < 1e-9 and (j['cpus'] is None or j['cpus'] == '%d-%d' % (int(j['cpus'].split('-')[0]), int(j['cpus'].split('-')[0]) + 1))"
 json_check "bench attn roofline: min(read, compute) of the sim device's kernel, same run" \
 	"j['isa'] in ('scalar','avx2','avx512','avx512-bf16','neon') and j['cpu_model'] and j['peak_gflops'] > 0 and abs(j['compute_gbps'] - j['peak_gflops'] / j['group']) < 1e-9 * j['compute_gbps'] and j['roofline_gbps'] == min(j['compute_gbps'], j['read_baseline_gbps']) and abs(j['roofline_ratio'] - j['effective_gbps'] / j['roofline_gbps']) < 1e-9"
+json_check "bench attn lays its stores out packed unless asked" "j['kv_layout'] == 'packed'"
 t "bench attn --isa scalar" 0 "$ctl" bench sim:0 attn --json --isa scalar --context 4096 --items 2 --iters 1
 json_check "bench attn names the ISA it was given" "j['isa'] == 'scalar' and ',isa=scalar' in j['device'] and j['roofline_ratio'] > 0"
 t "bench attn --isa of no ISA is a usage error" 2 "$ctl" bench sim:0 attn --isa sse9
@@ -60,6 +61,13 @@ t "bench attn --attn-dots bf16" 0 "$ctl" bench sim:0 attn --json --context 4096 
 	--attn-dots bf16
 json_check "bench attn with bf16 dot products says so, within the weights' rounding" \
 	"j['attn_dots'] == 'bf16' and j['max_abs_err_vs_reference'] < 1e-3 + 2 ** -7 and j['peak_gflops'] > 0"
+# K and V blocks adjacent (kv_stride): the device reads that layout and
+# matches the reference, which reads the stores unpacked again.
+t "bench attn --kv-layout of no layout is a usage error" 2 "$ctl" bench sim:0 attn --kv-layout kv
+t "bench attn --kv-layout adjacent" 0 "$ctl" bench sim:0 attn --json --context 4096 --items 2 \
+	--iters 1 --kv-layout adjacent --kv-dtype int8
+json_check "bench attn says its layout and matches the reference on it" \
+	"j['kv_layout'] == 'adjacent' and j['kv_dtype'] == 'int8' and j['max_abs_err_vs_reference'] < 1e-3 and j['gather_baseline_gbps'] > 0"
 t "bench attn human output" 0 "$ctl" bench sim:0 attn --context 4096 --items 2 --iters 2
 t "bench attn --cpus with --no-pin is a usage error" 2 "$ctl" bench sim:0 attn --cpus 0 --no-pin
 t "bench attn --no-pin" 0 "$ctl" bench sim:0 attn --json --context 4096 --items 2 --iters 1 --no-pin

@@ -78,6 +78,21 @@ int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_
 	return 0;
 }
 
+void tl_attn_store_unpack(const struct tl_attn_store *s, const uint8_t *store, uint8_t *k,
+			  uint8_t *v)
+{
+	const uint64_t packed = npnm_kv_bytes(s->kv_dtype, s->head_dim, s->context);
+	const uint64_t block = npnm_kv_block_bytes(s->kv_dtype, s->head_dim);
+	const uint64_t stride = s->kv_stride ? s->kv_stride : block;
+
+	for (uint64_t at = 0, b = 0; at < packed; at += block, b++) {
+		const uint64_t n = packed - at < block ? packed - at : block;
+
+		memcpy(k + at, store + b * stride, n);
+		memcpy(v + at, store + s->v_off + b * stride, n);
+	}
+}
+
 void tl_attn_store_fill(const struct tl_attn_store *s, uint8_t *store, uint64_t *rng)
 {
 	uint64_t *w = (uint64_t *)store;

@@ -29,6 +29,13 @@ struct tl_attn_store {
  */
 int tl_attn_store_plan(struct tl_attn_store *s, uint8_t kv_dtype, uint32_t head_dim,
 		       uint32_t context, uint32_t cluster, int adjacent);
+/*
+ * The K and V arrays of the store at @store, in the packed layout, into
+ * @k and @v (npnm_kv_bytes(context) bytes each): what a reference that
+ * knows only the packed layout reads.
+ */
+void tl_attn_store_unpack(const struct tl_attn_store *s, const uint8_t *store, uint8_t *k,
+			  uint8_t *v);
 /* --kv-layout: "packed" (0) or "adjacent" (1); -1 for another name. */
 int tl_kv_layout_parse(const char *name);
 /* The --kv-layout name of @s. */

@@ -36,11 +36,14 @@ static const char help[] =
 	"  --no-pin        leave thread placement to the scheduler\n"
 	"  --isa NAME      kernel of the sim device: auto, scalar, avx2, avx512,\n"
 	"                  avx512-bf16, neon\n"
+	"                  (default auto: the best this CPU runs; for DEV sim:N only)\n"
 	"  --kv-dtype T    KV element type: bf16 (default), fp16, fp8, int8; bytes count\n"
 	"                  what the type stores, scales included (token_bytes in JSON)\n"
-	"                  (default auto: the best this CPU runs; for DEV sim:N only)\n"
 	"  --attn-dots D   fp32 (default) or bf16: NPNM_ATTN_F_BF16_DOTS, the query and\n"
 	"                  the softmax weights rounded to bf16 (the device must offer it)\n"
+	"  --kv-layout L   packed (default) or adjacent: each 16-token block of K next to\n"
+	"                  its block of V (kv_stride; the device must take it); the gather\n"
+	"                  baseline reads the same layout\n"
 	"Reports kv_bytes, seconds, effective_gbps (KV bytes read per second, mean over\n"
 	"the timed commands), read_baseline_gbps (best of 3 single-pass streaming reads\n"
 	"of a buffer as large as the KV stores, at most 2 GiB, with the same thread\n"
@@ -62,6 +65,7 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		{ "cpus", required_argument, NULL, 'p' }, { "no-pin", no_argument, NULL, 'P' },
 		{ "isa", required_argument, NULL, 'I' }, { "kv-dtype", required_argument, NULL, 'T' },
 		{ "attn-dots", required_argument, NULL, 'D' },
+		{ "kv-layout", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	uint64_t first = UINT64_MAX;
@@ -93,6 +97,13 @@ static int parse(struct attn_opts *o, int argc, char **argv)
 		case 'D':
 			bad |= tl_attn_dots_parse(optarg, &o->attn_flags) != 0;
 			break;
+		case 'L': {
+			int adj = tl_kv_layout_parse(optarg);
+
+			bad |= adj < 0;
+			o->adjacent = adj > 0;
+			break;
+		}
 		case 'h': fputs(help, stdout); return 1;
 		default: bad = 1; break;
 		}
@@ -126,7 +137,7 @@ struct layout {
 static void plan(const struct attn_opts *o, struct layout *l)
 {
 	tl_attn_store_plan(&l->st, o->kv_dtype, (uint32_t)o->head_dim, (uint32_t)o->context,
-			   (uint32_t)o->cluster, 0);
+			   (uint32_t)o->cluster, o->adjacent);
 	l->nsel = (uint64_t)llround(o->select * (double)l->st.nclusters);
 	l->kv_bytes = l->st.bytes * o->items;
 	l->q_bytes = o->items * o->group * o->head_dim * 4;
@@ -190,10 +201,16 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 				      (enum nelssa_kv_dtype)o->kv_dtype, 1.0f / sqrtf((float)o->head_dim),
 				      o->attn_flags };
 	float *ro = calloc(o->group * o->head_dim, sizeof(float)), rl[16];
+	const uint64_t packed = nelssa_kv_bytes((enum nelssa_kv_dtype)o->kv_dtype,
+						(uint32_t)o->head_dim, (uint32_t)o->context);
+	uint8_t *k = malloc(packed), *v = malloc(packed);
 	const float *got = (const float *)out;
 	double err = -1.0;
 
-	if (ro && !nelssa_attn_clusters(&g, (const float *)in, kv, kv + l->st.v_off,
+	/* The reference reads the packed layout: item 0's store, unpacked. */
+	if (k && v)
+		tl_attn_store_unpack(&l->st, kv, k, v);
+	if (ro && k && v && !nelssa_attn_clusters(&g, (const float *)in, k, v,
 					(uint32_t)o->context,
 					(const struct nelssa_cluster *)(kv + l->st.table_off),
 					l->st.nclusters, (const uint32_t *)(in + l->sel_base),
@@ -203,13 +220,15 @@ static double check_item0(const uint8_t *kv, const uint8_t *in, const uint8_t *o
 			err = fmax(err, fabs((double)got[i] - ro[i]));
 	}
 	free(ro);
+	free(k);
+	free(v);
 	return err;
 }
 
 void attn_defaults(struct attn_opts *o)
 {
 	*o = (struct attn_opts){ 1, 131072, 32, 128, 4, 16, 10, 0.04, true, 0, false, NULL,
-				 NPNM_DTYPE_BF16, 0 };
+				 NPNM_DTYPE_BF16, 0, false };
 }
 
 int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct attn_result *res)
@@ -261,6 +280,13 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 		rc = EXIT_FAIL;
 		goto out;
 	}
+	if (l.st.kv_stride && !(info.caps & NPNM_CAP_KV_STRIDE)) {
+		fprintf(stderr, "nelssactl: %s takes no kv_stride (firmware %u.%u; 1.2 and later "
+			"do): use --kv-layout packed\n", res->name, info.fw_version >> 16,
+			info.fw_version & 0xffff);
+		rc = EXIT_FAIL;
+		goto out;
+	}
 	if (!quiet)
 		fprintf(stderr, "preparing %llu KV stores of %llu tokens (%.2f GiB) on %s...\n",
 			(unsigned long long)o.items, (unsigned long long)o.context,
@@ -306,6 +332,7 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 		c.p.attn = (struct npnm_sparse_attn_params){
 			.nr_items = (uint32_t)o.items, .head_dim = (uint16_t)o.head_dim,
 			.group = (uint8_t)o.group, .kv_dtype = o.kv_dtype, .flags = o.attn_flags,
+			.kv_stride = l.st.kv_stride,
 		};
 		t0 = tl_now();
 		ret = nelssa_pnm_exec(p, &c, &comp);
@@ -450,7 +477,7 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
 				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel,
-				       (uint64_t)(o.cluster * r.token_bytes / 2) };
+				       (uint64_t)(o.cluster * r.token_bytes / 2), o.adjacent };
 	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	isa = device_isa(r.name, (uint32_t)o.head_dim);
 	if (isa >= 0)
@@ -503,6 +530,8 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		json_object_object_add(j, "kv_dtype", json_object_new_string(tl_kv_dtype_name(o.kv_dtype)));
 		json_object_object_add(j, "attn_dots",
 				       json_object_new_string(tl_attn_dots_name(o.attn_flags)));
+		json_object_object_add(j, "kv_layout",
+				       json_object_new_string(o.adjacent ? "adjacent" : "packed"));
 		json_object_object_add(j, "token_bytes", json_object_new_double(r.token_bytes));
 		json_object_object_add(j, "mtok_per_s",
 				       json_object_new_double(r.gbps * 1e3 / r.token_bytes));
@@ -519,6 +548,8 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		       (unsigned long long)o.head_dim, (unsigned long long)o.group,
 		       (unsigned long long)r.nsel, (unsigned long long)r.nclusters,
 		       (unsigned long long)o.cluster, r.threads);
+		printf("  KV layout       %s\n", o.adjacent ?
+		       "K and V blocks adjacent (kv_stride)" : "packed");
 		printf("  KV read         %.1f MiB per command, %llu commands in %.3f s\n",
 		       (double)r.bytes_per_cmd / (1 << 20), (unsigned long long)o.iters, r.seconds);
 		printf("  effective       %.2f GB/s (best command %.2f GB/s)\n", r.gbps, r.best_gbps);

@@ -115,14 +115,15 @@ double ctl_gather_baseline(const struct gather_shape *sh, unsigned int threads,
 
 		/* Fresh clusters per pass, distinct enough at 4 % of 8192 not to matter. */
 		for (uint64_t i = 0; i < chunks; i++)
-			chunk[i] = i / sh->selected * store +
-				   tl_next(&s) % sh->clusters * sh->chunk_bytes;
+			chunk[i] = i / sh->selected * store + tl_next(&s) % sh->clusters *
+				   (sh->adjacent ? 2 : 1) * sh->chunk_bytes;
 		for (unsigned int i = 0; i < threads; i++) {
 			uint64_t from = chunks * i / threads, to = chunks * (i + 1) / threads;
 
 			g[i] = (struct gatherer){ .base = buf, .chunk = chunk + from,
 						  .nr_chunks = to - from,
-						  .chunk_bytes = sh->chunk_bytes, .v_delta = store / 2 };
+						  .chunk_bytes = sh->chunk_bytes,
+						  .v_delta = sh->adjacent ? sh->chunk_bytes : store / 2 };
 			read += (to - from) / GATHER_WAYS * GATHER_WAYS * 2 * sh->chunk_bytes;
 		}
 		dt = ctl_time_threads(threads, gather_slice, g, sizeof(g[0]), cpu_first, cpu_count);

@@ -44,6 +44,7 @@ struct attn_opts {
 	const char *isa;		/* SPARSE_ATTN ISA of a sim device it creates; NULL: best */
 	uint8_t kv_dtype;		/* enum npnm_kv_dtype of the stores */
 	uint32_t attn_flags;		/* NPNM_ATTN_F_* of the commands */
+	bool adjacent;			/* K and V blocks adjacent (kv_stride) */
 };
 
 struct attn_result {
@@ -114,6 +115,7 @@ double ctl_time_threads(unsigned int threads, void *(*fn)(void *), void *args, s
 struct gather_shape {
 	uint64_t items, clusters, selected;	/* selected clusters per item */
 	uint64_t chunk_bytes;			/* one cluster's K (= V) rows */
+	bool adjacent;				/* each cluster's V right after its K */
 };
 
 /*
