@@ -143,23 +143,43 @@ uint32_t nfw_validate_attn(const struct nfw_mem *mem, const struct npnm_cmd *des
 
 /*
  * Tokens [@first, @first + @n) of @a's store into @run: at once when the
- * store is packed, else block by block (a block is a packed store of its
- * own, NPNM_KV_QTILE tokens long).
+ * store is packed, else a feed tile at a time, as one call groups them
+ * over a packed store -- so both layouts give the same bits.  A tile
+ * within one block (a packed store of its own, NPNM_KV_QTILE tokens) is
+ * fed from there; one across two blocks from a packed copy of both in
+ * @buf (four blocks' bytes), of the second only the rows it has.
  */
+/* feed_tokens() copies two blocks of K and two of V at the largest head dimension. */
+_Static_assert(4ull * NPNM_KV_QTILE * NFW_MAX_HEAD_DIM * 2 <= NFW_ATTN_SCRATCH_BYTES,
+	       "attention scratch holds four blocks");
+
 static void feed_tokens(struct nelssa_attn_run *run, const struct nfw_attn_args *a,
-			uint32_t first, uint32_t n)
+			uint32_t first, uint32_t n, uint8_t *buf)
 {
+	const size_t block = npnm_kv_block_bytes(a->kv_dtype, a->head_dim);
+
 	if (!a->kv_stride) {
 		nelssa_attn_feed_at(run, a->k, a->v, first, n);
 		return;
 	}
 	while (n) {
-		uint32_t in = first % NPNM_KV_QTILE, take = NPNM_KV_QTILE - in;
-		size_t at = (size_t)(first / NPNM_KV_QTILE) * a->stride;
+		const uint32_t in = first % NPNM_KV_QTILE;
+		const uint32_t take = n < NELSSA_ATTN_FEED_TILE ? n : NELSSA_ATTN_FEED_TILE;
+		const size_t at = (size_t)(first / NPNM_KV_QTILE) * a->stride;
+		const uint8_t *k = a->k + at, *v = a->v + at;
 
-		if (take > n)
-			take = n;
-		nelssa_attn_feed_at(run, a->k + at, a->v + at, in, take);
+		if (in + take > NPNM_KV_QTILE) {
+			const size_t rest = npnm_kv_bytes(a->kv_dtype, a->head_dim,
+							  in + take - NPNM_KV_QTILE);
+
+			memcpy(buf, k, block);
+			memcpy(buf + block, k + a->stride, rest);
+			memcpy(buf + 2 * block, v, block);
+			memcpy(buf + 3 * block, v + a->stride, rest);
+			k = buf;
+			v = buf + 2 * block;
+		}
+		nelssa_attn_feed_at(run, k, v, in, take);
 		first += take;
 		n -= take;
 	}
@@ -177,7 +197,6 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 	};
 	struct nelssa_attn_run run;
 
-	(void)scratch;
 	if (nelssa_attn_begin(&run, &g, a->q, a->o))
 		return;		/* unreachable: validated */
 	for (uint32_t s = 0; s < a->nr_sel; s++) {
@@ -185,7 +204,7 @@ void nfw_attn_item_scalar(const struct nfw_attn_args *a, float *scratch)
 
 		if (nfw_attn_cluster(a, s, &c))
 			continue;
-		feed_tokens(&run, a, c.first, c.count);
+		feed_tokens(&run, a, c.first, c.count, (uint8_t *)scratch);
 	}
 	nelssa_attn_end(&run, a->lse);
 }

@@ -15,7 +15,7 @@
 #include <nelssa/half.h>
 
 /* Tokens per tile: 2 * 8 rows * 1024 dims * 4 B = 64 KiB of stack at most. */
-#define TILE 8u
+#define TILE NELSSA_ATTN_FEED_TILE
 
 int nelssa_attn_geom_check(const struct nelssa_attn_geom *geom)
 {

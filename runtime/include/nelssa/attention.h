@@ -219,8 +219,12 @@ void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v,
  * @n: tokens in the block; 0 does nothing.
  *
  * nelssa_attn_feed() of a block that starts anywhere in a store of any
- * type.
+ * type.  Tokens are folded NELSSA_ATTN_FEED_TILE at a time from @first
+ * (each tile one rescale of the running maximum), so feeding a block in
+ * pieces of whole feed tiles gives the bits one call gives.
  */
+#define NELSSA_ATTN_FEED_TILE 8u
+
 void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void *v, size_t first,
 			 size_t n);
 
