@@ -760,8 +760,9 @@ static inline enum npnm_status npnm_kv_write_geom(const struct npnm_cmd *c,
 	    !npnm_fits(dst->len, p->table_off,
 		       (__u64)p->max_clusters * sizeof(struct npnm_cluster)))
 		return NPNM_ST_BAD_OPERAND;
-	if ((dst->offset + p->k_off) % align || (dst->offset + p->v_off) % align ||
-	    (dst->offset + p->table_off) % 4 || src->offset % 4 || g->src_table % 4)
+	/* align is 2 or 4: masks, no 64-bit division on a 32-bit kernel. */
+	if (((dst->offset + p->k_off) & (align - 1)) || ((dst->offset + p->v_off) & (align - 1)) ||
+	    ((dst->offset + p->table_off) & 3) || (src->offset & 3) || (g->src_table & 3))
 		return NPNM_ST_BAD_PARAM;
 	if (!(p->flags & NPNM_KV_F_SCATTER) && (__u64)p->first_token + p->nr_tokens > p->max_tokens)
 		return NPNM_ST_BAD_PARAM;

@@ -483,7 +483,7 @@ static int npnm_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
 		     NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER;
 	/* Interface 1.2 gave the reserved words their kv_stride meaning. */
-	if (ndev->fw_version >> 16 == 1 && (ndev->fw_version & 0xffff) >= 2)
+	if (ndev->fw_version >= ((1U << 16) | 2))
 		ndev->caps |= NPNM_CAP_KV_STRIDE;
 	/* The top of the heap may go to device-dax instead (dax.c). */
 	npnm_dax_carve(ndev, pp->mem_phys, le64_to_cpu(pp->hdr->heap_off), &ndev->mem_avail);
