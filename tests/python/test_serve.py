@@ -703,9 +703,10 @@ def test_calibration_recovers_known_terms(model):
     terms = calibrate.fit(_Logged(model, shrink))
     assert terms["clamped"] == ["per_request_s"] and terms["per_request_s"] == 0
     assert terms["gpu_flops"] > 1e15 and terms["weights"] == model.weight_bytes
-    # Steps of no duration (a broken clock): no bandwidth follows, refused
-    # rather than floored into an absurd one.
-    with pytest.raises(ValueError, match="no positive per-KV-token term"):
+    # Steps of no duration (a broken clock) are left out, not fitted.
+    half = [(0.0, *g[1:]) if i % 2 else g for i, g in enumerate(gpu)]
+    assert calibrate.fit(_Logged(model, half))["gpu_steps"] == len(gpu) // 2
+    with pytest.raises(ValueError, match="GPU-only steps, at least 8"):
         calibrate.fit(_Logged(model, [(0.0, *g[1:]) for g in gpu]))
     # A PNM tier with no fixed cost: t_base is fitted at zero and said so.
     flat_pnm = [(t - L * t_base, *rest) for t, *rest in pnm]

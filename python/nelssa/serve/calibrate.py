@@ -76,7 +76,8 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
     m = gpu_engine.m
     mkv = float(m.kv_bytes_per_token)
     weights = float(m.weight_bytes)
-    steps = [s for s in gpu_engine.step_log if s[3] == 0]
+    # A step of no duration is a clock's artefact, not a measurement.
+    steps = [s for s in gpu_engine.step_log if s[3] == 0 and s[0] > 0]
     if len(steps) < 8:
         raise ValueError("calibration: %d GPU-only steps, at least 8 needed" % len(steps))
     # t = (weights + M_kv KV) / gpu_bw + b n: c = M_kv / gpu_bw per KV token.
