@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * The firmware against hostile descriptors: valid commands of every
- * opcode -- KV_WRITE and SPARSE_ATTN packed and with a kv_stride, 16- and
- * 8-bit -- mutated at random (parameters, operands, work items, selected
+ * opcode with operands -- KV_WRITE and SPARSE_ATTN packed and with a
+ * kv_stride, 16- and 8-bit, FILL, COPY -- mutated at random (parameters, operands, work items, selected
  * ids, table entries, strides; boundary values more often than not) and
  * run, each ISA in turn.  Whatever the status:
  *
  * - the firmware touches no byte outside the command's operands: under
- *   ASan everything else of device memory is poisoned while it runs;
+ *   ASan everything else of device memory is poisoned while it runs (in
+ *   8-byte granules, so up to 7 bytes just before an unaligned operand
+ *   stay readable: a read there goes unseen, a write does not);
  * - a refused command writes nothing;
  * - an accepted one writes only inside the operands the opcode writes
  *   (npnm_rules_operand_access()).
