@@ -358,6 +358,8 @@ int attn_measure(const char *dev, const struct attn_opts *op, bool quiet, struct
 	res->bytes_per_cmd = bytes_per_cmd;
 	res->nsel = l.nsel;
 	res->nclusters = l.st.nclusters;
+	/* The layout used: adjacent needs whole 64-byte blocks (attn_store.c). */
+	res->adjacent = l.st.kv_stride != 0;
 	res->kv_bytes = l.kv_bytes;
 	res->threads = info.nr_cores;
 	res->mem_size = info.mem_size;
@@ -477,7 +479,7 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 	baseline = ctl_read_baseline(r.kv_bytes < (2ull << 30) ? r.kv_bytes : (2ull << 30),
 				     r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	shape = (struct gather_shape){ o.items, r.nclusters, r.nsel,
-				       (uint64_t)(o.cluster * r.token_bytes / 2), o.adjacent };
+				       (uint64_t)(o.cluster * r.token_bytes / 2), r.adjacent };
 	gather = ctl_gather_baseline(&shape, r.threads, 3, r.cpu_first, r.pinned ? r.threads : 0);
 	isa = device_isa(r.name, (uint32_t)o.head_dim);
 	if (isa >= 0)
@@ -531,7 +533,7 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		json_object_object_add(j, "attn_dots",
 				       json_object_new_string(tl_attn_dots_name(o.attn_flags)));
 		json_object_object_add(j, "kv_layout",
-				       json_object_new_string(o.adjacent ? "adjacent" : "packed"));
+				       json_object_new_string(r.adjacent ? "adjacent" : "packed"));
 		json_object_object_add(j, "token_bytes", json_object_new_double(r.token_bytes));
 		json_object_object_add(j, "mtok_per_s",
 				       json_object_new_double(r.gbps * 1e3 / r.token_bytes));
@@ -548,7 +550,7 @@ int bench_attn(struct ctl *ctl, const char *dev, int argc, char **argv)
 		       (unsigned long long)o.head_dim, (unsigned long long)o.group,
 		       (unsigned long long)r.nsel, (unsigned long long)r.nclusters,
 		       (unsigned long long)o.cluster, r.threads);
-		printf("  KV layout       %s\n", o.adjacent ?
+		printf("  KV layout       %s\n", r.adjacent ?
 		       "K and V blocks adjacent (kv_stride)" : "packed");
 		printf("  KV read         %.1f MiB per command, %llu commands in %.3f s\n",
 		       (double)r.bytes_per_cmd / (1 << 20), (unsigned long long)o.iters, r.seconds);

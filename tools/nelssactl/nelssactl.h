@@ -55,6 +55,7 @@ struct attn_result {
 	uint64_t mem_size;		/* the device's memory */
 	unsigned int threads;
 	bool pinned;			/* executors pinned to CPUs cpu_first.. */
+	bool adjacent;			/* the stores' K and V blocks adjacent */
 	unsigned int cpu_first;
 };
 
