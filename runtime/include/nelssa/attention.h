@@ -223,10 +223,11 @@ void nelssa_attn_feed(struct nelssa_attn_run *run, const void *k, const void *v,
  * (each tile one rescale of the running maximum), so feeding a block in
  * pieces of whole feed tiles gives the bits one call gives.
  */
-#define NELSSA_ATTN_FEED_TILE 8u
-
 void nelssa_attn_feed_at(struct nelssa_attn_run *run, const void *k, const void *v, size_t first,
 			 size_t n);
+
+/* Tokens nelssa_attn_feed_at() folds at a time (see there). */
+#define NELSSA_ATTN_FEED_TILE 8u
 
 /**
  * nelssa_attn_end() - finish a work item: normalise its outputs.
