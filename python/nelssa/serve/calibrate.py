@@ -39,16 +39,19 @@ def _lstsq(rows, y, what):
     return coef
 
 
-def _nnls(rows, y, what):
+def _nnls(rows, y, what, keep=()):
     """Least squares with every coefficient >= 0 (few columns: each set of
-    free columns is tried, the best feasible one kept).  The columns at
-    zero are returned as a list of indices."""
+    free columns is tried, the best feasible one kept), the columns in
+    keep always among the free ones.  The columns at zero are returned
+    as a list of indices."""
     a = np.asarray(rows, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     best = None
     _lstsq(a, y, what)      # refuses steps too uniform to separate the terms
     for mask in range(1, 1 << a.shape[1]):
         cols = [i for i in range(a.shape[1]) if mask >> i & 1]
+        if any(i not in cols for i in keep):
+            continue
         coef = np.linalg.lstsq(a[:, cols], y, rcond=None)[0]
         if np.any(coef <= 0):
             continue
@@ -69,10 +72,11 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
     put at zero is fitted there (the others refitted without it) and
     fit.json's ``clamped`` names it: the per-request term (gpu_flops then
     2 params / 1e-12 s, no cost), the PNM tier's fixed term or its per-token
-    one (pnm_bw then 1e15 B/s).  Raises ValueError for steps that cannot
-    give the model: too few, too uniform, or no positive per-KV-token term
-    on the GPU (no bandwidth follows, and the weights' read time, which the
-    policy's pacing divides by, would be zero)."""
+    one (pnm_bw then 1e15 B/s).  The GPU's per-KV-token term is never put
+    at zero: no bandwidth would follow, and the weights' read time, which
+    the policy's pacing divides by, would be zero.  Raises ValueError for
+    steps that cannot give the model: too few, too uniform, or none of
+    positive duration."""
     m = gpu_engine.m
     mkv = float(m.kv_bytes_per_token)
     weights = float(m.weight_bytes)
@@ -81,8 +85,10 @@ def fit(gpu_engine, nelssa_engine=None, *, devices=4, select=0.04, compression=1
     if len(steps) < 8:
         raise ValueError("calibration: %d GPU-only steps, at least 8 needed" % len(steps))
     # t = (weights + M_kv KV) / gpu_bw + b n: c = M_kv / gpu_bw per KV token.
+    # The KV term stays in the fit: without it no bandwidth follows, and
+    # with positive durations it alone always fits.
     (b, c), zero = _nnls([(s[1], weights / mkv + s[2]) for s in steps],
-                         [s[0] for s in steps], "GPU-only")
+                         [s[0] for s in steps], "GPU-only", keep=(1,))
     if c <= 0:
         raise ValueError("calibration: the GPU-only steps give no positive per-KV-token term: "
                          "no GPU bandwidth follows (steps too noisy or too few; use more "
