@@ -12,8 +12,8 @@
  * buffer and written once the frames of a read are handled, as much as
  * the socket takes; the loop asks for POLLOUT only while some wait.  A
  * client that does not read its replies stalls nothing but itself: once
- * ND_OUT_MAX bytes wait for it, or replies have waited with none taken
- * for the frame timeout, its connection is closed.
+ * max-unread-kib wait for it, here and in its socket, or replies have
+ * waited with none taken for the frame timeout, its connection is reset.
  *
  * Timers close a connection that gives no HELLO within the HELLO
  * timeout, that holds a partial frame for longer than the frame timeout
@@ -49,6 +49,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <linux/sockios.h>
 #include <nelssa/link.h>
 
 #include "nelssad.h"
@@ -94,16 +95,32 @@ int nd_control_listen(struct nelssad *nd)
 	return fd;
 }
 
-/* Appends @m to @c's output; -ENOBUFS when ND_OUT_MAX bytes would wait. */
+/* Bytes @fd's socket holds that its peer has not taken (sent or not). */
+static size_t untaken(int fd)
+{
+	int n = 0;
+
+	return ioctl(fd, SIOCOUTQ, &n) || n < 0 ? 0 : (size_t)n;
+}
+
+/*
+ * Appends @m to @c's output; -ENOBUFS when more than max-unread-kib would
+ * wait for the client, the socket's untaken bytes included: without them,
+ * a client that never reads would first fill a send buffer the kernel
+ * grows to megabytes.  The socket's count is the one at the last flush
+ * (it only falls as the client reads), looked at again before refusing.
+ */
 int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
 {
+	const size_t max = (size_t)nd->cfg.max_unread_kib << 10;
 	uint8_t frame[NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD];
 	size_t len;
 
-	(void)nd;
 	if (nelssa_msg_encode(m, frame, sizeof(frame), &len))
 		return -EINVAL;
-	if (c->out_len - c->out_off + len > ND_OUT_MAX) {
+	if (c->out_len - c->out_off + c->unsent + len > max)
+		c->unsent = untaken(c->fd);
+	if (c->out_len - c->out_off + c->unsent + len > max) {
 		c->overflow = 1;
 		return -ENOBUFS;
 	}
@@ -163,6 +180,7 @@ static int flush(struct nd_conn *c)
 			return n < 0 ? -errno : -EIO;
 		c->out_off += (size_t)n;
 		c->t_wrote = nd_now_ns();
+		c->unsent = untaken(c->fd);
 	}
 	/* All out: the buffer goes too (500 quiet connections hold none). */
 	free(c->out);
@@ -176,14 +194,25 @@ static int pending(const struct nd_conn *c)
 	return c->out_off < c->out_len;
 }
 
-/* Closes @c now, its sessions with it; @why for the log, NULL: quietly. */
-static void drop(struct nelssad *nd, struct nd_conn *c, const char *why)
+/*
+ * Closes @c now, its sessions with it; @why for the log, NULL: quietly.
+ * @unread: its client stopped taking replies.  Then a reply still held
+ * here or in the socket makes the close a reset: a FIN would queue behind
+ * bytes no one reads, the client would never learn of the close, and the
+ * kernel would keep the orphaned socket's buffer for minutes.
+ */
+static void drop(struct nelssad *nd, struct nd_conn *c, const char *why, int unread)
 {
 	if (why)
 		nd_log(nd, "connection %llu (%s): %s: closed", (unsigned long long)c->id, c->name,
 		       why);
 	if (!c->gone)
 		nd_control_gone(nd, c);
+	if (unread && (pending(c) || untaken(c->fd))) {
+		const struct linger reset = { .l_onoff = 1, .l_linger = 0 };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+	}
 	close(c->fd);
 	free(c->out);
 	free(c);
@@ -432,11 +461,11 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 	if (c->closing) {
 		if (!due(c->t_close, now, next))
 			return 0;
-		drop(nd, c, NULL);
+		drop(nd, c, NULL, 1);	/* not even its ERROR taken, perhaps */
 		return 1;
 	}
 	if (pending(c) && due(c->t_wrote + cfg->frame_timeout_ms * MS, now, next)) {
-		drop(nd, c, "its replies not read for the frame timeout (frame-timeout-ms)");
+		drop(nd, c, "its replies not read for the frame timeout (frame-timeout-ms)", 1);
 		return 1;
 	}
 	/*
@@ -516,13 +545,21 @@ int nd_control_init(struct nelssad *nd, struct nd_ctl *ctl, int listen_fd)
  */
 static int conn_result(struct nelssad *nd, struct nd_conn *c, int ret)
 {
+	char why[80];
+
 	if (!ret)
 		return 0;
 	if (ret != -ECONNRESET && ret != -ENOBUFS && !c->closing) {
 		end(nd, c, NULL);	/* its ERROR is queued */
 		return 0;
 	}
-	drop(nd, c, ret == -ENOBUFS ? "more than 256 KiB of its replies not read" : NULL);
+	if (ret == -ENOBUFS) {
+		snprintf(why, sizeof(why), "more than %u KiB of its replies not read "
+			 "(max-unread-kib)", nd->cfg.max_unread_kib);
+		drop(nd, c, why, 1);
+	} else {
+		drop(nd, c, NULL, 0);
+	}
 	return 1;
 }
 
@@ -614,7 +651,7 @@ int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
 void nd_control_fini(struct nelssad *nd, struct nd_ctl *ctl)
 {
 	for (uint32_t i = 0; i < ctl->n; i++)
-		drop(nd, ctl->conns[i], NULL);
+		drop(nd, ctl->conns[i], NULL, 0);
 	free(ctl->pfd);
 	free(ctl->conns);
 	memset(ctl, 0, sizeof(*ctl));

@@ -80,6 +80,8 @@ static void usage(FILE *f)
 		"  --hello-timeout-ms MS       a connection must say HELLO within (default 10000)\n"
 		"  --frame-timeout-ms MS       a frame must arrive, and replies be read, within\n"
 		"                     (default 10000)\n"
+		"  --max-unread-kib N          replies a connection leaves unread, its socket's\n"
+		"                     included, before it is closed (default 256)\n"
 		"  --idle-timeout-ms MS        a connection with no session and no frame is closed\n"
 		"                     after (default 300000; 0: never)\n"
 		"  --admin-addr LIST  client addresses whose STATS show the whole daemon, or 'none'\n"
@@ -150,6 +152,7 @@ static const struct opt opts[] = {
 	{ "max-memory-per-conn", OPT_VALUE, "SIZE or PERCENT%" },
 	{ "hello-timeout-ms", OPT_VALUE, "MS" },
 	{ "frame-timeout-ms", OPT_VALUE, "MS" },
+	{ "max-unread-kib", OPT_VALUE, "N" },
 	{ "idle-timeout-ms", OPT_VALUE, "MS" },
 	{ "admin-addr", OPT_VALUE, "ADDR[,ADDR...] or none" },
 	{ "busy-poll", OPT_SWITCH, "yes or no" },
@@ -234,6 +237,7 @@ static const struct {
 	  1000000 },
 	{ "hello-timeout-ms", offsetof(struct nd_config, hello_timeout_ms), 1, 3600000 },
 	{ "frame-timeout-ms", offsetof(struct nd_config, frame_timeout_ms), 1, 3600000 },
+	{ "max-unread-kib", offsetof(struct nd_config, max_unread_kib), 16, 65536 },
 	{ "idle-timeout-ms", offsetof(struct nd_config, idle_timeout_ms), 0, 86400000 },
 	{ "etcd-ttl", offsetof(struct nd_config, etcd_ttl), 2, 3600 },
 	{ "etcd-update-ms", offsetof(struct nd_config, etcd_update_ms), 100, 60000 },
@@ -889,11 +893,12 @@ static void limits(struct nelssad *nd)
 		at += (uint32_t)snprintf(admin + at, sizeof(admin) - at, "%s%s", i ? "," : "", one);
 	}
 	nd_log(nd, "limits: %u connections, %u per address; %u sessions, %u per connection; "
-	       "%u requests per session; %s%.1f MiB of device memory per connection; timeouts: "
-	       "HELLO %u ms, frame %u ms, idle %u ms; admin: %s", c->max_conns,
-	       c->max_conns_per_addr, c->max_sessions, c->max_sessions_per_conn,
+	       "%u requests per session; %s%.1f MiB of device memory per connection; %u KiB of "
+	       "replies unread; timeouts: HELLO %u ms, frame %u ms, idle %u ms; admin: %s",
+	       c->max_conns, c->max_conns_per_addr, c->max_sessions, c->max_sessions_per_conn,
 	       c->max_requests_per_session, pct, (double)nd->memory_per_conn / (1 << 20),
-	       c->hello_timeout_ms, c->frame_timeout_ms, c->idle_timeout_ms, admin);
+	       c->max_unread_kib, c->hello_timeout_ms, c->frame_timeout_ms, c->idle_timeout_ms,
+	       admin);
 }
 
 int main(int argc, char **argv)
@@ -916,6 +921,7 @@ int main(int argc, char **argv)
 	nd->cfg.max_memory_pct = 100;
 	nd->cfg.hello_timeout_ms = 10000;
 	nd->cfg.frame_timeout_ms = 10000;
+	nd->cfg.max_unread_kib = 256;
 	nd->cfg.idle_timeout_ms = 300000;
 	set_admin(&nd->cfg, "127.0.0.1,::1", NULL, 0);
 	snprintf(nd->cfg.cluster, sizeof(nd->cfg.cluster), "default");

@@ -80,6 +80,7 @@ struct nd_config {
 	uint32_t max_memory_pct;	/* ... of the devices' memory, when bytes is 0 */
 	uint32_t hello_timeout_ms;	/* accept to HELLO */
 	uint32_t frame_timeout_ms;	/* a partial frame in, or replies not read */
+	uint32_t max_unread_kib;	/* replies not read, the socket's included */
 	uint32_t idle_timeout_ms;	/* no frame and no session; 0: never */
 	uint32_t n_admin;		/* --admin-addr: who sees daemon-wide STATS */
 	struct nd_addr {
@@ -367,10 +368,8 @@ struct nd_conn {
 	/* Replies, queued; written once the frames of a read are handled. */
 	uint8_t *out;
 	size_t out_off, out_len, out_cap;
+	size_t unsent;			/* in the socket, not yet taken, at the last look */
 };
-
-/* The most a connection's replies may wait in the daemon, not read. */
-#define ND_OUT_MAX (256u << 10)
 
 /*
  * The control loop (conn.c): its listener and connections.  The daemon

@@ -76,9 +76,9 @@ EOF
 
 # The limits (Documentation/tools/nelssad.rst, LIMITS).
 limits="max-conns-per-addr max-sessions-per-conn max-requests-per-session max-memory-per-conn
-hello-timeout-ms frame-timeout-ms idle-timeout-ms admin-addr"
+hello-timeout-ms frame-timeout-ms max-unread-kib idle-timeout-ms admin-addr"
 
-echo "1..86"
+echo "1..89"
 
 # A value option without a value, in a config file: named with file and line.
 for opt in listen max-sessions max-conns data-port port-file devices sim-opts $limits; do
@@ -141,6 +141,8 @@ refuse "--hello-timeout-ms=0 refused" "--hello-timeout-ms: '0': need 1..3600000"
 	--hello-timeout-ms=0
 refuse "--frame-timeout-ms 3600001 refused" "--frame-timeout-ms: '3600001': need 1..3600000" \
 	--frame-timeout-ms 3600001
+refuse "--max-unread-kib 15 refused" "--max-unread-kib: '15': need 16..65536" \
+	--max-unread-kib 15
 refuse "--idle-timeout-ms=-1 refused" "--idle-timeout-ms: '-1': need 0..86400000" \
 	--idle-timeout-ms=-1
 for bad in 0 0% 101% 12X 8GB -1 %; do
@@ -225,7 +227,7 @@ t "the command line overrides the file: no busy-poll" 1 grep -q busy-polling "$o
 serves "the shipped config file parses (devices overridden)" "with 1 device(s)" -- \
 	--config "$shipped" --devices sim:1 --sim-opts mem=16M
 serves "the limits' defaults in force" \
-	"limits: 256 connections, 32 per address; 64 sessions, 16 per connection; 1024 requests per session; 100%: 64.0 MiB of device memory per connection; timeouts: HELLO 10000 ms, frame 10000 ms, idle 300000 ms; admin: 127.0.0.1,::1" \
+	"limits: 256 connections, 32 per address; 64 sessions, 16 per connection; 1024 requests per session; 100%: 64.0 MiB of device memory per connection; 256 KiB of replies unread; timeouts: HELLO 10000 ms, frame 10000 ms, idle 300000 ms; admin: 127.0.0.1,::1" \
 	"file descriptors: limit" -- --devices sim:1 --sim-opts mem=64M
 cat >"$out/limits.conf" <<CONF
 max-conns = 10
@@ -235,11 +237,12 @@ max-requests-per-session = 7
 max-memory-per-conn = 25%
 hello-timeout-ms = 500
 frame-timeout-ms = 700
+max-unread-kib = 64
 idle-timeout-ms = 0
 admin-addr = none
 CONF
 serves "every limit set from a config file" \
-	"limits: 10 connections, 2 per address; 64 sessions, 5 per connection; 7 requests per session; 25%: 16.0 MiB of device memory per connection; timeouts: HELLO 500 ms, frame 700 ms, idle 0 ms; admin: none" \
+	"limits: 10 connections, 2 per address; 64 sessions, 5 per connection; 7 requests per session; 25%: 16.0 MiB of device memory per connection; 64 KiB of replies unread; timeouts: HELLO 500 ms, frame 700 ms, idle 0 ms; admin: none" \
 	-- --config "$out/limits.conf" --devices sim:1 --sim-opts mem=64M
 serves "a size for max-memory-per-conn, IPv6 and v4-mapped admin addresses" \
 	"20.0 MiB of device memory per connection" "admin: 10.0.0.1,fe80::1" -- \

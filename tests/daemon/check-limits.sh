@@ -9,14 +9,18 @@
 #  1. 505 connections at once: 300 that are served throughout, 100 that
 #     never speak (the HELLO timeout closes them), 100 that create a
 #     session and requests and vanish, 4 that never read their replies (the
-#     daemon closes them), and a probe whose round trips must keep coming;
+#     daemon resets them once their replies pass --max-unread-kib, counted
+#     with what its sockets hold; they send whole frames, all of them in
+#     the daemon's receive window, so no frame of theirs is held half-way
+#     by TCP), and a probe whose round trips must keep coming;
 #     afterwards no session is left, the device memory is back (the largest
 #     session that fits is what it was), the descriptors are back, and new
 #     clients are served; SIGTERM with peers connected exits 0 at once.
 #  2. Each per-connection limit refused with -EDQUOT or -EBUSY and a message
 #     naming it, the connection and the others unaffected: sessions,
 #     requests, device memory, connections per address and in all; the
-#     frame size, a slowloris HELLO, an idle connection without a session.
+#     frame size, a slowloris HELLO, an idle connection without a session;
+#     a connection ended while replies wait untaken in its socket is reset.
 #  3. Under `ulimit -n 1024`: 1,100 control connections, each served or
 #     refused (-EMFILE) and none left hanging; 1,100 UCX endpoints from one
 #     connection, 2 taken (ND_EPS_PER_CONN) and 1,098 rejected (ep_flood);
@@ -112,12 +116,12 @@ stop() {
 # 127.0.0.1 (the admin address, for STATS of the whole daemon) and 20 others.
 src=127.0.0.1$(i=2; while [ $i -le 21 ]; do printf ',127.0.0.%d' $i; i=$((i + 1)); done)
 
-echo "1..36"
+echo "1..38"
 
 # 1. Load.
 if nelssad_start "$nd" "$out/load.log" "$out/port" --sim-opts mem=256M,cores=1 \
 	--max-conns 600 --max-sessions 200 --hello-timeout-ms 2000 --frame-timeout-ms 2000 \
-	--admin-addr 127.0.0.1; then
+	--max-unread-kib 16 --admin-addr 127.0.0.1; then
 	echo "ok $((n += 1)) - load: daemon listening on port $port"
 else
 	sed 's/^/# /' "$out/load.log"
@@ -128,7 +132,7 @@ cap0=$(result maxcap)
 fd0=$(fds)
 rss0=$(rss)
 echo "# before: $fd0 descriptors, RSS $rss0, the largest session that fits: ${cap0:-?} tokens"
-timeout 300 "$lc" 127.0.0.1 "$port" "$src" load 300 100 100 4 20 >"$out/stdout" 2>&1
+timeout 300 "$lc" 127.0.0.1 "$port" "$src" load 300 100 100 4 20 16 >"$out/stdout" 2>&1
 sed 's/^/# /' "$out/stdout" | tail -8
 ok "load: 300 well-behaved connections of 505 served to the end, none refused" \
 	'[ "$(result served)" = 300 ] && [ "$(result refused)" = 0 ]'
@@ -138,6 +142,8 @@ ok "load: 100 created a session and requests and vanished" '[ "$(result vanished
 ok "load: 4 readers that never read closed by the daemon" '[ "$(result slow_closed)" = 4 ]'
 ok "load: ... as their replies piled up (the log says so)" \
 	'[ "$(grep -c "replies not read" "$out/load.log")" = 4 ]'
+ok "load: ... with a reset, not a FIN queued behind replies no one reads" \
+	'[ "$(result slow_reset)" = 4 ]'
 ok "load: a probe's control round trips kept coming throughout ($(result probes), the slowest $(result probe_max_ms) ms)" \
 	'[ "$(result probe_alive)" = 1 ] && [ "$(result probes)" -gt 0 ]'
 if wait_for sh -c "[ \"\$(\"$ctl\" stats 127.0.0.1:$port --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"sessions\"])' 2>/dev/null)\" = 0 ]"; then
@@ -199,6 +205,9 @@ src=127.0.0.1,127.0.6.1
 run "caps: a HELLO dribbled a byte at a time cut off -ETIMEDOUT (frame-timeout-ms)" slowloris
 src=127.0.0.1,127.0.7.1,127.0.7.2
 run "caps: idle without a session closed -ETIMEDOUT (idle-timeout-ms); with one, still served" idle
+src=127.0.0.1,127.0.9.1,127.0.9.2
+run "caps: a client ended with its replies untaken is reset, not sent a FIN queued behind them" \
+	untaken
 t "caps: afterwards a new client is served, exact" 0 "$cli" 127.0.0.1 "$port" check
 stop "caps: SIGTERM: exit 0, no sanitizer report" "$out/caps.log"
 if nelssad_start "$nd" "$out/conns.log" "$out/port" --sim-opts mem=64M,cores=1 --max-conns 6; then

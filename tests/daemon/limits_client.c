@@ -14,17 +14,19 @@
  * connection closed by the daemon), each bounded by a generous deadline;
  * nothing is timed against a margin.
  *
- *   load GOOD SILENT VANISH SLOW ROUNDS  at once: GOOD connections that say
- *	HELLO and make ROUNDS STATS round trips, then wait for the others
- *	and make one more; SILENT ones that never send a byte (the HELLO
- *	timeout must close them); VANISH ones that create a session,
- *	allocate two requests and close at once (every second one with a
- *	reset); SLOW ones that send STATS requests without ever reading a
- *	reply (the daemon must close them); and a probe, a thread of its own
- *	on a connection from the first source address, making STATS round
- *	trips all along, whose replies must keep coming.  result: good,
- *	served, refused, silent_closed, silent_etimedout, vanished,
- *	slow_closed, probes, probe_alive, probe_max_ms
+ *   load GOOD SILENT VANISH SLOW ROUNDS UNREAD_KIB  at once: GOOD
+ *	connections that say HELLO and make ROUNDS STATS round trips, then
+ *	wait for the others and make one more; SILENT ones that never send a
+ *	byte (the HELLO timeout must close them); VANISH ones that create a
+ *	session, allocate two requests and close at once (every second one
+ *	with a reset); SLOW ones that never read a reply and send, whole
+ *	frames at once, STATS requests whose replies are more than the
+ *	daemon's --max-unread-kib UNREAD_KIB and their own small receive
+ *	buffer hold, then wait (the daemon must reset them); and a probe, a
+ *	thread of its own on a connection from the first source address,
+ *	making STATS round trips all along, whose replies must keep coming.
+ *	result: good, served, refused, silent_closed, silent_etimedout,
+ *	vanished, slow_closed, slow_reset, probes, probe_alive, probe_max_ms
  *   stats                 one STATS (session 0). result: sessions, steps,
  *	items, kv_bytes, t_device
  *   maxcap                the largest capacity in tokens (to 1 %) of a session
@@ -51,6 +53,11 @@
  *   idle                  of two connections after HELLO, the one without a
  *	session is closed with -ETIMEDOUT naming idle-timeout-ms; the one
  *	holding a session is still served after that.  result: ok
+ *   untaken               a connection that never reads (a small receive
+ *	buffer) has more STATS replies waiting than its socket takes in,
+ *	under --max-unread-kib, then sends a second HELLO: the daemon ends it
+ *	for that, and must reset it -- a FIN would queue behind the replies
+ *	and never arrive.  result: ok
  *   fd-flood N            N connections at once to a daemon with fewer
  *	descriptors: each is served or refused (-EMFILE from the reserve,
  *	or -EBUSY), none left hanging.  result: served, emfile, busy, hung
@@ -91,7 +98,8 @@ static uint64_t now_ms(void)
 }
 
 /* A connection from source @src (an index into sources, in turn), or -1. */
-static int dial(unsigned int src)
+/* A connection from source @src; @rcvbuf: its receive buffer (0: the default). */
+static int dial_rcvbuf(unsigned int src, int rcvbuf)
 {
 	struct sockaddr_in me = { .sin_family = AF_INET };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
@@ -100,6 +108,9 @@ static int dial(unsigned int src)
 		return -1;
 	me.sin_addr = sources[src % n_sources];
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Before connect(), so that the window it offers is never larger. */
+	if (rcvbuf)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
 	if (bind(fd, (struct sockaddr *)&me, sizeof(me)) ||
 	    connect(fd, (struct sockaddr *)&daemon_addr, sizeof(daemon_addr))) {
 		printf("# connect from %s: %s\n", inet_ntoa(me.sin_addr), strerror(errno));
@@ -107,6 +118,11 @@ static int dial(unsigned int src)
 		return -1;
 	}
 	return fd;
+}
+
+static int dial(unsigned int src)
+{
+	return dial_rcvbuf(src, 0);
 }
 
 static size_t encode(const struct nelssa_msg *m, uint8_t *buf)
@@ -261,6 +277,7 @@ struct cl {
 	uint8_t in[FRAME_MAX];
 	size_t have;
 	size_t burst_off;	/* a slow reader's next byte of stats_burst */
+	size_t sent;		/* ... and the bytes it sent */
 	int32_t err;		/* the last ERROR's code */
 	int refused;
 };
@@ -268,6 +285,16 @@ struct cl {
 /* The slow readers' burst: STATS requests, a socket buffer's worth at a time. */
 static uint8_t stats_burst[8192];
 static size_t burst_len;
+/* What each slow reader sends in all: whole frames, more replies than are held. */
+static size_t slow_total;
+
+/*
+ * The most a slow reader's socket takes in, not read: its receive buffer
+ * is 4 KiB (the kernel doubles it) from before connect(), so the window it
+ * offers stays below this.
+ */
+#define SLOW_RCVBUF 4096
+#define SLOW_TAKES (64u << 10)
 
 /* The probe: round trips on its own connection until told to stop. */
 static struct {
@@ -423,23 +450,30 @@ static int load(int argc, char **argv)
 	const unsigned int good = (unsigned int)atoi(argv[0]), silent = (unsigned int)atoi(argv[1]);
 	const unsigned int vanish = (unsigned int)atoi(argv[2]), slow = (unsigned int)atoi(argv[3]);
 	const int rounds = atoi(argv[4]);
+	const size_t unread = (size_t)atoi(argv[5]) << 10;
 	const unsigned int n = good + silent + vanish + slow + 1;
 	struct cl *cl = calloc(n, sizeof(*cl));
 	struct pollfd *pfd = calloc(n, sizeof(*pfd));
 	unsigned int served = 0, refused_n = 0, silent_closed = 0, silent_to = 0;
-	unsigned int vanished = 0, slow_closed = 0, final_sent = 0;
+	unsigned int vanished = 0, slow_closed = 0, slow_reset = 0, final_sent = 0;
 	struct nelssa_msg st = { .type = NELSSA_MSG_STATS, .seq = 1 };
+	const struct nelssa_msg reply = { .type = NELSSA_MSG_STATS_REPLY };
 	uint8_t one[FRAME_MAX];
-	size_t one_len;
+	size_t one_len, reply_len;
 	pthread_t thread;
 	uint64_t end;
 
 	(void)argc;
 	if (!cl || !pfd)
 		return 1;
+	reply_len = encode(&reply, one);
 	one_len = encode(&st, one);
 	for (burst_len = 0; burst_len + one_len <= sizeof(stats_burst); burst_len += one_len)
 		memcpy(stats_burst + burst_len, one, one_len);
+	/* Replies beyond what the daemon may hold and the socket takes in. */
+	slow_total = ((unread + SLOW_TAKES) / reply_len + 1) * one_len;
+	printf("# each slow reader sends %zu STATS requests (%zu bytes), for %zu bytes of "
+	       "replies\n", slow_total / one_len, slow_total, slow_total / one_len * reply_len);
 	if (pthread_create(&thread, NULL, prober, NULL))
 		return 1;
 	/* The probe from the first source (its own thread), the others over the rest in turn. */
@@ -454,14 +488,10 @@ static int load(int argc, char **argv)
 			c->state = S_CLOSED;
 			continue;
 		}
-		c->fd = dial(1 + (i - 1) % (n_sources > 1 ? n_sources - 1 : 1));
+		c->fd = dial_rcvbuf(1 + (i - 1) % (n_sources > 1 ? n_sources - 1 : 1),
+				    c->role == SLOW ? SLOW_RCVBUF : 0);
 		if (c->fd < 0)
 			return 1;
-		if (c->role == SLOW) {
-			int small = 4096;
-
-			setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-		}
 		if (c->role != SILENT)
 			start(c, NELSSA_MSG_HELLO);
 	}
@@ -482,8 +512,12 @@ static int load(int argc, char **argv)
 			if (c->fd < 0 || c->state == S_CLOSED)
 				continue;
 			pfd[i].fd = c->fd;
-			/* A slow reader never reads: it only sends while it may. */
-			pfd[i].events = c->role == SLOW && c->state == S_STATS ? POLLOUT : POLLIN;
+			/*
+			 * A slow reader never reads: it sends while it may and
+			 * has more, then only hears of the end (POLLERR, POLLHUP).
+			 */
+			pfd[i].events = c->role != SLOW || c->state != S_STATS ? POLLIN :
+					c->sent < slow_total ? POLLOUT : 0;
 		}
 		if (!busy) {
 			if (final_sent)
@@ -519,13 +553,25 @@ static int load(int argc, char **argv)
 				 * there, or the next frame would start mid-frame
 				 * and be closed as malformed, not for its replies.
 				 */
-				if (!gone)
-					k = send(c->fd, stats_burst + c->burst_off,
-						 burst_len - c->burst_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-				if (k >= 0)
+				size_t len = burst_len - c->burst_off;
+				socklen_t sl = sizeof(c->err);
+
+				if (len > slow_total - c->sent)
+					len = slow_total - c->sent;
+				if (!gone && len)
+					k = send(c->fd, stats_burst + c->burst_off, len,
+						 MSG_NOSIGNAL | MSG_DONTWAIT);
+				if (k >= 0) {
 					c->burst_off = (c->burst_off + (size_t)k) % burst_len;
-				else if (!gone && errno != EAGAIN && errno != EWOULDBLOCK)
+					c->sent += (size_t)k;
+				} else if (!gone && len && errno != EAGAIN && errno != EWOULDBLOCK) {
 					gone = 1;
+					c->err = -errno;
+				}
+				/* How it ended: the reset the daemon owes it, or else. */
+				if (gone && !c->err && !getsockopt(c->fd, SOL_SOCKET, SO_ERROR,
+								   &c->err, &sl))
+					c->err = -c->err;
 			} else {
 				gone = on_input(c) < 0;
 			}
@@ -536,6 +582,9 @@ static int load(int argc, char **argv)
 				silent_to += c->err == -ETIMEDOUT;
 			} else if (c->role == SLOW) {
 				slow_closed++;
+				slow_reset += c->err == -ECONNRESET;
+				if (c->err != -ECONNRESET)
+					printf("# a slow reader ended with %d, not a reset\n", c->err);
 			} else {
 				printf("# connection %d (role %d) closed by the daemon in "
 				       "state %d\n", c->fd, c->role, c->state);
@@ -558,9 +607,9 @@ static int load(int argc, char **argv)
 			vanished++;
 	}
 	printf("result good=%u served=%u refused=%u silent_closed=%u silent_etimedout=%u "
-	       "vanished=%u slow_closed=%u probes=%u probe_alive=%d probe_max_ms=%llu\n", good,
-	       served, refused_n, silent_closed, silent_to, vanished, slow_closed, probe.n,
-	       probe.alive, (unsigned long long)probe.max_ms);
+	       "vanished=%u slow_closed=%u slow_reset=%u probes=%u probe_alive=%d "
+	       "probe_max_ms=%llu\n", good, served, refused_n, silent_closed, silent_to, vanished,
+	       slow_closed, slow_reset, probe.n, probe.alive, (unsigned long long)probe.max_ms);
 	for (unsigned int i = 0; i < n; i++)
 		if (cl[i].fd >= 0)
 			close(cl[i].fd);
@@ -815,6 +864,54 @@ static int mode_idle(void)
 	return 0;
 }
 
+static int mode_untaken(void)
+{
+	const struct nelssa_msg st = { .type = NELSSA_MSG_STATS, .seq = 3 };
+	const struct nelssa_msg re = { .type = NELSSA_MSG_STATS_REPLY };
+	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO, .seq = 4 };
+	uint8_t one[FRAME_MAX], *all = NULL, reply[FRAME_MAX];
+	int a = dial_rcvbuf(1, SLOW_RCVBUF), b = open_hello(2), ok, err = 0;
+	const size_t one_len = encode(&st, one);
+	/* Twice what its socket may take in: about 130 KiB, under the default 256. */
+	const size_t k = 2 * SLOW_TAKES / encode(&re, reply);
+	size_t len;
+	unsigned int rounds;
+	struct pollfd p = { .fd = a };
+	socklen_t sl = sizeof(err);
+
+	ok = a >= 0 && b >= 0 && !hello(a) && (all = malloc(k * one_len)) != NULL;
+	for (size_t i = 0; ok && i < k; i++)
+		memcpy(all + i * one_len, one, one_len);
+	ok = ok && send(a, all, k * one_len, MSG_NOSIGNAL) == (ssize_t)(k * one_len);
+	/*
+	 * The daemon reads at most a frame's worth from a connection a turn of
+	 * its loop, and a round trip on another connection takes a turn at
+	 * least: after these, every STATS of a's was read and handed to the
+	 * poller, whose FIFO answered them before b's last -- so all of a's
+	 * replies are queued before its second HELLO comes.
+	 */
+	rounds = (unsigned int)(k * one_len / (FRAME_MAX - one_len)) + 2;
+	for (unsigned int i = 0; ok && i < rounds; i++)
+		ok = simple(b, NELSSA_MSG_STATS, 0, 0, 0) == 0;
+	printf("# %zu STATS (%zu bytes of replies) left unread, %u round trips on another "
+	       "connection after them\n", k, k * encode(&re, reply), rounds);
+	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
+	len = encode(&m, one);
+	ok = ok && send(a, one, len, MSG_NOSIGNAL) == (ssize_t)len;
+	/* Nothing is read: only an error or a hang-up ends this wait. */
+	ok = ok && poll(&p, 1, DEADLINE_MS) == 1 &&
+	     !getsockopt(a, SOL_SOCKET, SO_ERROR, &err, &sl);
+	printf("# the connection ended with %s\n", ok ? strerror(err) : "nothing in time");
+	ok = ok && err == ECONNRESET;
+	printf("result ok=%d\n", ok);
+	free(all);
+	if (a >= 0)
+		close(a);
+	if (b >= 0)
+		close(b);
+	return 0;
+}
+
 static int mode_fd_flood(unsigned int n)
 {
 	int *fds = calloc(n, sizeof(*fds));
@@ -882,7 +979,7 @@ int main(int argc, char **argv)
 		return 2;
 	mode = argv[4];
 	arg = argc > 5 ? (unsigned int)atoi(argv[5]) : 0;
-	if (!strcmp(mode, "load") && argc == 10)
+	if (!strcmp(mode, "load") && argc == 11)
 		return load(argc - 5, argv + 5);
 	if (!strcmp(mode, "stats"))
 		return mode_stats();
@@ -902,6 +999,8 @@ int main(int argc, char **argv)
 		return mode_frame_size();
 	if (!strcmp(mode, "slowloris"))
 		return mode_slowloris();
+	if (!strcmp(mode, "untaken"))
+		return mode_untaken();
 	if (!strcmp(mode, "idle"))
 		return mode_idle();
 	if (!strcmp(mode, "fd-flood"))

@@ -1944,6 +1944,7 @@ static void daemon_setup(void)
 	c->max_memory_pct = 60;
 	c->hello_timeout_ms = HELLO_MS;
 	c->frame_timeout_ms = FRAME_MS;
+	c->max_unread_kib = 256;	/* the default */
 	c->idle_timeout_ms = IDLE_MS;
 	c->n_admin = 1;
 	c->admin[0].family = AF_INET;
