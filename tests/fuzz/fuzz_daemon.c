@@ -1605,11 +1605,15 @@ static void am_send(int l, uint8_t mode, unsigned int id, uint64_t key, uint8_t 
 		return turn();
 	/*
 	 * An answer that must come is waited for; one that may not, a few
-	 * turns.  The poller answers, so a hold ends here.
+	 * turns.  The poller answers, so a hold ends here.  It must come only
+	 * while the link still answers: a frame sent before on the link's
+	 * connection may end it meanwhile (an ERROR the daemon owed it), and
+	 * its endpoints close with it.
 	 */
 	held = 0;
 	until = real_ns() + WAIT_NS;
-	for (int n = 0; !s->replies && (must || n < 8 || (n < 256 && steps_in_flight())); n++) {
+	for (int n = 0; !s->replies && ((must && link_answers(&lk[l])) || n < 8 ||
+					(n < 256 && steps_in_flight())); n++) {
 		turn();
 		if (real_ns() > until)
 			fail("%s %llu: no answer in %llu ms", id == NELSSA_AM_KV ? "KV" : "step",
