@@ -24,6 +24,7 @@
 #include <linux/vmalloc.h>
 
 #include "npnm.h"
+#include "npnm_kv_apply.h"
 #include "npnm_rules.h"
 
 static unsigned int mock_cores = 2;
@@ -153,54 +154,18 @@ static u32 mock_kv_check(struct npnm_device *ndev, const struct npnm_cmd *c,
 	return NPNM_ST_OK;
 }
 
-/* @n rows from @src to tokens @t on of the array @arr, a piece per block. */
-static void mock_put_rows(const struct npnm_kv_write_params *p, u8 *arr, const u8 *src, u64 t,
-			  u64 n)
-{
-	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
-
-	while (n) {
-		u64 take = min_t(u64, n, NPNM_KV_QTILE - t % NPNM_KV_QTILE);
-
-		memmove(arr + npnm_kv_row_offset(p->kv_dtype, p->head_dim, p->kv_stride, t), src,
-			take * row);
-		src += take * row;
-		t += take;
-		n -= take;
-	}
-}
-
 static u32 mock_kv_write(struct npnm_device *ndev, const struct npnm_cmd *c)
 {
 	const struct npnm_kv_write_params *p = &c->p.kv_write;
-	u8 *src = ndev->mem + c->op[NPNM_KV_SRC].offset;
 	u8 *dst = ndev->mem + c->op[NPNM_KV_DST].offset;
-	u64 row = (u64)p->head_dim * npnm_kv_elem_bytes(p->kv_dtype);
 	struct npnm_kv_write_geom g;
-	u32 st = mock_kv_check(ndev, c, &g), i;
+	u32 st = mock_kv_check(ndev, c, &g);
 
 	if (st)
 		return st;
-	if (p->flags & NPNM_KV_F_SCATTER) {
-		const u32 *idx = (const u32 *)(src + g.src_index);
-
-		for (i = 0; i < p->nr_tokens; i++) {
-			u64 to = READ_ONCE(idx[i]), at;
-
-			/* Rewritten by the host since the check: skip, never overflow. */
-			if (to >= p->max_tokens)
-				continue;
-			/* The operands may overlap (the host's choice): memmove. */
-			at = npnm_kv_row_offset(p->kv_dtype, p->head_dim, p->kv_stride, to);
-			memmove(dst + p->k_off + at, src + i * row, row);
-			memmove(dst + p->v_off + at, src + g.rows + i * row, row);
-		}
-	} else {
-		mock_put_rows(p, dst + p->k_off, src, p->first_token, p->nr_tokens);
-		mock_put_rows(p, dst + p->v_off, src + g.rows, p->first_token, p->nr_tokens);
-	}
-	memmove(dst + p->table_off + (u64)p->first_cluster * sizeof(struct npnm_cluster),
-		src + g.src_table, (u64)p->nr_clusters * sizeof(struct npnm_cluster));
+	/* The firmware's copy, to the byte (npnm_kv_apply.h). */
+	npnm_kv_write_apply(p, &g, ndev->mem + c->op[NPNM_KV_SRC].offset, dst + p->k_off,
+			    dst + p->v_off, dst + p->table_off);
 	return NPNM_ST_OK;
 }
 

@@ -76,7 +76,7 @@ else
 	report 3 "checkpatch --strict ($(echo $kfiles | wc -w) files)" $st "$out/checkpatch.log"
 
 	# The uapi, and the headers compiled by both the kernel and userspace.
-	kdocs="uapi/linux/nelssa_pnm.h driver/npnm_rules.h driver/cxl_range.h"
+	kdocs="uapi/linux/nelssa_pnm.h driver/npnm_rules.h driver/npnm_kv_apply.h driver/cxl_range.h"
 	(cd "$src" && perl "$ksrc/scripts/kernel-doc" -none $kdocs) >"$out/kernel-doc.log" 2>&1
 	st=$?
 	[ -s "$out/kernel-doc.log" ] && st=1
