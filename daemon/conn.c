@@ -95,19 +95,25 @@ int nd_control_listen(struct nelssad *nd)
 	return fd;
 }
 
-/* Bytes @fd's socket holds that its peer has not taken (sent or not). */
-static size_t untaken(int fd)
+/*
+ * Bytes @fd's socket holds: @sent_too, those sent and not yet
+ * acknowledged as well (SIOCOUTQ), else only those not sent yet
+ * (SIOCOUTQNSD: the client's window is shut).
+ */
+static size_t queued(int fd, int sent_too)
 {
 	int n = 0;
 
-	return ioctl(fd, SIOCOUTQ, &n) || n < 0 ? 0 : (size_t)n;
+	return ioctl(fd, sent_too ? SIOCOUTQ : SIOCOUTQNSD, &n) || n < 0 ? 0 : (size_t)n;
 }
 
 /*
  * Appends @m to @c's output; -ENOBUFS when more than max-unread-kib would
- * wait for the client, the socket's untaken bytes included: without them,
- * a client that never reads would first fill a send buffer the kernel
- * grows to megabytes.  The socket's count is the one at the last flush
+ * wait for the client, the bytes its socket cannot send yet included:
+ * without them, a client that never reads would first fill a send buffer
+ * the kernel grows to megabytes.  Bytes in flight do not count (they are
+ * bounded by the client's window, and a client that reads promptly over a
+ * long link has some).  The socket's count is the one at the last flush
  * (it only falls as the client reads), looked at again before refusing.
  */
 int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg *m)
@@ -119,7 +125,7 @@ int nd_conn_send(struct nelssad *nd, struct nd_conn *c, const struct nelssa_msg 
 	if (nelssa_msg_encode(m, frame, sizeof(frame), &len))
 		return -EINVAL;
 	if (c->out_len - c->out_off + c->unsent + len > max)
-		c->unsent = untaken(c->fd);
+		c->unsent = queued(c->fd, 0);
 	if (c->out_len - c->out_off + c->unsent + len > max) {
 		c->overflow = 1;
 		return -ENOBUFS;
@@ -180,7 +186,7 @@ static int flush(struct nd_conn *c)
 			return n < 0 ? -errno : -EIO;
 		c->out_off += (size_t)n;
 		c->t_wrote = nd_now_ns();
-		c->unsent = untaken(c->fd);
+		c->unsent = queued(c->fd, 0);
 	}
 	/* All out: the buffer goes too (500 quiet connections hold none). */
 	free(c->out);
@@ -196,19 +202,21 @@ static int pending(const struct nd_conn *c)
 
 /*
  * Closes @c now, its sessions with it; @why for the log, NULL: quietly.
- * @unread: its client stopped taking replies.  Then a reply still held
- * here or in the socket makes the close a reset: a FIN would queue behind
+ * A reply its client has not taken -- queued here, or in the socket and
+ * not acknowledged -- makes the close a reset: a FIN would queue behind
  * bytes no one reads, the client would never learn of the close, and the
- * kernel would keep the orphaned socket's buffer for minutes.
+ * kernel would keep the orphaned socket's buffer for minutes.  (A client
+ * that ended its stream ended the connection: what it did not read is
+ * dropped either way.)
  */
-static void drop(struct nelssad *nd, struct nd_conn *c, const char *why, int unread)
+static void drop(struct nelssad *nd, struct nd_conn *c, const char *why)
 {
 	if (why)
 		nd_log(nd, "connection %llu (%s): %s: closed", (unsigned long long)c->id, c->name,
 		       why);
 	if (!c->gone)
 		nd_control_gone(nd, c);
-	if (unread && (pending(c) || untaken(c->fd))) {
+	if (pending(c) || queued(c->fd, 1)) {
 		const struct linger reset = { .l_onoff = 1, .l_linger = 0 };
 
 		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
@@ -461,11 +469,11 @@ static int check_timers(struct nelssad *nd, struct nd_conn *c, uint64_t now, uin
 	if (c->closing) {
 		if (!due(c->t_close, now, next))
 			return 0;
-		drop(nd, c, NULL, 1);	/* not even its ERROR taken, perhaps */
+		drop(nd, c, NULL);	/* not even its ERROR taken, perhaps */
 		return 1;
 	}
 	if (pending(c) && due(c->t_wrote + cfg->frame_timeout_ms * MS, now, next)) {
-		drop(nd, c, "its replies not read for the frame timeout (frame-timeout-ms)", 1);
+		drop(nd, c, "its replies not read for the frame timeout (frame-timeout-ms)");
 		return 1;
 	}
 	/*
@@ -553,13 +561,10 @@ static int conn_result(struct nelssad *nd, struct nd_conn *c, int ret)
 		end(nd, c, NULL);	/* its ERROR is queued */
 		return 0;
 	}
-	if (ret == -ENOBUFS) {
+	if (ret == -ENOBUFS)
 		snprintf(why, sizeof(why), "more than %u KiB of its replies not read "
 			 "(max-unread-kib)", nd->cfg.max_unread_kib);
-		drop(nd, c, why, 1);
-	} else {
-		drop(nd, c, NULL, 0);
-	}
+	drop(nd, c, ret == -ENOBUFS ? why : NULL);
 	return 1;
 }
 
@@ -651,7 +656,7 @@ int nd_control_poll_once(struct nelssad *nd, struct nd_ctl *ctl, int wait)
 void nd_control_fini(struct nelssad *nd, struct nd_ctl *ctl)
 {
 	for (uint32_t i = 0; i < ctl->n; i++)
-		drop(nd, ctl->conns[i], NULL, 0);
+		drop(nd, ctl->conns[i], NULL);
 	free(ctl->pfd);
 	free(ctl->conns);
 	memset(ctl, 0, sizeof(*ctl));

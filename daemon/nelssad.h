@@ -368,7 +368,7 @@ struct nd_conn {
 	/* Replies, queued; written once the frames of a read are handled. */
 	uint8_t *out;
 	size_t out_off, out_len, out_cap;
-	size_t unsent;			/* in the socket, not yet taken, at the last look */
+	size_t unsent;			/* in the socket, not sent yet, at the last look */
 };
 
 /*

@@ -54,10 +54,10 @@
  *	session is closed with -ETIMEDOUT naming idle-timeout-ms; the one
  *	holding a session is still served after that.  result: ok
  *   untaken               a connection that never reads (a small receive
- *	buffer) has more STATS replies waiting than its socket takes in,
- *	under --max-unread-kib, then sends a second HELLO: the daemon ends it
- *	for that, and must reset it -- a FIN would queue behind the replies
- *	and never arrive.  result: ok
+ *	buffer) holds a session (never idle) and has more STATS replies
+ *	waiting than its socket takes in, under --max-unread-kib, then sends
+ *	a second HELLO: the daemon ends it for that, and must reset it -- a
+ *	FIN would queue behind the replies and never arrive.  result: ok
  *   fd-flood N            N connections at once to a daemon with fewer
  *	descriptors: each is served or refused (-EMFILE from the reserve,
  *	or -EBUSY), none left hanging.  result: served, emfile, busy, hung
@@ -76,8 +76,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
+
+#include <linux/sockios.h>
 #include <unistd.h>
 
 #include <nelssa/proto.h>
@@ -868,9 +871,9 @@ static int mode_untaken(void)
 {
 	const struct nelssa_msg st = { .type = NELSSA_MSG_STATS, .seq = 3 };
 	const struct nelssa_msg re = { .type = NELSSA_MSG_STATS_REPLY };
-	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO, .seq = 4 };
+	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO, .seq = 4 }, r;
 	uint8_t one[FRAME_MAX], *all = NULL, reply[FRAME_MAX];
-	int a = dial_rcvbuf(1, SLOW_RCVBUF), b = open_hello(2), ok, err = 0;
+	int a = dial_rcvbuf(1, SLOW_RCVBUF), b = open_hello(2), ok, err = 0, q = 1;
 	const size_t one_len = encode(&st, one);
 	/* Twice what its socket may take in: about 130 KiB, under the default 256. */
 	const size_t k = 2 * SLOW_TAKES / encode(&re, reply);
@@ -879,10 +882,16 @@ static int mode_untaken(void)
 	struct pollfd p = { .fd = a };
 	socklen_t sl = sizeof(err);
 
-	ok = a >= 0 && b >= 0 && !hello(a) && (all = malloc(k * one_len)) != NULL;
+	ok = a >= 0 && b >= 0 && !hello(a) && create(a, 1024, &r) != 0 &&
+	     (all = malloc(k * one_len)) != NULL;
 	for (size_t i = 0; ok && i < k; i++)
 		memcpy(all + i * one_len, one, one_len);
 	ok = ok && send(a, all, k * one_len, MSG_NOSIGNAL) == (ssize_t)(k * one_len);
+	/* All of them in the daemon's socket (acknowledged), 2 minutes at most. */
+	for (int i = 0; ok && q && i < 120000; i++)
+		if (ioctl(a, SIOCOUTQ, &q) || (q && usleep(1000)))
+			ok = 0;
+	ok = ok && !q;
 	/*
 	 * The daemon reads at most a frame's worth from a connection a turn of
 	 * its loop, and a round trip on another connection takes a turn at
