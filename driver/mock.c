@@ -31,6 +31,11 @@ static unsigned int mock_cores = 2;
 module_param(mock_cores, uint, 0444);
 MODULE_PARM_DESC(mock_cores, "worker concurrency of each mock device (1-64, default 2)");
 
+static bool mock_kv_stride = true;
+module_param(mock_kv_stride, bool, 0444);
+MODULE_PARM_DESC(mock_kv_stride,
+		 "take kv_stride in KV_WRITE (default true; false: as firmware before 1.2)");
+
 static unsigned int mock_delay_us;
 module_param(mock_delay_us, uint, 0644);
 MODULE_PARM_DESC(mock_delay_us, "delay before a mock command runs, in microseconds (default 0)");
@@ -317,7 +322,7 @@ int npnm_mock_create(int index, u64 mem_bytes, struct npnm_device **out)
 	ndev->opcodes = BIT_ULL(NPNM_OP_NOP) | BIT_ULL(NPNM_OP_FILL) | BIT_ULL(NPNM_OP_COPY) |
 			BIT_ULL(NPNM_OP_KV_WRITE);
 	ndev->caps = NPNM_CAP_MMAP | NPNM_CAP_URING_CMD | NPNM_CAP_CQE32_STATUS |
-		     NPNM_CAP_KV_SCATTER | NPNM_CAP_KV_STRIDE;
+		     NPNM_CAP_KV_SCATTER | (mock_kv_stride ? NPNM_CAP_KV_STRIDE : 0);
 	ndev->kv_dtypes = BIT(NPNM_DTYPE_BF16) | BIT(NPNM_DTYPE_FP16);
 	ndev->max_head_dim = NPNM_MOCK_MAX_HEAD_DIM;
 	ndev->mem = vzalloc(mem_bytes);
