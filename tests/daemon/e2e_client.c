@@ -77,6 +77,7 @@
  * usage: e2e_client HOST PORT SCENARIO [ARG [ORDER]]
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -108,6 +109,52 @@ struct req {
 
 static struct nelssa_client *cli;
 static struct nelssa_client_opts opts;	/* what main() connected with */
+
+/*
+ * SIGSTOP to @pid, then 0 once every thread of it is stopped (/proc,
+ * polled, 30 s at most).  kill() returns before the stop takes hold: one
+ * thread takes the signal and stops the others, and on a loaded machine
+ * the rest of the daemon can still answer meanwhile.
+ */
+static int stop_daemon(pid_t pid)
+{
+	char path[64];
+
+	if (kill(pid, SIGSTOP)) {
+		printf("# cannot stop %d: %s\n", (int)pid, strerror(errno));
+		return -1;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	for (int i = 0; i < 3000; i++) {
+		DIR *d = opendir(path);
+		struct dirent *e;
+		int running = !d;
+
+		while (d && (e = readdir(d))) {
+			char stat[sizeof(path) + sizeof(e->d_name) + 8], buf[512];
+			FILE *f;
+			char *p;
+
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
+			f = fopen(stat, "r");
+			if (!f)
+				continue;	/* a thread that exited meanwhile */
+			p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+			fclose(f);
+			if (!p || (p[2] != 'T' && p[2] != 't'))
+				running = 1;
+		}
+		if (d)
+			closedir(d);
+		if (!running)
+			return 0;
+		usleep(10000);
+	}
+	printf("# %d did not stop within 30 s\n", (int)pid);
+	return -1;
+}
 static const char *scenario_arg;	/* argv[4], where a scenario takes one */
 /*
  * argv[5] of check: how an index orders the caller's rows.  Shuffled
@@ -575,10 +622,8 @@ static int scenario_stall(struct tu_rng *rng)
 	tu_fill_kv(rng, k, 30000ull * DIM, 1.0, NELSSA_KV_BF16);
 	tu_fill_kv(rng, v, 30000ull * DIM, 1.0, NELSSA_KV_BF16);
 	make_index(rng, &ix, 30000, 0);
-	if (kill(pid, SIGSTOP)) {
-		printf("# cannot stop %d: %s\n", (int)pid, strerror(errno));
+	if (stop_daemon(pid))
 		return 1;
-	}
 	nelssa_client_set_timeout(cli, 500);
 	ret = nelssa_client_offload(cli, session, 6, 0, 0, &ix, 0, k, v);
 	printf("# offload to a stopped daemon: %d (%s)\n", ret, nelssa_client_error(cli));
@@ -704,10 +749,8 @@ static int scenario_stall_put(struct tu_rng *rng)
 		return 1;
 	}
 	tu_fill_kv(rng, kv, 2 * tokens * DIM, 1.0, NELSSA_KV_BF16);
-	if (kill(pid, SIGSTOP)) {
-		printf("# cannot stop %d: %s\n", (int)pid, strerror(errno));
+	if (stop_daemon(pid))
 		return 1;
-	}
 	nelssa_client_set_timeout(cli, 500);
 	ret = nelssa_client_offload(cli, session, 7, 0, 0, &ix, 0, kv, kv + tokens * DIM);
 	printf("# offload to a stopped daemon: %d (%s)\n", ret, nelssa_client_error(cli));

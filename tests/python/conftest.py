@@ -103,6 +103,28 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
 
+    def pause(self):
+        """SIGSTOP, and return once every thread of the daemon is stopped.
+
+        kill() returns before a stop takes hold: one thread takes the signal
+        and stops the others, and on a loaded machine the rest of the daemon
+        can still answer a request meanwhile.  Each thread's state in
+        /proc, polled, bounded at 30 s."""
+        self.kill(signal.SIGSTOP)
+        tasks = "/proc/%d/task" % self.proc.pid
+        for _ in range(3000):
+            states = []
+            for t in os.listdir(tasks):
+                try:
+                    with open(os.path.join(tasks, t, "stat")) as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    pass        # a thread that exited meanwhile
+            if states and all(s in ("T", "t") for s in states):
+                return
+            time.sleep(0.01)
+        raise AssertionError("the daemon did not stop within 30 s: %s" % states)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)

@@ -82,7 +82,7 @@ def test_stopped_daemon_times_out_then_serves(make_daemon, rng):
     s = open_session(c)
     r = Req(rng, c, s, 1, 200)
     items, q = random_items(rng, [r], 0)
-    d.kill(signal.SIGSTOP)
+    d.pause()
     try:
         with pytest.raises(nelssa.Error) as e:
             c.step(s, 0, items, q)
