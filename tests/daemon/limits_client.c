@@ -139,6 +139,15 @@ static size_t encode(const struct nelssa_msg *m, uint8_t *buf)
 	return len;
 }
 
+/* Bytes of a frame of @type (the fixed-size types: any such frame). */
+static size_t frame_bytes(uint16_t type)
+{
+	const struct nelssa_msg m = { .type = type };
+	uint8_t buf[FRAME_MAX];
+
+	return encode(&m, buf);
+}
+
 static int send_msg(int fd, const struct nelssa_msg *m)
 {
 	uint8_t buf[FRAME_MAX];
@@ -460,16 +469,15 @@ static int load(int argc, char **argv)
 	unsigned int served = 0, refused_n = 0, silent_closed = 0, silent_to = 0;
 	unsigned int vanished = 0, slow_closed = 0, slow_reset = 0, final_sent = 0;
 	struct nelssa_msg st = { .type = NELSSA_MSG_STATS, .seq = 1 };
-	const struct nelssa_msg reply = { .type = NELSSA_MSG_STATS_REPLY };
+	const size_t reply_len = frame_bytes(NELSSA_MSG_STATS_REPLY);
 	uint8_t one[FRAME_MAX];
-	size_t one_len, reply_len;
+	size_t one_len;
 	pthread_t thread;
 	uint64_t end;
 
 	(void)argc;
 	if (!cl || !pfd)
 		return 1;
-	reply_len = encode(&reply, one);
 	one_len = encode(&st, one);
 	for (burst_len = 0; burst_len + one_len <= sizeof(stats_burst); burst_len += one_len)
 		memcpy(stats_burst + burst_len, one, one_len);
@@ -870,13 +878,13 @@ static int mode_idle(void)
 static int mode_untaken(void)
 {
 	const struct nelssa_msg st = { .type = NELSSA_MSG_STATS, .seq = 3 };
-	const struct nelssa_msg re = { .type = NELSSA_MSG_STATS_REPLY };
 	struct nelssa_msg m = { .type = NELSSA_MSG_HELLO, .seq = 4 }, r;
-	uint8_t one[FRAME_MAX], *all = NULL, reply[FRAME_MAX];
+	uint8_t one[FRAME_MAX], *all = NULL;
 	int a = dial_rcvbuf(1, SLOW_RCVBUF), b = open_hello(2), ok, err = 0, q = 1;
 	const size_t one_len = encode(&st, one);
+	const size_t reply_len = frame_bytes(NELSSA_MSG_STATS_REPLY);
 	/* Twice what its socket may take in: about 130 KiB, under the default 256. */
-	const size_t k = 2 * SLOW_TAKES / encode(&re, reply);
+	const size_t k = 2 * SLOW_TAKES / reply_len;
 	size_t len;
 	unsigned int rounds;
 	struct pollfd p = { .fd = a };
@@ -903,7 +911,7 @@ static int mode_untaken(void)
 	for (unsigned int i = 0; ok && i < rounds; i++)
 		ok = simple(b, NELSSA_MSG_STATS, 0, 0, 0) == 0;
 	printf("# %zu STATS (%zu bytes of replies) left unread, %u round trips on another "
-	       "connection after them\n", k, k * encode(&re, reply), rounds);
+	       "connection after them\n", k, k * reply_len, rounds);
 	m.u.hello.min_version = m.u.hello.max_version = NELSSA_PROTO_VERSION;
 	len = encode(&m, one);
 	ok = ok && send(a, one, len, MSG_NOSIGNAL) == (ssize_t)len;
