@@ -317,10 +317,11 @@ static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, ui
 		sp = ucp_am_send_nbx(c->ep, NELSSA_AM_KV_ROWS, op->hdr, NELSSA_KV_HDR_BYTES,
 				     owned ? owned : src, len, &prm);
 	} else {
+		/* A KV part's run starts at its first K block. */
 		const uint64_t at = part == NELSSA_KV_PART_TABLE ?
 				    w->t_at + (uint64_t)NELSSA_KV_ENTRY_BYTES * first :
-				    (part == NELSSA_KV_PART_K ? w->k_at : w->v_at) +
-				    nelssa_kv_fmt_bytes(&w->fmt, first);
+				    (part == NELSSA_KV_PART_V ? w->v_at : w->k_at) +
+				    nelssa_kv_fmt_row_off(&w->fmt, first);
 
 		sp = ucp_put_nbx(c->ep, owned ? owned : src, len, at, w->rkey, &prm);
 	}
@@ -447,6 +448,20 @@ static int write_table(struct nelssa_client *c, struct kv_writes *w,
 }
 
 /*
+ * Whether tokens [@start, @end) of @k and @v can be quantised: a bad value
+ * found halfway would leave the first tile rewritten with scales the rest
+ * never joins, so every row is looked at before any write.
+ */
+static int tiles_finite(struct nelssa_client *c, const struct kv_writes *w,
+			const struct nelssa_cluster_index *ix, uint32_t start, uint32_t end,
+			const void *k, const void *v)
+{
+	int ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, k);
+
+	return ret ? ret : nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, v);
+}
+
+/*
  * The writes of clusters [@from, n) of @ix into a tiled (8-bit) store:
  * tokens from the tile holding cluster @from's first onwards, quantised
  * in cluster order a chunk of whole tiles at a time (nc_quantise_tiles()),
@@ -462,13 +477,7 @@ static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
 	const uint32_t start = nc_tile_start(ix, from);
 	int ret;
 
-	/*
-	 * A bad value found halfway would leave the first tile rewritten with
-	 * scales the rest never joins: look at every row before any write.
-	 */
-	ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, k);
-	if (!ret)
-		ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, v);
+	ret = tiles_finite(c, w, ix, start, end, k, v);
 	for (uint32_t a = start; a < end && !ret; a += step) {
 		const uint32_t n = end - a < step ? end - a : step;
 		const size_t bytes = nelssa_kv_fmt_bytes(&w->fmt, n);
@@ -492,6 +501,74 @@ static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
 			ret = write_part(c, w, NELSSA_KV_PART_V, a, n, NULL, vb, 0, bytes);
 		else
 			free(vb);
+	}
+	return ret ? ret : write_table(c, w, ix, from);
+}
+
+/*
+ * One block of tokens [@a, @a + @n), @n <= NELSSA_KV_QTILE, of the caller's
+ * @rows into @out: gathered in cluster order, or quantised into a tile;
+ * the rows of a partial block after the last are zeroes.
+ */
+static int put_block(struct nelssa_client *c, const struct kv_writes *w,
+		     const struct nelssa_cluster_index *ix, uint32_t a, uint32_t n,
+		     const void *rows, uint8_t *out)
+{
+	const size_t row = w->row;
+
+	if (!row)
+		return nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, rows, out);
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(out + i * row, (const uint8_t *)rows + (size_t)ix->perm[a + i] * row, row);
+	memset(out + n * row, 0, (NELSSA_KV_QTILE - n) * row);
+	return 0;
+}
+
+/*
+ * The writes of clusters [@from, n) of @ix into an adjacent store
+ * (NELSSA_KV_ADJACENT), whose K and V alternate block by block: whole
+ * blocks from the one cluster @from's first token lies in, each chunk
+ * built as it lies there -- K block, V block, K block... -- and written
+ * as one run (NELSSA_KV_PART_KV), then the table.  The block an append
+ * starts in is written again with its earlier tokens, from @k and @v,
+ * which hold them all: the same bytes for a 16-bit type; an 8-bit tile
+ * quantised again, as in a packed store (write_tiles()).
+ */
+static int write_blocks(struct nelssa_client *c, struct kv_writes *w,
+			const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
+			const void *v)
+{
+	const uint32_t end = nc_index_tokens(ix), step = nc_tile_chunk(&w->fmt);
+	const uint32_t start = nc_tile_start(ix, from);
+	const uint64_t block = nelssa_kv_fmt_block(&w->fmt);
+	int ret = 0;
+
+	if (!w->row)
+		ret = tiles_finite(c, w, ix, start, end, k, v);
+	for (uint32_t a = start; a < end && !ret; a += step) {
+		const uint32_t n = end - a < step ? end - a : step;
+		const size_t bytes = nelssa_kv_fmt_kv_bytes(&w->fmt, n);
+		const int cached = bytes <= NC_BUF_BYTES;
+		uint8_t *img = cached ? nc_buf_get(c) : malloc(bytes);
+
+		if (!img)
+			return nc_fail(c, -ENOMEM, "out of memory");
+		for (uint32_t b = 0; b * NELSSA_KV_QTILE < n && !ret; b++) {
+			const uint32_t t = a + b * NELSSA_KV_QTILE;
+			const uint32_t m = end - t < NELSSA_KV_QTILE ? end - t : NELSSA_KV_QTILE;
+
+			ret = put_block(c, w, ix, t, m, k, img + 2 * b * block);
+			if (!ret)
+				ret = put_block(c, w, ix, t, m, v, img + (2 * b + 1) * block);
+		}
+		if (ret) {
+			if (cached)
+				nc_buf_put(c, img);
+			else
+				free(img);
+			return ret;
+		}
+		ret = write_part(c, w, NELSSA_KV_PART_KV, a, n, NULL, img, cached, bytes);
 	}
 	return ret ? ret : write_table(c, w, ix, from);
 }
@@ -532,11 +609,13 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 				   .layer = layer, .head = head, .first_cluster = from };
 	struct kv_writes w = {
 		.rows = !s->rma, .h = h, .deadline = nelssa_now_ms() + c->timeout_ms,
-		.fmt = { (enum nelssa_kv_dtype)sh->kv_dtype, ix->head_dim },
+		.fmt = { (enum nelssa_kv_dtype)sh->kv_dtype, ix->head_dim,
+			 (enum nelssa_kv_layout)sh->kv_layout },
 		.row = (size_t)ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype),
 		.src = nc_offload_dtype(sh),
 	};
-	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype);
+	/* Tiles and adjacent blocks are written whole, from the one @from starts in. */
+	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype) || w.fmt.layout == NELSSA_KV_ADJACENT;
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
 	ucs_status_t st;
 	void *none = NULL;
@@ -544,7 +623,6 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 
 	if (from == ix->n_clusters)
 		return 0;
-	/* A tiled store is written from the tile the first new token is in. */
 	h.first_token = tiled ? nc_tile_start(ix, from) : ix->table[from].first;
 	h.nr_clusters = ix->n_clusters - from;
 	if (tiled)
@@ -569,7 +647,12 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 			return ret;
 	}
 	nc_acks_begin(c);
-	ret = tiled ? write_tiles(c, &w, ix, from, k, v) : write_rows(c, &w, ix, from, k, v);
+	if (w.fmt.layout == NELSSA_KV_ADJACENT)
+		ret = write_blocks(c, &w, ix, from, k, v);
+	else if (tiled)
+		ret = write_tiles(c, &w, ix, from, k, v);
+	else
+		ret = write_rows(c, &w, ix, from, k, v);
 	while (!ret && w.n)
 		ret = write_retire(c, &w);
 	if (ret) {

@@ -119,6 +119,11 @@ static void create_reserve(struct nelssad *nd, struct nd_job *j)
 			return fail(j, -EOPNOTSUPP, "device %u does not take attention flags 0x%x "
 				    "(it takes 0x%x: bf16 dot products need firmware 1.1)", d,
 				    m->u.create.shape.attn_flags, nd->dev[d].info.attn_flags);
+	for (uint32_t d = 0; d < nd->n_dev; d++)
+		if (m->u.create.shape.kv_layout == NELSSA_KV_ADJACENT &&
+		    !(nd->dev[d].info.caps & NPNM_CAP_KV_STRIDE))
+			return fail(j, -EOPNOTSUPP, "device %u cannot keep K and V blocks adjacent "
+				    "(KV layout 1 needs kv_stride: firmware 1.2)", d);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return fail(j, -ENOMEM, "out of memory");
@@ -167,9 +172,11 @@ static void create_add(struct nelssad *nd, struct nd_job *j)
 	r->u.session_ok.flags = (s->rma ? NELSSA_SESSION_RMA : 0) |
 				(s->placement == NELSSA_PLACE_HEADS ? NELSSA_SESSION_ROWS : 0);
 	nd_log(nd, "session %llu: %u layers, %u/%u heads, dim %u, %llu tokens of capacity, "
-	       "KV %s", (unsigned long long)s->id, s->shape.layers, s->shape.q_heads,
-	       s->shape.kv_heads, s->shape.head_dim, (unsigned long long)s->capacity_tokens,
-	       s->rma ? "written by the client (zero-copy)" : "staged");
+	       "KV %s, K and V %s", (unsigned long long)s->id, s->shape.layers,
+	       s->shape.q_heads, s->shape.kv_heads, s->shape.head_dim,
+	       (unsigned long long)s->capacity_tokens,
+	       s->rma ? "written by the client (zero-copy)" : "staged",
+	       s->shape.kv_layout == NELSSA_KV_ADJACENT ? "blocks adjacent" : "arrays packed");
 }
 
 /*

@@ -131,7 +131,7 @@ static void refuse(struct nelssad *nd, unsigned int id, ucp_ep_h ep, const uint8
 		   size_t hdr_len, size_t len, int status)
 {
 	if (id == NELSSA_AM_KV || id == NELSSA_AM_KV_COMMIT || id == NELSSA_AM_KV_ROWS) {
-		static const struct nelssa_kv_fmt any = { NELSSA_KV_BF16, 1 };
+		static const struct nelssa_kv_fmt any = { NELSSA_KV_BF16, 1, NELSSA_KV_PACKED };
 		struct nelssa_kv_hdr h = { 0 };
 
 		nelssa_kv_hdr_get(hdr, hdr_len, len, &any, &h);	/* only for the cookie */
@@ -243,7 +243,8 @@ static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, con
 		ret = check_rdma(nd, s, e->ep);
 	if (!ret && commit) {
 		ret = nd_kv_commit(nd, s, &h);
-		bytes = 2 * nelssa_kv_fmt_bytes(&fmt, h.nr_tokens) + 8ull * h.nr_clusters;
+		/* What the puts or parts wrote: an adjacent store's whole blocks. */
+		bytes = nelssa_kv_fmt_arrays(&fmt, h.nr_tokens) + 8ull * h.nr_clusters;
 		how = h.part == NELSSA_KV_COMMIT_SENT ? KV_COUNTED : KV_PUT;
 	} else if (!ret && rows && !data && len) {
 		how = KV_RECEIVED;

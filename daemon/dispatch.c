@@ -423,6 +423,7 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, struct nd_ep *e, con
 		  size_t hdr_len, const uint8_t *data, size_t data_len, uint64_t t_arrive)
 {
 	const uint32_t max_items = s->max_batch * s->shape.kv_heads;
+	const struct nelssa_kv_fmt fmt = nd_kv_fmt(s);
 	struct nelssa_step_item *items = NULL;
 	size_t *q_off = NULL, *sel_off = NULL;
 	struct nelssa_step_hdr h = { 0 };
@@ -496,6 +497,7 @@ int nd_step_start(struct nelssad *nd, struct nd_session *s, struct nd_ep *e, con
 			.group = (uint8_t)s->group,
 			.kv_dtype = s->shape.kv_dtype,
 			.flags = s->shape.attn_flags,	/* NELSSA_ATTN_* are NPNM_ATTN_F_* */
+			.kv_stride = nelssa_kv_fmt_stride(&fmt),
 		};
 submit:
 		n = nelssa_pnm_submit(nd->dev[d].pnm, &cmd, 1, NULL);

@@ -51,7 +51,8 @@ uint32_t nd_local_head(const struct nelssad *nd, const struct nd_session *s, uin
 /* The session's KV format (the codec refused a type it does not know). */
 struct nelssa_kv_fmt nd_kv_fmt(const struct nd_session *s)
 {
-	return (struct nelssa_kv_fmt){ (enum nelssa_kv_dtype)s->shape.kv_dtype, s->shape.head_dim };
+	return (struct nelssa_kv_fmt){ (enum nelssa_kv_dtype)s->shape.kv_dtype, s->shape.head_dim,
+				       (enum nelssa_kv_layout)s->shape.kv_layout };
 }
 
 /* K array, V array, then the cluster table (<nelssa/kv_store.h>). */
@@ -521,6 +522,35 @@ int nd_request_free(struct nelssad *nd, struct nd_session *s, uint64_t id)
 }
 
 /*
+ * Writes @n tokens' rows (or tiles) of a K or V array, packed at @src, into
+ * the array at @at of device @d's arena from token @t: one write in a
+ * packed store, a block at a time in an adjacent one, where a block's K
+ * and V alternate (<nelssa/kv_store.h>).
+ */
+static int write_array(struct nelssad *nd, struct nd_session *s, uint32_t d, uint64_t at,
+		       uint64_t t, const uint8_t *src, uint64_t n)
+{
+	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
+
+	while (n) {
+		uint64_t piece = n, bytes;
+		int ret;
+
+		if (f.layout == NELSSA_KV_ADJACENT && NELSSA_KV_QTILE - t % NELSSA_KV_QTILE < n)
+			piece = NELSSA_KV_QTILE - t % NELSSA_KV_QTILE;
+		bytes = nelssa_kv_fmt_bytes(&f, piece);
+		ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
+					   at + nelssa_kv_fmt_row_off(&f, t), src, bytes);
+		if (ret)
+			return ret;
+		src += bytes;
+		t += piece;
+		n -= piece;
+	}
+	return 0;
+}
+
+/*
  * Cluster-wise ingest: each cluster of the message goes to device c mod N,
  * appended to that device's store as local cluster c / N.  Clusters must
  * come in order, each once (prefill from 0, then decode-time appends).
@@ -552,12 +582,10 @@ static int ingest_clusters(struct nelssad *nd, struct nd_session *s, struct nd_r
 			return -ENOSPC;
 		nd_store_offsets(s, r, h->layer, h->head, &k, &v, &t);
 		from = e.first - h->first_token;
-		ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
-					   r->off[d] + k + *nt * row, data + from * row, e.count * row);
+		ret = write_array(nd, s, d, r->off[d] + k, *nt, data + from * row, e.count);
 		if (!ret)
-			ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
-						   r->off[d] + v + *nt * row,
-						   data + (h->nr_tokens + from) * row, e.count * row);
+			ret = write_array(nd, s, d, r->off[d] + v, *nt,
+					  data + (h->nr_tokens + from) * row, e.count);
 		e.first = *nt;
 		if (!ret)
 			ret = nelssa_pnm_mem_write(nd->dev[d].pnm, s->dev[d].arena,
@@ -610,7 +638,8 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 	struct nd_request *r = nd_request_find(s, h->request);
 	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
 	const uint64_t rows = nelssa_kv_fmt_bytes(&f, h->nr_tokens);
-	uint32_t cell;
+	uint64_t k, v, t;
+	uint32_t cell, d;
 	int ret = nd_kv_check(s, h);
 
 	if (ret)
@@ -619,20 +648,25 @@ int nd_kv_ingest(struct nelssad *nd, struct nd_session *s, const struct nelssa_k
 	if (s->placement == NELSSA_PLACE_CLUSTERS)
 		return ingest_clusters(nd, s, r, h, data, cell);
 	/*
-	 * Head-wise: the K rows, the V rows and the table entries (struct
-	 * npnm_cluster, little-endian like the wire) each go where a KV_ROWS
-	 * part of them would.
+	 * Head-wise: the K rows and the V rows where <nelssa/kv_store.h> puts
+	 * them, the table entries (struct npnm_cluster, little-endian like
+	 * the wire) where a KV_ROWS part of them would go.
 	 */
-	for (uint8_t part = NELSSA_KV_PART_K; part <= NELSSA_KV_PART_TABLE && !ret; part++) {
+	d = nd_head_device(nd, h->head);
+	nd_store_offsets(s, r, h->layer, nd_local_head(nd, s, h->head), &k, &v, &t);
+	ret = write_array(nd, s, d, r->off[d] + k, h->first_token, data, h->nr_tokens);
+	if (!ret)
+		ret = write_array(nd, s, d, r->off[d] + v, h->first_token, data + rows,
+				  h->nr_tokens);
+	if (!ret && h->nr_clusters) {
 		struct nelssa_kv_hdr p = *h;
 
-		p.part = part;
-		if (part != NELSSA_KV_PART_TABLE || h->nr_clusters)
-			ret = nd_kv_rows_write(nd, s, &p, data + (part - 1) * rows);
+		p.part = NELSSA_KV_PART_TABLE;
+		ret = nd_kv_rows_write(nd, s, &p, data + 2 * rows);
 	}
 	if (ret)
 		return ret;
-	note_rows(nd, s, r, h, nd_head_device(nd, h->head), cell);
+	note_rows(nd, s, r, h, d, cell);
 	return 0;
 }
 
@@ -649,8 +683,14 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 		return ret;
 	if (s->placement != NELSSA_PLACE_HEADS)
 		return -EOPNOTSUPP;
-	/* The codec checked it; a tile's offset rounds up, so check where it is used too. */
-	if (h->part != NELSSA_KV_PART_TABLE && !nelssa_kv_fmt_first_ok(&f, h->first_token))
+	/*
+	 * The codec checked these; an offset that is not a row's rounds, so
+	 * check where they are used too.
+	 */
+	if (h->part == NELSSA_KV_PART_KV ? f.layout != NELSSA_KV_ADJACENT ||
+					   h->first_token % NELSSA_KV_QTILE :
+	    h->part != NELSSA_KV_PART_TABLE && (f.layout == NELSSA_KV_ADJACENT ||
+						!nelssa_kv_fmt_first_ok(&f, h->first_token)))
 		return -EINVAL;
 	r = nd_request_find(s, h->request);
 	d = nd_head_device(nd, h->head);
@@ -658,6 +698,10 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 	if (h->part == NELSSA_KV_PART_TABLE) {
 		*off = r->off[d] + t + 8ull * h->first_cluster;
 		*len = 8ull * h->nr_clusters;
+	} else if (h->part == NELSSA_KV_PART_KV) {
+		/* K block b, then V block b: the run starts at K's row. */
+		*off = r->off[d] + k + nelssa_kv_fmt_row_off(&f, h->first_token);
+		*len = nelssa_kv_fmt_kv_bytes(&f, h->nr_tokens);
 	} else {
 		*off = r->off[d] + (h->part == NELSSA_KV_PART_K ? k : v) +
 		       nelssa_kv_fmt_bytes(&f, h->first_token);

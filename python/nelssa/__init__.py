@@ -48,10 +48,12 @@ from nelssa._nelssa import (  # noqa: F401
     ATTN_BF16_DOTS,
     ATTN_MAX_GROUP,
     ATTN_MAX_HEAD_DIM,
+    KV_ADJACENT,
     KV_BF16,
     KV_FP8_E4M3,
     KV_FP16,
     KV_INT8,
+    KV_PACKED,
     LOG_DEBUG,
     LOG_ERR,
     LOG_INFO,
@@ -86,7 +88,7 @@ from nelssa._nelssa import (  # noqa: F401
 
 __all__ = [
     "ATTN_BF16_DOTS", "ATTN_MAX_GROUP", "ATTN_MAX_HEAD_DIM", "KV_BF16", "KV_FP16", "KV_FP8_E4M3",
-    "KV_INT8", "LOG_DEBUG",
+    "KV_INT8", "KV_ADJACENT", "KV_PACKED", "LOG_DEBUG",
     "LOG_ERR", "LOG_INFO", "LOG_WARNING", "PLACE_CLUSTERS", "PLACE_HEADS",
     "ROUTE_GPU", "ROUTE_PNM", "ROUTE_QUEUE", "ROUTE_REFUSE", "FITS_GPU", "FITS_PNM",
     "Placer", "Router", "ThresholdCtl", "Client", "ClusterIndex", "Error", "Pending", "attn_dense",

@@ -215,11 +215,14 @@ static PyObject *client_set_timeout(struct npy_client *self, PyObject *arg)
 PyDoc_STRVAR(open_session_doc,
 "open_session(layers, q_heads, kv_heads, head_dim, *, kv_dtype=KV_BF16,\n"
 "             placement=PLACE_HEADS, max_batch=8, max_sel=4096,\n"
-"             capacity_tokens=65536, tenant=0, attn_flags=0)\n--\n\n"
+"             capacity_tokens=65536, tenant=0, attn_flags=0,\n"
+"             kv_layout=KV_PACKED)\n--\n\n"
 "Create a session for a model shape and return its id (an int).\n"
 "The group size is q_heads // kv_heads.  attn_flags=ATTN_BF16_DOTS makes the\n"
 "devices round q and the softmax weights to bf16 for their products\n"
-"(Error(EOPNOTSUPP) where a device cannot).  Raises Error(ENOSPC) when the\n"
+"(Error(EOPNOTSUPP) where a device cannot).  kv_layout=KV_ADJACENT keeps\n"
+"each 16-token block's K and V side by side in device memory (devices with\n"
+"kv_stride; Error(EOPNOTSUPP) otherwise).  Raises Error(ENOSPC) when the\n"
 "devices lack room, Error(EINVAL) for a bad shape, Error(EBUSY) at the\n"
 "daemon's session limit.");
 
@@ -227,21 +230,22 @@ static PyObject *client_open_session(struct npy_client *self, PyObject *args, Py
 {
 	static char *kwlist[] = { "layers", "q_heads", "kv_heads", "head_dim", "kv_dtype",
 				  "placement", "max_batch", "max_sel", "capacity_tokens",
-				  "tenant", "attn_flags", NULL };
+				  "tenant", "attn_flags", "kv_layout", NULL };
 	struct nelssa_session_cfg cfg = { .shape.kv_dtype = NELSSA_KV_BF16, .max_batch = 8,
 					  .max_sel = 4096, .capacity_tokens = 65536 };
 	PyObject *key = NULL, *val = NULL;
 	uint64_t id = 0;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O&O&|$O&O&O&O&O&O&O&:open_session", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O&O&|$O&O&O&O&O&O&O&O&:open_session", kwlist,
 					 npy_conv_u16, &cfg.shape.layers, npy_conv_u16,
 					 &cfg.shape.q_heads, npy_conv_u16, &cfg.shape.kv_heads,
 					 npy_conv_u16, &cfg.shape.head_dim, npy_conv_u8,
 					 &cfg.shape.kv_dtype, npy_conv_u8, &cfg.placement,
 					 npy_conv_u32, &cfg.max_batch, npy_conv_u32, &cfg.max_sel,
 					 npy_conv_u64, &cfg.capacity_tokens, npy_conv_u32,
-					 &cfg.tenant, npy_conv_u8, &cfg.shape.attn_flags))
+					 &cfg.tenant, npy_conv_u8, &cfg.shape.attn_flags,
+					 npy_conv_u8, &cfg.shape.kv_layout))
 		return NULL;
 	if (!cfg.shape.kv_heads || cfg.shape.q_heads % cfg.shape.kv_heads) {
 		PyErr_SetString(PyExc_ValueError, "q_heads must be a non-zero multiple of kv_heads");

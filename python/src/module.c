@@ -55,6 +55,8 @@ static int add_constants(PyObject *m)
 		{ "ATTN_MAX_HEAD_DIM", NELSSA_ATTN_MAX_HEAD_DIM },
 		{ "ATTN_MAX_GROUP", NELSSA_ATTN_MAX_GROUP },
 		{ "ATTN_BF16_DOTS", NELSSA_ATTN_BF16_DOTS },
+		{ "KV_PACKED", NELSSA_KV_PACKED },
+		{ "KV_ADJACENT", NELSSA_KV_ADJACENT },
 	};
 
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)

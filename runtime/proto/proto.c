@@ -98,7 +98,7 @@ int nelssa_shape_check(const struct nelssa_shape *s)
 	    s->q_heads / s->kv_heads > NELSSA_PROTO_MAX_GROUP || !s->head_dim ||
 	    s->head_dim > NELSSA_PROTO_MAX_HEAD_DIM ||
 	    !nelssa_kv_bytes((enum nelssa_kv_dtype)s->kv_dtype, s->head_dim, 1) ||
-	    (s->attn_flags & ~NELSSA_ATTN_FLAGS))
+	    (s->attn_flags & ~NELSSA_ATTN_FLAGS) || s->kv_layout > NELSSA_KV_ADJACENT)
 		return -EINVAL;
 	return 0;
 }
@@ -199,6 +199,7 @@ int nelssa_msg_encode(const struct nelssa_msg *m, uint8_t *buf, size_t cap, size
 		p[12] = m->u.create.shape.kv_dtype;
 		p[13] = m->u.create.placement;
 		p[14] = m->u.create.shape.attn_flags;
+		p[15] = m->u.create.shape.kv_layout;
 		nelssa_put_le32(p + 16, m->u.create.max_batch);
 		nelssa_put_le32(p + 20, m->u.create.max_sel);
 		put64(p + 24, m->u.create.capacity_tokens);
@@ -348,8 +349,6 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		memcpy(m->u.hello_ok.name, p + 24, NELSSA_PROTO_NAME_LEN);
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
-		if (p[15])
-			return -EINVAL;
 		m->u.create.tenant = get32(p);
 		m->u.create.shape.layers = get16(p + 4);
 		m->u.create.shape.q_heads = get16(p + 6);
@@ -358,6 +357,7 @@ int nelssa_msg_decode(const uint8_t *buf, size_t len, struct nelssa_msg *m)
 		m->u.create.shape.kv_dtype = p[12];
 		m->u.create.placement = p[13];
 		m->u.create.shape.attn_flags = p[14];
+		m->u.create.shape.kv_layout = p[15];
 		m->u.create.max_batch = get32(p + 16);
 		m->u.create.max_sel = get32(p + 20);
 		m->u.create.capacity_tokens = get64(p + 24);
@@ -512,7 +512,16 @@ int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
 		if (h->first_cluster || h->nr_clusters ||
 		    nelssa_kv_fmt_bytes(f, h->nr_tokens) != data_len)
 			return -EBADMSG;
+		/* An adjacent store's K rows are not one run: its blocks come whole. */
+		if (f->layout == NELSSA_KV_ADJACENT)
+			return -EINVAL;
 		return nelssa_kv_fmt_first_ok(f, h->first_token) ? 0 : -EINVAL;
+	case NELSSA_KV_PART_KV:
+		if (h->first_cluster || h->nr_clusters || !h->nr_tokens ||
+		    nelssa_kv_fmt_kv_bytes(f, h->nr_tokens) != data_len)
+			return -EBADMSG;
+		return f->layout == NELSSA_KV_ADJACENT &&
+		       h->first_token % NELSSA_KV_QTILE == 0 ? 0 : -EINVAL;
 	case NELSSA_KV_PART_TABLE:
 		if (h->first_token || h->nr_tokens)
 			return -EBADMSG;

@@ -29,12 +29,14 @@ start() {
 	UCX_TLS=$1 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1
 }
 
-echo "1..83"
+echo "1..86"
 t "--help exits 0" 0 "$nd" --help
 t "an unknown option is a usage error" 2 "$nd" --no-such-option
 t "a bad --listen is a usage error" 2 "$nd" --listen nowhere
 t "nelssa-step-bench: a zero budget is a usage error" 2 "$sbench" --port 1 --budget 0
 t "nelssa-step-bench: a budget above 1 is a usage error" 2 "$sbench" --port 1 --budget 1.5
+t "nelssa-step-bench: an unknown --kv-layout is a usage error" 2 "$sbench" --port 1 \
+	--kv-layout interleaved
 UCX_TLS=tcp t "--require-rdma refuses a TCP-only UCX" 1 "$nd" --require-rdma \
 	--listen 127.0.0.1:0 --sim-opts mem=1M
 if grep -q "refusing to run on a TCP or shared-memory fallback" "$out/stderr"; then
@@ -211,6 +213,11 @@ for tls in tcp shm,tcp; do
 		fi
 		json_check "step bench: --ratio sets the same token budget" \
 			"j['budget_tokens'] == 164 and j['tokens_read'] == 160"
+		t "nelssa-step-bench --kv-layout adjacent runs against the daemon" 0 "$sbench" \
+			--port "$port" --context 4096 --kv-heads 4 --batches 1 --iters 2 \
+			--kv-layout adjacent --json
+		json_check "step bench: ... and says which layout it measured" \
+			"j['kv_layout'] == 'adjacent' and j['runs'][0]['rtt_median_us'] > 0"
 	fi
 	unset UCX_TLS
 	if [ $tls = tcp ]; then

@@ -45,7 +45,7 @@ stop() {
 	pid=
 }
 
-echo "1..35"
+echo "1..46"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
@@ -75,6 +75,16 @@ for tls in tcp shm,tcp; do
 		0 "$cli" 127.0.0.1 "$port" check rma mixed
 	t "$tls: 8-bit KV (int8, fp8): tiles quantised by the client and put by RMA, appends mid-tile, exact" \
 		0 "$cli" 127.0.0.1 "$port" kv8 rma
+	t "$tls: K and V blocks adjacent: whole blocks put by RMA, appends mid-block, none copied, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check-adjacent rma
+	t "$tls: ... 8-bit tiles adjacent, quantised and put by RMA, exact" \
+		0 "$cli" 127.0.0.1 "$port" kv8-adjacent rma
+	t "$tls: ... blocks in KV_ROWS parts received in place, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check-staged-adjacent received
+	t "$tls: ... cluster-wise and staged, copied block by block, steps equal float64" \
+		0 "$cli" 127.0.0.1 "$port" check-clusters-adjacent staged
+	grep_t "$tls: ... and the daemon's log names the layout" \
+		"KV written by the client (zero-copy), K and V blocks adjacent" "$out/daemon.log"
 	t "$tls: by default, where UCX only emulates RMA (no native lane), KV goes in messages received in place, none copied" \
 		0 "$cli" 127.0.0.1 "$port" check received
 	t "$tls: a client that opts out of puts: the same, steps equal float64" \
@@ -91,6 +101,8 @@ export UCX_TLS=tcp
 nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1 --zero-copy=off
 t "--zero-copy=off: a head-wise session's KV messages are staged, every byte copied, steps exact" \
 	0 "$cli" 127.0.0.1 "$port" check staged
+t "--zero-copy=off: ... and with K and V blocks adjacent, copied block by block, steps exact" \
+	0 "$cli" 127.0.0.1 "$port" check-adjacent staged
 stop
 
 # The client's puts straight from the caller's rows, stalled: the daemon

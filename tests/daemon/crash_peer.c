@@ -284,7 +284,7 @@ int main(int argc, char **argv)
 
 		memset(&m, 0, sizeof(m));
 		m.type = NELSSA_MSG_SESSION_CREATE;
-		m.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 64, 1, 0 };
+		m.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 64, 1, 0, NELSSA_KV_PACKED };
 		m.u.create.max_batch = 1;
 		m.u.create.max_sel = 4;
 		m.u.create.capacity_tokens = 64;

@@ -103,6 +103,7 @@
 struct req {
 	uint64_t id;
 	uint32_t n;			/* tokens */
+	uint32_t n0;			/* ... of them in the first offload */
 	uint16_t *k, *v;		/* [LAYERS][KV_HEADS][n][DIM], token order */
 	struct nelssa_cluster_index ix[LAYERS][KV_HEADS];
 };
@@ -168,6 +169,7 @@ static int failures;
 static uint8_t placement = NELSSA_PLACE_HEADS;
 /* The sessions' NELSSA_ATTN_* flags (the check-bf16 scenarios). */
 static uint8_t attn_flags;
+static uint8_t kv_layout;	/* check-*-adjacent, kv8-adjacent */
 
 #define CHECK(cond, ...)                                         \
 	do {                                                     \
@@ -237,7 +239,8 @@ static uint16_t *rows(struct req *r, uint16_t *base, uint32_t l, uint32_t h)
 static struct nelssa_session_cfg session_cfg(uint64_t capacity)
 {
 	return (struct nelssa_session_cfg){
-		.shape = { LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, NELSSA_KV_BF16, attn_flags },
+		.shape = { LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM, NELSSA_KV_BF16, attn_flags,
+			   kv_layout },
 		.placement = placement, .max_batch = 8, .max_sel = 4096,
 		.capacity_tokens = capacity,
 	};
@@ -252,6 +255,7 @@ static int make_request(struct tu_rng *rng, uint64_t session, struct req *r, uin
 
 	r->id = id;
 	r->n = total;
+	r->n0 = n;
 	r->k = tu_alloc(2ull * LAYERS * KV_HEADS * total * DIM);
 	r->v = tu_alloc(2ull * LAYERS * KV_HEADS * total * DIM);
 	tu_fill_kv(rng, r->k, (size_t)LAYERS * KV_HEADS * total * DIM, 1.0, NELSSA_KV_BF16);
@@ -405,11 +409,25 @@ static void check_ingest(uint64_t session, const struct req *reqs, uint32_t nr)
 
 	if (!scenario_arg)
 		return;
+	rma = !strcmp(scenario_arg, "rma") || !strcmp(scenario_arg, "rdma");
+	recv = strstr(scenario_arg, "received") != NULL;
 	for (uint32_t i = 0; i < nr; i++)
 		for (uint32_t l = 0; l < LAYERS; l++)
 			for (uint32_t h = 0; h < KV_HEADS; h++) {
-				want += 2 * row * reqs[i].ix[l][h].n_tokens +
-					8ull * reqs[i].ix[l][h].n_clusters;
+				const uint32_t n0 = reqs[i].n0, n = reqs[i].ix[l][h].n_tokens;
+
+				/*
+				 * Written into an adjacent store by puts or KV_ROWS
+				 * parts (head-wise): whole 16-row K and V blocks, the
+				 * one an append starts in again.  In KV messages
+				 * (cluster-wise): the rows alone.
+				 */
+				if (kv_layout && placement == NELSSA_PLACE_HEADS)
+					want += 2 * 16 * row * ((n0 + 15) / 16 + (n + 15) / 16 -
+								n0 / 16);
+				else
+					want += 2 * row * n;
+				want += 8ull * reqs[i].ix[l][h].n_clusters;
 				table += 8ull * reqs[i].ix[l][h].n_clusters;
 			}
 	zc = nelssa_client_zero_copy(cli, session);
@@ -428,8 +446,6 @@ static void check_ingest(uint64_t session, const struct req *reqs, uint32_t nr)
 	 * (always by rendezvous) received in place, the table entries (small,
 	 * eager) copied.  Else every byte copied.
 	 */
-	rma = !strcmp(scenario_arg, "rma") || !strcmp(scenario_arg, "rdma");
-	recv = strstr(scenario_arg, "received") != NULL;
 	CHECK(zc == rma, "nelssa_client_zero_copy() says %d", zc);
 	CHECK(st.rma_bytes == (rma ? want : 0) && st.recv_bytes == (recv ? want - table : 0) &&
 	      st.copied_bytes == (rma ? 0 : recv ? table : want),
@@ -454,6 +470,13 @@ static int scenario_check(struct tu_rng *rng)
 		CHECK(nelssa_client_session(cli, &cfg, &session) == -EINVAL,
 		      "attention flag 0x2 was not refused");
 		cfg.shape.attn_flags = attn_flags;
+	}
+	if (kv_layout) {
+		/* Nor a layout no version defines. */
+		cfg.shape.kv_layout = 2;
+		CHECK(nelssa_client_session(cli, &cfg, &session) == -EINVAL,
+		      "KV layout 2 was not refused");
+		cfg.shape.kv_layout = kv_layout;
 	}
 	ret = nelssa_client_session(cli, &cfg, &session);
 	CHECK(ret == 0, "session create: %d", ret);
@@ -1457,6 +1480,7 @@ int main(int argc, char **argv)
 	struct nelssa_client_opts o = { 0 };
 	struct tu_rng rng;
 	const char *sc;
+	char sc_buf[64];
 	int ret;
 
 	if (argc < 4) {
@@ -1464,14 +1488,24 @@ int main(int argc, char **argv)
 			"[ordered|mixed|shuffled]]|stall-put|"
 			"capacity|refused|"
 			"bad-step|zero-items|stall|die|held|outlive|migrate|kv8 [rma]|split|probe|busy|"
-			"load offload|step\n");
+			"load offload|step\n"
+			"  (check*, kv8: SCENARIO-adjacent for adjacent K and V blocks)\n");
 		return 2;
 	}
 	o.host = argv[1];
 	o.port = (uint16_t)atoi(argv[2]);
 	o.timeout_ms = 60000;
 	o.name = "e2e";
-	sc = argv[3];
+	/*
+	 * SCENARIO-adjacent: the same in a session of adjacent K and V blocks
+	 * (NELSSA_KV_ADJACENT).
+	 */
+	snprintf(sc_buf, sizeof(sc_buf), "%s", argv[3]);
+	if (strlen(sc_buf) > 9 && !strcmp(sc_buf + strlen(sc_buf) - 9, "-adjacent")) {
+		sc_buf[strlen(sc_buf) - 9] = 0;
+		kv_layout = NELSSA_KV_ADJACENT;
+	}
+	sc = sc_buf;
 	scenario_arg = argc > 4 ? argv[4] : NULL;
 	if (argc > 5 && strcmp(argv[5], "ordered") && strcmp(argv[5], "mixed") &&
 	    strcmp(argv[5], "shuffled")) {

@@ -431,7 +431,7 @@ static int tenant_session(struct tenant *t, uint32_t label)
 	m.type = NELSSA_MSG_SESSION_CREATE;
 	m.u.create.tenant = label;
 	m.u.create.shape = (struct nelssa_shape){ LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM,
-						  NELSSA_KV_BF16, 0 };
+						  NELSSA_KV_BF16, 0, NELSSA_KV_PACKED };
 	m.u.create.placement = NELSSA_PLACE_HEADS;
 	m.u.create.max_batch = 4;
 	m.u.create.max_sel = 64;

@@ -42,9 +42,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		nelssa_step_parse(data, NELSSA_STEP_HDR_BYTES, data + NELSSA_STEP_HDR_BYTES,
 				  size - NELSSA_STEP_HDR_BYTES, group, dim, 64, 1024, &h, items, q, s);
-		/* Both kinds of KV format: rows, and 8-bit tiles. */
+		/* Every kind of KV format: rows or 8-bit tiles, packed or adjacent. */
 		const struct nelssa_kv_fmt kf = {
 			data[2] & 1 ? NELSSA_KV_INT8 : NELSSA_KV_BF16, dim,
+			data[2] & 2 ? NELSSA_KV_ADJACENT : NELSSA_KV_PACKED,
 		};
 
 		nelssa_kv_hdr_get(data, size < NELSSA_KV_HDR_BYTES ? size : NELSSA_KV_HDR_BYTES,

@@ -1303,7 +1303,8 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 		struct nelssa_msg v = m;
 
 		if (m.type == NELSSA_MSG_SESSION_CREATE) {
-			v.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 8, 1, 0 };
+			v.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 8, 1, 0,
+								       NELSSA_KV_PACKED };
 			v.u.create.max_batch = v.u.create.max_sel = 1;
 			v.u.create.capacity_tokens = 1;
 		} else if (m.type == NELSSA_MSG_REQ_ALLOC || m.type == NELSSA_MSG_REQ_FREE) {

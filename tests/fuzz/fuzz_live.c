@@ -842,7 +842,7 @@ static int ctl_msg(struct actor *a, struct nelssa_msg *m, int32_t must_err, int 
 		if (m->type == NELSSA_MSG_HELLO)
 			ok.u.hello.min_version = ok.u.hello.max_version = NELSSA_PROTO_VERSION;
 		if (m->type == NELSSA_MSG_SESSION_CREATE) {
-			ok.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 16, 1, 0 };
+			ok.u.create.shape = (struct nelssa_shape){ 1, 1, 1, 16, 1, 0, NELSSA_KV_PACKED };
 			ok.u.create.max_batch = ok.u.create.max_sel = 1;
 			ok.u.create.capacity_tokens = 16;
 		}
@@ -1776,7 +1776,7 @@ static void act_session(struct actor *a)
 	m.u.create.tenant = chance(90) ? below(4) : (uint32_t)edge(32);
 	m.u.create.shape = (struct nelssa_shape){ (uint16_t)(1 + below(3)), (uint16_t)(kvh * g),
 						  (uint16_t)kvh, dims[below(4)],
-						  (uint8_t)(1 + below(2)), 0 };
+						  (uint8_t)(1 + below(2)), 0, NELSSA_KV_PACKED };
 	m.u.create.placement = (uint8_t)below(2);
 	m.u.create.max_batch = 1 + below(4);
 	m.u.create.max_sel = 1 + below(32);
@@ -2463,7 +2463,7 @@ static int seq_reply_unfetched(void)
 			return 1;
 		}
 		m.u.create.shape = (struct nelssa_shape){ 1, (uint16_t)(g * kvh), (uint16_t)kvh,
-							  (uint16_t)d, 1, 0 };
+							  (uint16_t)d, 1, 0, NELSSA_KV_PACKED };
 		m.u.create.max_batch = items / kvh;
 		m.u.create.max_sel = 4;
 		m.u.create.capacity_tokens = 1024;

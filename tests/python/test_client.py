@@ -110,6 +110,31 @@ def test_bf16_dots_session(daemon, rng):
         c.close_session(s)
 
 
+@pytest.mark.parametrize("kv_dtype", [nelssa.KV_BF16, nelssa.KV_FP16])
+def test_adjacent_kv_session(daemon, rng, kv_dtype):
+    """kv_layout=KV_ADJACENT: the same float64 attention, after a prefill
+    and an append that starts mid-block; a layout no version has is refused."""
+    fp16 = kv_dtype == nelssa.KV_FP16
+    with daemon.client() as c:
+        with pytest.raises(nelssa.Error) as e:
+            open_session(c, kv_layout=2)
+        assert e.value.errno == errno.EINVAL
+        s = open_session(c, fp16=fp16, kv_layout=nelssa.KV_ADJACENT)
+        before = c.stats()["kv_bytes"]
+        r = Req(rng, c, s, 1, 299, extra=37, fp16=fp16)
+        r.grow(c, s, 37)
+        # Whole 16-row K and V blocks went in, the block token 299 lies in twice.
+        block = 16 * DIM * 2
+        table = sum(8 * r.ix[l][h].n_clusters for l in range(LAYERS) for h in range(KV_HEADS))
+        blocks = -(-299 // 16) + -(-336 // 16) - 299 // 16
+        assert c.stats()["kv_bytes"] - before == LAYERS * KV_HEADS * 2 * block * blocks + table
+        for layer in range(LAYERS):
+            items, q = random_items(rng, [r], layer)
+            o, lse = c.step(s, layer, items, q)
+            check_step([r], layer, items, q, o, lse)
+        c.close_session(s)
+
+
 def test_fp16_session(daemon, rng):
     with daemon.client() as c:
         s = open_session(c, fp16=True)

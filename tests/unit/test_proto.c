@@ -19,6 +19,7 @@
 #include <nelssa/attention.h>
 #include <nelssa/proto.h>
 
+#include "npnm_rules.h"
 #include "testutil.h"
 
 #define BUF (NELSSA_PROTO_HDR_BYTES + NELSSA_PROTO_MAX_PAYLOAD)
@@ -49,7 +50,8 @@ static struct nelssa_msg sample(uint16_t type)
 		break;
 	case NELSSA_MSG_SESSION_CREATE:
 		m.u.create.tenant = 42;
-		m.u.create.shape = (struct nelssa_shape){ 32, 32, 8, 128, 1, NELSSA_ATTN_BF16_DOTS };
+		m.u.create.shape = (struct nelssa_shape){ 32, 32, 8, 128, 1, NELSSA_ATTN_BF16_DOTS,
+						   NELSSA_KV_ADJACENT };
 		m.u.create.max_batch = 16;
 		m.u.create.max_sel = 4096;
 		m.u.create.capacity_tokens = 1u << 20;
@@ -267,7 +269,8 @@ static void fields_checked(void **state)
 	refused_with(NELSSA_MSG_SESSION_CREATE, 13, 2, -EINVAL);	/* placement */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 2, -EINVAL);	/* attention flag */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 14, 0x80, -EINVAL);
-	refused_with(NELSSA_MSG_SESSION_CREATE, 15, 1, -EINVAL);	/* reserved */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 15, 2, -EINVAL);	/* KV layout */
+	refused_with(NELSSA_MSG_SESSION_CREATE, 15, 0x80, -EINVAL);
 	refused_with(NELSSA_MSG_SESSION_CREATE, 16, 0, -EINVAL);	/* batch 0 */
 	refused_with(NELSSA_MSG_SESSION_CREATE, 31, 1, -EINVAL);	/* capacity > 2^40 */
 	refused_with(NELSSA_MSG_SESSION_OK, 0, 0, -EINVAL);		/* session 0 */
@@ -321,7 +324,8 @@ static void fields_checked(void **state)
 }
 
 /* Row formats: d 64 bf16 (128-byte rows), and d 1. */
-static const struct nelssa_kv_fmt F64 = { NELSSA_KV_BF16, 64 }, F1 = { NELSSA_KV_BF16, 1 };
+static const struct nelssa_kv_fmt F64 = { NELSSA_KV_BF16, 64, NELSSA_KV_PACKED },
+				   F1 = { NELSSA_KV_BF16, 1, NELSSA_KV_PACKED };
 
 static void kv_header_lengths(void **state)
 {
@@ -434,13 +438,120 @@ static void kv_rows_lengths(void **state)
 }
 
 /*
+ * Adjacent sessions: rows come as whole K-then-V blocks from a block
+ * boundary (at head dim 64 bf16, 2048 bytes a block; int8, a 1088-byte
+ * tile), never as K or V parts; a packed session takes no KV part; KV
+ * messages keep their packed rows either way.
+ */
+static void kv_adjacent_parts(void **state)
+{
+	static const struct nelssa_kv_fmt A64 = { NELSSA_KV_BF16, 64, NELSSA_KV_ADJACENT },
+					  T64 = { NELSSA_KV_INT8, 64, NELSSA_KV_ADJACENT };
+	struct nelssa_kv_hdr h = { 5, 1, 6, 7, 1, 2, 32, 17, 0, 0, NELSSA_KV_PART_KV }, d;
+	uint8_t p[NELSSA_KV_HDR_BYTES];
+
+	(void)state;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 4 * 2048, &A64, &d));
+	assert_true(d.part == NELSSA_KV_PART_KV && d.first_token == 32 && d.nr_tokens == 17);
+	assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 4 * 1088, &T64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 4 * 2048 - 1, &A64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 17 * 128, &A64, &d));
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 2048, &A64, &d));
+	/* Not a part of a packed store, whatever its length. */
+	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 4 * 2048, &F64, &d));
+	h.first_token = 40;		/* mid-block */
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 4 * 2048, &A64, &d));
+	h.first_token = 32;
+	h.nr_tokens = 0;		/* nothing to write */
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 0, &A64, &d));
+	h.nr_tokens = 16;
+	h.nr_clusters = 1;		/* entries go in a table part */
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 2048, &A64, &d));
+	/* K or V alone is not one run of an adjacent store. */
+	h.nr_clusters = 0;
+	for (uint8_t part = NELSSA_KV_PART_K; part <= NELSSA_KV_PART_V; part++) {
+		h.part = part;
+		nelssa_kv_hdr_put(p, &h);
+		assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 2048, &A64, &d));
+		assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 2048, &F64, &d));
+	}
+	/* A KV message from any token: the daemon places its rows block by block. */
+	h.part = 0;
+	h.first_token = 100;
+	h.nr_tokens = 30;
+	h.nr_clusters = 3;
+	nelssa_kv_hdr_put(p, &h);
+	assert_int_equal(0, nelssa_kv_hdr_get(p, sizeof(p), 2 * 30 * 128 + 24, &A64, &d));
+}
+
+/*
+ * Where <nelssa/kv_store.h> puts K, V and the table of a store of @n
+ * tokens in format @f, against the device's own rule for reading them
+ * (driver/npnm_rules.h): every row the devices read with the session's
+ * kv_stride lies inside its array, K and V never meet, and the table
+ * follows both.
+ */
+static void check_store(const struct nelssa_kv_fmt *f, uint32_t n)
+{
+	const uint32_t stride = nelssa_kv_fmt_stride(f), lay = f->layout == NELSSA_KV_ADJACENT;
+	const uint64_t span = npnm_kv_span(f->dtype, f->head_dim, stride, n);
+	const uint64_t block = npnm_kv_block_bytes(f->dtype, f->head_dim);
+	const uint64_t bytes = nelssa_kv_store_bytes(f, n, 7);
+	uint64_t k, v, t, k2, v2, t2;
+
+	assert_true(npnm_kv_stride_valid(f->dtype, f->head_dim, stride));
+	assert_int_equal(stride, lay ? 2 * block : 0);
+	nelssa_kv_store_offsets(f, n, 7, 3, 0, 0, &k, &v, &t);
+	nelssa_kv_store_offsets(f, n, 7, 3, 1, 2, &k2, &v2, &t2);
+	/* Both arrays reach no further than the table, which ends the store. */
+	assert_true(k == 0 && k + span <= t && v + span <= t && t + 8ull * 7 <= bytes);
+	assert_int_equal(0, bytes % NELSSA_KV_STORE_ALIGN);
+	/* The store of layer 1, local head 2 of 3 (the 5th) starts past four whole ones. */
+	assert_true(k2 == 5 * bytes && v2 - k2 == v - k && t2 - k2 == t);
+	/* Adjacent: a K block and its V block side by side, V one block on. */
+	assert_true(lay ? v - k == block : v - k >= span);
+	for (uint32_t i = 0; i < n; i += nelssa_kv_is_tiled(f->dtype) ? NELSSA_KV_QTILE : 1) {
+		const uint64_t at = nelssa_kv_fmt_row_off(f, i);
+
+		assert_int_equal(at, npnm_kv_row_offset(f->dtype, f->head_dim, stride, i));
+		/* K's row i never lies where V's rows do. */
+		assert_true(!lay || at % (2 * block) < block);
+	}
+	if (lay)
+		assert_int_equal(nelssa_kv_fmt_kv_bytes(f, n), (n + 15) / 16 * 2 * block);
+}
+
+static void kv_store_layout(void **state)
+{
+	static const enum nelssa_kv_dtype types[] = { NELSSA_KV_BF16, NELSSA_KV_FP16,
+						      NELSSA_KV_FP8_E4M3, NELSSA_KV_INT8 };
+	static const uint32_t dims[] = { 1, 32, 64, 80, 128, 256 };
+	static const uint32_t tokens[] = { 1, 15, 16, 17, 31, 1000, 4096 };
+
+	(void)state;
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
+			for (size_t ni = 0; ni < sizeof(tokens) / sizeof(tokens[0]); ni++) {
+				struct nelssa_kv_fmt f = { types[ti], dims[di], NELSSA_KV_PACKED };
+
+				check_store(&f, tokens[ni]);
+				f.layout = NELSSA_KV_ADJACENT;
+				check_store(&f, tokens[ni]);
+			}
+}
+
+/*
  * 8-bit sessions: a K or V range is whole tiles from a tile boundary --
  * at head dim 64, 1088 bytes a 16-token tile, a partial last tile whole
  * -- in KV_ROWS parts and KV messages alike, an empty range too.
  */
 static void kv_tiled_lengths(void **state)
 {
-	static const struct nelssa_kv_fmt T64 = { NELSSA_KV_INT8, 64 };
+	static const struct nelssa_kv_fmt T64 = { NELSSA_KV_INT8, 64, NELSSA_KV_PACKED };
 	struct nelssa_kv_hdr h = { 5, 1, 6, 7, 1, 2, 32, 17, 0, 0, NELSSA_KV_PART_K }, d;
 	uint8_t p[NELSSA_KV_HDR_BYTES];
 
@@ -550,6 +661,8 @@ int main(void)
 		cmocka_unit_test(kv_commit_lengths),
 		cmocka_unit_test(kv_rows_lengths),
 		cmocka_unit_test(kv_tiled_lengths),
+		cmocka_unit_test(kv_adjacent_parts),
+		cmocka_unit_test(kv_store_layout),
 		cmocka_unit_test(step_lengths),
 		cmocka_unit_test(reply_and_ack_headers),
 	};

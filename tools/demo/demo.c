@@ -260,7 +260,7 @@ int main(int argc, char **argv)
 	for (uint32_t r = 0; r < o.n_req; r++)
 		cap += o.ctx[r];
 	sc.shape = (struct nelssa_shape){ (uint16_t)o.layers, (uint16_t)(o.kv_heads * G),
-					  (uint16_t)o.kv_heads, D, o.kv_dtype, 0 };
+					  (uint16_t)o.kv_heads, D, o.kv_dtype, 0, NELSSA_KV_PACKED };
 	sc.max_batch = o.n_req;
 	sc.max_sel = 1u << 16;
 	sc.capacity_tokens = cap + cap / 8;

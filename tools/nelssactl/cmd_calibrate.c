@@ -105,7 +105,8 @@ static int measure_comm(const char *daemon, double *y, int max)
 	if (n > (uint32_t)max)
 		n = (uint32_t)max;
 	/* One KV head per device (head-wise placement), one 4K-token request. */
-	sc.shape = (struct nelssa_shape){ 1, (uint16_t)(4 * n), (uint16_t)n, 128, 1, 0 };
+	sc.shape = (struct nelssa_shape){ 1, (uint16_t)(4 * n), (uint16_t)n, 128, 1, 0,
+					  NELSSA_KV_PACKED };
 	sc.max_batch = 1;
 	sc.max_sel = 1;
 	sc.capacity_tokens = 8192;

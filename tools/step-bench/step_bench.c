@@ -47,7 +47,7 @@ struct opts {
 	uint16_t port;
 	uint32_t context, kv_heads, group, head_dim, iters, batch[MAX_BATCHES], n_batch;
 	double budget;
-	int json;
+	int json, kv_layout;
 };
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -268,7 +268,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --port P [--host H] [--context N] [--kv-heads N] [--batches B,B..]\n"
-		"                         [--budget F] [--iters N] [--label NAME] [--json]\n"
+		"                         [--budget F] [--iters N] [--label NAME]\n"
+		"                         [--kv-layout packed|adjacent] [--json]\n"
 		"  --context N   tokens of the request (default 131072)\n"
 		"  --kv-heads N  KV heads of the layer, 4 query heads each (default 8)\n"
 		"  --batches     requests per step (default 1,8)\n"
@@ -278,6 +279,8 @@ static void usage(FILE *f)
 		"                same token budget, no longer a ratio of clusters\n"
 		"  --iters N     timed steps per batch size (default 200, after 20 warm-up)\n"
 		"  --label NAME  tag for the output (e.g. the daemon's kernel mode)\n"
+		"  --kv-layout L packed (default) or adjacent: each 16-token block's K\n"
+		"                and V side by side in device memory\n"
 		"  --json        one JSON object instead of text\n");
 }
 
@@ -290,6 +293,7 @@ static int parse(struct opts *o, int argc, char **argv)
 		{ "budget", required_argument, NULL, 'B' },
 		{ "ratio", required_argument, NULL, 'r' },
 		{ "iters", required_argument, NULL, 'i' }, { "label", required_argument, NULL, 'l' },
+		{ "kv-layout", required_argument, NULL, 'L' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -297,13 +301,20 @@ static int parse(struct opts *o, int argc, char **argv)
 	unsigned long v;
 	int c;
 
-	*o = (struct opts){ "127.0.0.1", "", 0, 131072, 8, 4, 128, 200, { 1, 8 }, 2, 0.04, 0 };
+	*o = (struct opts){ "127.0.0.1", "", 0, 131072, 8, 4, 128, 200, { 1, 8 }, 2, 0.04, 0, 0 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'H': o->host = optarg; break;
 		case 'l': o->label = optarg; break;
 		case 'j': o->json = 1; break;
 		case 'h': usage(stdout); exit(0);
+		case 'L':
+			if (!strcmp(optarg, "packed") || !strcmp(optarg, "adjacent")) {
+				o->kv_layout = !strcmp(optarg, "adjacent");
+				break;
+			}
+			fprintf(stderr, PROG ": --kv-layout: packed or adjacent\n");
+			return -1;
 		case 'r':
 			fprintf(stderr, PROG ": --ratio is deprecated: it now sets the token "
 				"budget, as --budget does\n");
@@ -393,7 +404,8 @@ int main(int argc, char **argv)
 	nsel = (uint32_t)(budget / CLUSTER);
 	nsel = nsel ? nsel : 1;
 	sc.shape = (struct nelssa_shape){ 1, (uint16_t)(o.kv_heads * o.group), (uint16_t)o.kv_heads,
-					  (uint16_t)o.head_dim, NELSSA_KV_BF16, 0 };
+					  (uint16_t)o.head_dim, NELSSA_KV_BF16, 0,
+					  (uint8_t)o.kv_layout };
 	sc.max_sel = nsel;
 	sc.max_batch = 64;
 	sc.capacity_tokens = o.context + 1024;
@@ -463,12 +475,14 @@ int main(int argc, char **argv)
 	if (o.json)
 		printf("{\"label\":\"%s\",\"context\":%u,\"kv_heads\":%u,\"budget\":%g,"
 		       "\"budget_tokens\":%llu,\"cluster_tokens\":%u,\"selected\":%u,"
-		       "\"tokens_read\":%u,\"runs\":[", o.label, o.context, o.kv_heads, o.budget,
-		       (unsigned long long)budget, CLUSTER, nsel, nsel * CLUSTER);
+		       "\"tokens_read\":%u,\"kv_layout\":\"%s\",\"runs\":[", o.label, o.context,
+		       o.kv_heads, o.budget, (unsigned long long)budget, CLUSTER, nsel, nsel * CLUSTER,
+		       o.kv_layout ? "adjacent" : "packed");
 	else
 		printf("%s selection: %u clusters of %u tokens = %u tokens read per item "
-		       "(budget %llu tokens, %g of %u)\n", o.label, nsel, CLUSTER, nsel * CLUSTER,
-		       (unsigned long long)budget, o.budget, o.context);
+		       "(budget %llu tokens, %g of %u), KV layout %s\n", o.label, nsel, CLUSTER,
+		       nsel * CLUSTER, (unsigned long long)budget, o.budget, o.context,
+		       o.kv_layout ? "adjacent" : "packed");
 	for (uint32_t b = 0; b < o.n_batch; b++) {
 		const uint32_t n = o.batch[b] * o.kv_heads;
 		const size_t q_bytes = 4ull * o.group * o.head_dim;

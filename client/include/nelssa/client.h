@@ -118,9 +118,10 @@ struct nelssa_session_cfg {
  * @session: receives its id.
  *
  * Return: 0, or the daemon's refusal: -ENOSPC (the devices lack room),
- * -EINVAL (shape, or an attention flag no version defines), -EBUSY
- * (session limit), -EOPNOTSUPP (a type or an attention flag a device does
- * not take, 8-bit KV with cluster-wise placement).
+ * -EINVAL (shape, or an attention flag or KV layout no version defines),
+ * -EBUSY (session limit), -EOPNOTSUPP (a type or an attention flag a
+ * device does not take, 8-bit KV with cluster-wise placement, adjacent K
+ * and V blocks on a device without NPNM_CAP_KV_STRIDE).
  */
 int nelssa_client_session(struct nelssa_client *c, const struct nelssa_session_cfg *cfg,
 			  uint64_t *session);
@@ -196,7 +197,12 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * tile half rewritten.  A value that is not finite fails the call
  * (-EINVAL) before anything is written.
  *
- * In a zero-copy session, a chunk whose rows already lie in cluster order
+ * A session of adjacent K and V blocks (shape.kv_layout NELSSA_KV_ADJACENT)
+ * is written likewise in whole 16-token blocks, K block then V block: an
+ * append writes the block its first new token falls in again, with the
+ * same bytes for a 16-bit type.
+ *
+ * In a packed zero-copy session, a chunk whose rows already lie in cluster order
  * in @k and @v (consecutive tokens in @ix->perm: an engine that ordered
  * them itself) is put into the daemon's memory straight from there, with
  * no copy on this side.  @k and @v are the caller's again when the call

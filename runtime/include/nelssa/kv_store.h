@@ -14,6 +14,15 @@
  * KV type, or for an 8-bit type whole tiles with their scales
  * (nelssa_kv_bytes()).  Head-wise placement puts KV head h on device
  * h mod N as local head h / N.
+ *
+ * A session of layout NELSSA_KV_ADJACENT (struct nelssa_shape) keeps each
+ * block of NELSSA_KV_QTILE tokens' K rows (or K tile) and V rows (or V
+ * tile) side by side: K block b at 2 * b blocks from the store's start, V
+ * block b right after it, the table after the last V block.  The devices
+ * read that with kv_stride = 2 blocks (DESIGN §3.8, "KV blocks and
+ * kv_stride" in userspace-api/nelssa_pnm.rst): a selected cluster is one
+ * run of memory instead of two.  Blocks are written whole there (as tiles
+ * are), K block then V block, so one write of blocks [b0, b1) is one run.
  */
 #ifndef NELSSA_KV_STORE_H
 #define NELSSA_KV_STORE_H
@@ -21,6 +30,7 @@
 #include <stdint.h>
 
 #include <nelssa/attention.h>
+#include <nelssa/shape.h>
 
 #define NELSSA_KV_STORE_ALIGN	64u
 #define NELSSA_KV_ENTRY_BYTES	8u	/* one table entry: first, count (u32 LE) */
@@ -29,28 +39,78 @@
 struct nelssa_kv_fmt {
 	enum nelssa_kv_dtype dtype;
 	uint32_t head_dim;
+	enum nelssa_kv_layout layout;
 };
 
-/* Bytes of tokens [0, @tokens) of one K or V array (whole tiles for an 8-bit type). */
+/* Bytes of tokens [0, @tokens) of one packed K or V array (whole tiles for an 8-bit type). */
 static inline uint64_t nelssa_kv_fmt_bytes(const struct nelssa_kv_fmt *f, uint64_t tokens)
 {
 	return nelssa_kv_bytes(f->dtype, f->head_dim, tokens);
 }
 
+/* Bytes of one block: NELSSA_KV_QTILE rows, or one tile. */
+static inline uint64_t nelssa_kv_fmt_block(const struct nelssa_kv_fmt *f)
+{
+	return nelssa_kv_fmt_bytes(f, NELSSA_KV_QTILE);
+}
+
+/* Blocks that hold tokens [0, @tokens). */
+static inline uint64_t nelssa_kv_blocks(uint64_t tokens)
+{
+	return (tokens + NELSSA_KV_QTILE - 1) / NELSSA_KV_QTILE;
+}
+
+/* The devices' kv_stride for the session's arrays: 0 for packed. */
+static inline uint32_t nelssa_kv_fmt_stride(const struct nelssa_kv_fmt *f)
+{
+	return f->layout == NELSSA_KV_ADJACENT ? (uint32_t)(2 * nelssa_kv_fmt_block(f)) : 0;
+}
+
+/*
+ * Where token @t's row (an 8-bit type: its tile, @t on a tile boundary)
+ * starts, from the start of its K or V array.
+ */
+static inline uint64_t nelssa_kv_fmt_row_off(const struct nelssa_kv_fmt *f, uint64_t t)
+{
+	if (f->layout != NELSSA_KV_ADJACENT)
+		return nelssa_kv_fmt_bytes(f, t);
+	return t / NELSSA_KV_QTILE * nelssa_kv_fmt_stride(f) +
+	       nelssa_kv_fmt_bytes(f, t % NELSSA_KV_QTILE);
+}
+
+/*
+ * Bytes of the run that whole blocks [@first / 16, ...) holding tokens
+ * [@first, +@tokens) of an adjacent store take, K and V: what one write
+ * of them (NELSSA_KV_PART_KV) carries.  @first is a block boundary.
+ */
+static inline uint64_t nelssa_kv_fmt_kv_bytes(const struct nelssa_kv_fmt *f, uint64_t tokens)
+{
+	return nelssa_kv_blocks(tokens) * 2 * nelssa_kv_fmt_block(f);
+}
+
 /*
  * Tokens a write of an array may start at: any for a row type; a tile
- * boundary for an 8-bit type, whose writes are whole tiles.
+ * boundary for an 8-bit type, whose writes are whole tiles.  (A write of
+ * whole blocks of an adjacent store, NELSSA_KV_PART_KV, starts on a block
+ * boundary whatever the type.)
  */
 static inline int nelssa_kv_fmt_first_ok(const struct nelssa_kv_fmt *f, uint64_t first)
 {
 	return !nelssa_kv_is_tiled(f->dtype) || first % NELSSA_KV_QTILE == 0;
 }
 
+/* Bytes of the K and V arrays of a store of @tokens tokens. */
+static inline uint64_t nelssa_kv_fmt_arrays(const struct nelssa_kv_fmt *f, uint64_t tokens)
+{
+	return f->layout == NELSSA_KV_ADJACENT ? nelssa_kv_fmt_kv_bytes(f, tokens) :
+						 2 * nelssa_kv_fmt_bytes(f, tokens);
+}
+
 /* Bytes of one store of @tokens tokens and @clusters entries. */
 static inline uint64_t nelssa_kv_store_bytes(const struct nelssa_kv_fmt *f, uint32_t tokens,
 					     uint32_t clusters)
 {
-	const uint64_t b = 2 * nelssa_kv_fmt_bytes(f, tokens) +
+	const uint64_t b = nelssa_kv_fmt_arrays(f, tokens) +
 			   (uint64_t)NELSSA_KV_ENTRY_BYTES * clusters;
 
 	return (b + NELSSA_KV_STORE_ALIGN - 1) & ~(uint64_t)(NELSSA_KV_STORE_ALIGN - 1);
@@ -70,8 +130,9 @@ static inline void nelssa_kv_store_offsets(const struct nelssa_kv_fmt *f, uint32
 			      nelssa_kv_store_bytes(f, tokens, clusters);
 
 	*k = base;
-	*v = base + nelssa_kv_fmt_bytes(f, tokens);
-	*table = base + 2 * nelssa_kv_fmt_bytes(f, tokens);
+	*v = base + (f->layout == NELSSA_KV_ADJACENT ? nelssa_kv_fmt_block(f) :
+						       nelssa_kv_fmt_bytes(f, tokens));
+	*table = base + nelssa_kv_fmt_arrays(f, tokens);
 }
 
 #endif /* NELSSA_KV_STORE_H */

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define NELSSA_PROTO_MAGIC	0x41534c4eu	/* "NLSA" */
-#define NELSSA_PROTO_VERSION	6u
+#define NELSSA_PROTO_VERSION	7u
 #define NELSSA_PROTO_HDR_BYTES	16u
 #define NELSSA_PROTO_MAX_PAYLOAD 8192u
 #define NELSSA_PROTO_NAME_LEN	32u
@@ -349,11 +349,18 @@ struct nelssa_kv_hdr {
  * @NELSSA_KV_PART_V: V rows.
  * @NELSSA_KV_PART_TABLE: table entries (&struct nelssa_cluster, as in a
  *	KV message: token ranges absolute positions in the store).
+ * @NELSSA_KV_PART_KV: whole blocks of an adjacent store (NELSSA_KV_ADJACENT)
+ *	as they lie there: for each block holding tokens [@first_token,
+ *	+@nr_tokens), its K block then its V block (rows past the last token
+ *	are written with what the data holds there); @first_token on a block
+ *	boundary, the data nelssa_kv_fmt_kv_bytes(@nr_tokens).  An adjacent
+ *	session takes its rows this way only, a packed one never.
  */
 enum nelssa_kv_part {
 	NELSSA_KV_PART_K = 1,
 	NELSSA_KV_PART_V = 2,
 	NELSSA_KV_PART_TABLE = 3,
+	NELSSA_KV_PART_KV = 4,
 };
 
 /* &struct nelssa_kv_hdr @part of a commit of rows sent in KV_ROWS messages. */
@@ -461,8 +468,9 @@ int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct n
  * @h: receives the header.
  *
  * Return: 0, -EBADMSG (lengths, an unknown part, fields the part does not
- * use not 0), -EINVAL (overflowing ranges, or rows of an 8-bit type that
- * do not start on a tile boundary).
+ * use not 0), -EINVAL (overflowing ranges, rows of an 8-bit type that do
+ * not start on a tile boundary, a K or V part of an adjacent store, a KV
+ * part of a packed one or not on a block boundary).
  */
 int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
 		       const struct nelssa_kv_fmt *f, struct nelssa_kv_hdr *h);

@@ -20,6 +20,18 @@ enum nelssa_placement {
 };
 
 /**
+ * enum nelssa_kv_layout - how a session's KV stores hold K and V.
+ * @NELSSA_KV_PACKED: the K array, then the V array.
+ * @NELSSA_KV_ADJACENT: each 16-token block's K and V side by side, so that
+ *	a selected cluster is one run of device memory (devices with
+ *	NPNM_CAP_KV_STRIDE; Documentation/daemon.rst, "KV layout").
+ */
+enum nelssa_kv_layout {
+	NELSSA_KV_PACKED = 0,
+	NELSSA_KV_ADJACENT = 1,
+};
+
+/**
  * struct nelssa_shape - the model shape a session serves.
  * @layers: decoder layers.
  * @q_heads: query heads (a multiple of @kv_heads).
@@ -31,6 +43,9 @@ enum nelssa_placement {
  * @attn_flags: NELSSA_ATTN_* bits (<nelssa/attention.h>) of the devices'
  *	attention: 0 for binary32 dot products, NELSSA_ATTN_BF16_DOTS for the
  *	GPU kernels' bf16 ones (every device must offer it).
+ * @kv_layout: enum nelssa_kv_layout of the stores:
+ *	0 the K array then the V array, 1 each 16-token block's K and V side
+ *	by side (every device must have NPNM_CAP_KV_STRIDE).
  */
 struct nelssa_shape {
 	uint16_t layers;
@@ -39,6 +54,7 @@ struct nelssa_shape {
 	uint16_t head_dim;
 	uint8_t kv_dtype;
 	uint8_t attn_flags;
+	uint8_t kv_layout;
 };
 
 #ifdef __cplusplus
