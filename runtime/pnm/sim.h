@@ -24,6 +24,7 @@ struct sim_opts {
 	enum nfw_isa isa;
 	uint64_t spin_ns;
 	unsigned int cpu_first, cpu_count;	/* cpus=: executors pinned; 0: not */
+	int no_kv_stride;	/* kv_stride=off: a card with firmware before 1.2 */
 	unsigned int set;	/* SIM_OPT_* given explicitly */
 };
 
@@ -32,6 +33,7 @@ struct sim_opts {
 #define SIM_OPT_ISA (1u << 2)
 #define SIM_OPT_SPIN (1u << 3)
 #define SIM_OPT_CPUS (1u << 4)
+#define SIM_OPT_KV_STRIDE (1u << 5)
 
 struct sim_dev {
 	struct sim_dev *next;

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "npnm_rules.h"
 #include "sim.h"
 
 /* How long a waiter leaves a short command to the executors (sim_wait()). */
@@ -251,7 +252,8 @@ static int sim_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 
 	info->abi_version = NPNM_ABI_VERSION;
 	info->fw_version = NFW_FW_VERSION;
-	info->caps = NPNM_CAP_MMAP | NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER | NPNM_CAP_KV_STRIDE;
+	info->caps = NPNM_CAP_MMAP | NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER |
+		     (d->opts.no_kv_stride ? 0 : NPNM_CAP_KV_STRIDE);
 	info->opcodes = (1ull << NPNM_OP_MAX) - 1;
 	info->mem_size = d->alloc.size - SIM_ALIGN;	/* less the reserved granule */
 	info->mem_align = SIM_ALIGN;
@@ -406,6 +408,11 @@ static int resolve(struct sim_ctx *c, const struct npnm_cmd *in, struct npnm_cmd
 	ret = npnm_priv_check_rules(in, index);
 	if (ret)
 		return ret;
+	/* As the driver refuses it for firmware that reads the field as reserved. */
+	if (npnm_rules_kv_stride(in) && c->dev->opts.no_kv_stride)
+		return npnm_priv_error(-EOPNOTSUPP, "command %u: kv_stride %u, and sim:%u was "
+				       "made without it (kv_stride=off)", index,
+				       npnm_rules_kv_stride(in), c->dev->opts.index);
 	for (unsigned int i = 0; i < NPNM_CMD_MAX_OPERANDS; i++) {
 		const struct npnm_operand *op = &in->op[i];
 		struct sim_region *r;

@@ -98,6 +98,12 @@ int sim_parse(const char *spec, struct sim_opts *o)
 				return npnm_priv_error(-EINVAL, "%s: spin_us=%s: need 0..1000000", spec, val);
 			o->spin_ns = (uint64_t)v * 1000;
 			o->set |= SIM_OPT_SPIN;
+		} else if (!strcmp(tok, "kv_stride")) {
+			if (strcmp(val, "on") && strcmp(val, "off"))
+				return npnm_priv_error(-EINVAL, "%s: kv_stride=%s: need on or off",
+						 spec, val);
+			o->no_kv_stride = !strcmp(val, "off");
+			o->set |= SIM_OPT_KV_STRIDE;
 		} else if (!strcmp(tok, "cpus")) {
 			if (parse_cpus(val, o))
 				return npnm_priv_error(-EINVAL, "%s: cpus=%s: need FIRST or FIRST-LAST, "
@@ -105,7 +111,7 @@ int sim_parse(const char *spec, struct sim_opts *o)
 			o->set |= SIM_OPT_CPUS;
 		} else {
 			return npnm_priv_error(-EINVAL, "%s: unknown option '%s' (mem, cores, isa, spin_us, "
-					 "cpus)", spec, tok);
+					 "cpus, kv_stride)", spec, tok);
 		}
 	}
 	return 0;
@@ -117,6 +123,7 @@ static int conflicts(const struct sim_opts *have, const struct sim_opts *want)
 	       ((want->set & SIM_OPT_CORES) && want->cores != have->cores) ||
 	       ((want->set & SIM_OPT_ISA) && want->isa != have->isa) ||
 	       ((want->set & SIM_OPT_SPIN) && want->spin_ns != have->spin_ns) ||
+	       ((want->set & SIM_OPT_KV_STRIDE) && want->no_kv_stride != have->no_kv_stride) ||
 	       ((want->set & SIM_OPT_CPUS) && (want->cpu_first != have->cpu_first ||
 					       want->cpu_count != have->cpu_count));
 }

@@ -45,7 +45,7 @@ stop() {
 	pid=
 }
 
-echo "1..46"
+echo "1..48"
 t "--zero-copy takes auto, off or require only" 2 "$nd" --zero-copy=sometimes
 grep_t "... and says which" "need auto, off or require" "$out/stderr"
 
@@ -147,4 +147,11 @@ else
 	sed 's/^/# /' "$out/daemon.log" | tail -30
 	echo "not ok $((n += 1)) - the daemon lives through the refusals"
 fi
+stop
+
+# Devices as cards with firmware before 1.2, which have no kv_stride.
+nelssad_start "$nd" "$out/daemon.log" "$out/port" --sim-opts mem=256M,cores=1,kv_stride=off
+t "devices without kv_stride: a session of adjacent K and V blocks refused with words, a packed one served" \
+	0 "$cli" 127.0.0.1 "$port" no-stride
+grep_t "... and the daemon's log says why" "cannot keep K and V blocks adjacent" "$out/daemon.log"
 stop

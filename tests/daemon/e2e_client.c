@@ -519,6 +519,25 @@ static int scenario_check(struct tu_rng *rng)
 	return failures ? 1 : 0;
 }
 
+/*
+ * Against a daemon whose devices lack kv_stride (sim kv_stride=off): a
+ * session of adjacent K and V blocks is refused, with words, and a packed
+ * one is served as ever.
+ */
+static int scenario_no_stride(struct tu_rng *rng)
+{
+	struct nelssa_session_cfg cfg = session_cfg(1u << 14);
+	uint64_t session;
+	int ret;
+
+	cfg.shape.kv_layout = NELSSA_KV_ADJACENT;
+	ret = nelssa_client_session(cli, &cfg, &session);
+	CHECK(ret == -EOPNOTSUPP && strstr(nelssa_client_error(cli), "kv_stride"),
+	      "an adjacent session on devices without kv_stride: %d", ret);
+	kv_layout = NELSSA_KV_PACKED;
+	return scenario_check(rng) || failures ? 1 : 0;
+}
+
 static int scenario_capacity(struct tu_rng *rng)
 {
 	struct nelssa_session_cfg cfg = session_cfg(1ull << 28);
@@ -1487,7 +1506,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: e2e_client HOST PORT check|check-clusters|check-staged [rma|rdma|staged "
 			"[ordered|mixed|shuffled]]|stall-put|"
 			"capacity|refused|"
-			"bad-step|zero-items|stall|die|held|outlive|migrate|kv8 [rma]|split|probe|busy|"
+			"bad-step|zero-items|stall|die|held|outlive|migrate|kv8 [rma]|split|probe|busy|no-stride|"
 			"load offload|step\n"
 			"  (check*, kv8: SCENARIO-adjacent for adjacent K and V blocks)\n");
 		return 2;
@@ -1546,6 +1565,8 @@ int main(int argc, char **argv)
 		ret = scenario_check(&rng);
 	else if (!strcmp(sc, "capacity"))
 		ret = scenario_capacity(&rng);
+	else if (!strcmp(sc, "no-stride"))
+		ret = scenario_no_stride(&rng);
 	else if (!strcmp(sc, "refused"))
 		ret = scenario_refused(&rng);
 	else if (!strcmp(sc, "bad-step"))

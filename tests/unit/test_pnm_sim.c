@@ -105,6 +105,7 @@ static void bad_names(void **state)
 		{ "sim:1,isa=sse9", -EINVAL }, { "gpu0", -EINVAL }, { "/dev/nelssa_pnm99", -ENOENT },
 		{ "sim:1,cpus=x", -EINVAL }, { "sim:1,cpus=3-1", -EINVAL }, { "sim:1,cpus=0-", -EINVAL },
 		{ "sim:1,cpus=5000", -EINVAL }, { "sim:1,cpus=1023", -EINVAL },	/* not ours */
+		{ "sim:1,kv_stride=1", -EINVAL }, { "sim:1,kv_stride=", -EINVAL },
 	};
 	struct nelssa_pnm *p;
 
@@ -728,6 +729,60 @@ static void close_with_inflight(void **state)
 }
 
 /* SPARSE_ATTN through the library, with data laid out by the fixture. */
+/* One region of @p holds the fixture's whole memory, which the command's operands name. */
+static uint32_t load_fx(struct nelssa_pnm *p, struct fx *f)
+{
+	const uint32_t h = alloc(p, f->mem.size);
+
+	assert_int_equal(nelssa_pnm_mem_write(p, h, 0, f->mem.base, f->mem.size), 0);
+	for (int i = 0; i < 4; i++)
+		f->cmd.op[i].handle = h;
+	return h;
+}
+
+/*
+ * kv_stride=off: a sim device as a card with firmware before 1.2 -- no
+ * NPNM_CAP_KV_STRIDE, and a strided SPARSE_ATTN refused at submission with
+ * -EOPNOTSUPP and words, as the driver refuses it; the same command on a
+ * device with the capability runs and matches float64.
+ */
+static void kv_stride_off(void **state)
+{
+	struct nelssa_pnm *old, *now, *c = NULL;
+	struct npnm_completion comp;
+	struct npnm_info info;
+	struct tu_rng rng;
+	struct fx f;
+	uint32_t h;
+
+	(void)state;
+	old = open_dev("sim:9,mem=16M,cores=1,kv_stride=off");
+	now = open_dev("sim:10,mem=16M,cores=1,kv_stride=on");
+	assert_int_equal(nelssa_pnm_open("sim:9,kv_stride=on", &c), -EBUSY);
+	assert_int_equal(nelssa_pnm_info(old, &info), 0);
+	assert_false(info.caps & NPNM_CAP_KV_STRIDE);
+	assert_int_equal(nelssa_pnm_info(now, &info), 0);
+	assert_true(info.caps & NPNM_CAP_KV_STRIDE);
+	tu_rng_for(&rng, __func__, 0);
+	/* Device memory: the KV, then 4 MiB of inputs and 1 MiB of outputs. */
+	fx_init(&f, 8ull << 20, 64, 2, NPNM_DTYPE_BF16);
+	f.kv_stride = 2 * 16 * 64 * 2;		/* K and V blocks adjacent */
+	fx_add_item(&f, &rng, 700, 31, 300);
+	fx_finish(&f);
+	assert_int_equal(f.cmd.p.attn.kv_stride, f.kv_stride);
+	load_fx(old, &f);
+	assert_int_equal(nelssa_pnm_exec(old, &f.cmd, &comp), -EOPNOTSUPP);
+	assert_non_null(strstr(nelssa_pnm_strerror(), "kv_stride=off"));
+	h = load_fx(now, &f);
+	assert_int_equal(nelssa_pnm_exec(now, &f.cmd, &comp), 0);
+	assert_int_equal(comp.status, NPNM_ST_OK);
+	assert_int_equal(nelssa_pnm_mem_read(now, h, 0, f.mem.base, f.mem.size), 0);
+	assert_int_equal(fx_check(&f, 0, "strided item"), 0);
+	fx_free(&f);
+	nelssa_pnm_close(old);
+	nelssa_pnm_close(now);
+}
+
 static void sparse_attn_end_to_end(void **state)
 {
 	struct nelssa_pnm *p = open_dev(DEV);
@@ -750,11 +805,7 @@ static void sparse_attn_end_to_end(void **state)
 	for (int i = 0; i < 6; i++)
 		fx_add_item(&f, &rng, 2000 + tu_below(&rng, 3000), 32, 40);
 	fx_finish(&f);
-	/* One region holds the fixture's whole memory; operands name it. */
-	h = alloc(p, f.mem.size);
-	assert_int_equal(nelssa_pnm_mem_write(p, h, 0, f.mem.base, f.mem.size), 0);
-	for (int i = 0; i < 4; i++)
-		f.cmd.op[i].handle = h;
+	h = load_fx(p, &f);
 	assert_int_equal(nelssa_pnm_exec(p, &f.cmd, &comp), 0);
 	assert_int_equal(comp.status, NPNM_ST_OK);
 	/* NPNM_IOC_EXEC carries no device time: only sim reports it from exec. */
@@ -890,6 +941,7 @@ int main(void)
 		cmocka_unit_test(stress_exactly_once),
 		cmocka_unit_test(close_with_inflight),
 		cmocka_unit_test(sparse_attn_end_to_end),
+		cmocka_unit_test(kv_stride_off),
 	};
 
 	if (getenv("NELSSA_TEST_DEV"))
