@@ -1256,6 +1256,8 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 		m.u.create.shape.q_heads = (uint16_t)(m.u.create.shape.kv_heads *
 						      (group & 0x80 ? group : 1 + group % 4));
 		m.u.create.shape.head_dim = dims[dim % 8];
+		/* Bit 7 of the dim byte: K and V blocks adjacent (NELSSA_KV_ADJACENT). */
+		m.u.create.shape.kv_layout = dim >> 7;
 		m.u.create.shape.kv_dtype = 1 + (kind2 & 1);
 		m.u.create.placement = (kind2 >> 1) & 1;
 		/* bf16 dot products; with bit 3 a flag no version defines (refused). */
@@ -1265,6 +1267,10 @@ static int build(struct slot *c, unsigned int kind, struct rd *r, uint8_t *f, si
 		m.u.create.max_sel = msel & 0x80 ? (uint32_t)msel << 8 : 1u + msel % 16;
 		m.u.create.capacity_tokens = caps[cap % 8] + (cap >> 3);
 		e->shape = m.u.create.shape;
+		trace("  create: %u layers, %u/%u heads, dim %u, KV type %u, layout %u, placement %u",
+		      m.u.create.shape.layers, m.u.create.shape.q_heads, m.u.create.shape.kv_heads,
+		      m.u.create.shape.head_dim, m.u.create.shape.kv_dtype,
+		      m.u.create.shape.kv_layout, m.u.create.placement);
 		e->max_batch = m.u.create.max_batch;
 		e->max_sel = m.u.create.max_sel;
 		break;
@@ -1674,18 +1680,22 @@ static void kv_op(unsigned int w, struct rd *r)
 	len = 4ull * k.nr_tokens * dim + 8ull * k.nr_clusters;
 	/*
 	 * tmode 0xc0 and up: a KV_ROWS message instead, of part (tmode >> 2)
-	 * % 5 (1-3 are parts, 0 and 4 none); the fields its part does not use
-	 * zeroed unless tmode bit 1 is set.
+	 * % 6 (1-4 are parts, 0 and 5 none); the fields its part does not use
+	 * zeroed unless tmode bit 1 is set; a KV part (whole K-then-V blocks of
+	 * an adjacent session) from a block boundary unless bit 0 is.
 	 */
 	rows = tmode >= 0xc0;
 	if (rows) {
-		k.part = (uint8_t)((tmode >> 2) % 5);
+		k.part = (uint8_t)((tmode >> 2) % 6);
 		if (!(tmode & 2) && k.part == NELSSA_KV_PART_TABLE)
 			k.first_token = k.nr_tokens = 0;
 		else if (!(tmode & 2))
 			k.first_cluster = k.nr_clusters = 0;
-		len = k.part == NELSSA_KV_PART_TABLE ? 8ull * k.nr_clusters
-						     : 2ull * k.nr_tokens * dim;
+		if (k.part == NELSSA_KV_PART_KV && !(tmode & 1))
+			k.first_token &= ~15u;
+		len = k.part == NELSSA_KV_PART_TABLE ? 8ull * k.nr_clusters :
+		      k.part == NELSSA_KV_PART_KV ? 64ull * ((k.nr_tokens + 15) / 16) * dim :
+						    2ull * k.nr_tokens * dim;
 	}
 	if (dmode % 4 == 1)
 		len -= len ? 1 + (dmode >> 2) % len : 0;

@@ -8,7 +8,7 @@
  * listener (nelssa/link.h) -- take random turns from one seeded generator:
  * HELLO (asking for shared memory or not, with flag bits no version
  * defines, with a mangled version range, an older version's longer HELLO,
- * twice, mutated bytes), SESSION_CREATE of random and edge shapes,
+ * twice, mutated bytes), SESSION_CREATE of random and edge shapes (KV layouts too),
  * REQ_ALLOC / REQ_FREE of random ids and sizes (beyond capacity too),
  * CLOSE and STATS of their own sessions, others' and made-up ones, KV and
  * STEP active messages (eager and rendezvous, up to megabytes) built
@@ -1776,13 +1776,13 @@ static void act_session(struct actor *a)
 	m.u.create.tenant = chance(90) ? below(4) : (uint32_t)edge(32);
 	m.u.create.shape = (struct nelssa_shape){ (uint16_t)(1 + below(3)), (uint16_t)(kvh * g),
 						  (uint16_t)kvh, dims[below(4)],
-						  (uint8_t)(1 + below(2)), 0, NELSSA_KV_PACKED };
+						  (uint8_t)(1 + below(2)), 0, (uint8_t)below(2) };
 	m.u.create.placement = (uint8_t)below(2);
 	m.u.create.max_batch = 1 + below(4);
 	m.u.create.max_sel = 1 + below(32);
 	m.u.create.capacity_tokens = 64 + below(8192);
 	if (chance(15)) {
-		switch (below(8)) {
+		switch (below(9)) {
 		case 0: m.u.create.capacity_tokens = edge(64); break;
 		case 1: m.u.create.max_batch = (uint32_t)edge(32); break;
 		case 2: m.u.create.max_sel = (uint32_t)edge(32); break;
@@ -1790,6 +1790,7 @@ static void act_session(struct actor *a)
 		case 4: m.u.create.shape.head_dim = (uint16_t)edge(16); break;
 		case 5: m.u.create.shape.kv_heads = (uint16_t)edge(16); break;
 		case 6: m.u.create.shape.q_heads = (uint16_t)edge(16); break;
+		case 7: m.u.create.shape.kv_layout = (uint8_t)edge(8); break;
 		default: m.u.create.placement = (uint8_t)edge(8); break;
 		}
 	}
