@@ -189,12 +189,14 @@ def nelssa_kw(daemon, **kw):
     return base
 
 
-@pytest.mark.parametrize("estimate", ["none", "mean", "spread"])
-def test_full_selection_equals_dense(daemon, model, estimate):
-    """select = 100 %: every cluster on PNM is read, so the split step is exact."""
+@pytest.mark.parametrize("estimate,kv_layout", [("none", "packed"), ("mean", "packed"),
+                                                ("spread", "packed"), ("mean", "adjacent")])
+def test_full_selection_equals_dense(daemon, model, estimate, kv_layout):
+    """select = 100 %: every cluster on PNM is read, so the split step is exact
+    (with K and V blocks adjacent on the devices too)."""
     rs = reqs([400, 60, 520, 90], [40, 8, 36, 8], seed=8)
     dense = run(model, rs, mode="gpu", pool_tokens=8192, accuracy_every=0)
-    e = run(model, rs, **nelssa_kw(daemon, select=1.0, estimate=estimate))
+    e = run(model, rs, **nelssa_kw(daemon, select=1.0, estimate=estimate, kv_layout=kv_layout))
     assert sorted(s.req.rid for s in e.finished if s.where == "pnm") == [0, 2]
     errs = [x for layer in e.errors for head in layer for x in head]
     # Every decode step of each PNM request (its first token comes from the
@@ -205,6 +207,10 @@ def test_full_selection_equals_dense(daemon, model, estimate):
     # Decode-time chunks were appended: more tokens on PNM than at prefill.
     st = [s.pnm for s in e.finished if s.req.rid == 0][0]
     assert st.n_off > 400 - 16
+    with open(daemon.logpath) as f:
+        sessions = [ln for ln in f if "tokens of capacity" in ln]
+    assert sessions and sessions[-1].rstrip().endswith(
+        "K and V blocks adjacent" if kv_layout == "adjacent" else "K and V arrays packed")
 
 
 def test_prefilled_kv_goes_to_pnm_a_layer_an_iteration(daemon, model, monkeypatch):
@@ -617,6 +623,11 @@ def test_bad_weight_files_and_engine_configs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         serve_main(["--modes", "gpu", "--estimate", "median"])
     assert "invalid choice: 'median'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="kv_layout must be one of adjacent, packed"):
+        EngineConfig(mode="gpu", kv_layout="interleaved").check()
+    with pytest.raises(SystemExit):
+        serve_main(["--modes", "gpu", "--kv-layout", "interleaved"])
+    assert "invalid choice: 'interleaved'" in capsys.readouterr().err
 
 
 def test_pool_never_exceeds_its_budget(daemon, model):

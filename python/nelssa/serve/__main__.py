@@ -57,6 +57,9 @@ def parse(argv):
       "nelssactl calibrate --output")
     a("--capacity-tokens", type=int, default=131072,
       help="NELSSA session capacity: tokens of all long requests at once")
+    a("--kv-layout", choices=("packed", "adjacent"), default="packed",
+      help="how the PNM devices hold each request's K and V: packed arrays, or each "
+           "16-token block's K and V side by side (devices with kv_stride)")
     a("--devices", type=int, default=4, help="PNM devices the router assumes")
     a("--adaptive", action="store_true", help="load-adaptive threshold")
     a("--adapt-period", type=float, default=10.0, help="its decision period, seconds")
@@ -132,7 +135,7 @@ def ecfg(args, mode):
                         estimate=args.estimate, migrate=not args.no_migrate,
                         accuracy_every=args.accuracy_every, host=args.host, port=args.port,
                         etcd=args.etcd, cluster=args.cluster,
-                        capacity_tokens=args.capacity_tokens,
+                        capacity_tokens=args.capacity_tokens, kv_layout=args.kv_layout,
                         prefill_elsewhere=args.prefill_elsewhere)
 
 

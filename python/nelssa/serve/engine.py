@@ -49,6 +49,7 @@ from .nodes import LOST_ERRNOS, NodeLost, Nodes  # noqa: F401 (LOST_ERRNOS: for 
 # it is as accurate on the retrieval heads and a little ahead on the
 # others (Documentation/serve.rst).
 ESTIMATES = ("mean", "spread", "none")
+KV_LAYOUTS = {"packed": nelssa.KV_PACKED, "adjacent": nelssa.KV_ADJACENT}
 
 
 @dataclasses.dataclass
@@ -79,6 +80,7 @@ class EngineConfig:
     tenant: int = 0                 # the sessions' tenant label (0..255)
     timeout_ms: int = 30000
     capacity_tokens: int = 131072   # the nelssad session's capacity, tokens
+    kv_layout: str = "packed"       # the sessions' KV layout: "packed" or "adjacent"
     kmeans_iters: int = 10
     prefill_chunk: int = 512        # prompt tokens prefilled between two decode steps
     prefill_elsewhere: bool = False # prefill not on the clock (as nelssa-sim models it)
@@ -96,6 +98,9 @@ class EngineConfig:
             raise ValueError("engine: NELSSA mode needs nelssad's port, or a cluster's etcd")
         if not self.timeout_ms > 0:
             raise ValueError("engine: timeout_ms must be > 0 (the most a step is waited for)")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise ValueError("engine: kv_layout must be one of %s, not %r"
+                             % (", ".join(sorted(KV_LAYOUTS)), self.kv_layout))
         if self.estimate not in ESTIMATES:
             raise ValueError("engine: estimate must be one of %s, not %r"
                              % (", ".join(ESTIMATES), self.estimate))
@@ -193,7 +198,8 @@ class Engine:
         cfg = self.cfg
         self.nodes = Nodes(cfg, (self.L, self.Hq, self.Hkv, self.D),
                            dict(max_batch=cfg.max_batch, max_sel=65536,
-                                capacity_tokens=cfg.capacity_tokens, tenant=cfg.tenant),
+                                capacity_tokens=cfg.capacity_tokens, tenant=cfg.tenant,
+                                kv_layout=KV_LAYOUTS[cfg.kv_layout]),
                            self.m.kv_bytes_per_token, self.log)
         try:
             self.router = nelssa.Router(cfg.profile, layers=self.L, kv_heads=self.Hkv,
