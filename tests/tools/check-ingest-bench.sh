@@ -24,10 +24,11 @@ trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$out"' EXIT
 . "$(dirname "$0")/../../scripts/nelssad-lib.sh"
 export UCX_LOG_LEVEL=fatal UCX_TCP_CM_REUSEADDR=y UCX_TLS=tcp
 
-echo "1..10"
+echo "1..13"
 t "no --port is a usage error" 2 "$bench" --daemon-pid 1
 t "a bad --gb is a usage error" 2 "$bench" --port 1 --daemon-pid 1 --gb 0
 t "--help exits 0" 0 "$bench" --help
+t "an unknown --kv-layout is a usage error" 2 "$bench" --port 1 --daemon-pid 1 --kv-layout x
 nelssad_start "$nd" "$out/daemon.log" "$out/port" --devices sim:2 --sim-opts mem=256M,cores=1 \
 	--emulated-rma
 t "a small run against nelssad on sim devices" 0 "$bench" --port "$port" --daemon-pid "$pid" \
@@ -50,6 +51,11 @@ json_check "daemon CPU per GB measured for both modes" \
 	'j["zero_copy"]["daemon_cpu_s_per_gb"] >= 0 and j["messages"]["daemon_cpu_s_per_gb"] >= 0'
 json_check "step latencies measured alone and under both ingests" \
 	'all(j["step_us"][k]["n"] > 0 and j["step_us"][k]["p99"] >= j["step_us"][k]["p50"] > 0 for k in ("alone", "zero_copy_ingest", "messages_ingest"))'
+t "with K and V blocks adjacent (--kv-layout adjacent)" 0 "$bench" --port "$port" \
+	--daemon-pid "$pid" --context 1024 --layers 1 --kv-heads 4 --gb 0.02 --ingest-gb 0.02 \
+	--steps 20 --kv-layout adjacent --json
+json_check "... named so; puts all by RMA, messages received in place but the table entries" \
+	'j["kv_layout"] == "adjacent" and j["zero_copy"]["rma_fraction"] == 1 and j["zero_copy_gathered"]["copied_fraction"] == 0 and abs(j["messages"]["copied_fraction"] - 8 / 8200) < 5e-4'
 kill -TERM $pid
 wait $pid
 pid=

@@ -49,7 +49,7 @@ struct opts {
 	uint16_t port;
 	uint32_t pid, context, layers, kv_heads, head_dim, steps;
 	double gb, ingest_gb;
-	int json;
+	int json, kv_layout;
 };
 
 static double daemon_cpu_s(uint32_t pid)
@@ -297,7 +297,7 @@ static int open_session(const struct opts *o, struct nelssa_client *c, uint32_t 
 {
 	const struct nelssa_session_cfg cfg = {
 		.shape = { (uint16_t)layers, (uint16_t)(o->kv_heads * 4), (uint16_t)o->kv_heads,
-			   (uint16_t)o->head_dim, NELSSA_KV_BF16 },
+			   (uint16_t)o->head_dim, NELSSA_KV_BF16, 0, (uint8_t)o->kv_layout },
 		.placement = NELSSA_PLACE_HEADS, .max_batch = 1, .max_sel = 4096,
 		.capacity_tokens = o->context,
 	};
@@ -538,10 +538,11 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: " PROG " --port PORT --daemon-pid PID [--host HOST] [--context N]\n"
 		"       [--layers N] [--kv-heads N] [--head-dim N] [--gb G] [--ingest-gb G]\n"
-		"       [--steps N] [--json]\n"
+		"       [--steps N] [--kv-layout packed|adjacent] [--json]\n"
 		"KV ingest through nelssad, zero-copy and staged, beside bare UCX puts of the same\n"
 		"sizes; daemon CPU seconds per GB; decode-step latency alone and while another\n"
-		"client ingests --ingest-gb (default 10).  UCX_TLS chooses the transport.\n");
+		"client ingests --ingest-gb (default 10).  UCX_TLS chooses the transport.\n"
+		"--kv-layout adjacent: sessions keep each 16-token block's K and V side by side.\n");
 }
 
 static void json_mode(const char *name, const struct mode_result *r, double put)
@@ -568,6 +569,7 @@ int main(int argc, char **argv)
 		{ "head-dim", required_argument, NULL, 'd' }, { "gb", required_argument, NULL, 'g' },
 		{ "ingest-gb", required_argument, NULL, 'i' },
 		{ "steps", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'j' },
+		{ "kv-layout", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' }, { 0 } };
 	struct opts o = { .host = "127.0.0.1", .context = 32768, .layers = 2, .kv_heads = 8,
 			  .head_dim = 128, .steps = 500, .gb = 2, .ingest_gb = 10 };
@@ -607,6 +609,14 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'j': o.json = 1; break;
+		case 'L':
+			o.kv_layout = !strcmp(optarg, "adjacent");
+			if (!o.kv_layout && strcmp(optarg, "packed")) {
+				fprintf(stderr, PROG ": --kv-layout %s: need packed or adjacent\n",
+					optarg);
+				bad = 1;
+			}
+			break;
 		case 'h': usage(); return 0;
 		default: bad = 1;
 		}
@@ -639,8 +649,9 @@ int main(int argc, char **argv)
 	if (o.json) {
 		printf("{\"cpu\":\"%s\",\"isa\":\"%s\",\"transport\":\"%s\",\"context\":%u,"
 		       "\"layers\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"gb\":%g,"
-		       "\"bare_put_gbs\":%.3f,", cpu, tl_cpu_isa(), tls ? tls : "", o.context,
-		       o.layers, o.kv_heads, o.head_dim, o.gb, put);
+		       "\"kv_layout\":\"%s\",\"bare_put_gbs\":%.3f,", cpu, tl_cpu_isa(),
+		       tls ? tls : "", o.context, o.layers, o.kv_heads, o.head_dim, o.gb,
+		       o.kv_layout ? "adjacent" : "packed", put);
 		json_mode("zero_copy", &zc, put);
 		json_mode("zero_copy_gathered", &zg, put);
 		json_mode("messages", &mo, put);
@@ -655,8 +666,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	printf("CPU: %s (%s); UCX_TLS=%s; %u layers x %u KV heads x %u tokens x dim %u, %g GB a "
-	       "mode\n", cpu, tl_cpu_isa(), tls ? tls : "(UCX's choice)", o.layers, o.kv_heads,
-	       o.context, o.head_dim, o.gb);
+	       "mode, KV %s\n", cpu, tl_cpu_isa(), tls ? tls : "(UCX's choice)", o.layers,
+	       o.kv_heads, o.context, o.head_dim, o.gb,
+	       o.kv_layout ? "blocks adjacent" : "arrays packed");
 	printf("bare ucp_put_nbx, same sizes:  %7.3f GB/s\n", put);
 	text_mode("zero-copy puts, rows in order:", &zc, put);
 	text_mode("... rows shuffled, gathered:  ", &zg, put);
