@@ -16,7 +16,10 @@
  * -ENOENT, and the daemon's resident memory does not grow by them; a step
  * beyond what the attacker's own session could send is refused with
  * -EMSGSIZE; a rendezvous message of an id the daemon does not take
- * completes its send with an error.  The data path is bound to the
+ * completes its send with an error.  A session of adjacent K and V
+ * blocks takes KV messages (copied block by block) and whole-block KV_ROWS
+ * parts, its steps equal float64, and refuses rows that are not whole
+ * blocks of its own request.  The data path is bound to the
  * connection as well: the victim's session and its true token, as if
  * leaked, sent on the attacker's own endpoint get -ENOENT; and endpoints
  * whose UCX client id is not the key of a connection (a random one, the
@@ -46,7 +49,7 @@
 
 #include "testutil.h"
 
-#define NR_CHECKS 24
+#define NR_CHECKS 25
 
 #define LAYERS 2
 #define KV_HEADS 2
@@ -83,6 +86,7 @@ struct tenant {
 
 static ucp_context_h ucp;
 static struct tenant victim = { .name = "victim" }, attacker = { .name = "attacker" };
+static struct tenant adjacent = { .name = "adjacent", .fd = -1 };	/* K and V blocks adjacent */
 static int test_no;
 static uint64_t next_cookie = 1, next_step = 1;
 
@@ -117,6 +121,9 @@ static void progress(void)
 			;
 	if (attacker.w)
 		while (ucp_worker_progress(attacker.w))
+			;
+	if (adjacent.w)
+		while (ucp_worker_progress(adjacent.w))
 			;
 }
 
@@ -422,8 +429,8 @@ static void tenant_close(struct tenant *t)
 		close(t->fd);
 }
 
-/* SESSION_CREATE and REQ_ALLOC of request REQUEST on @t's connection. */
-static int tenant_session(struct tenant *t, uint32_t label)
+/* SESSION_CREATE (KV layout @layout) and REQ_ALLOC of request REQUEST on @t's connection. */
+static int tenant_session(struct tenant *t, uint32_t label, uint8_t layout)
 {
 	static struct nelssa_msg m, r;
 
@@ -431,7 +438,7 @@ static int tenant_session(struct tenant *t, uint32_t label)
 	m.type = NELSSA_MSG_SESSION_CREATE;
 	m.u.create.tenant = label;
 	m.u.create.shape = (struct nelssa_shape){ LAYERS, KV_HEADS * GROUP, KV_HEADS, DIM,
-						  NELSSA_KV_BF16, 0, NELSSA_KV_PACKED };
+						  NELSSA_KV_BF16, 0, layout };
 	m.u.create.placement = NELSSA_PLACE_HEADS;
 	m.u.create.max_batch = 4;
 	m.u.create.max_sel = 64;
@@ -538,11 +545,17 @@ static int commit_send(struct tenant *t, uint64_t session, uint64_t token, struc
 	return kv_am(t, NELSSA_AM_KV_COMMIT, session, token, h, data, len, 0);
 }
 
-/* A KV_ROWS part of the attacker's own session: its ack's status, as kv_send(). */
+/* A KV_ROWS part of @t's own session: its ack's status, as kv_send(). */
+static int own_part(struct tenant *t, struct nelssa_kv_hdr h, const void *data, size_t len,
+		    uint32_t flags)
+{
+	return kv_am(t, NELSSA_AM_KV_ROWS, t->session, t->token, h, data, len, flags);
+}
+
+/* A KV_ROWS part of the attacker's own session. */
 static int own_rows(struct nelssa_kv_hdr h, const void *data, size_t len, uint32_t flags)
 {
-	return kv_am(&attacker, NELSSA_AM_KV_ROWS, attacker.session, attacker.token, h, data, len,
-		     flags);
+	return own_part(&attacker, h, data, len, flags);
 }
 
 /* RKEY_GET of @session's device 0 on @t's connection: as ctl_naming(). */
@@ -624,8 +637,8 @@ static int victim_step(uint8_t *out)
 	return ret;
 }
 
-/* Checks @out against float64 attention over clusters 0 and 2. */
-static int victim_reference(const uint8_t *out)
+/* Checks @out, a step at @layer, against float64 attention over clusters 0 and 2. */
+static int layer_reference(const uint8_t *out, uint32_t layer)
 {
 	const struct nelssa_attn_geom g = { DIM, GROUP, NELSSA_KV_BF16, 1.0f / sqrtf(DIM), 0 };
 	uint32_t tok[2 * CLUSTER], bad = 0;
@@ -641,10 +654,40 @@ static int victim_reference(const uint8_t *out)
 		memcpy(o, p, sizeof(o));
 		memcpy(lse, p + sizeof(o), sizeof(lse));
 		snprintf(what, sizeof(what), "victim head %u", h);
-		bad |= (uint32_t)tu_check_attn(&g, step_q[h], kv_k[0][h], kv_v[0][h], tok,
+		bad |= (uint32_t)tu_check_attn(&g, step_q[h], kv_k[layer][h], kv_v[layer][h], tok,
 					      2 * CLUSTER, o, lse, what);
 	}
 	return bad ? -EDOM : 0;
+}
+
+static int victim_reference(const uint8_t *out)
+{
+	return layer_reference(out, 0);
+}
+
+/* @t's step of its own session at @layer, checked as layer_reference() does. */
+static int own_step_exact(struct tenant *t, uint16_t layer)
+{
+	int ret = step_send(t, t->session, t->token, layer, step_msg, step_data(REQUEST, 0), 0);
+
+	if (!ret && t->rlen != KV_HEADS * (4 * GROUP * DIM + 4 * GROUP))
+		ret = -EPROTO;
+	return ret ? ret : layer_reference(t->rbuf, layer);
+}
+
+/*
+ * The blocks of (@l, @h)'s tokens [@first, +@n) as an adjacent store lays
+ * them out (<nelssa/kv_store.h>): each 16-row K block, then its V block.
+ */
+static size_t kv_blocks(uint32_t l, uint32_t h, uint32_t first, uint32_t n, uint8_t *out)
+{
+	const size_t block = 2ull * CLUSTER * DIM;
+
+	for (uint32_t b = 0; b < n / CLUSTER; b++) {
+		memcpy(out + 2 * b * block, kv_k[l][h] + (first + b * CLUSTER) * DIM, block);
+		memcpy(out + (2 * b + 1) * block, kv_v[l][h] + (first + b * CLUSTER) * DIM, block);
+	}
+	return 2 * block * (n / CLUSTER);
 }
 
 static long vm_rss_kib(const char *pid)
@@ -724,7 +767,7 @@ int main(int argc, char **argv)
 		tu_fill_f32(&rng, step_q[h], GROUP * DIM, 1.0);
 	ret = tenant_open(&victim, argv[1], argv[2]);
 	if (!ret)
-		ret = tenant_session(&victim, 1);
+		ret = tenant_session(&victim, 1, NELSSA_KV_PACKED);
 	for (uint16_t l = 0; l < LAYERS && !ret; l++)
 		for (uint16_t h = 0; h < KV_HEADS && !ret; h++) {
 			size_t len = kv_data(l, h);
@@ -740,7 +783,7 @@ int main(int argc, char **argv)
 	       "(%d)", (unsigned long long)victim.session, ret);
 	ret = tenant_open(&attacker, argv[1], argv[2]);
 	if (!ret)
-		ret = tenant_session(&attacker, 2);
+		ret = tenant_session(&attacker, 2, NELSSA_KV_PACKED);
 	if (ret) {
 		printf("# the attacker could not connect: %d\n", ret);
 		return 1;
@@ -1117,7 +1160,7 @@ int main(int argc, char **argv)
 		t.part = NELSSA_KV_PART_TABLE;
 		t.nr_tokens = 0;
 		t.nr_clusters = CLUSTERS;
-		bad.part = 4;
+		bad.part = 5;
 		lay.layer = LAYERS;
 		room.first_token = 1;		/* TOKENS rows from 1: one beyond the request */
 		req.request = REQUEST + 1;
@@ -1149,15 +1192,83 @@ int main(int argc, char **argv)
 		       len, l, r, q, c, trr, put);
 	}
 
-	/* 24: after all that, the victim's data as it was. */
+	/*
+	 * 24: a session of adjacent K and V blocks.  Layer 0 in KV messages,
+	 * which the daemon copies in block by block; layer 1 in KV_ROWS parts
+	 * of whole K-then-V blocks, received into place, and its table: both
+	 * layers' steps equal float64.  Rows not as whole blocks, or outside
+	 * the request, are refused before a byte lands; so is a whole-block
+	 * part at a packed session.
+	 */
+	{
+		static uint8_t img[4 * TOKENS * DIM];
+		struct nelssa_kv_hdr kv = { .request = REQUEST, .layer = 1, .nr_tokens = TOKENS,
+					    .part = NELSSA_KV_PART_KV };
+		struct nelssa_kv_hdr t = kv, commit = kv_whole(1, 0), k = kv, mid = kv, room = kv;
+		uint8_t entries[8 * CLUSTERS];
+		int msgs = 0, parts = 0, s0, s1, rk, rm, rr, rl, rp;
+
+		for (uint32_t c2 = 0; c2 < CLUSTERS; c2++) {
+			nelssa_put_le32(entries + 8 * c2, c2 * CLUSTER);
+			nelssa_put_le32(entries + 8 * c2 + 4, CLUSTER);
+		}
+		t.part = NELSSA_KV_PART_TABLE;
+		t.nr_tokens = 0;
+		t.nr_clusters = CLUSTERS;
+		commit.part = NELSSA_KV_COMMIT_SENT;
+		k.part = NELSSA_KV_PART_K;
+		mid.first_token = 8;		/* not a block boundary */
+		mid.nr_tokens = TOKENS - 16;
+		room.first_token = 16;		/* whole blocks, one beyond the request */
+		ret = tenant_open(&adjacent, argv[1], argv[2]);
+		if (!ret)
+			ret = tenant_session(&adjacent, 3, NELSSA_KV_ADJACENT);
+		for (uint16_t h = 0; h < KV_HEADS && !ret; h++) {
+			msgs |= kv_send(&adjacent, adjacent.session, adjacent.token, kv_whole(0, h),
+					kv_msg, kv_data(0, h), UCP_AM_SEND_FLAG_RNDV);
+			kv.head = t.head = commit.head = k.head = mid.head = room.head = h;
+			parts |= own_part(&adjacent, kv, img, kv_blocks(1, h, 0, TOKENS, img),
+					  UCP_AM_SEND_FLAG_RNDV);
+			parts |= own_part(&adjacent, t, entries, sizeof(entries), 0);
+			parts |= commit_send(&adjacent, adjacent.session, adjacent.token, commit,
+					     NULL, 0);
+		}
+		s0 = ret ? ret : own_step_exact(&adjacent, 0);
+		s1 = ret ? ret : own_step_exact(&adjacent, 1);
+		rk = own_part(&adjacent, k, kv_k[1][0], 2ull * TOKENS * DIM, UCP_AM_SEND_FLAG_RNDV);
+		rm = own_part(&adjacent, mid, img, kv_blocks(1, 0, 0, TOKENS - 16, img),
+			      UCP_AM_SEND_FLAG_RNDV);
+		rr = own_part(&adjacent, room, img, kv_blocks(1, 0, 0, TOKENS, img),
+			      UCP_AM_SEND_FLAG_RNDV);
+		rl = own_part(&adjacent, kv, img, kv_blocks(1, 0, 0, TOKENS, img) - 64,
+			      UCP_AM_SEND_FLAG_RNDV);
+		kv.head = 0;
+		rp = own_part(&attacker, kv, img, kv_blocks(1, 0, 0, TOKENS, img),
+			      UCP_AM_SEND_FLAG_RNDV);
+		/* The rows refused above landed nowhere: the steps are as they were. */
+		if (!s1)
+			s1 = own_step_exact(&adjacent, 1);
+		report(!ret && !msgs && !parts && !s0 && !s1 && rk == -EINVAL && rm == -EINVAL &&
+		       rr == -ERANGE && rl == -EBADMSG && rp == -EINVAL,
+		       "K and V blocks adjacent: KV messages copied in and whole-block parts "
+		       "received, steps of both layers equal float64; a K part, blocks off a "
+		       "boundary -EINVAL, beyond the request -ERANGE, a short one -EBADMSG, "
+		       "whole blocks at a packed session -EINVAL (%d %d %d %d %d, %d %d %d %d %d)",
+		       ret, msgs, parts, s0, s1, rk, rm, rr, rl, rp);
+	}
+
+	/* 25: after all that, the victim's data as it was. */
 	ret = victim_step(after);
 	if (!ret)
 		ret = memcmp(before, after, sizeof(before)) ? -EDOM : victim_reference(after);
 	report(!ret, "the victim's step after every attack: outputs bit for bit as before, equal "
 	       "to float64 attention (%d)", ret);
 
+	tenant_close(&adjacent);
 	tenant_close(&attacker);
 	tenant_close(&victim);
+	if (adjacent.w)
+		ucp_worker_destroy(adjacent.w);
 	ucp_worker_destroy(attacker.w);
 	ucp_worker_destroy(victim.w);
 	ucp_cleanup(ucp);
