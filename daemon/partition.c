@@ -532,6 +532,9 @@ static int write_array(struct nelssad *nd, struct nd_session *s, uint32_t d, uin
 {
 	const struct nelssa_kv_fmt f = nd_kv_fmt(s);
 
+	/* The codec checked it; a tile's offset rounds, so check where it is used too. */
+	if (!nelssa_kv_fmt_first_ok(&f, t))
+		return -EINVAL;
 	while (n) {
 		uint64_t piece = n, bytes;
 		int ret;

@@ -251,7 +251,8 @@ static int sim_info(struct nelssa_pnm *pnm, struct npnm_info *info)
 	struct sim_dev *d = ctx_of(pnm)->dev;
 
 	info->abi_version = NPNM_ABI_VERSION;
-	info->fw_version = NFW_FW_VERSION;
+	/* kv_stride=off: as firmware 1.1, the last without it. */
+	info->fw_version = d->opts.no_kv_stride ? (1u << 16) | 1u : NFW_FW_VERSION;
 	info->caps = NPNM_CAP_MMAP | NPNM_CAP_COMPUTE | NPNM_CAP_KV_SCATTER |
 		     (d->opts.no_kv_stride ? 0 : NPNM_CAP_KV_STRIDE);
 	info->opcodes = (1ull << NPNM_OP_MAX) - 1;

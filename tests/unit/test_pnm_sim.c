@@ -761,6 +761,7 @@ static void kv_stride_off(void **state)
 	assert_int_equal(nelssa_pnm_open("sim:9,kv_stride=on", &c), -EBUSY);
 	assert_int_equal(nelssa_pnm_info(old, &info), 0);
 	assert_false(info.caps & NPNM_CAP_KV_STRIDE);
+	assert_int_equal(info.fw_version, 1u << 16 | 1u);	/* firmware 1.1 */
 	assert_int_equal(nelssa_pnm_info(now, &info), 0);
 	assert_true(info.caps & NPNM_CAP_KV_STRIDE);
 	tu_rng_for(&rng, __func__, 0);

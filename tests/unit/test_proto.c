@@ -518,8 +518,9 @@ static void check_store(const struct nelssa_kv_fmt *f, uint32_t n)
 		const uint64_t at = nelssa_kv_fmt_row_off(f, i);
 
 		assert_int_equal(at, npnm_kv_row_offset(f->dtype, f->head_dim, stride, i));
-		/* K's row i never lies where V's rows do. */
+		/* K's row i never lies where V's rows do, nor V's where K's do. */
 		assert_true(!lay || at % (2 * block) < block);
+		assert_true(!lay || (v - k + at) % (2 * block) >= block);
 	}
 	if (lay)
 		assert_int_equal(nelssa_kv_fmt_kv_bytes(f, n), (n + 15) / 16 * 2 * block);

@@ -20,8 +20,8 @@
  * tile) side by side: K block b at 2 * b blocks from the store's start, V
  * block b right after it, the table after the last V block.  The devices
  * read that with kv_stride = 2 blocks (DESIGN §3.8, "KV blocks and
- * kv_stride" in userspace-api/nelssa_pnm.rst): a selected cluster is one
- * run of memory instead of two.  Blocks are written whole there (as tiles
+ * kv_stride" in userspace-api/nelssa_pnm.rst): a selected cluster's K and
+ * V are one run a block instead of two.  Blocks are written whole there (as tiles
  * are), K block then V block, so one write of blocks [b0, b1) is one run.
  */
 #ifndef NELSSA_KV_STORE_H

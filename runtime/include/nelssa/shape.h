@@ -23,7 +23,7 @@ enum nelssa_placement {
  * enum nelssa_kv_layout - how a session's KV stores hold K and V.
  * @NELSSA_KV_PACKED: the K array, then the V array.
  * @NELSSA_KV_ADJACENT: each 16-token block's K and V side by side, so that
- *	a selected cluster is one run of device memory (devices with
+ *	a selected cluster's K and V are one run of device memory a block (devices with
  *	NPNM_CAP_KV_STRIDE; Documentation/daemon.rst, "KV layout").
  */
 enum nelssa_kv_layout {
