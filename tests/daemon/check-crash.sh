@@ -6,7 +6,8 @@
 #  (a) 50 clients killed (SIGKILL) at seeded points of their own progress --
 #      mid-offload ("offload N" printed by e2e_client busy), mid-step ("step
 #      N"), or with a step certainly held on the daemon (e2e_client held,
-#      NELSSAD_TEST_HOLD_TENANT=77) -- while another client keeps stepping
+#      NELSSAD_TEST_HOLD_TENANT=77), in sessions of packed or adjacent K
+#      and V blocks -- while another client keeps stepping
 #      and checking every output against float64; afterwards the daemon's
 #      sessions (STATS, as nelssactl stats shows them) and the device memory
 #      it has left (its own figure: e2e_client probe) equal the baseline
@@ -181,19 +182,21 @@ stuck_report() {
 	     END { if (f != "") l = l " " f; print "threads in:" (l == "" ? " ?" : l) }' "$out/bt"
 }
 
-# One kill of plan line "KIND K": runs the client and kills it at its K-th
-# offload or step, or once its step is held; returns 0 when the kill came
-# at that point.
+# One kill of plan line "KIND K LAYOUT": runs the client, its sessions of
+# that KV layout, and kills it at its K-th offload or step, or once its
+# step is held; returns 0 when the kill came at that point.
 kill_one() {
 	_kind=$1 _k=$2 _want=
+	_sfx=
+	[ "$3" = adjacent ] && _sfx=-adjacent
 	rm -f "$out/fifo"
 	mkfifo "$out/fifo"
 	case $_kind in
 	held)
-		ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" held >"$out/fifo" 2>&1 &
+		ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" "held$_sfx" >"$out/fifo" 2>&1 &
 		_want=held ;;
 	*)
-		ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" busy >"$out/fifo" 2>&1 &
+		ASAN_OPTIONS=$cli_asan "$cli" 127.0.0.1 "$port" "busy$_sfx" >"$out/fifo" 2>&1 &
 		_want="$_kind $_k" ;;
 	esac
 	# The client itself, not a timeout(1) around it, is what is killed; a
@@ -222,14 +225,16 @@ kill_one() {
 	return $_hit
 }
 
-# The seeded plan: KIND K per kill (offload 1..24, step 1..12, or held).
+# The seeded plan: KIND K LAYOUT per kill (offload 1..24, step 1..12, or
+# held; sessions of packed or of adjacent K and V blocks).
 awk -v seed="$seed" -v n=$((WARMUP + KILLS)) 'BEGIN {
 	srand(seed % 2147483647)
 	for (i = 0; i < n; i++) {
 		r = int(rand() * 3)
-		if (r == 0) print "offload", 1 + int(rand() * 24)
-		else if (r == 1) print "step", 1 + int(rand() * 12)
-		else print "held", 0
+		if (r == 0) printf "offload %d", 1 + int(rand() * 24)
+		else if (r == 1) printf "step %d", 1 + int(rand() * 12)
+		else printf "held 0"
+		print (rand() < 0.5 ? " packed" : " adjacent")
 	}
 }' >"$out/plan"
 
@@ -276,8 +281,8 @@ if want a; then
 		ok 1 "(a) daemon listening"
 	fi
 	full=$(probe | cut -d' ' -f2)
-	head -n $WARMUP "$out/plan" | while read -r kind k; do
-		kill_one "$kind" "$k"
+	head -n $WARMUP "$out/plan" | while read -r kind k layout; do
+		kill_one "$kind" "$k" "$layout"
 	done
 	ASAN_OPTIONS=$cli_asan timeout 120 "$cli" 127.0.0.1 "$port" check >"$out/warm" 2>&1
 	settle 0 "$full"
@@ -302,30 +307,32 @@ if want a; then
 	) &
 	by=$!
 	tail -n +$((WARMUP + 1)) "$out/plan" | {
-		hit=0 offload=0 step=0 held=0
+		hit=0 offload=0 step=0 held=0 adj=0
 		# A bound on the whole, for a failure to end in: 50 kills take
 		# seconds each, even under ASan on a loaded machine.
 		end=$(($(date +%s) + 480))
-		while read -r kind k && kill -0 "$pid" 2>/dev/null; do
+		while read -r kind k layout && kill -0 "$pid" 2>/dev/null; do
 			if [ "$(date +%s)" -ge $end ]; then
 				echo "# 480 s and $hit kills: the rest not tried"
 				break
 			fi
-			if kill_one "$kind" "$k"; then
+			if kill_one "$kind" "$k" "$layout"; then
 				hit=$((hit + 1))
 				eval "$kind=\$((\$$kind + 1))"
+				[ "$layout" = adjacent ] && adj=$((adj + 1))
 			elif [ "$(probe)" = "- -" ]; then
 				# Not a kill's worth of waiting per plan line: stop here.
 				echo "# $kind $k: missed, and the daemon answers no probe"
 				break
 			fi
 		done
-		echo "$hit $offload $step $held" >"$out/hits"
+		echo "$hit $offload $step $held $adj" >"$out/hits"
 	}
 	touch "$out/stop"
 	wait $by
-	read -r hit n_off n_step n_held <"$out/hits"
-	echo "# (a) killed where planned: $n_off mid-offload, $n_step mid-step, $n_held with a step held"
+	read -r hit n_off n_step n_held n_adj <"$out/hits"
+	echo "# (a) killed where planned: $n_off mid-offload, $n_step mid-step, $n_held with a step held" \
+		"($n_adj in sessions of adjacent K and V blocks)"
 	why=
 	if [ "$(probe)" = "- -" ] && kill -0 "$pid" 2>/dev/null; then
 		echo "# (a) the daemon is alive and answers no probe:"
