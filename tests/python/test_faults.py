@@ -6,7 +6,6 @@ import errno
 import signal
 import threading
 
-import numpy as np
 import pytest
 
 import nelssa

@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Reference counts and memory: nothing kept over 10,000 calls."""
 
-import os
 import sys
 import tracemalloc
 

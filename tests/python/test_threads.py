@@ -5,7 +5,6 @@ import threading
 
 import numpy as np
 
-import nelssa
 from conftest import Req, check_step, open_session, random_items
 
 
