@@ -505,6 +505,16 @@ static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
 	return ret ? ret : write_table(c, w, ix, from);
 }
 
+/* Rows of store positions [@a, +@n) of the caller's @rows, gathered into @out in cluster order. */
+static void gather(const struct kv_writes *w, const struct nelssa_cluster_index *ix, uint32_t a,
+		   uint32_t n, const void *rows, uint8_t *out)
+{
+	const size_t row = w->row;
+
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(out + i * row, (const uint8_t *)rows + (size_t)ix->perm[a + i] * row, row);
+}
+
 /*
  * One block of tokens [@a, @a + @n), @n <= NELSSA_KV_QTILE, of the caller's
  * @rows into @out: gathered in cluster order, or quantised into a tile;
@@ -518,33 +528,64 @@ static int put_block(struct nelssa_client *c, const struct kv_writes *w,
 
 	if (!row)
 		return nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, rows, out);
-	for (uint32_t i = 0; i < n; i++)
-		memcpy(out + i * row, (const uint8_t *)rows + (size_t)ix->perm[a + i] * row, row);
+	gather(w, ix, a, n, rows, out);
 	memset(out + n * row, 0, (NELSSA_KV_QTILE - n) * row);
 	return 0;
 }
 
 /*
+ * The rows of a 16-bit adjacent store's first block before its boundary,
+ * [@a, +@n): K rows, then V rows, each a part of their own (one run within
+ * the block), so an append writes only its new tokens.
+ */
+static int write_head(struct nelssa_client *c, struct kv_writes *w,
+		      const struct nelssa_cluster_index *ix, uint32_t a, uint32_t n,
+		      const void *k, const void *v)
+{
+	const size_t bytes = (size_t)n * w->row;
+	uint8_t *kb = malloc(bytes), *vb = malloc(bytes);
+	int ret;
+
+	if (!kb || !vb) {
+		free(kb);
+		free(vb);
+		return nc_fail(c, -ENOMEM, "out of memory");
+	}
+	gather(w, ix, a, n, k, kb);
+	gather(w, ix, a, n, v, vb);
+	ret = write_part(c, w, NELSSA_KV_PART_K, a, n, NULL, kb, 0, bytes);
+	if (!ret)
+		ret = write_part(c, w, NELSSA_KV_PART_V, a, n, NULL, vb, 0, bytes);
+	else
+		free(vb);
+	return ret;
+}
+
+/*
  * The writes of clusters [@from, n) of @ix into an adjacent store
- * (NELSSA_KV_ADJACENT), whose K and V alternate block by block: whole
- * blocks from the one cluster @from's first token lies in, each chunk
+ * (NELSSA_KV_ADJACENT), whose K and V alternate block by block: of a
+ * 16-bit type, the new rows before the first block boundary as a K part
+ * and a V part of their own (write_head()), then whole blocks, each chunk
  * built as it lies there -- K block, V block, K block... -- and written
- * as one run (NELSSA_KV_PART_KV), then the table.  The block an append
- * starts in is written again with its earlier tokens, from @k and @v,
- * which hold them all: the same bytes for a 16-bit type; an 8-bit tile
- * quantised again, as in a packed store (write_tiles()).
+ * as one run (NELSSA_KV_PART_KV), then the table.  An 8-bit type's tiles
+ * are written whole from the one @from's first token lies in, quantised
+ * again with its earlier tokens as in a packed store (write_tiles()).
  */
 static int write_blocks(struct nelssa_client *c, struct kv_writes *w,
 			const struct nelssa_cluster_index *ix, uint32_t from, const void *k,
 			const void *v)
 {
 	const uint32_t end = nc_index_tokens(ix), step = nc_tile_chunk(&w->fmt);
-	const uint32_t start = nc_tile_start(ix, from);
 	const uint64_t block = nelssa_kv_fmt_block(&w->fmt);
+	uint32_t start = w->row ? ix->table[from].first : nc_tile_start(ix, from), head;
 	int ret = 0;
 
 	if (!w->row)
 		ret = tiles_finite(c, w, ix, start, end, k, v);
+	head = (uint32_t)nelssa_kv_fmt_head(&w->fmt, start, end - start);
+	if (head && !ret)
+		ret = write_head(c, w, ix, start, head, k, v);
+	start += head;
 	for (uint32_t a = start; a < end && !ret; a += step) {
 		const uint32_t n = end - a < step ? end - a : step;
 		const size_t bytes = nelssa_kv_fmt_kv_bytes(&w->fmt, n);
@@ -614,8 +655,8 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 		.row = (size_t)ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype),
 		.src = nc_offload_dtype(sh),
 	};
-	/* Tiles and adjacent blocks are written whole, from the one @from starts in. */
-	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype) || w.fmt.layout == NELSSA_KV_ADJACENT;
+	/* Tiles are written whole, from the one @from starts in. */
+	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype);
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
 	ucs_status_t st;
 	void *none = NULL;

@@ -243,8 +243,9 @@ static void process_kv(struct nelssad *nd, unsigned int id, struct nd_ep *e, con
 		ret = check_rdma(nd, s, e->ep);
 	if (!ret && commit) {
 		ret = nd_kv_commit(nd, s, &h);
-		/* What the puts or parts wrote: an adjacent store's whole blocks. */
-		bytes = nelssa_kv_fmt_arrays(&fmt, h.nr_tokens) + 8ull * h.nr_clusters;
+		/* What the puts or parts wrote: in an adjacent store, whole blocks. */
+		bytes = nelssa_kv_fmt_write_bytes(&fmt, h.first_token, h.nr_tokens) +
+			8ull * h.nr_clusters;
 		how = h.part == NELSSA_KV_COMMIT_SENT ? KV_COUNTED : KV_PUT;
 	} else if (!ret && rows && !data && len) {
 		how = KV_RECEIVED;

@@ -692,8 +692,9 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 	 */
 	if (h->part == NELSSA_KV_PART_KV ? f.layout != NELSSA_KV_ADJACENT ||
 					   h->first_token % NELSSA_KV_QTILE :
-	    h->part != NELSSA_KV_PART_TABLE && (f.layout == NELSSA_KV_ADJACENT ||
-						!nelssa_kv_fmt_first_ok(&f, h->first_token)))
+	    h->part != NELSSA_KV_PART_TABLE &&
+	    (!nelssa_kv_fmt_one_run(&f, h->first_token, h->nr_tokens) ||
+	     !nelssa_kv_fmt_first_ok(&f, h->first_token)))
 		return -EINVAL;
 	r = nd_request_find(s, h->request);
 	d = nd_head_device(nd, h->head);
@@ -707,7 +708,7 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 		*len = nelssa_kv_fmt_kv_bytes(&f, h->nr_tokens);
 	} else {
 		*off = r->off[d] + (h->part == NELSSA_KV_PART_K ? k : v) +
-		       nelssa_kv_fmt_bytes(&f, h->first_token);
+		       nelssa_kv_fmt_row_off(&f, h->first_token);
 		*len = nelssa_kv_fmt_bytes(&f, h->nr_tokens);
 	}
 	*dev = d;

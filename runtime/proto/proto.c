@@ -512,8 +512,8 @@ int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
 		if (h->first_cluster || h->nr_clusters ||
 		    nelssa_kv_fmt_bytes(f, h->nr_tokens) != data_len)
 			return -EBADMSG;
-		/* An adjacent store's K rows are not one run: its blocks come whole. */
-		if (f->layout == NELSSA_KV_ADJACENT)
+		/* In an adjacent store, K or V rows are one run within a block only. */
+		if (!nelssa_kv_fmt_one_run(f, h->first_token, h->nr_tokens))
 			return -EINVAL;
 		return nelssa_kv_fmt_first_ok(f, h->first_token) ? 0 : -EINVAL;
 	case NELSSA_KV_PART_KV:

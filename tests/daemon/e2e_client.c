@@ -418,13 +418,16 @@ static void check_ingest(uint64_t session, const struct req *reqs, uint32_t nr)
 
 				/*
 				 * Written into an adjacent store by puts or KV_ROWS
-				 * parts (head-wise): whole 16-row K and V blocks, the
-				 * one an append starts in again.  In KV messages
-				 * (cluster-wise): the rows alone.
+				 * parts (head-wise): whole 16-row K and V blocks, but
+				 * an append's rows up to its first block boundary.
+				 * In KV messages (cluster-wise): the rows alone.
 				 */
+				const uint32_t head = n0 % 16 ? 16 - n0 % 16 : 0;
+
 				if (kv_layout && placement == NELSSA_PLACE_HEADS)
-					want += 2 * 16 * row * ((n0 + 15) / 16 + (n + 15) / 16 -
-								n0 / 16);
+					want += 2 * 16 * row * ((n0 + 15) / 16 +
+								(n - n0 - head + 15) / 16) +
+						2 * row * head;
 				else
 					want += 2 * row * n;
 				want += 8ull * reqs[i].ix[l][h].n_clusters;

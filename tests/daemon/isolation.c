@@ -1251,7 +1251,7 @@ int main(int argc, char **argv)
 		report(!ret && !msgs && !parts && !s0 && !s1 && rk == -EINVAL && rm == -EINVAL &&
 		       rr == -ERANGE && rl == -EBADMSG && rp == -EINVAL,
 		       "K and V blocks adjacent: KV messages copied in and whole-block parts "
-		       "received, steps of both layers equal float64; a K part, blocks off a "
+		       "received, steps of both layers equal float64; K rows across blocks, blocks off a "
 		       "boundary -EINVAL, beyond the request -ERANGE, a short one -EBADMSG, "
 		       "whole blocks at a packed session -EINVAL (%d %d %d %d %d, %d %d %d %d %d)",
 		       ret, msgs, parts, s0, s1, rk, rm, rr, rl, rp);

@@ -123,11 +123,13 @@ def test_adjacent_kv_session(daemon, rng, kv_dtype):
         before = c.stats()["kv_bytes"]
         r = Req(rng, c, s, 1, 299, extra=37, fp16=fp16)
         r.grow(c, s, 37)
-        # Whole 16-row K and V blocks went in, the block token 299 lies in twice.
-        block = 16 * DIM * 2
+        # Whole 16-row K and V blocks went in, but the append's first 5 rows
+        # (to the boundary at 304) as K and V rows apart.
+        row = DIM * 2
         table = sum(8 * r.ix[l][h].n_clusters for l in range(LAYERS) for h in range(KV_HEADS))
-        blocks = -(-299 // 16) + -(-336 // 16) - 299 // 16
-        assert c.stats()["kv_bytes"] - before == LAYERS * KV_HEADS * 2 * block * blocks + table
+        blocks = -(-299 // 16) + -(-(336 - 304) // 16)
+        assert c.stats()["kv_bytes"] - before == LAYERS * KV_HEADS * 2 * row * (
+            16 * blocks + 5) + table
         for layer in range(LAYERS):
             items, q = random_items(rng, [r], layer)
             o, lse = c.step(s, layer, items, q)

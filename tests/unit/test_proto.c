@@ -440,8 +440,8 @@ static void kv_rows_lengths(void **state)
 /*
  * Adjacent sessions: rows come as whole K-then-V blocks from a block
  * boundary (at head dim 64 bf16, 2048 bytes a block; int8, a 1088-byte
- * tile), never as K or V parts; a packed session takes no KV part; KV
- * messages keep their packed rows either way.
+ * tile), or as K or V rows within one block (a row type's only); a packed
+ * session takes no KV part; KV messages keep their packed rows either way.
  */
 static void kv_adjacent_parts(void **state)
 {
@@ -471,13 +471,30 @@ static void kv_adjacent_parts(void **state)
 	h.nr_clusters = 1;		/* entries go in a table part */
 	nelssa_kv_hdr_put(p, &h);
 	assert_int_equal(-EBADMSG, nelssa_kv_rows_get(p, sizeof(p), 2 * 2048, &A64, &d));
-	/* K or V alone is not one run of an adjacent store. */
+	/* K or V alone is one run of an adjacent store within a block only. */
 	h.nr_clusters = 0;
 	for (uint8_t part = NELSSA_KV_PART_K; part <= NELSSA_KV_PART_V; part++) {
 		h.part = part;
+		h.first_token = 32;		/* a whole block */
+		h.nr_tokens = 16;
 		nelssa_kv_hdr_put(p, &h);
-		assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 2048, &A64, &d));
+		assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 2048, &A64, &d));
 		assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 2048, &F64, &d));
+		h.first_token = 41;		/* the rest of a block */
+		h.nr_tokens = 7;
+		nelssa_kv_hdr_put(p, &h);
+		assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 7 * 128, &A64, &d));
+		h.nr_tokens = 8;		/* one row into the next */
+		nelssa_kv_hdr_put(p, &h);
+		assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 8 * 128, &A64, &d));
+		assert_int_equal(0, nelssa_kv_rows_get(p, sizeof(p), 8 * 128, &F64, &d));
+		h.nr_tokens = 0;		/* no rows at all */
+		nelssa_kv_hdr_put(p, &h);
+		assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 0, &A64, &d));
+		h.first_token = 32;		/* an 8-bit type's tiles come whole */
+		h.nr_tokens = 16;
+		nelssa_kv_hdr_put(p, &h);
+		assert_int_equal(-EINVAL, nelssa_kv_rows_get(p, sizeof(p), 1088, &T64, &d));
 	}
 	/* A KV message from any token: the daemon places its rows block by block. */
 	h.part = 0;

@@ -198,9 +198,9 @@ int nelssa_client_request_free(struct nelssa_client *c, uint64_t session, uint64
  * (-EINVAL) before anything is written.
  *
  * A session of adjacent K and V blocks (shape.kv_layout NELSSA_KV_ADJACENT)
- * is written likewise in whole 16-token blocks, K block then V block: an
- * append writes the block its first new token falls in again, with the
- * same bytes for a 16-bit type.
+ * is written in whole 16-token blocks, K block then V block, but for an
+ * append's rows up to its first block boundary, which go as K and V rows
+ * apart: only new tokens are written (an 8-bit type's tiles as above).
  *
  * In a packed zero-copy session, a chunk whose rows already lie in cluster order
  * in @k and @v (consecutive tokens in @ix->perm: an engine that ordered

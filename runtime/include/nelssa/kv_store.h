@@ -22,7 +22,9 @@
  * read that with kv_stride = 2 blocks (DESIGN §3.8, "KV blocks and
  * kv_stride" in userspace-api/nelssa_pnm.rst): a selected cluster's K and
  * V are one run a block instead of two.  Blocks are written whole there (as tiles
- * are), K block then V block, so one write of blocks [b0, b1) is one run.
+ * are), K block then V block, so one write of blocks [b0, b1) is one run;
+ * only the rows of a block up to its end, where an append starts inside
+ * it, go as K rows and V rows apart (nelssa_kv_fmt_head()).
  */
 #ifndef NELSSA_KV_STORE_H
 #define NELSSA_KV_STORE_H
@@ -97,6 +99,49 @@ static inline uint64_t nelssa_kv_fmt_kv_bytes(const struct nelssa_kv_fmt *f, uin
 static inline int nelssa_kv_fmt_first_ok(const struct nelssa_kv_fmt *f, uint64_t first)
 {
 	return !nelssa_kv_is_tiled(f->dtype) || first % NELSSA_KV_QTILE == 0;
+}
+
+/*
+ * Whether K or V rows [@first, +@n) are one run of their array: always in
+ * a packed store; in an adjacent one, rows of one block (of a row type:
+ * an 8-bit type's blocks are tiles, written whole).
+ */
+static inline int nelssa_kv_fmt_one_run(const struct nelssa_kv_fmt *f, uint64_t first, uint64_t n)
+{
+	return f->layout != NELSSA_KV_ADJACENT ||
+	       (n && !nelssa_kv_is_tiled(f->dtype) &&
+		first / NELSSA_KV_QTILE == (first + n - 1) / NELSSA_KV_QTILE);
+}
+
+/*
+ * Tokens of a write of K and V rows from @first that an adjacent store of
+ * a row type takes as K and V rows apart before its whole blocks: those
+ * up to the block boundary after @first (0 on a boundary, for a packed
+ * store, or for an 8-bit type, whose writes start on tiles).
+ */
+static inline uint64_t nelssa_kv_fmt_head(const struct nelssa_kv_fmt *f, uint64_t first,
+					  uint64_t n)
+{
+	uint64_t head = (NELSSA_KV_QTILE - first % NELSSA_KV_QTILE) % NELSSA_KV_QTILE;
+
+	if (f->layout != NELSSA_KV_ADJACENT || nelssa_kv_is_tiled(f->dtype))
+		return 0;
+	return head < n ? head : n;
+}
+
+/*
+ * Bytes one write of K and V rows [@first, +@n) puts into a store: the
+ * rows of a packed one; in an adjacent one the rows up to the next block
+ * boundary, then whole blocks.
+ */
+static inline uint64_t nelssa_kv_fmt_write_bytes(const struct nelssa_kv_fmt *f, uint64_t first,
+						 uint64_t n)
+{
+	const uint64_t head = nelssa_kv_fmt_head(f, first, n);
+
+	if (f->layout != NELSSA_KV_ADJACENT)
+		return 2 * nelssa_kv_fmt_bytes(f, n);
+	return 2 * nelssa_kv_fmt_bytes(f, head) + nelssa_kv_fmt_kv_bytes(f, n - head);
 }
 
 /* Bytes of the K and V arrays of a store of @tokens tokens. */

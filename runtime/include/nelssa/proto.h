@@ -353,8 +353,9 @@ struct nelssa_kv_hdr {
  *	as they lie there: for each block holding tokens [@first_token,
  *	+@nr_tokens), its K block then its V block (rows past the last token
  *	are written with what the data holds there); @first_token on a block
- *	boundary, the data nelssa_kv_fmt_kv_bytes(@nr_tokens).  An adjacent
- *	session takes its rows this way only, a packed one never.
+ *	boundary, the data nelssa_kv_fmt_kv_bytes(@nr_tokens).  A packed
+ *	session takes none; an adjacent one takes K or V parts only within
+ *	one block, of a 16-bit type (nelssa_kv_fmt_one_run()).
  */
 enum nelssa_kv_part {
 	NELSSA_KV_PART_K = 1,
@@ -469,7 +470,8 @@ int nelssa_kv_commit_get(const uint8_t *p, size_t len, size_t data_len, struct n
  *
  * Return: 0, -EBADMSG (lengths, an unknown part, fields the part does not
  * use not 0), -EINVAL (overflowing ranges, rows of an 8-bit type that do
- * not start on a tile boundary, a K or V part of an adjacent store, a KV
+ * not start on a tile boundary, a K or V part of an adjacent store that
+ * is not rows within one block, a KV
  * part of a packed one or not on a block boundary).
  */
 int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
