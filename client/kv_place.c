@@ -162,6 +162,7 @@ struct kv_writes {
 	struct nelssa_kv_fmt fmt;
 	size_t row;			/* bytes of one row of a row type, else 0 */
 	enum nelssa_kv_dtype src;	/* the caller's rows of a tiled session */
+	uint32_t base;			/* the token the caller's rows start at */
 	uint64_t deadline;
 	struct send_op *op[PUT_WINDOW];
 	uint32_t n;
@@ -336,6 +337,17 @@ static int write_part(struct nelssa_client *c, struct kv_writes *w, int part, ui
 	return 0;
 }
 
+/* Rows of store positions [@a, +@n) of the caller's @rows, gathered into @out in cluster order. */
+static void gather(const struct kv_writes *w, const struct nelssa_cluster_index *ix, uint32_t a,
+		   uint32_t n, const void *rows, uint8_t *out)
+{
+	const size_t row = w->row;
+
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(out + i * row, (const uint8_t *)rows + (size_t)(ix->perm[a + i] - w->base) * row,
+		       row);
+}
+
 /* Whether rows @perm[0..n) are consecutive: a run of the caller's memory as it stands. */
 static int consecutive(const uint32_t *perm, uint32_t n)
 {
@@ -381,7 +393,7 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 		 */
 		run = consecutive(ix->perm + first, tokens);
 		if (run && !w->rows) {
-			const size_t at = (size_t)ix->perm[first] * row;
+			const size_t at = (size_t)(ix->perm[first] - w->base) * row;
 
 			ret = write_part(c, w, NELSSA_KV_PART_K, first, tokens,
 					 (const uint8_t *)k + at, NULL, 0, tokens * row);
@@ -404,19 +416,13 @@ static int write_rows(struct nelssa_client *c, struct kv_writes *w,
 			return nc_fail(c, -ENOMEM, "out of memory");
 		}
 		if (run) {
-			const size_t at = (size_t)ix->perm[first] * row;
+			const size_t at = (size_t)(ix->perm[first] - w->base) * row;
 
 			memcpy(kb, (const uint8_t *)k + at, tokens * row);
 			memcpy(vb, (const uint8_t *)v + at, tokens * row);
 		} else {
-			for (uint32_t i = 0; i < tokens; i++) {
-				const uint32_t t = ix->perm[first + i];
-
-				memcpy(kb + (size_t)i * row, (const uint8_t *)k + (size_t)t * row,
-				       row);
-				memcpy(vb + (size_t)i * row, (const uint8_t *)v + (size_t)t * row,
-				       row);
-			}
+			gather(w, ix, first, tokens, k, kb);
+			gather(w, ix, first, tokens, v, vb);
 		}
 		ret = write_part(c, w, NELSSA_KV_PART_K, first, tokens, NULL, kb, cached,
 				 tokens * row);
@@ -456,9 +462,9 @@ static int tiles_finite(struct nelssa_client *c, const struct kv_writes *w,
 			const struct nelssa_cluster_index *ix, uint32_t start, uint32_t end,
 			const void *k, const void *v)
 {
-	int ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, k);
+	int ret = nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, k, w->base);
 
-	return ret ? ret : nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, v);
+	return ret ? ret : nc_rows_finite(c, &w->fmt, w->src, ix, start, end - start, v, w->base);
 }
 
 /*
@@ -488,9 +494,9 @@ static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
 			free(vb);
 			return nc_fail(c, -ENOMEM, "out of memory");
 		}
-		ret = nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, k, kb);
+		ret = nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, k, w->base, kb);
 		if (!ret)
-			ret = nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, v, vb);
+			ret = nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, v, w->base, vb);
 		if (ret) {
 			free(kb);
 			free(vb);
@@ -505,16 +511,6 @@ static int write_tiles(struct nelssa_client *c, struct kv_writes *w,
 	return ret ? ret : write_table(c, w, ix, from);
 }
 
-/* Rows of store positions [@a, +@n) of the caller's @rows, gathered into @out in cluster order. */
-static void gather(const struct kv_writes *w, const struct nelssa_cluster_index *ix, uint32_t a,
-		   uint32_t n, const void *rows, uint8_t *out)
-{
-	const size_t row = w->row;
-
-	for (uint32_t i = 0; i < n; i++)
-		memcpy(out + i * row, (const uint8_t *)rows + (size_t)ix->perm[a + i] * row, row);
-}
-
 /*
  * One block of tokens [@a, @a + @n), @n <= NELSSA_KV_QTILE, of the caller's
  * @rows into @out: gathered in cluster order, or quantised into a tile;
@@ -527,7 +523,7 @@ static int put_block(struct nelssa_client *c, const struct kv_writes *w,
 	const size_t row = w->row;
 
 	if (!row)
-		return nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, rows, out);
+		return nc_quantise_tiles(c, &w->fmt, w->src, ix, a, n, rows, w->base, out);
 	gather(w, ix, a, n, rows, out);
 	memset(out + n * row, 0, (NELSSA_KV_QTILE - n) * row);
 	return 0;
@@ -643,7 +639,7 @@ static int put_targets(struct nelssa_client *c, const struct csession *s,
 
 int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
 		     uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
-		     uint32_t from, const void *k, const void *v)
+		     uint32_t from, const void *k, const void *v, uint32_t base)
 {
 	const struct nelssa_shape *sh = &s->cfg.shape;
 	struct nelssa_kv_hdr h = { .session = s->id, .token = s->token, .request = request,
@@ -654,6 +650,7 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 			 (enum nelssa_kv_layout)sh->kv_layout },
 		.row = (size_t)ix->head_dim * nelssa_kv_elem_bytes((enum nelssa_kv_dtype)sh->kv_dtype),
 		.src = nc_offload_dtype(sh),
+		.base = base,
 	};
 	/* Tiles are written whole, from the one @from starts in. */
 	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype);

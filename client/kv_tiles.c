@@ -44,13 +44,14 @@ enum nelssa_kv_dtype nc_offload_dtype(const struct nelssa_shape *sh)
 
 int nc_rows_finite(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
 		   enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix, uint32_t first,
-		   uint32_t n, const void *rows)
+		   uint32_t n, const void *rows, uint32_t base)
 {
 	const size_t d = f->head_dim, row = d * nelssa_kv_elem_bytes(src);
 	float x[NELSSA_ATTN_MAX_HEAD_DIM];
 
 	for (uint32_t i = 0; i < n; i++) {
-		nelssa_kv_widen(x, (const uint8_t *)rows + (size_t)ix->perm[first + i] * row, d, src);
+		nelssa_kv_widen(x, (const uint8_t *)rows + (size_t)(ix->perm[first + i] - base) * row,
+				d, src);
 		for (size_t j = 0; j < d; j++)
 			if (!isfinite(x[j]))
 				return nc_fail(c, -EINVAL, "KV row %u (position %u) holds a value "
@@ -62,7 +63,7 @@ int nc_rows_finite(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
 
 int nc_quantise_tiles(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
 		      enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix,
-		      uint32_t first, uint32_t n, const void *rows, uint8_t *out)
+		      uint32_t first, uint32_t n, const void *rows, uint32_t base, uint8_t *out)
 {
 	const size_t d = f->head_dim, row = d * nelssa_kv_elem_bytes(src);
 	float *x = malloc(sizeof(*x) * d * n);
@@ -71,8 +72,9 @@ int nc_quantise_tiles(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
 	if (!x)
 		return nc_fail(c, -ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < n; i++)
-		nelssa_kv_widen(x + i * d, (const uint8_t *)rows + (size_t)ix->perm[first + i] * row,
-				d, src);
+		nelssa_kv_widen(x + i * d,
+				(const uint8_t *)rows + (size_t)(ix->perm[first + i] - base) * row, d,
+				src);
 	ret = nelssa_kv_quantize(f->dtype, f->head_dim, x, n, out);
 	free(x);
 	return ret ? nc_fail(c, ret, "quantising KV rows %u..%u: a value is not finite", first,

@@ -882,6 +882,27 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			  uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
 			  uint32_t from, const void *k, const void *v)
 {
+	return nelssa_client_offload_rows(c, session, request, layer, head, ix, from, k, v, 0);
+}
+
+/*
+ * The first store position of @ix an offload of clusters [@from, n) reads
+ * the rows of: the first new one's, or for an 8-bit type the start of its
+ * tile, which is written whole.
+ */
+static uint32_t first_read(const struct csession *s, const struct nelssa_cluster_index *ix,
+			   uint32_t from)
+{
+	if (from == ix->n_clusters)
+		return ix->n_tokens;
+	return nelssa_kv_is_tiled((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype) ?
+	       nc_tile_start(ix, from) : ix->table[from].first;
+}
+
+int nelssa_client_offload_rows(struct nelssa_client *c, uint64_t session, uint64_t request,
+			       uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+			       uint32_t from, const void *k, const void *v, uint32_t base)
+{
 	struct csession *s = nc_find(c, session);
 	const uint64_t deadline = nelssa_now_ms() + c->timeout_ms;
 	size_t row;
@@ -893,10 +914,16 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	if (ix->head_dim != s->cfg.shape.head_dim || from > ix->n_clusters)
 		return nc_fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
 			    ix->head_dim, s->cfg.shape.head_dim);
+	/* Every row the call reads is checked here, before anything is written. */
+	for (uint32_t p = first_read(s, ix, from); p < ix->n_tokens; p++)
+		if (ix->perm[p] < base || ix->perm[p] >= ix->n_tokens)
+			return nc_fail(c, -EINVAL, "token %u's row is read (store position %u) "
+				       "but the rows given are of tokens %u..%u", ix->perm[p], p,
+				       base, ix->n_tokens - 1);
 	if (nc_ep_gone(c))
 		return -ECONNRESET;
 	if (s->rma || s->rows)
-		return nc_place_offload(c, s, request, layer, head, ix, from, k, v);
+		return nc_place_offload(c, s, request, layer, head, ix, from, k, v, base);
 	if (nelssa_kv_is_tiled((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype))
 		return nc_fail(c, -EOPNOTSUPP, "8-bit KV goes as KV_ROWS parts or by RMA, and the "
 			       "daemon offered neither for session %llu",
@@ -929,7 +956,7 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			break;
 		}
 		for (uint32_t i = 0; i < tokens; i++) {
-			uint32_t t = ix->perm[h.first_token + i];
+			uint32_t t = ix->perm[h.first_token + i] - base;
 
 			memcpy(data + i * row, (const uint8_t *)k + (size_t)t * row, row);
 			memcpy(data + (tokens + i) * row, (const uint8_t *)v + (size_t)t * row, row);

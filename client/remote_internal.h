@@ -198,18 +198,18 @@ enum nelssa_kv_dtype nc_offload_dtype(const struct nelssa_shape *sh);
 /* -EINVAL, before anything is written, if a value of the rows is not finite. */
 int nc_rows_finite(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
 		   enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix, uint32_t first,
-		   uint32_t n, const void *rows);
+		   uint32_t n, const void *rows, uint32_t base);
 /*
  * Tokens [@first, @first + @n) in @ix's cluster order, from the caller's
- * @rows (token order, type @src), quantised into @out
+ * @rows (token order from token @base, type @src), quantised into @out
  * (nelssa_kv_fmt_bytes(@n) bytes); -EINVAL for a value not finite.
  */
 int nc_quantise_tiles(struct nelssa_client *c, const struct nelssa_kv_fmt *f,
 		      enum nelssa_kv_dtype src, const struct nelssa_cluster_index *ix,
-		      uint32_t first, uint32_t n, const void *rows, uint8_t *out);
+		      uint32_t first, uint32_t n, const void *rows, uint32_t base, uint8_t *out);
 
 int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t request,
 		     uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
-		     uint32_t from, const void *k, const void *v);
+		     uint32_t from, const void *k, const void *v, uint32_t base);
 
 #endif /* NELSSA_REMOTE_INTERNAL_H */

@@ -275,17 +275,30 @@ static int make_request(struct tu_rng *rng, uint64_t session, struct req *r, uin
 	return 0;
 }
 
+/*
+ * Appends @extra tokens' clusters, giving the library the new tokens' rows
+ * alone (nelssa_client_offload_rows()), as a GPU node that keeps no
+ * offloaded row does; one row fewer is refused first, with nothing sent.
+ */
 static int append_request(struct tu_rng *rng, uint64_t session, struct req *r, uint32_t extra)
 {
 	for (uint32_t l = 0; l < LAYERS; l++)
 		for (uint32_t h = 0; h < KV_HEADS; h++) {
-			uint32_t from = r->ix[l][h].n_clusters;
+			const uint32_t from = r->ix[l][h].n_clusters, base = r->ix[l][h].n_tokens;
 			int ret;
 
 			grow_index(rng, &r->ix[l][h], extra);
-			ret = nelssa_client_offload(cli, session, r->id, (uint16_t)l, (uint16_t)h,
-						    &r->ix[l][h], from, rows(r, r->k, l, h),
-						    rows(r, r->v, l, h));
+			ret = nelssa_client_offload_rows(cli, session, r->id, (uint16_t)l,
+							 (uint16_t)h, &r->ix[l][h], from,
+							 rows(r, r->k, l, h) + (size_t)(base + 1) * DIM,
+							 rows(r, r->v, l, h) + (size_t)(base + 1) * DIM,
+							 base + 1);
+			CHECK(ret == -EINVAL && strstr(nelssa_client_error(cli), "rows given"),
+			      "an append without its first new row: %d", ret);
+			ret = nelssa_client_offload_rows(cli, session, r->id, (uint16_t)l,
+							 (uint16_t)h, &r->ix[l][h], from,
+							 rows(r, r->k, l, h) + (size_t)base * DIM,
+							 rows(r, r->v, l, h) + (size_t)base * DIM, base);
 			if (ret)
 				return ret;
 		}
@@ -1130,9 +1143,29 @@ static int scenario_kv8(struct tu_rng *rng)
 								       kh + (size_t)(n - CHUNK) * DIM, CHUNK) :
 						  nelssa_kmeans_build(&ix[h], &kcfg, NELSSA_KV_BF16, kh, n, DIM);
 
-				if (!ret)
+				/*
+				 * An append needs the rows of its first tile's earlier
+				 * tokens too, which it quantises again: the new ones
+				 * alone are refused; from the lowest of those on do.
+				 */
+				if (!ret && round) {
+					const uint32_t t0 = ix[h].table[old].first / 16 * 16;
+					uint32_t low = n - CHUNK;
+
+					for (uint32_t p = t0; p < n; p++)
+						low = ix[h].perm[p] < low ? ix[h].perm[p] : low;
+					CHECK(low < n - CHUNK && nelssa_client_offload_rows(
+						      cli, session, 5, 0, (uint16_t)h, &ix[h], old,
+						      kh + (size_t)(n - CHUNK) * DIM,
+						      vh + (size_t)(n - CHUNK) * DIM, n - CHUNK) == -EINVAL,
+					      "an 8-bit append given its new tokens' rows alone");
+					ret = nelssa_client_offload_rows(cli, session, 5, 0, (uint16_t)h,
+									 &ix[h], old, kh + (size_t)low * DIM,
+									 vh + (size_t)low * DIM, low);
+				} else if (!ret) {
 					ret = nelssa_client_offload(cli, session, 5, 0, (uint16_t)h, &ix[h],
 								    old, kh, vh);
+				}
 				CHECK(ret == 0, "%s offload round %d head %u: %d",
 				      types[ti] == NELSSA_KV_INT8 ? "int8" : "fp8", round, h, ret);
 				if (ret)

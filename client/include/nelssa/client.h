@@ -225,6 +225,35 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 			  uint32_t from, const void *k, const void *v);
 
 /**
+ * nelssa_client_offload_rows() - nelssa_client_offload() from the rows of
+ *	the index's later tokens only.
+ * @c: connection.
+ * @session: session.
+ * @request: request.
+ * @layer: layer.
+ * @head: KV head.
+ * @ix: the head's cluster index.
+ * @from: first cluster to send.
+ * @k: K rows of tokens [@base, ix->n_tokens) in token order
+ *	([ix->n_tokens - @base][head_dim]).
+ * @v: V rows, likewise.
+ * @base: the token @k and @v start at.
+ *
+ * For a GPU node that lets go of the rows it has offloaded: a 16-bit
+ * session reads the rows of the tokens of clusters [@from, n) only -- an
+ * append's new tokens, so @base may be the first of them -- and an 8-bit
+ * session those and the earlier tokens of the tile the first of them falls
+ * in, which it quantises again.  A row the call would read below @base (or
+ * a token past the index) fails it with -EINVAL before anything is sent.
+ * nelssa_client_offload() is this call with @base 0.
+ *
+ * Return: as nelssa_client_offload().
+ */
+int nelssa_client_offload_rows(struct nelssa_client *c, uint64_t session, uint64_t request,
+			       uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
+			       uint32_t from, const void *k, const void *v, uint32_t base);
+
+/**
  * struct nelssa_step_in - one (request, KV head) of a decode step.
  * @request: request.
  * @head: KV head.
