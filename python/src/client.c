@@ -379,11 +379,11 @@ static PyObject *do_offload(struct npy_client *self, PyObject *args, PyObject *k
 			    int need_from)
 {
 	static char *kwlist[] = { "session", "request", "layer", "head", "index", "k", "v",
-				  "from_cluster", NULL };
-	const char *fmt = need_from ? "O&O&O&O&O!OOO&:append" : "O&O&O&O&O!OO|O&:offload";
+				  "from_cluster", "base", NULL };
+	const char *fmt = need_from ? "O&O&O&O&O!OOO&|$O&:append" : "O&O&O&O&O!OO|O&$O&:offload";
 	uint64_t session, request;
 	uint16_t layer, head;
-	uint32_t from = 0;
+	uint32_t from = 0, base = 0;
 	PyObject *ixo, *ko, *vo, *shape, *res = NULL;
 	struct nelssa_cluster_index *ix;
 	struct npy_buf k, v;
@@ -393,7 +393,7 @@ static PyObject *do_offload(struct npy_client *self, PyObject *args, PyObject *k
 	if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, npy_conv_u64, &session,
 					 npy_conv_u64, &request, npy_conv_u16, &layer,
 					 npy_conv_u16, &head, &npy_index_type, &ixo, &ko, &vo,
-					 npy_conv_u32, &from))
+					 npy_conv_u32, &from, npy_conv_u32, &base))
 		return NULL;
 	if (npy_client_enter(self) < 0)
 		return NULL;
@@ -414,7 +414,7 @@ static PyObject *do_offload(struct npy_client *self, PyObject *args, PyObject *k
 	ix = npy_index_lock(ixo);
 	if (!ix)
 		goto out;
-	dims[0] = ix->n_tokens;
+	dims[0] = (Py_ssize_t)ix->n_tokens - base;
 	dims[1] = shape_at(shape, 3);
 	if (layer >= shape_at(shape, 0) || head >= shape_at(shape, 2)) {
 		PyErr_Format(PyExc_ValueError, "layer %u / KV head %u beyond the session's %u x %u",
@@ -431,10 +431,13 @@ static PyObject *do_offload(struct npy_client *self, PyObject *args, PyObject *k
 	} else if (from > ix->n_clusters) {
 		PyErr_Format(PyExc_ValueError, "from_cluster %u beyond the index's %u clusters",
 			     from, ix->n_clusters);
+	} else if (base > ix->n_tokens) {
+		PyErr_Format(PyExc_ValueError, "base %u beyond the index's %u tokens", base,
+			     ix->n_tokens);
 	} else if (npy_buf_shape(&k, "k", 2, dims) == 0 && npy_buf_shape(&v, "v", 2, dims) == 0) {
 		Py_BEGIN_ALLOW_THREADS
-		ret = nelssa_client_offload(self->c, session, request, layer, head, ix, from,
-					    k.ptr, v.ptr);
+		ret = nelssa_client_offload_rows(self->c, session, request, layer, head, ix,
+						 from, k.ptr, v.ptr, base);
 		Py_END_ALLOW_THREADS
 		if (ret)
 			npy_client_raise(self, ret);
@@ -450,12 +453,16 @@ out:
 }
 
 PyDoc_STRVAR(offload_doc,
-"offload(session, request, layer, head, index, k, v, from_cluster=0)\n--\n\n"
+"offload(session, request, layer, head, index, k, v, from_cluster=0, *, base=0)\n--\n\n"
 "Send the clusters [from_cluster, index.n_clusters) of one (request,\n"
-"layer, KV head) with their K and V rows.  k and v hold every token of\n"
-"the index in token order, shape (index.n_tokens, head_dim), in the\n"
-"session's KV type (bf16 bits as uint16 or a torch.bfloat16 tensor;\n"
-"float16).  Returns once the daemon acknowledged every chunk.");
+"layer, KV head) with their K and V rows.  k and v hold the index's\n"
+"tokens from base on in token order, shape (index.n_tokens - base,\n"
+"head_dim), in the session's KV type (bf16 bits as uint16 or a\n"
+"torch.bfloat16 tensor; float16).  Every row the call reads must be of a\n"
+"token at or after base (nelssa_client_offload_rows(): the new clusters'\n"
+"tokens, and for an 8-bit session those of the tile they start in), else\n"
+"Error(EINVAL) before anything is sent.  Returns once the daemon\n"
+"acknowledged every chunk.");
 
 static PyObject *client_offload(struct npy_client *self, PyObject *args, PyObject *kw)
 {
@@ -463,10 +470,11 @@ static PyObject *client_offload(struct npy_client *self, PyObject *args, PyObjec
 }
 
 PyDoc_STRVAR(append_doc,
-"append(session, request, layer, head, index, k, v, from_cluster)\n--\n\n"
+"append(session, request, layer, head, index, k, v, from_cluster, *, base=0)\n--\n\n"
 "Send the clusters a decode-time ClusterIndex.append() added: from_cluster\n"
 "is the cluster count before it (what append() returned); k and v hold\n"
-"every token of the index so far, as for offload().");
+"the index's tokens from base on, as for offload() -- of a 16-bit session\n"
+"the new tokens alone will do (base: the token count before the append).");
 
 static PyObject *client_append(struct npy_client *self, PyObject *args, PyObject *kw)
 {

@@ -236,38 +236,82 @@ typedef void (*per_cluster_fn)(const struct nelssa_cluster_index *ix,
 			       enum nelssa_kv_dtype dtype, const void *rows, float *out);
 
 /*
+ * The view of @ix that per_cluster() hands @fn: its clusters from @first
+ * on, whose members' rows start at token @base -- their store positions
+ * and token numbers made relative, in @perm and @table (allocated here),
+ * when @base is not 0.  -1 with ValueError when a member lies below @base.
+ */
+static int clusters_from(const struct nelssa_cluster_index *ix, uint32_t first, uint32_t base,
+			 struct nelssa_cluster_index *sub, uint32_t **perm,
+			 struct nelssa_cluster **table)
+{
+	const uint32_t p0 = first < ix->n_clusters ? ix->table[first].first : ix->n_tokens;
+
+	*sub = *ix;
+	sub->table += first;
+	sub->centroids += (size_t)first * ix->head_dim;
+	sub->n_clusters -= first;
+	*perm = NULL;
+	*table = NULL;
+	if (!base)
+		return 0;
+	*perm = PyMem_Malloc(sizeof(**perm) * (ix->n_tokens - p0 + 1));
+	*table = PyMem_Malloc(sizeof(**table) * (sub->n_clusters + 1));
+	if (!*perm || !*table) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (uint32_t p = p0; p < ix->n_tokens; p++) {
+		if (ix->perm[p] < base) {
+			PyErr_Format(PyExc_ValueError, "token %u is a member of cluster %u or later, "
+				     "but the rows start at token %u", ix->perm[p], first, base);
+			return -1;
+		}
+		(*perm)[p - p0] = ix->perm[p] - base;
+	}
+	for (uint32_t c = 0; c < sub->n_clusters; c++)
+		(*table)[c] = (struct nelssa_cluster){ sub->table[c].first - p0,
+						       sub->table[c].count };
+	sub->perm = *perm;
+	sub->table = *table;
+	sub->n_tokens = ix->n_tokens - base;
+	return 0;
+}
+
+/*
  * fp32 [n_clusters - first][head_dim] from K or V rows in token order:
  * @fn over the clusters from @first on (keyword first=, default 0), as a
  * view of the index that starts there -- each cluster's result depends on
- * its own members alone, so after append() only the new ones need it.
+ * its own members alone, so after append() only the new ones need it --
+ * from rows of the tokens from @base on (keyword base=, default 0).
  */
 static PyObject *per_cluster(struct npy_index *self, PyObject *args, PyObject *kw,
 			     const char *name, per_cluster_fn fn)
 {
-	static char *kwlist_k[] = { "k", "first", NULL }, *kwlist_v[] = { "v", "first", NULL };
+	static char *kwlist_k[] = { "k", "first", "base", NULL };
+	static char *kwlist_v[] = { "v", "first", "base", NULL };
 	struct nelssa_cluster_index *ix, sub;
+	struct nelssa_cluster *table = NULL;
 	struct npy_buf src, dst;
 	PyObject *arg, *res = NULL;
 	Py_ssize_t dims[2];
-	uint32_t first = 0;
+	uint32_t first = 0, base = 0, *perm = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$O&", name[0] == 'k' ? kwlist_k : kwlist_v,
-					 &arg, npy_conv_u32, &first))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$O&O&",
+					 name[0] == 'k' ? kwlist_k : kwlist_v, &arg,
+					 npy_conv_u32, &first, npy_conv_u32, &base))
 		return NULL;
 	ix = npy_index_lock((PyObject *)self);
 	if (!ix)
 		return NULL;
-	if (first > ix->n_clusters) {
-		PyErr_Format(PyExc_ValueError, "first (%u) beyond the %u clusters", first,
-			     ix->n_clusters);
+	if (first > ix->n_clusters || base > ix->n_tokens) {
+		PyErr_Format(PyExc_ValueError, "first (%u) beyond the %u clusters, or base (%u) "
+			     "beyond the %u tokens", first, ix->n_clusters, base, ix->n_tokens);
 		goto out;
 	}
-	if (rows_of(ix, arg, name, NPY_E_KV, &src) < 0)
+	if (clusters_from(ix, first, base, &sub, &perm, &table) < 0 ||
+	    rows_of(&sub, arg, name, NPY_E_KV, &src) < 0)
 		goto out;
-	sub = *ix;
-	sub.table += first;
-	sub.centroids += (size_t)first * ix->head_dim;
-	sub.n_clusters -= first;
 	dims[0] = sub.n_clusters;
 	dims[1] = ix->head_dim;
 	res = npy_buf_out(NULL, "result", 'f', 2, dims, &dst);
@@ -279,16 +323,21 @@ static PyObject *per_cluster(struct npy_index *self, PyObject *args, PyObject *k
 	}
 	npy_buf_release(&src);
 out:
+	PyMem_Free(perm);
+	PyMem_Free(table);
 	npy_index_unlock((PyObject *)self);
 	return res;
 }
 
 PyDoc_STRVAR(value_sums_doc,
-"value_sums(v, *, first=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
+"value_sums(v, *, first=0, base=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
 "Per-cluster sums of the member V rows (nelssa_cluster_value_sums()),\n"
-"v in token order (n_tokens, head_dim): with the centroids and sizes,\n"
-"what estimate_attn() needs.  first: the clusters from there on only\n"
-"(after append(), the new ones: the others' sums do not change).");
+"v in token order (n_tokens - base, head_dim): with the centroids and\n"
+"sizes, what estimate_attn() needs.  first: the clusters from there on\n"
+"only (after append(), the new ones: the others' sums do not change).\n"
+"base: v holds the rows of tokens from base on (after append(), the new\n"
+"tokens alone will do); ValueError if a member of those clusters lies\n"
+"below it.");
 
 static PyObject *index_value_sums(struct npy_index *self, PyObject *args, PyObject *kw)
 {
@@ -296,10 +345,10 @@ static PyObject *index_value_sums(struct npy_index *self, PyObject *args, PyObje
 }
 
 PyDoc_STRVAR(far_keys_doc,
-"far_keys(k, *, first=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
+"far_keys(k, *, first=0, base=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
 "Each cluster's member key farthest from its centroid\n"
 "(nelssa_cluster_far_keys()), k in token order: the far= of select();\n"
-"first as for value_sums().");
+"first and base as for value_sums().");
 
 static PyObject *index_far_keys(struct npy_index *self, PyObject *args, PyObject *kw)
 {
@@ -307,11 +356,11 @@ static PyObject *index_far_keys(struct npy_index *self, PyObject *args, PyObject
 }
 
 PyDoc_STRVAR(key_spread_doc,
-"key_spread(k, *, first=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
+"key_spread(k, *, first=0, base=0) -> float32 array (n_clusters - first, head_dim)\n--\n\n"
 "Each cluster's per-channel key spread (nelssa_cluster_key_spread()):\n"
 "the mean over its members of (k - centroid)^2, k in token order; the m2=\n"
 "of estimate_attn(), which then weighs a cluster by its members' mean\n"
-"weight instead of its mean key's.  first as for value_sums().");
+"weight instead of its mean key's.  first and base as for value_sums().");
 
 static PyObject *index_key_spread(struct npy_index *self, PyObject *args, PyObject *kw)
 {

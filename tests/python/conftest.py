@@ -253,14 +253,16 @@ class Req:
                 client.offload(session, rid, l, h, ix, self.k[l, h, :n], self.v[l, h, :n])
                 self.ix[l][h] = ix
 
-    def grow(self, client, session, extra):
-        """Clusters @extra more tokens and appends them."""
+    def grow(self, client, session, extra, new_rows_only=False):
+        """Clusters @extra more tokens and appends them, with every row so
+        far or (new_rows_only) the new ones alone (base=)."""
+        lo = self.n if new_rows_only else 0
         for l in range(LAYERS):
             for h in range(KV_HEADS):
                 ix = self.ix[l][h]
                 old = ix.append(self.k[l, h, self.n:self.n + extra])
-                client.append(session, self.id, l, h, ix, self.k[l, h, :self.n + extra],
-                              self.v[l, h, :self.n + extra], old)
+                client.append(session, self.id, l, h, ix, self.k[l, h, lo:self.n + extra],
+                              self.v[l, h, lo:self.n + extra], old, base=lo)
         self.n += extra
 
     def tokens(self, layer, head, sel):

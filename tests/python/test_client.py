@@ -65,6 +65,40 @@ def test_append_then_step(daemon, rng):
             check_step([r], l, items, q, o, lse)
 
 
+@pytest.mark.parametrize("kv_layout", [nelssa.KV_PACKED, nelssa.KV_ADJACENT])
+def test_append_of_new_rows_only(daemon, rng, kv_layout):
+    """append(base=): the new tokens' rows alone go, steps equal float64; a
+    row the call would read below base is refused before anything is sent;
+    the index's per-cluster arrays take the same rows."""
+    with daemon.client() as c:
+        s = open_session(c, kv_layout=kv_layout)
+        r = Req(rng, c, s, 7, 403, extra=61)
+        ix = r.ix[0][0]
+        old = ix.append(r.k[0, 0, 403:464])
+        with pytest.raises(nelssa.Error) as e:
+            c.append(s, 7, 0, 0, ix, r.k[0, 0, 404:464], r.v[0, 0, 404:464], old, base=404)
+        assert e.value.errno == errno.EINVAL and "rows given" in c.last_error
+        with pytest.raises(ValueError, match="base"):
+            c.append(s, 7, 0, 0, ix, r.k[0, 0, :0], r.v[0, 0, :0], old, base=465)
+        with pytest.raises(ValueError):     # rows for 403.. but base says 400
+            c.append(s, 7, 0, 0, ix, r.k[0, 0, 403:464], r.v[0, 0, 403:464], old, base=400)
+        np.testing.assert_array_equal(ix.far_keys(r.k[0, 0, 403:464], first=old, base=403),
+                                      ix.far_keys(r.k[0, 0, :464], first=old))
+        np.testing.assert_array_equal(ix.value_sums(r.v[0, 0, 403:464], first=old, base=403),
+                                      ix.value_sums(r.v[0, 0, :464], first=old))
+        with pytest.raises(ValueError, match="member"):
+            ix.key_spread(r.k[0, 0, 404:464], first=old, base=404)
+        # Undo the trial append's index change: grow() appends for real.
+        r.ix[0][0] = ix = nelssa.ClusterIndex(r.k[0, 0, :403])
+        c.offload(s, 7, 0, 0, ix, r.k[0, 0, :403], r.v[0, 0, :403])
+        r.grow(c, s, 61, new_rows_only=True)
+        for layer in range(LAYERS):
+            items, q = random_items(rng, [r], layer)
+            o, lse = c.step(s, layer, items, q)
+            check_step([r], layer, items, q, o, lse)
+        c.close_session(s)
+
+
 def test_int8_session(daemon, rng):
     """8-bit KV on the devices: bf16 rows in, quantised by the library.
 
