@@ -238,15 +238,19 @@ def test_prefilled_kv_goes_to_pnm_a_layer_an_iteration(daemon, model, monkeypatc
 
 def test_appends_refresh_only_the_new_clusters(daemon, model, monkeypatch):
     """After each decode-time append the selection and estimate arrays,
-    recomputed from the first new cluster on, equal a full recompute."""
+    recomputed from the first new cluster on and the chunk's rows alone,
+    equal a full recompute from every row (the host copy the accuracy
+    check keeps)."""
     checked = []
     refresh = Engine._refresh
 
-    def both(self, st, layer, h, first=0):
-        refresh(self, st, layer, h, first)
+    def both(self, st, layer, h, k, v, first=0, base=0):
+        refresh(self, st, layer, h, k, v, first, base)
         if first:
+            assert base > 0 and k.shape[0] == self.cfg.chunk
             got = st.meta[layer][h]
-            refresh(self, st, layer, h)
+            refresh(self, st, layer, h, st.host_k[layer][h, :st.n_off].view(torch.int16).numpy(),
+                    st.host_v[layer][h, :st.n_off].view(torch.int16).numpy())
             assert len(got) == len(st.meta[layer][h]) == 5
             for g, w in zip(got, st.meta[layer][h]):
                 np.testing.assert_array_equal(g, w)
@@ -254,8 +258,25 @@ def test_appends_refresh_only_the_new_clusters(daemon, model, monkeypatch):
 
     monkeypatch.setattr(Engine, "_refresh", both)
     rs = reqs([600, 50], [40, 10], seed=12)
-    run(model, rs, **nelssa_kw(daemon, select=0.04, estimate="spread", accuracy_every=0))
+    run(model, rs, **nelssa_kw(daemon, select=0.04, estimate="spread", accuracy_every=1000))
     assert len(checked) >= 2 * 2 * 2  # two appends at least, every layer and KV head
+
+
+@pytest.mark.parametrize("kv_layout", ["packed", "adjacent"])
+def test_no_host_copy_without_the_accuracy_check(daemon, model, kv_layout):
+    """Without the accuracy check the GPU node keeps no offloaded row: the
+    prefill goes from the prompt's rows, each append from its chunk's
+    (Client.append(base=)), and the tokens are the run's with the copy."""
+    rs = reqs([600, 50, 480], [40, 10, 30], seed=13)
+    kept = run(model, rs, **nelssa_kw(daemon, select=0.04, accuracy_every=1000,
+                                        kv_layout=kv_layout))
+    e = run(model, rs, **nelssa_kw(daemon, select=0.04, accuracy_every=0, kv_layout=kv_layout))
+    pnm = [s for s in e.finished if s.where == "pnm"]
+    assert len(pnm) == 2 and all(s.pnm.host_k is None for s in pnm)
+    # Request 0 stored its prompt less sink and window (580 tokens), then appended.
+    assert [s.pnm.n_off for s in pnm if s.req.rid == 0][0] > 600 - 4 - 16
+    assert all(s.pnm.host_k is not None for s in kept.finished if s.where == "pnm")
+    assert outputs(e) == outputs(kept)
 
 
 def test_sparse_selection_reads_a_budget(daemon, model):

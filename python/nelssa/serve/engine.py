@@ -148,18 +148,22 @@ def _bits(t):
 
 
 class PnmState:
-    """What the GPU node keeps of a request whose KV is on NELSSA."""
+    """What the GPU node keeps of a request whose KV is on NELSSA.
 
-    def __init__(self, layers, kv_heads, head_dim, cap):
+    keep: host copies of the offloaded rows, for the accuracy check's
+    dense reference alone -- offloads and appends need the rows they send
+    only (Client.append(base=)), so without the check the GPU node keeps
+    none of them."""
+
+    def __init__(self, layers, kv_heads, head_dim, cap, keep=True):
         self.n_off = 0                  # tokens each head stored on the PNM tier
         self.sink_k, self.sink_v = [None] * layers, [None] * layers
         self.tail_k, self.tail_v = [None] * layers, [None] * layers
-        # Host copies of the offloaded rows: the C API's append takes the
-        # index's rows by token number.  Host memory, not the GPU pool.
+        # Host memory, not the GPU pool.
         self.host_k = [torch.empty((kv_heads, cap, head_dim), dtype=torch.bfloat16)
-                       for _ in range(layers)]
+                       for _ in range(layers)] if keep else None
         self.host_v = [torch.empty((kv_heads, cap, head_dim), dtype=torch.bfloat16)
-                       for _ in range(layers)]
+                       for _ in range(layers)] if keep else None
         self.ix = [[None] * kv_heads for _ in range(layers)]
         self.meta = [[None] * kv_heads for _ in range(layers)]
         self.reserved = 0
@@ -249,16 +253,15 @@ class Engine:
         return self.pool.blocks_for(c.sink + c.recent + c.chunk) + math.ceil(
             meta / (self.m.kv_bytes_per_token * c.block))
 
-    def _refresh(self, st, layer, h, first=0):
-        """The head's selection and estimate arrays; after an append, from
-        cluster first on only (the clusters before keep their members)."""
+    def _refresh(self, st, layer, h, k, v, first=0, base=0):
+        """The head's selection and estimate arrays from k and v, the rows
+        of its tokens from base on; after an append, from cluster first on
+        only (the clusters before keep their members)."""
         ix = st.ix[layer][h]
-        k = _bits(st.host_k[layer][h, :st.n_off])
-        v = _bits(st.host_v[layer][h, :st.n_off])
         est = self.cfg.estimate
-        new = (ix.far_keys(k, first=first),
-               ix.value_sums(v, first=first) if est != "none" else None,
-               ix.key_spread(k, first=first) if est == "spread" else None)
+        new = (ix.far_keys(k, first=first, base=base),
+               ix.value_sums(v, first=first, base=base) if est != "none" else None,
+               ix.key_spread(k, first=first, base=base) if est == "spread" else None)
         if first:
             old = st.meta[layer][h][2:]
             new = tuple(n if n is None else np.concatenate([o[:first], n])
@@ -273,16 +276,17 @@ class Engine:
         c = self.cfg
         st.sink_k[layer], st.sink_v[layer] = k[:, :c.sink].clone(), v[:, :c.sink].clone()
         n_off = n_keep - c.sink
-        st.host_k[layer][:, :n_off] = k[:, c.sink:n_keep]
-        st.host_v[layer][:, :n_off] = v[:, c.sink:n_keep]
+        if st.host_k is not None:
+            st.host_k[layer][:, :n_off] = k[:, c.sink:n_keep]
+            st.host_v[layer][:, :n_off] = v[:, c.sink:n_keep]
         for h in range(self.Hkv):
-            kb = _bits(st.host_k[layer][h, :n_off])
-            vb = _bits(st.host_v[layer][h, :n_off])
+            kb = _bits(k[h, c.sink:n_keep])
+            vb = _bits(v[h, c.sink:n_keep])
             ix = self._kmeans(kb)
             self.nodes.of[seq.req.rid].call("offload", seq.req.rid, layer, h, ix, kb, vb)
             st.ix[layer][h] = ix
             st.n_off = n_off
-            self._refresh(st, layer, h)
+            self._refresh(st, layer, h, kb, vb)
 
     def _pnm_split(self, n):
         """Tokens kept at the end of a context of n when it moves to PNM."""
@@ -300,7 +304,8 @@ class Engine:
         pf = seq.pf
         if seq.pnm is None:
             pf["layer"], pf["keep"] = 0, self._pnm_split(pf["ks"][0].shape[1])
-            seq.pnm = PnmState(self.L, self.Hkv, self.D, seq.req.final_len)
+            seq.pnm = PnmState(self.L, self.Hkv, self.D, seq.req.final_len,
+                               keep=self.cfg.accuracy_every > 0)
         layer, keep, st = pf["layer"], pf["keep"], seq.pnm
         self._offload_layer(seq, st, layer, pf["ks"][layer], pf["vs"][layer], keep)
         st.tail_k[layer] = pf["ks"][layer][:, keep:].clone()
@@ -318,22 +323,27 @@ class Engine:
             return
         a, b = st.n_off, st.n_off + c.chunk
         firsts = [[0] * self.Hkv for _ in range(self.L)]
+        rows = [None] * self.L
         for layer in range(self.L):
-            st.host_k[layer][:, a:b] = st.tail_k[layer][:, :c.chunk]
-            st.host_v[layer][:, a:b] = st.tail_v[layer][:, :c.chunk]
+            # The chunk's rows: all an append of 16-bit KV reads (base=a).
+            kc, vc = st.tail_k[layer][:, :c.chunk], st.tail_v[layer][:, :c.chunk]
+            if st.host_k is not None:
+                st.host_k[layer][:, a:b] = kc
+                st.host_v[layer][:, a:b] = vc
             st.tail_k[layer] = st.tail_k[layer][:, c.chunk:].clone()
             st.tail_v[layer] = st.tail_v[layer][:, c.chunk:].clone()
+            rows[layer] = [(_bits(kc[h]), _bits(vc[h])) for h in range(self.Hkv)]
             for h in range(self.Hkv):
                 ix = st.ix[layer][h]
-                old = ix.append(_bits(st.host_k[layer][h, a:b]), iters=c.kmeans_iters)
+                kb, vb = rows[layer][h]
+                old = ix.append(kb, iters=c.kmeans_iters)
                 self.nodes.of[seq.req.rid].call("append", seq.req.rid, layer, h, ix,
-                                                _bits(st.host_k[layer][h, :b]),
-                                                _bits(st.host_v[layer][h, :b]), old)
+                                                kb, vb, old, base=a)
                 firsts[layer][h] = old
         st.n_off = b
         for layer in range(self.L):
             for h in range(self.Hkv):
-                self._refresh(st, layer, h, firsts[layer][h])
+                self._refresh(st, layer, h, *rows[layer][h], first=firsts[layer][h], base=a)
 
     def _pnm_items(self, seqs, q, layer):
         items, qs = [], []
@@ -754,7 +764,8 @@ class Engine:
             return
         if not self._alloc_pnm(s, n):
             return
-        s.moving = dict(n=n, layer=0, st=PnmState(self.L, self.Hkv, self.D, s.req.final_len))
+        s.moving = dict(n=n, layer=0, st=PnmState(self.L, self.Hkv, self.D, s.req.final_len,
+                                                   keep=self.cfg.accuracy_every > 0))
         self.log("migrating request %d (%d tokens) to NELSSA" % (s.req.rid, n))
         self._move_one_layer(s)
 
