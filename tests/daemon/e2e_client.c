@@ -435,7 +435,8 @@ static void check_ingest(uint64_t session, const struct req *reqs, uint32_t nr)
 				 * an append's rows up to its first block boundary.
 				 * In KV messages (cluster-wise): the rows alone.
 				 */
-				const uint32_t head = n0 % 16 ? 16 - n0 % 16 : 0;
+				const uint32_t head = n0 % 16 && 16 - n0 % 16 < n - n0 ?
+						      16 - n0 % 16 : n0 % 16 ? n - n0 : 0;
 
 				if (kv_layout && placement == NELSSA_PLACE_HEADS)
 					want += 2 * 16 * row * ((n0 + 15) / 16 +

@@ -1196,9 +1196,9 @@ int main(int argc, char **argv)
 	 * 24: a session of adjacent K and V blocks.  Layer 0 in KV messages,
 	 * which the daemon copies in block by block; layer 1 in KV_ROWS parts
 	 * of whole K-then-V blocks, received into place, and its table: both
-	 * layers' steps equal float64.  Rows not as whole blocks, or outside
-	 * the request, are refused before a byte lands; so is a whole-block
-	 * part at a packed session.
+	 * layers' steps equal float64.  K rows across a block boundary, blocks
+	 * off a boundary or outside the request are refused before a byte
+	 * lands; so is a whole-block part at a packed session.
 	 */
 	{
 		static uint8_t img[4 * TOKENS * DIM];

@@ -543,6 +543,35 @@ static void check_store(const struct nelssa_kv_fmt *f, uint32_t n)
 		assert_int_equal(nelssa_kv_fmt_kv_bytes(f, n), (n + 15) / 16 * 2 * block);
 }
 
+/*
+ * The bytes a write of K and V rows [first, +n) puts into a store,
+ * against the parts a client sends for it, counted by hand: rows to the
+ * next block boundary as K and V rows apart, then whole blocks.
+ */
+static void kv_write_bytes(void **state)
+{
+	static const struct nelssa_kv_fmt P = { NELSSA_KV_BF16, 64, NELSSA_KV_PACKED },
+					  A = { NELSSA_KV_BF16, 64, NELSSA_KV_ADJACENT },
+					  T = { NELSSA_KV_INT8, 64, NELSSA_KV_ADJACENT };
+	const uint64_t row = 128, block = 16 * row;
+
+	(void)state;
+	assert_int_equal(nelssa_kv_fmt_write_bytes(&P, 5, 30), 2 * 30 * row);
+	assert_int_equal(nelssa_kv_fmt_head(&P, 5, 30), 0);
+	/* From 5: 11 rows to 16, then 19 rows in two blocks. */
+	assert_int_equal(nelssa_kv_fmt_head(&A, 5, 30), 11);
+	assert_int_equal(nelssa_kv_fmt_write_bytes(&A, 5, 30), 2 * 11 * row + 2 * 2 * block);
+	/* Fewer rows than reach the boundary: all of them apart, no block. */
+	assert_int_equal(nelssa_kv_fmt_head(&A, 5, 7), 7);
+	assert_int_equal(nelssa_kv_fmt_write_bytes(&A, 5, 7), 2 * 7 * row);
+	/* On a boundary: whole blocks only. */
+	assert_int_equal(nelssa_kv_fmt_head(&A, 32, 17), 0);
+	assert_int_equal(nelssa_kv_fmt_write_bytes(&A, 32, 17), 2 * 2 * block);
+	/* 8-bit tiles are written whole from their start. */
+	assert_int_equal(nelssa_kv_fmt_head(&T, 32, 17), 0);
+	assert_int_equal(nelssa_kv_fmt_write_bytes(&T, 32, 17), 2 * 2 * 1088);
+}
+
 static void kv_store_layout(void **state)
 {
 	static const enum nelssa_kv_dtype types[] = { NELSSA_KV_BF16, NELSSA_KV_FP16,
@@ -681,6 +710,7 @@ int main(void)
 		cmocka_unit_test(kv_tiled_lengths),
 		cmocka_unit_test(kv_adjacent_parts),
 		cmocka_unit_test(kv_store_layout),
+		cmocka_unit_test(kv_write_bytes),
 		cmocka_unit_test(step_lengths),
 		cmocka_unit_test(reply_and_ack_headers),
 	};

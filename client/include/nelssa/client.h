@@ -242,8 +242,9 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
  * For a GPU node that lets go of the rows it has offloaded: a 16-bit
  * session reads the rows of the tokens of clusters [@from, n) only -- an
  * append's new tokens, so @base may be the first of them -- and an 8-bit
- * session those and the earlier tokens of the tile the first of them falls
- * in, which it quantises again.  A row the call would read below @base (or
+ * session those and the earlier members of the tile the first of them
+ * falls in, which it quantises again (members of older clusters, any
+ * older token: @base is then the lowest of them).  A row the call would read below @base (or
  * a token past the index) fails it with -EINVAL before anything is sent.
  * nelssa_client_offload() is this call with @base 0.
  *
