@@ -573,7 +573,7 @@ static int write_blocks(struct nelssa_client *c, struct kv_writes *w,
 {
 	const uint32_t end = nc_index_tokens(ix), step = nc_tile_chunk(&w->fmt);
 	const uint64_t block = nelssa_kv_fmt_block(&w->fmt);
-	uint32_t start = w->row ? ix->table[from].first : nc_tile_start(ix, from), head;
+	uint32_t start = nc_write_start(ix, from, w->fmt.dtype), head;
 	int ret = 0;
 
 	if (!w->row)
@@ -652,7 +652,6 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 		.src = nc_offload_dtype(sh),
 		.base = base,
 	};
-	/* Tiles are written whole, from the one @from starts in. */
 	const int tiled = nelssa_kv_is_tiled(w.fmt.dtype);
 	uint8_t hdr[NELSSA_KV_HDR_BYTES];
 	ucs_status_t st;
@@ -661,7 +660,7 @@ int nc_place_offload(struct nelssa_client *c, struct csession *s, uint64_t reque
 
 	if (from == ix->n_clusters)
 		return 0;
-	h.first_token = tiled ? nc_tile_start(ix, from) : ix->table[from].first;
+	h.first_token = nc_write_start(ix, from, w.fmt.dtype);
 	h.nr_clusters = ix->n_clusters - from;
 	if (tiled)
 		h.nr_tokens = nc_index_tokens(ix) - h.first_token;

@@ -28,6 +28,14 @@ uint32_t nc_tile_start(const struct nelssa_cluster_index *ix, uint32_t from)
 	return ix->table[from].first / NELSSA_KV_QTILE * NELSSA_KV_QTILE;
 }
 
+uint32_t nc_write_start(const struct nelssa_cluster_index *ix, uint32_t from,
+			enum nelssa_kv_dtype dtype)
+{
+	if (from == ix->n_clusters)
+		return ix->n_tokens;
+	return nelssa_kv_is_tiled(dtype) ? nc_tile_start(ix, from) : ix->table[from].first;
+}
+
 uint32_t nc_tile_chunk(const struct nelssa_kv_fmt *f)
 {
 	/* K and V tiles of a chunk in about CHUNK_BYTES; one tile at least. */

@@ -885,20 +885,6 @@ int nelssa_client_offload(struct nelssa_client *c, uint64_t session, uint64_t re
 	return nelssa_client_offload_rows(c, session, request, layer, head, ix, from, k, v, 0);
 }
 
-/*
- * The first store position of @ix an offload of clusters [@from, n) reads
- * the rows of: the first new one's, or for an 8-bit type the start of its
- * tile, which is written whole.
- */
-static uint32_t first_read(const struct csession *s, const struct nelssa_cluster_index *ix,
-			   uint32_t from)
-{
-	if (from == ix->n_clusters)
-		return ix->n_tokens;
-	return nelssa_kv_is_tiled((enum nelssa_kv_dtype)s->cfg.shape.kv_dtype) ?
-	       nc_tile_start(ix, from) : ix->table[from].first;
-}
-
 int nelssa_client_offload_rows(struct nelssa_client *c, uint64_t session, uint64_t request,
 			       uint16_t layer, uint16_t head, const struct nelssa_cluster_index *ix,
 			       uint32_t from, const void *k, const void *v, uint32_t base)
@@ -915,7 +901,8 @@ int nelssa_client_offload_rows(struct nelssa_client *c, uint64_t session, uint64
 		return nc_fail(c, -EINVAL, "index does not match the session (head_dim %u vs %u)",
 			    ix->head_dim, s->cfg.shape.head_dim);
 	/* Every row the call reads is checked here, before anything is written. */
-	for (uint32_t p = first_read(s, ix, from); p < ix->n_tokens; p++)
+	for (uint32_t p = nc_write_start(ix, from, (enum nelssa_kv_dtype)s->cfg.shape.kv_dtype);
+	     p < ix->n_tokens; p++)
 		if (ix->perm[p] < base || ix->perm[p] >= ix->n_tokens)
 			return nc_fail(c, -EINVAL, "token %u's row is read (store position %u) "
 				       "but the rows given are of tokens %u..%u", ix->perm[p], p,

@@ -191,6 +191,13 @@ void nc_rma_request_del(struct csession *s, uint64_t id);
 uint32_t nc_index_tokens(const struct nelssa_cluster_index *ix);
 /* The first token of the tile cluster @from's first token lies in. */
 uint32_t nc_tile_start(const struct nelssa_cluster_index *ix, uint32_t from);
+/*
+ * The first store position an offload of clusters [@from, n) writes and
+ * reads the rows of: the first new token's, or for an 8-bit @dtype the
+ * start of its tile, which is written whole (n_tokens: none).
+ */
+uint32_t nc_write_start(const struct nelssa_cluster_index *ix, uint32_t from,
+			enum nelssa_kv_dtype dtype);
 /* Tokens a chunk of whole tiles of about CHUNK_BYTES (K and V) holds. */
 uint32_t nc_tile_chunk(const struct nelssa_kv_fmt *f);
 /* The type of the caller's rows of a tiled session. */
