@@ -686,15 +686,8 @@ int nd_kv_rows_place(struct nelssad *nd, struct nd_session *s, const struct nels
 		return ret;
 	if (s->placement != NELSSA_PLACE_HEADS)
 		return -EOPNOTSUPP;
-	/*
-	 * The codec checked these; an offset that is not a row's rounds, so
-	 * check where they are used too.
-	 */
-	if (h->part == NELSSA_KV_PART_KV ? f.layout != NELSSA_KV_ADJACENT ||
-					   h->first_token % NELSSA_KV_QTILE :
-	    h->part != NELSSA_KV_PART_TABLE &&
-	    (!nelssa_kv_fmt_one_run(&f, h->first_token, h->nr_tokens) ||
-	     !nelssa_kv_fmt_first_ok(&f, h->first_token)))
+	/* The codec checked it; an offset that is not a row's rounds, so check it here too. */
+	if (!nelssa_kv_part_fits(&f, h->part, h->first_token, h->nr_tokens))
 		return -EINVAL;
 	r = nd_request_find(s, h->request);
 	d = nd_head_device(nd, h->head);

@@ -512,16 +512,12 @@ int nelssa_kv_rows_get(const uint8_t *p, size_t len, size_t data_len,
 		if (h->first_cluster || h->nr_clusters ||
 		    nelssa_kv_fmt_bytes(f, h->nr_tokens) != data_len)
 			return -EBADMSG;
-		/* In an adjacent store, K or V rows are one run within a block only. */
-		if (!nelssa_kv_fmt_one_run(f, h->first_token, h->nr_tokens))
-			return -EINVAL;
-		return nelssa_kv_fmt_first_ok(f, h->first_token) ? 0 : -EINVAL;
+		return nelssa_kv_part_fits(f, h->part, h->first_token, h->nr_tokens) ? 0 : -EINVAL;
 	case NELSSA_KV_PART_KV:
 		if (h->first_cluster || h->nr_clusters || !h->nr_tokens ||
 		    nelssa_kv_fmt_kv_bytes(f, h->nr_tokens) != data_len)
 			return -EBADMSG;
-		return f->layout == NELSSA_KV_ADJACENT &&
-		       h->first_token % NELSSA_KV_QTILE == 0 ? 0 : -EINVAL;
+		return nelssa_kv_part_fits(f, h->part, h->first_token, h->nr_tokens) ? 0 : -EINVAL;
 	case NELSSA_KV_PART_TABLE:
 		if (h->first_token || h->nr_tokens)
 			return -EBADMSG;

@@ -364,6 +364,24 @@ enum nelssa_kv_part {
 	NELSSA_KV_PART_KV = 4,
 };
 
+/*
+ * Whether a NELSSA_AM_KV_ROWS part of rows [@first, +@n) lies where a store
+ * of format @f can take it as one run: a K or V part's rows within one
+ * block of an adjacent store (and on a tile of an 8-bit type), a KV part
+ * on a block boundary of an adjacent store.  Table parts always do.  The
+ * codec refuses a part that does not with -EINVAL, and the daemon checks
+ * it again where it places the part.
+ */
+static inline int nelssa_kv_part_fits(const struct nelssa_kv_fmt *f, unsigned int part,
+				      uint64_t first, uint64_t n)
+{
+	if (part == NELSSA_KV_PART_KV)
+		return f->layout == NELSSA_KV_ADJACENT && first % NELSSA_KV_QTILE == 0;
+	if (part == NELSSA_KV_PART_TABLE)
+		return 1;
+	return nelssa_kv_fmt_one_run(f, first, n) && nelssa_kv_fmt_first_ok(f, first);
+}
+
 /* &struct nelssa_kv_hdr @part of a commit of rows sent in KV_ROWS messages. */
 #define NELSSA_KV_COMMIT_SENT 1u
 
